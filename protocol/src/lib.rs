@@ -1,0 +1,25 @@
+//! Wire types shared by every part of Tollgate. No I/O.
+//!
+//! Map of the crate:
+//!
+//! * [`amount`]: exact money, [`AtomicAmount`] (integer atomic units) and [`DecimalAmount`]
+//!   (JSON numbers in whole units, read from their text).
+//! * [`network`]: CAIP-2 [`Network`]s and [`ChainFamily`], with x402 v1 names.
+//! * [`address`]: validated EVM / Solana [`Address`]es.
+//! * [`x402`]: x402 v1 and v2 messages, the base64 header codec, and scheme payloads.
+//! * [`gateway`]: the gateway API's requests, responses and payment record.
+//! * [`error`]: the error envelope and the code → HTTP status table.
+
+pub mod address;
+pub mod amount;
+pub mod error;
+pub mod gateway;
+pub mod network;
+#[cfg(feature = "openapi")]
+mod openapi;
+pub mod x402;
+
+pub use address::{Address, AddressError};
+pub use amount::{AmountError, AtomicAmount, DecimalAmount};
+pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
+pub use network::{ChainFamily, Network};
