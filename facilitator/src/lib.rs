@@ -1,1 +1,185 @@
-//! x
+//! `tollgate-facilitator`: the payment gateway and x402 facilitator daemon.
+//!
+//! Map of the crate:
+//!
+//! * [`config`]: typed configuration (defaults → file → env → flags), secrets redacted.
+//! * [`api`]: the HTTP routes and the [`router`] that guards them.
+//! * [`auth`]: API keys (hashed), plans, per-key rate limits.
+//! * [`store`]: the storage trait and its SQLite / PostgreSQL implementation.
+//! * [`settlement`]: the payment state machine.
+//! * [`chains`]: which chain a request is about; the chain backends plug in here.
+//! * [`admin`]: key management shared by the CLI and (later) the dashboard.
+//! * [`idempotency`], [`extract`], [`validate`], [`error`], [`clock`]: cross-cutting pieces.
+//!
+//! Entry points are testable: build an [`AppState`], take [`router`], or [`run`] it on a
+//! listener with a shutdown future. The binary only parses the command line.
+
+pub mod admin;
+pub mod api;
+pub mod auth;
+pub mod chains;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod idempotency;
+pub mod settlement;
+pub mod store;
+pub mod validate;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use api::router;
+use tokio::net::TcpListener;
+
+use crate::auth::Authenticator;
+use crate::auth::rate_limit::InMemoryRateLimiter;
+use crate::chains::Chains;
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::Config;
+use crate::store::{SqlStore, Store};
+
+/// Everything a request handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Configuration.
+    pub config: Arc<Config>,
+    /// Storage.
+    pub store: Arc<dyn Store>,
+    /// Authentication, plans, rate limits.
+    pub auth: Arc<Authenticator>,
+    /// Time.
+    pub clock: SharedClock,
+    /// Chain backends.
+    pub chains: Arc<Chains>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("config", &self.config)
+            .field("auth", &self.auth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// A state over an existing store, with the given clock and no chain backend.
+    #[must_use]
+    pub fn new(config: Config, store: Arc<dyn Store>, clock: SharedClock) -> Self {
+        let auth = Authenticator::new(
+            store.clone(),
+            config.plans.clone(),
+            Arc::new(InMemoryRateLimiter::new()),
+            clock.clone(),
+            Duration::from_secs(config.limits.key_cache_ttl_secs),
+        );
+        Self {
+            config: Arc::new(config),
+            store,
+            auth: Arc::new(auth),
+            clock,
+            chains: Arc::new(Chains::none()),
+        }
+    }
+
+    /// Connects storage (running migrations) and builds the state with the system clock.
+    ///
+    /// # Errors
+    /// When the database cannot be opened or migrated.
+    pub async fn from_config(config: Config) -> anyhow::Result<Self> {
+        let store = SqlStore::connect(&config.database_url)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
+        if config.solana_rpc_url.is_some() || config.evm_rpc_url.is_some() || !config.evm.is_empty()
+        {
+            tracing::warn!(
+                "chain RPC settings are given, but this build has no chain backend: chain endpoints answer PAYMENT_VERIFICATION_FAILED"
+            );
+        }
+        Ok(Self::new(config, Arc::new(store), Arc::new(SystemClock)))
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then lets in-flight requests finish
+/// (for at most [`api::SHUTDOWN_GRACE`]).
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
+    let app = router(state);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = stop_tx.send(true);
+    });
+    let server = tokio::spawn(server.into_future());
+    // Wait for the server; once shutdown began, give it the grace period at most.
+    let result = tokio::select! {
+        r = server => r,
+        () = async {
+            let _ = stop_rx.wait_for(|stopped| *stopped).await;
+            tokio::time::sleep(api::SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!("grace period over: dropping remaining connections");
+            Ok(Ok(()))
+        }
+    };
+    purge.abort();
+    result.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+/// Deletes idempotency records past their retention, hourly.
+async fn purge_idempotency_keys(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let ttl = chrono::Duration::seconds(
+            i64::try_from(state.config.limits.idempotency_ttl_secs).unwrap_or(i64::MAX / 1000),
+        );
+        match state.store.idempotency_purge(state.clock.now() - ttl).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "purged expired idempotency keys"),
+            Err(e) => tracing::warn!(error = %e, "could not purge idempotency keys"),
+        }
+    }
+}
+
+/// Completes on SIGTERM or ctrl-c.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

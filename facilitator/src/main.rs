@@ -1,1 +1,217 @@
-fn main() {}
+//! `tollgate-facilitator`: serve the API, or manage API keys.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tollgate_facilitator::admin::{self, NewKey};
+use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::auth::plans::Plan;
+use tollgate_facilitator::config::{Config, Flags, LogFormat};
+use tollgate_facilitator::store::{SqlStore, Store};
+use tollgate_facilitator::{AppState, run, shutdown_signal};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate-facilitator",
+    version,
+    about = "Tollgate payment gateway and x402 facilitator"
+)]
+struct Cli {
+    /// Config file (TOML). Env: TOLLGATE_CONFIG.
+    #[arg(long, global = true, env = "TOLLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Database URL: sqlite://FILE (default sqlite://tollgate.db) or postgres://…
+    #[arg(long, global = true)]
+    database: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the API (the default).
+    Serve {
+        /// Address to listen on (default 127.0.0.1:8402). Env: TOLLGATE_LISTEN.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Create a key and print it, alone, on stdout. It is not shown again.
+    Create {
+        /// standard, premium or enterprise.
+        #[arg(long, value_parser = parse_plan)]
+        plan: Plan,
+        /// Requests per minute (enterprise keys only).
+        #[arg(long)]
+        rpm: Option<u32>,
+        /// A label shown in listings.
+        #[arg(long)]
+        label: Option<String>,
+        /// Add the key to this account (rotation) instead of creating a new account.
+        #[arg(long)]
+        account: Option<String>,
+        /// Create a `tg_test_` key instead of a `tg_live_` key.
+        #[arg(long)]
+        test: bool,
+    },
+    /// List keys (never the keys themselves).
+    List,
+    /// Delete a key by id (`key_…`).
+    Delete {
+        /// The key's id, as `keys list` shows it.
+        id: String,
+    },
+}
+
+fn parse_plan(s: &str) -> Result<Plan, String> {
+    s.parse()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let listen = match &cli.command {
+        Some(Command::Serve { listen }) => *listen,
+        _ => None,
+    };
+    let flags = Flags {
+        listen,
+        database_url: cli.database.clone(),
+    };
+    let config = match Config::load(cli.config.as_deref(), |k| std::env::var(k).ok(), &flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve { listen: None }) {
+            Command::Serve { .. } => serve(config).await,
+            Command::Keys(cmd) => keys(config, cmd).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listen = config.listen;
+    let state = AppState::from_config(config).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(database = %state.config.database_url, "listening on http://{addr}");
+    run(listener, state, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
+    let store = SqlStore::connect(&config.database_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
+    let now = chrono::Utc::now();
+    match cmd {
+        KeysCommand::Create {
+            plan,
+            rpm,
+            label,
+            account,
+            test,
+        } => {
+            let env = if test { KeyEnv::Test } else { KeyEnv::Live };
+            let created = admin::create_key(
+                &store,
+                NewKey {
+                    plan,
+                    rpm,
+                    label,
+                    account,
+                    env,
+                },
+                now,
+            )
+            .await?;
+            let r = &created.record;
+            eprintln!(
+                "created {} ({} plan) for account {}; the key is shown only this once:",
+                r.id, r.plan, r.account_id
+            );
+            println!("{}", created.secret.expose());
+        }
+        KeysCommand::List => {
+            println!(
+                "{:<31} {:<31} {:<10} {:<5} {:>6} {:<6} {:<20} {:<20} label",
+                "id", "account", "plan", "env", "rpm", "ends", "created", "last used"
+            );
+            for k in store.list_api_keys().await? {
+                println!(
+                    "{:<31} {:<31} {:<10} {:<5} {:>6} …{:<5} {:<20} {:<20} {}",
+                    k.id,
+                    k.account_id,
+                    k.plan.as_str(),
+                    k.env,
+                    k.rpm.map_or_else(
+                        || config.plans.get(k.plan).rpm.to_string(),
+                        |r| r.to_string()
+                    ),
+                    k.hint,
+                    k.created_at.format("%Y-%m-%d %H:%M:%S"),
+                    k.last_used_at.map_or_else(
+                        || "never".to_owned(),
+                        |t| t.format("%Y-%m-%d %H:%M:%S").to_string()
+                    ),
+                    k.label.unwrap_or_default(),
+                );
+            }
+        }
+        KeysCommand::Delete { id } => {
+            if store.delete_api_key(&id).await? {
+                eprintln!(
+                    "deleted {id} (a running facilitator stops accepting it within {} s)",
+                    config.limits.key_cache_ttl_secs
+                );
+            } else {
+                anyhow::bail!("no key {id}");
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}

@@ -64,7 +64,9 @@ pub enum Network {
 
 /// Why a text is not a network this crate understands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown network {0:?}: expected CAIP-2 (eip155:<chain id> or solana:<genesis hash prefix>) or an x402 v1 name")]
+#[error(
+    "unknown network {0:?}: expected CAIP-2 (eip155:<chain id> or solana:<genesis hash prefix>) or an x402 v1 name"
+)]
 pub struct NetworkError(pub String);
 
 /// Solana mainnet-beta genesis hash prefix.
@@ -147,13 +149,17 @@ impl Network {
     /// The x402 v1 short name, when this network has one.
     #[must_use]
     pub fn v1_name(&self) -> Option<&'static str> {
-        V1_NAMES.iter().find(|(_, id)| id.matches(self)).map(|(name, _)| *name)
+        V1_NAMES
+            .iter()
+            .find(|(_, id)| id.matches(self))
+            .map(|(name, _)| *name)
     }
 
     /// The v1 short name when there is one, otherwise CAIP-2 (what to put in a v1 message).
     #[must_use]
     pub fn v1_name_or_caip2(&self) -> String {
-        self.v1_name().map_or_else(|| self.to_string(), str::to_owned)
+        self.v1_name()
+            .map_or_else(|| self.to_string(), str::to_owned)
     }
 }
 
@@ -184,12 +190,20 @@ impl FromStr for Network {
                 {
                     return Err(err());
                 }
-                reference.parse::<u64>().map(Self::Eip155).map_err(|_| err())
+                reference
+                    .parse::<u64>()
+                    .map(Self::Eip155)
+                    .map_err(|_| err())
             }
             "solana" => {
                 // CAIP-2 references are 1..=32 characters; Solana uses base58 genesis prefixes.
-                let ok = (1..=32).contains(&reference.len()) && bs58::decode(reference).into_vec().is_ok();
-                if ok { Ok(Self::Solana(reference.to_owned())) } else { Err(err()) }
+                let ok = (1..=32).contains(&reference.len())
+                    && bs58::decode(reference).into_vec().is_ok();
+                if ok {
+                    Ok(Self::Solana(reference.to_owned()))
+                } else {
+                    Err(err())
+                }
             }
             _ => Err(err()),
         }
@@ -233,16 +247,35 @@ mod tests {
 
     #[test]
     fn rejects_malformed_ids() {
-        for bad in ["", "eip155", "eip155:", "eip155:-1", "eip155:01", "eip155:0x1", "eip155:99999999999999999999", "solana:", "solana:0OIl", "cosmos:hub", "mainnet"] {
+        for bad in [
+            "",
+            "eip155",
+            "eip155:",
+            "eip155:-1",
+            "eip155:01",
+            "eip155:0x1",
+            "eip155:99999999999999999999",
+            "solana:",
+            "solana:0OIl",
+            "cosmos:hub",
+            "mainnet",
+        ] {
             assert!(bad.parse::<Network>().is_err(), "{bad:?} accepted");
         }
-        assert!("solana:123456789012345678901234567890123".parse::<Network>().is_err());
+        assert!(
+            "solana:123456789012345678901234567890123"
+                .parse::<Network>()
+                .is_err()
+        );
     }
 
     #[test]
     fn families() {
         assert_eq!(Network::eip155(1).family(), ChainFamily::Evm);
         assert_eq!(Network::solana_devnet().family(), ChainFamily::Solana);
-        assert_eq!(Network::solana_from_genesis("EtWTRABZaYq6iMfeYKouRu166VU2xqa1G9cfcAZbhFwZ"), Network::solana_devnet());
+        assert_eq!(
+            Network::solana_from_genesis("EtWTRABZaYq6iMfeYKouRu166VU2xqa1G9cfcAZbhFwZ"),
+            Network::solana_devnet()
+        );
     }
 }

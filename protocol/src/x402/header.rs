@@ -76,20 +76,31 @@ pub fn decode_bytes(value: &str) -> Result<Vec<u8>, HeaderError> {
         return Err(HeaderError::Empty);
     }
     if value.len() > MAX_HEADER_BYTES {
-        return Err(HeaderError::TooLarge { len: value.len(), max: MAX_HEADER_BYTES });
+        return Err(HeaderError::TooLarge {
+            len: value.len(),
+            max: MAX_HEADER_BYTES,
+        });
     }
     let unpadded = value.trim_end_matches('=');
-    let engine_input = if unpadded.contains(['-', '_']) { (URL_SAFE, unpadded) } else { (STANDARD, unpadded) };
+    let engine_input = if unpadded.contains(['-', '_']) {
+        (URL_SAFE, unpadded)
+    } else {
+        (STANDARD, unpadded)
+    };
     let (engine, text) = engine_input;
     // Re-pad so both padded and unpadded input decode with the padded engines.
     let mut padded = text.to_owned();
     while padded.len() % 4 != 0 {
         padded.push('=');
     }
-    engine.decode(padded.as_bytes()).map_err(|_| HeaderError::Base64)
+    engine
+        .decode(padded.as_bytes())
+        .map_err(|_| HeaderError::Base64)
 }
 
-fn deserialize_whole<T: DeserializeOwned>(de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'_>>) -> Result<T, HeaderError> {
+fn deserialize_whole<T: DeserializeOwned>(
+    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'_>>,
+) -> Result<T, HeaderError> {
     let value = T::deserialize(&mut *de).map_err(|e| HeaderError::Json(e.to_string()))?;
     de.end().map_err(|e| HeaderError::Json(e.to_string()))?;
     Ok(value)
@@ -110,12 +121,24 @@ mod tests {
         assert_eq!(decode::<Value>(h.trim_end_matches('=')).unwrap(), v);
         assert_eq!(decode::<Value>(""), Err(HeaderError::Empty));
         assert_eq!(decode::<Value>("***"), Err(HeaderError::Base64));
-        assert!(matches!(decode::<Value>(&STANDARD.encode("not json")), Err(HeaderError::Json(_))));
+        assert!(matches!(
+            decode::<Value>(&STANDARD.encode("not json")),
+            Err(HeaderError::Json(_))
+        ));
         let huge = "A".repeat(MAX_HEADER_BYTES + 1);
-        assert_eq!(decode::<Value>(&huge), Err(HeaderError::TooLarge { len: MAX_HEADER_BYTES + 1, max: MAX_HEADER_BYTES }));
+        assert_eq!(
+            decode::<Value>(&huge),
+            Err(HeaderError::TooLarge {
+                len: MAX_HEADER_BYTES + 1,
+                max: MAX_HEADER_BYTES
+            })
+        );
         // Exactly at the limit is decoded (and fails only for being garbage JSON).
         let at_limit = "A".repeat(MAX_HEADER_BYTES);
-        assert!(matches!(decode::<Value>(&at_limit), Err(HeaderError::Json(_))));
+        assert!(matches!(
+            decode::<Value>(&at_limit),
+            Err(HeaderError::Json(_))
+        ));
     }
 
     #[test]

@@ -1,0 +1,186 @@
+//! Key management: what `tollgate-facilitator keys …` (and the dashboard) do.
+
+use chrono::{DateTime, Utc};
+
+use crate::auth::keys::{self, KeyEnv};
+use crate::auth::plans::Plan;
+use crate::config::Secret;
+use crate::store::{Store, StoredApiKey};
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    /// Plan.
+    pub plan: Plan,
+    /// Own per-minute limit (enterprise keys); `None` uses the plan's.
+    pub rpm: Option<u32>,
+    /// Free text shown in listings.
+    pub label: Option<String>,
+    /// Add the key to this existing account (key rotation); `None` creates a new account.
+    pub account: Option<String>,
+    /// `tg_live_` or `tg_test_`.
+    pub env: KeyEnv,
+}
+
+/// A created key: the secret (show it once) and what was stored.
+#[derive(Debug)]
+pub struct CreatedKey {
+    /// The key itself.
+    pub secret: Secret,
+    /// Its stored record.
+    pub record: StoredApiKey,
+}
+
+/// Why key management failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Bad input.
+    #[error("{0}")]
+    Invalid(String),
+    /// Storage or randomness failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Creates a key (and its account unless one is given).
+///
+/// # Errors
+/// [`AdminError::Invalid`] for an unknown account, a zero or out-of-place `rpm`, or a long
+/// label; [`AdminError::Failed`] when storage or randomness fails.
+pub async fn create_key(
+    store: &dyn Store,
+    new: NewKey,
+    now: DateTime<Utc>,
+) -> Result<CreatedKey, AdminError> {
+    if new.rpm == Some(0) {
+        return Err(AdminError::Invalid("--rpm must be at least 1".into()));
+    }
+    if new.rpm.is_some() && new.plan != Plan::Enterprise {
+        return Err(AdminError::Invalid(
+            "--rpm applies to enterprise keys; standard and premium use their plan's limit".into(),
+        ));
+    }
+    if new.label.as_ref().is_some_and(|l| l.chars().count() > 100) {
+        return Err(AdminError::Invalid(
+            "--label must be at most 100 characters".into(),
+        ));
+    }
+    let failed = |e: crate::store::StoreError| AdminError::Failed(e.to_string());
+    let account_id = match new.account {
+        Some(id) => {
+            if !store.account_exists(&id).await.map_err(failed)? {
+                return Err(AdminError::Invalid(format!("no account {id}")));
+            }
+            id
+        }
+        None => {
+            let id = format!("acct_{}", ulid::Ulid::new());
+            store.create_account(&id, now).await.map_err(failed)?;
+            id
+        }
+    };
+    let generated = keys::generate(new.env).map_err(|e| AdminError::Failed(e.to_string()))?;
+    let record = StoredApiKey {
+        id: format!("key_{}", ulid::Ulid::new()),
+        account_id,
+        env: new.env.as_str().to_owned(),
+        lookup: generated.digest.lookup(),
+        hash: generated.digest.hex(),
+        hint: generated.hint,
+        plan: new.plan,
+        rpm: new.rpm,
+        label: new.label,
+        created_at: now,
+        last_used_at: None,
+    };
+    store.insert_api_key(&record).await.map_err(failed)?;
+    Ok(CreatedKey {
+        secret: generated.secret,
+        record,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::suite::TestDb;
+
+    #[tokio::test]
+    async fn keys_are_stored_hashed_and_rotation_keeps_the_account() {
+        let db = TestDb::sqlite().await;
+        let now = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
+        let first = create_key(
+            &*db.store,
+            NewKey {
+                plan: Plan::Standard,
+                rpm: None,
+                label: Some("app".into()),
+                account: None,
+                env: KeyEnv::Live,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+        assert!(first.secret.expose().starts_with("tg_live_"));
+        let stored = db.store.list_api_keys().await.unwrap();
+        assert_eq!(stored.len(), 1);
+        assert!(
+            !stored[0].hash.contains(first.secret.expose()) && stored[0].hash.len() == 64,
+            "only the hash is stored"
+        );
+        let rotated = create_key(
+            &*db.store,
+            NewKey {
+                plan: Plan::Standard,
+                rpm: None,
+                label: None,
+                account: Some(first.record.account_id.clone()),
+                env: KeyEnv::Test,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+        assert_eq!(rotated.record.account_id, first.record.account_id);
+        assert!(rotated.secret.expose().starts_with("tg_test_"));
+        let bad = |k: NewKey| {
+            let store = db.store.clone();
+            async move { create_key(&*store, k, now).await.unwrap_err() }
+        };
+        assert!(matches!(
+            bad(NewKey {
+                plan: Plan::Standard,
+                rpm: None,
+                label: None,
+                account: Some("acct_nope".into()),
+                env: KeyEnv::Live
+            })
+            .await,
+            AdminError::Invalid(_)
+        ));
+        assert!(matches!(
+            bad(NewKey {
+                plan: Plan::Standard,
+                rpm: Some(5),
+                label: None,
+                account: None,
+                env: KeyEnv::Live
+            })
+            .await,
+            AdminError::Invalid(_)
+        ));
+        assert!(matches!(
+            bad(NewKey {
+                plan: Plan::Enterprise,
+                rpm: Some(0),
+                label: None,
+                account: None,
+                env: KeyEnv::Live
+            })
+            .await,
+            AdminError::Invalid(_)
+        ));
+        db.cleanup().await;
+    }
+}

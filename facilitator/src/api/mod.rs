@@ -1,0 +1,150 @@
+//! HTTP routes, one module per resource, and the router that guards them.
+//!
+//! Every authenticated route carries its [`Endpoint`] so the guard can check the plan; every POST
+//! route also goes through the `Idempotency-Key` layer. Anything the router does not know, and any
+//! failure anywhere, answers in the error envelope.
+
+pub mod events;
+pub mod payments;
+pub mod system;
+pub mod tokens;
+pub mod transactions;
+pub mod x402;
+
+use std::any::Any;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use http::header::AUTHORIZATION;
+use http::{HeaderValue, Method, Uri};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::AppState;
+use crate::auth::middleware::require_key;
+use crate::auth::plans::Endpoint;
+use crate::error::ApiError;
+use crate::idempotency::idempotent;
+
+/// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Tollgate facilitator", description = "Payment gateway API (hosted and local modes) and x402 facilitator API. Errors: `{\"error\": {\"code\", \"message\", \"remedy\"}}`."),
+    paths(
+        payments::send, payments::receive, payments::status, payments::history,
+        transactions::send, transactions::receive, transactions::confirm,
+        tokens::info,
+        x402::verify, x402::settle, x402::supported,
+        events::ws,
+        system::healthz, system::readyz, system::openapi,
+    ),
+    components(schemas(tollgate_protocol::ErrorEnvelope, tollgate_protocol::ErrorBody, tollgate_protocol::ErrorCode)),
+    modifiers(&BearerAuth),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("tg_live_… / tg_test_…")
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The whole HTTP surface of the daemon.
+pub fn router(state: AppState) -> Router {
+    let guard = |endpoint: Endpoint, route: MethodRouter<AppState>| {
+        route.layer(from_fn_with_state((state.clone(), endpoint), require_key))
+    };
+    let guard_post = |endpoint: Endpoint, route: MethodRouter<AppState>| {
+        guard(
+            endpoint,
+            route.layer(from_fn_with_state(state.clone(), idempotent)),
+        )
+    };
+
+    let supported = get(x402::supported);
+    let supported = if state.config.public_supported {
+        supported
+    } else {
+        guard(Endpoint::Supported, supported)
+    };
+
+    Router::new()
+        .route("/payment/send", guard_post(Endpoint::PaymentSend, post(payments::send)))
+        .route("/payment/receive", guard_post(Endpoint::PaymentReceive, post(payments::receive)))
+        .route("/payment/status/{payment_id}", guard(Endpoint::PaymentStatus, get(payments::status)))
+        .route("/payment/history/{wallet_address}", guard(Endpoint::PaymentHistory, get(payments::history)))
+        .route("/transaction/send", guard_post(Endpoint::TransactionSend, post(transactions::send)))
+        .route("/transaction/receive", guard_post(Endpoint::TransactionReceive, post(transactions::receive)))
+        .route("/transaction/confirm", guard_post(Endpoint::TransactionConfirm, post(transactions::confirm)))
+        .route("/token/info/{mint_address}", guard(Endpoint::TokenInfo, get(tokens::info)))
+        .route("/verify", guard_post(Endpoint::Verify, post(x402::verify)))
+        .route("/settle", guard_post(Endpoint::Settle, post(x402::settle)))
+        .route("/supported", supported)
+        .route("/ws", guard(Endpoint::Ws, get(events::ws)))
+        .route("/healthz", get(system::healthz))
+        .route("/readyz", get(system::readyz))
+        .route("/openapi.json", get(system::openapi))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(unknown_route)
+        .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(
+            TraceLayer::new_for_http()
+                // Path only: query strings may carry `api-key`.
+                .make_span_with(|req: &Request| {
+                    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+                })
+                .on_response(DefaultOnResponse::new().level(Level::INFO).latency_unit(tower_http::LatencyUnit::Micros)),
+        )
+        .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(RequestIds))
+        .with_state(state)
+}
+
+async fn unknown_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {method} {}", uri.path()))
+        .with_remedy("See GET /openapi.json for the routes of this API")
+}
+
+fn panic_response(_panic: Box<dyn Any + Send + 'static>) -> Response {
+    ApiError::internal("handler panicked").into_response()
+}
+
+/// `req_<ulid>` request ids (a caller's own `X-Request-Id` is kept).
+#[derive(Debug, Clone, Copy)]
+struct RequestIds;
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _request: &http::Request<B>) -> Option<RequestId> {
+        HeaderValue::from_str(&format!("req_{}", ulid::Ulid::new()))
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+/// How long the server waits for in-flight requests at shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);

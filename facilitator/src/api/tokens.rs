@@ -1,0 +1,43 @@
+//! `GET /token/info/{mintAddress}`: SPL / Token-2022 mints and ERC-20 contracts.
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use tollgate_protocol::Network;
+use tollgate_protocol::gateway::TokenInfo;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
+use crate::validate;
+
+/// Query of the token lookup.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TokenQuery {
+    /// CAIP-2 chain within the address family; default: the configured one.
+    #[param(value_type = Option<String>)]
+    pub network: Option<Network>,
+}
+
+/// Decimals, supply, authorities and (when published) name and symbol of a token.
+#[utoipa::path(get, path = "/token/info/{mintAddress}", tag = "tokens",
+    params(("mintAddress" = String, Path, description = "SPL mint or ERC-20 contract address"), TokenQuery),
+    responses(
+        (status = 200, body = TokenInfo),
+        (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
+        (status = 404, description = "NOT_FOUND: no such token", body = tollgate_protocol::ErrorEnvelope),
+        (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
+    ), security(("bearer" = [])))]
+pub async fn info(
+    State(state): State<AppState>,
+    ApiPath(mint): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TokenQuery>,
+) -> Result<Json<TokenInfo>, ApiError> {
+    let address = validate::address("mintAddress", &mint)?;
+    let target = state
+        .chains
+        .target(address.family(), query.network.as_ref())?;
+    Err(state.chains.unavailable(&target))
+}

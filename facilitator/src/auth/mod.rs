@@ -1,0 +1,181 @@
+//! Who is calling, and may they.
+//!
+//! [`Authenticator::authenticate`] turns an `Authorization: Bearer` header into a [`Caller`]
+//! (401 otherwise); [`Authenticator::admit`] counts the request against the key's rate limit
+//! (429) and checks the plan grants the endpoint (403). Verified keys are cached in memory for
+//! `limits.key_cache_ttl_secs`, so the steady state costs one hash and two map look-ups; the
+//! cache also remembers unknown keys briefly, so a flood of bad keys does not reach storage.
+
+pub mod keys;
+pub mod middleware;
+pub mod plans;
+pub mod rate_limit;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+use moka::sync::Cache;
+
+use self::keys::{KeyDigest, looks_like_key};
+use self::plans::{Endpoint, Plan, Plans};
+use self::rate_limit::{RateDecision, RateLimiter};
+use crate::clock::SharedClock;
+use crate::error::ApiError;
+use crate::store::Store;
+
+/// An authenticated caller, put in request extensions for handlers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The key's id (never the key).
+    pub key_id: String,
+    /// The account the key belongs to.
+    pub account_id: String,
+    /// The key's plan.
+    pub plan: Plan,
+    /// Requests per minute allowed.
+    pub rpm: u32,
+}
+
+/// Authentication, rate limiting and plan checks.
+pub struct Authenticator {
+    store: Arc<dyn Store>,
+    plans: Plans,
+    limiter: Arc<dyn RateLimiter>,
+    clock: SharedClock,
+    cache: Cache<[u8; 32], Option<Arc<Caller>>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("plans", &self.plans)
+            .field("cached_keys", &self.cache.entry_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Authenticator {
+    /// An authenticator over `store`, trusting cached verdicts for `cache_ttl`.
+    #[must_use]
+    pub fn new(
+        store: Arc<dyn Store>,
+        plans: Plans,
+        limiter: Arc<dyn RateLimiter>,
+        clock: SharedClock,
+        cache_ttl: Duration,
+    ) -> Self {
+        let cache = Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(cache_ttl)
+            .build();
+        Self {
+            store,
+            plans,
+            limiter,
+            clock,
+            cache,
+        }
+    }
+
+    /// The plans in force.
+    #[must_use]
+    pub const fn plans(&self) -> &Plans {
+        &self.plans
+    }
+
+    /// Identifies the caller from an `Authorization` header value.
+    ///
+    /// # Errors
+    /// 401 `UNAUTHORIZED` for a missing, malformed, unknown or deleted key; 500 when storage fails.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&HeaderValue>,
+    ) -> Result<Arc<Caller>, ApiError> {
+        let header = authorization.ok_or_else(|| {
+            ApiError::unauthorized("missing API key: send 'Authorization: Bearer <API_KEY>'")
+        })?;
+        let text = header
+            .to_str()
+            .map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
+        let key = text
+            .strip_prefix("Bearer ")
+            .or_else(|| text.strip_prefix("bearer "))
+            .map(str::trim)
+            .ok_or_else(|| ApiError::unauthorized("Authorization must use the Bearer scheme"))?;
+        self.authenticate_key(key).await
+    }
+
+    /// Identifies the caller from the key text itself (also used for `?api-key=` on WebSocket).
+    ///
+    /// # Errors
+    /// As [`Self::authenticate`].
+    pub async fn authenticate_key(&self, key: &str) -> Result<Arc<Caller>, ApiError> {
+        if !looks_like_key(key) {
+            return Err(ApiError::unauthorized("invalid API key"));
+        }
+        let digest = KeyDigest::of(key);
+        if let Some(verdict) = self.cache.get(&digest.hash) {
+            return verdict.ok_or_else(|| ApiError::unauthorized("invalid API key"));
+        }
+        let stored = self
+            .store
+            .find_api_key(&digest.lookup())
+            .await
+            .map_err(ApiError::internal)?;
+        let caller = stored.filter(|k| digest.matches(&k.hash)).map(|k| {
+            let rpm = k.rpm.unwrap_or_else(|| self.plans.get(k.plan).rpm);
+            Arc::new(Caller {
+                key_id: k.id,
+                account_id: k.account_id,
+                plan: k.plan,
+                rpm,
+            })
+        });
+        if let Some(c) = &caller {
+            // Once per cache period: good enough for "last used", and off the hot path.
+            if let Err(e) = self.store.touch_api_key(&c.key_id, self.clock.now()).await {
+                tracing::warn!(error = %e, key_id = %c.key_id, "could not record key use");
+            }
+        }
+        self.cache.insert(digest.hash, caller.clone());
+        caller.ok_or_else(|| ApiError::unauthorized("invalid API key"))
+    }
+
+    /// Counts the request against the caller's limit, then checks the plan grants `endpoint`.
+    ///
+    /// # Errors
+    /// 429 `RATE_LIMIT` (with the decision, for headers) or 403 `FORBIDDEN`.
+    pub fn admit(
+        &self,
+        caller: &Caller,
+        endpoint: Endpoint,
+    ) -> Result<RateDecision, (ApiError, Option<RateDecision>)> {
+        let now = self.clock.now_millis();
+        let decision = self.limiter.check(&caller.key_id, caller.rpm, now);
+        if !decision.allowed {
+            let secs = decision.retry_after_secs(now);
+            let err = ApiError::rate_limited(
+                format!(
+                    "rate limit of {} requests per minute exceeded; retry in {secs} s",
+                    caller.rpm
+                ),
+                secs,
+            );
+            return Err((err, Some(decision)));
+        }
+        if !self.plans.get(caller.plan).allows(endpoint) {
+            let err = ApiError::forbidden(format!(
+                "the {} plan does not include this endpoint",
+                caller.plan
+            ));
+            return Err((err, Some(decision)));
+        }
+        Ok(decision)
+    }
+
+    /// Forgets every cached verdict (after a key is deleted in this process).
+    pub fn forget_cached_keys(&self) {
+        self.cache.invalidate_all();
+    }
+}

@@ -1,0 +1,587 @@
+//! Typed configuration: defaults → TOML file → environment → command-line flags.
+//!
+//! Each layer only overrides what it sets. Secrets (`TOLLGATE_MASTER_KEY`, `TOLLGATE_ADMIN_TOKEN`)
+//! come from the environment only, and print as `[REDACTED]` in `Debug` output, as does the
+//! password of a database URL.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tollgate_protocol::Network;
+
+use crate::auth::plans::{EndpointGroup, Plan, PlanConfig, Plans};
+
+/// A secret string: usable through [`Secret::expose`], never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    #[must_use]
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that needs it.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
+/// A database URL whose password never reaches a log.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// Accepts `sqlite://…`, `postgres://…` / `postgresql://…`, or a bare file path (SQLite).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for another scheme.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        if text.starts_with("postgres://")
+            || text.starts_with("postgresql://")
+            || text.starts_with("sqlite:")
+        {
+            Ok(Self(text.to_owned()))
+        } else if text.contains("://") {
+            Err(ConfigError::Invalid(format!(
+                "database URL must start with sqlite:// or postgres:// (got {})",
+                redact_url(text)
+            )))
+        } else {
+            Ok(Self(format!("sqlite://{text}")))
+        }
+    }
+
+    /// The URL, for the connection only.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// True for PostgreSQL.
+    #[must_use]
+    pub fn is_postgres(&self) -> bool {
+        self.0.starts_with("postgres")
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+/// `scheme://user:password@host/…` → `scheme://user:[REDACTED]@host/…`; also hides `password=` query values.
+fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find('/')
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest_start + colon + 1..rest_start + at, "[REDACTED]");
+            }
+        }
+    }
+    if let Some(i) = out.find("password=") {
+        let end = out[i..].find('&').map_or(out.len(), |j| i + j);
+        out.replace_range(i + "password=".len()..end, "[REDACTED]");
+    }
+    out
+}
+
+/// One EVM chain the daemon settles on.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvmChainConfig {
+    /// CAIP-2 id (`eip155:8453`).
+    pub network: Network,
+    /// JSON-RPC endpoint.
+    pub rpc_url: String,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Size and time limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request body accepted, bytes.
+    pub max_body_bytes: usize,
+    /// How long an `Idempotency-Key` is remembered, seconds (at least 24 h by contract).
+    pub idempotency_ttl_secs: u64,
+    /// How long a verified API key is trusted without a database read, seconds. Keys deleted
+    /// by another process (the CLI) stop working after at most this long.
+    pub key_cache_ttl_secs: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 * 1024,
+            idempotency_ttl_secs: 24 * 3600,
+            key_cache_ttl_secs: 10,
+        }
+    }
+}
+
+/// The daemon's whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Storage.
+    pub database_url: DatabaseUrl,
+    /// Solana JSON-RPC; `None` starts the embedded ledger (once the Solana backend exists).
+    pub solana_rpc_url: Option<String>,
+    /// EVM chains.
+    pub evm: Vec<EvmChainConfig>,
+    /// A single EVM RPC URL given by environment (its chain id is asked from the node).
+    pub evm_rpc_url: Option<String>,
+    /// Key encrypting custodial wallets at rest.
+    pub master_key: Option<Secret>,
+    /// Token guarding the dashboard.
+    pub admin_token: Option<Secret>,
+    /// Serve `GET /supported` without an API key.
+    pub public_supported: bool,
+    /// x402 facilitators that `facilitatorUrl` may name.
+    pub facilitator_allow_list: Vec<String>,
+    /// Plans: rate limits and endpoint access.
+    pub plans: Plans,
+    /// Limits.
+    pub limits: Limits,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8402";
+/// Default database: a SQLite file in the working directory.
+pub const DEFAULT_DATABASE: &str = "sqlite://tollgate.db";
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
+            database_url: DatabaseUrl(DEFAULT_DATABASE.to_owned()),
+            solana_rpc_url: None,
+            evm: Vec::new(),
+            evm_rpc_url: None,
+            master_key: None,
+            admin_token: None,
+            public_supported: false,
+            facilitator_allow_list: Vec::new(),
+            plans: Plans::default(),
+            limits: Limits::default(),
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// Why configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The TOML file: every field optional, unknown fields refused (a typo must not pass silently).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    database_url: Option<String>,
+    solana_rpc_url: Option<String>,
+    #[serde(default)]
+    evm: Vec<EvmChainConfig>,
+    public_supported: Option<bool>,
+    facilitator_allow_list: Option<Vec<String>>,
+    log_format: Option<LogFormat>,
+    limits: Option<FileLimits>,
+    plans: Option<FilePlans>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_body_bytes: Option<usize>,
+    idempotency_ttl_secs: Option<u64>,
+    key_cache_ttl_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePlans {
+    standard: Option<FilePlan>,
+    premium: Option<FilePlan>,
+    enterprise: Option<FilePlan>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePlan {
+    rpm: Option<u32>,
+    endpoints: Option<Vec<EndpointGroup>>,
+}
+
+/// Values given on the command line (highest precedence).
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--database`.
+    pub database_url: Option<String>,
+}
+
+impl Config {
+    /// Loads the configuration: defaults, then `file` (if any), then `env`, then `flags`.
+    ///
+    /// `env` looks a variable up; pass `|k| std::env::var(k).ok()` for the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an unreadable or invalid file or an invalid value.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        flags: &Flags,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            let parsed: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+            config.apply_file(parsed)?;
+        }
+        config.apply_env(&env)?;
+        if let Some(listen) = flags.listen {
+            config.listen = listen;
+        }
+        if let Some(url) = &flags.database_url {
+            config.database_url = DatabaseUrl::parse(url)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_file(&mut self, file: FileConfig) -> Result<(), ConfigError> {
+        if let Some(v) = file.listen {
+            self.listen = v;
+        }
+        if let Some(v) = file.database_url {
+            self.database_url = DatabaseUrl::parse(&v)?;
+        }
+        if file.solana_rpc_url.is_some() {
+            self.solana_rpc_url = file.solana_rpc_url;
+        }
+        if !file.evm.is_empty() {
+            self.evm = file.evm;
+        }
+        if let Some(v) = file.public_supported {
+            self.public_supported = v;
+        }
+        if let Some(v) = file.facilitator_allow_list {
+            self.facilitator_allow_list = v;
+        }
+        if let Some(v) = file.log_format {
+            self.log_format = v;
+        }
+        if let Some(l) = file.limits {
+            self.limits.max_body_bytes = l.max_body_bytes.unwrap_or(self.limits.max_body_bytes);
+            self.limits.idempotency_ttl_secs = l
+                .idempotency_ttl_secs
+                .unwrap_or(self.limits.idempotency_ttl_secs);
+            self.limits.key_cache_ttl_secs = l
+                .key_cache_ttl_secs
+                .unwrap_or(self.limits.key_cache_ttl_secs);
+        }
+        if let Some(p) = file.plans {
+            for (plan, given) in [
+                (Plan::Standard, p.standard),
+                (Plan::Premium, p.premium),
+                (Plan::Enterprise, p.enterprise),
+            ] {
+                if let Some(given) = given {
+                    let target: &mut PlanConfig = self.plans.get_mut(plan);
+                    target.rpm = given.rpm.unwrap_or(target.rpm);
+                    if let Some(endpoints) = given.endpoints {
+                        target.endpoints = endpoints;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let non_empty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        if let Some(v) = non_empty("TOLLGATE_LISTEN") {
+            self.listen = v.parse().map_err(|_| {
+                ConfigError::Invalid(format!("TOLLGATE_LISTEN is not host:port: {v}"))
+            })?;
+        }
+        if let Some(v) = non_empty("TOLLGATE_DATABASE_URL") {
+            self.database_url = DatabaseUrl::parse(&v)?;
+        }
+        if let Some(v) = non_empty("TOLLGATE_SOLANA_RPC_URL") {
+            self.solana_rpc_url = Some(v);
+        }
+        if let Some(v) = non_empty("TOLLGATE_EVM_RPC_URL") {
+            self.evm_rpc_url = Some(v);
+        }
+        if let Some(v) = non_empty("TOLLGATE_MASTER_KEY") {
+            self.master_key = Some(Secret::new(v));
+        }
+        if let Some(v) = non_empty("TOLLGATE_ADMIN_TOKEN") {
+            self.admin_token = Some(Secret::new(v));
+        }
+        if let Some(v) = non_empty("TOLLGATE_PUBLIC_SUPPORTED") {
+            self.public_supported = parse_bool("TOLLGATE_PUBLIC_SUPPORTED", &v)?;
+        }
+        if let Some(v) = non_empty("TOLLGATE_LOG_FORMAT") {
+            self.log_format = match v.as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "TOLLGATE_LOG_FORMAT must be text or json, got {v}"
+                    )));
+                }
+            };
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        for plan in Plan::ALL {
+            if self.plans.get(plan).rpm == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "plans.{}.rpm must be at least 1",
+                    plan.as_str()
+                )));
+            }
+        }
+        if self.limits.max_body_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "limits.max_body_bytes must be at least 1024".into(),
+            ));
+        }
+        if self.limits.idempotency_ttl_secs < 24 * 3600 {
+            return Err(ConfigError::Invalid(
+                "limits.idempotency_ttl_secs must be at least 86400 (24 h)".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for chain in &self.evm {
+            if chain.network.family() != tollgate_protocol::ChainFamily::Evm {
+                return Err(ConfigError::Invalid(format!(
+                    "[[evm]] network must be eip155:<id>, got {}",
+                    chain.network
+                )));
+            }
+            if !seen.insert(&chain.network) {
+                return Err(ConfigError::Invalid(format!(
+                    "[[evm]] lists {} twice",
+                    chain.network
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(ConfigError::Invalid(format!(
+            "{name} must be true or false, got {v}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_without_any_source() {
+        let c = Config::load(None, env_of(&[]), &Flags::default()).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.database_url.expose(), DEFAULT_DATABASE);
+        assert_eq!(c.plans.get(Plan::Standard).rpm, 100);
+        assert_eq!(c.plans.get(Plan::Premium).rpm, 1000);
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tollgate.toml");
+        std::fs::write(
+            &file,
+            r#"
+listen = "127.0.0.1:9000"
+database_url = "file.db"
+public_supported = true
+[plans.standard]
+rpm = 5
+[[evm]]
+network = "eip155:31337"
+rpc_url = "http://127.0.0.1:8545"
+"#,
+        )
+        .unwrap();
+        let env = env_of(&[
+            ("TOLLGATE_LISTEN", "127.0.0.1:9001"),
+            ("TOLLGATE_DATABASE_URL", "postgres://u:p@127.0.0.1/db"),
+        ]);
+        let flags = Flags {
+            listen: Some("127.0.0.1:9002".parse().unwrap()),
+            database_url: None,
+        };
+        let c = Config::load(Some(&file), env, &flags).unwrap();
+        assert_eq!(c.listen.port(), 9002, "flag beats env beats file");
+        assert_eq!(
+            c.database_url.expose(),
+            "postgres://u:p@127.0.0.1/db",
+            "env beats file"
+        );
+        assert!(c.public_supported, "file beats default");
+        assert_eq!(c.plans.get(Plan::Standard).rpm, 5);
+        assert_eq!(
+            c.plans.get(Plan::Premium).rpm,
+            1000,
+            "untouched plan keeps its default"
+        );
+        assert_eq!(c.evm[0].network, Network::eip155(31337));
+        let only_file = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
+        assert_eq!(only_file.listen.port(), 9000);
+        assert_eq!(only_file.database_url.expose(), "sqlite://file.db");
+    }
+
+    #[test]
+    fn unknown_and_invalid_settings_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "lisen = \"127.0.0.1:1\"\n").unwrap();
+        assert!(matches!(
+            Config::load(Some(&file), env_of(&[]), &Flags::default()),
+            Err(ConfigError::Parse { .. })
+        ));
+        std::fs::write(&file, "[plans.standard]\nrpm = 0\n").unwrap();
+        assert!(matches!(
+            Config::load(Some(&file), env_of(&[]), &Flags::default()),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(
+            Config::load(
+                None,
+                env_of(&[("TOLLGATE_LISTEN", "nowhere")]),
+                &Flags::default()
+            )
+            .is_err()
+        );
+        assert!(
+            Config::load(
+                None,
+                env_of(&[("TOLLGATE_DATABASE_URL", "mysql://x")]),
+                &Flags::default()
+            )
+            .is_err()
+        );
+        assert!(
+            Config::load(
+                Some(&dir.path().join("missing.toml")),
+                env_of(&[]),
+                &Flags::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug() {
+        let env = env_of(&[
+            ("TOLLGATE_MASTER_KEY", "master-secret-value"),
+            ("TOLLGATE_ADMIN_TOKEN", "admin-secret-value"),
+            (
+                "TOLLGATE_DATABASE_URL",
+                "postgres://user:db-secret-value@127.0.0.1:5432/test?password=other-secret",
+            ),
+        ]);
+        let c = Config::load(None, env, &Flags::default()).unwrap();
+        let debug = format!("{c:?}");
+        for secret in [
+            "master-secret-value",
+            "admin-secret-value",
+            "db-secret-value",
+            "other-secret",
+        ] {
+            assert!(!debug.contains(secret), "{secret} leaked in {debug}");
+        }
+        assert!(debug.contains("[REDACTED]"));
+        assert!(debug.contains("postgres://user:[REDACTED]@127.0.0.1:5432/test"));
+        assert_eq!(
+            c.master_key.as_ref().map(Secret::expose),
+            Some("master-secret-value")
+        );
+    }
+}

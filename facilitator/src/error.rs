@@ -1,0 +1,177 @@
+//! The facilitator's one error type at the HTTP boundary.
+//!
+//! Every failure becomes an [`ApiError`]: a wire [`ErrorCode`], a message for the caller and,
+//! for 5xx, a private detail that is logged once and never sent. The status is derived from the
+//! code by [`ErrorCode::http_status`], nowhere else.
+
+use std::fmt;
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use tollgate_protocol::{ErrorCode, ErrorEnvelope};
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    code: ErrorCode,
+    message: String,
+    remedy: Option<String>,
+    retry_after_secs: Option<u64>,
+    /// Logged, never sent.
+    detail: Option<String>,
+}
+
+impl ApiError {
+    /// An error with the code's default remedy.
+    #[must_use]
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            remedy: None,
+            retry_after_secs: None,
+            detail: None,
+        }
+    }
+
+    /// Replaces the default remedy.
+    #[must_use]
+    pub fn with_remedy(mut self, remedy: impl Into<String>) -> Self {
+        self.remedy = Some(remedy.into());
+        self
+    }
+
+    /// 400 `INVALID_PARAMETERS`.
+    #[must_use]
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidParameters, message)
+    }
+
+    /// 400 `INVALID_RECIPIENT`.
+    #[must_use]
+    pub fn invalid_recipient(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRecipient, message)
+    }
+
+    /// 401 `UNAUTHORIZED`.
+    #[must_use]
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthorized, message)
+    }
+
+    /// 403 `FORBIDDEN`.
+    #[must_use]
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Forbidden, message)
+    }
+
+    /// 404 `NOT_FOUND`.
+    #[must_use]
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+
+    /// 409 `IDEMPOTENCY_CONFLICT`.
+    #[must_use]
+    pub fn idempotency_conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::IdempotencyConflict, message)
+    }
+
+    /// 429 `RATE_LIMIT` with `Retry-After`.
+    #[must_use]
+    pub fn rate_limited(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        Self {
+            retry_after_secs: Some(retry_after_secs),
+            ..Self::new(ErrorCode::RateLimit, message)
+        }
+    }
+
+    /// 502 `PAYMENT_VERIFICATION_FAILED`.
+    #[must_use]
+    pub fn verification_failed(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::PaymentVerificationFailed, message)
+    }
+
+    /// 500 `INTERNAL_ERROR`; `detail` is logged, the caller sees a generic message.
+    #[must_use]
+    pub fn internal(detail: impl fmt::Display) -> Self {
+        Self {
+            detail: Some(detail.to_string()),
+            ..Self::new(ErrorCode::InternalError, "internal error")
+        }
+    }
+
+    /// The wire code.
+    #[must_use]
+    pub const fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The caller-facing message.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The body.
+    #[must_use]
+    pub fn envelope(&self) -> ErrorEnvelope {
+        let mut e = ErrorEnvelope::new(self.code, self.message.clone());
+        if let Some(remedy) = &self.remedy {
+            e.error.remedy.clone_from(remedy);
+        }
+        e
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(code = %self.code, detail = self.detail.as_deref().unwrap_or(""), "request failed");
+        }
+        let mut response = (status, Json(self.envelope())).into_response();
+        if let Some(secs) = self.retry_after_secs
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(http::header::RETRY_AFTER, v);
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_do_not_leak_their_detail() {
+        let e = ApiError::internal("password=hunter2 in connection string");
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_string(&e.envelope()).unwrap();
+        assert!(!body.contains("hunter2"));
+        assert!(body.contains("INTERNAL_ERROR"));
+    }
+
+    #[test]
+    fn rate_limit_carries_retry_after() {
+        let r = ApiError::rate_limited("slow down", 42).into_response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[http::header::RETRY_AFTER], "42");
+    }
+}

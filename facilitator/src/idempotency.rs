@@ -1,0 +1,140 @@
+//! `Idempotency-Key` for POST requests.
+//!
+//! The first request with a key runs and its answer is stored (unless it was a 5xx, which is
+//! forgotten so the caller can retry); a repeat with the same body gets the stored answer with
+//! `Idempotent-Replayed: true`; the same key with another body, or while the first is still
+//! running, is `409 IDEMPOTENCY_CONFLICT`. Keys are scoped to the API key and kept at least
+//! `limits.idempotency_ttl_secs` (24 h by default).
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::Duration;
+use http::{HeaderValue, StatusCode};
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::store::{IdempotencyBegin, StoredResponse};
+
+/// The request header.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Marks a replayed answer.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// Largest response body remembered (bigger answers are returned but not stored).
+const MAX_STORED_RESPONSE: usize = 1024 * 1024;
+
+/// The middleware (placed inside authentication: it needs the [`Caller`]).
+pub async fn idempotent(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match run(&state, req, next).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run(state: &AppState, req: Request, next: Next) -> Result<Response, ApiError> {
+    let Some(raw_key) = req.headers().get(IDEMPOTENCY_KEY) else {
+        return Ok(next.run(req).await);
+    };
+    let idem_key = raw_key
+        .to_str()
+        .ok()
+        .filter(|k| (1..=255).contains(&k.len()))
+        .ok_or_else(|| {
+            ApiError::invalid_params("Idempotency-Key must be 1 to 255 visible ASCII characters")
+        })?
+        .to_owned();
+    let caller = req
+        .extensions()
+        .get::<std::sync::Arc<Caller>>()
+        .cloned()
+        .ok_or_else(|| ApiError::internal("idempotency layer without a caller"))?;
+
+    let (parts, body) = req.into_parts();
+    let limit = state.config.limits.max_body_bytes;
+    let bytes = to_bytes(body, limit).await.map_err(|_| {
+        ApiError::invalid_params(format!("request body is larger than {limit} bytes"))
+    })?;
+    let mut hasher = Sha256::new();
+    hasher.update(parts.method.as_str().as_bytes());
+    hasher.update([0]);
+    hasher.update(parts.uri.path().as_bytes());
+    hasher.update([0]);
+    hasher.update(&bytes);
+    let request_hash = format!("{:x}", hasher.finalize());
+
+    let now = state.clock.now();
+    let ttl = Duration::seconds(
+        i64::try_from(state.config.limits.idempotency_ttl_secs).unwrap_or(i64::MAX / 1000),
+    );
+    let begun = state
+        .store
+        .idempotency_begin(&caller.key_id, &idem_key, &request_hash, now, now - ttl)
+        .await
+        .map_err(ApiError::internal)?;
+    match begun {
+        IdempotencyBegin::Mismatch => Err(ApiError::idempotency_conflict(
+            "this Idempotency-Key was already used with a different request",
+        )),
+        IdempotencyBegin::InProgress => Err(ApiError::idempotency_conflict(
+            "a request with this Idempotency-Key is still in progress",
+        )
+        .with_remedy("Retry after the first request has finished")),
+        IdempotencyBegin::Replay(stored) => Ok(replay(stored)),
+        IdempotencyBegin::Started => {
+            let response = next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+            let (resp_parts, resp_body) = response.into_parts();
+            let body = match to_bytes(resp_body, MAX_STORED_RESPONSE).await {
+                Ok(b) => b,
+                Err(e) => {
+                    abandon(state, &caller.key_id, &idem_key).await;
+                    return Err(ApiError::internal(format!(
+                        "response too large to remember: {e}"
+                    )));
+                }
+            };
+            let storable = !resp_parts.status.is_server_error()
+                && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
+            match std::str::from_utf8(&body) {
+                Ok(text) if storable => {
+                    let stored = StoredResponse {
+                        status: resp_parts.status.as_u16(),
+                        body: text.to_owned(),
+                    };
+                    if let Err(e) = state
+                        .store
+                        .idempotency_complete(&caller.key_id, &idem_key, &stored)
+                        .await
+                    {
+                        tracing::error!(error = %e, "could not store idempotent response");
+                    }
+                }
+                _ => abandon(state, &caller.key_id, &idem_key).await,
+            }
+            Ok(Response::from_parts(resp_parts, Body::from(body)))
+        }
+    }
+}
+
+async fn abandon(state: &AppState, key_id: &str, idem_key: &str) {
+    if let Err(e) = state.store.idempotency_abandon(key_id, idem_key).await {
+        tracing::error!(error = %e, "could not release an idempotency key");
+    }
+}
+
+fn replay(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut response = (status, stored.body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}

@@ -1,0 +1,156 @@
+//! Payments' lifecycle.
+//!
+//! [`state`] holds the one transition function; [`advance`] applies an event to a stored payment
+//! with a compare-and-set, so concurrent writers cannot both move it. The settlement engine and
+//! the start-up reconciler, which drive these events from chain observations, land with the chain
+//! backends.
+
+pub mod state;
+
+use chrono::{DateTime, Utc};
+use tollgate_protocol::AtomicAmount;
+
+pub use self::state::{Event, TransitionError, transition};
+use crate::store::{PaymentUpdate, Store, StoreError, StoredPayment};
+
+/// Why an event could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum AdvanceError {
+    /// The state machine forbids it from the current status.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// Storage failed (or the payment does not exist).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Applies `event` to payment `id` at `at`, re-reading and retrying if another writer moved it
+/// meanwhile (the new status is re-checked against the state machine each time).
+///
+/// # Errors
+/// [`AdvanceError::Transition`] when the event is not allowed from the current status,
+/// [`AdvanceError::Store`] when the payment is missing or storage fails.
+pub async fn advance(
+    store: &dyn Store,
+    id: &str,
+    event: &Event,
+    at: DateTime<Utc>,
+) -> Result<StoredPayment, AdvanceError> {
+    // Each retry means another writer made progress; the state machine has no cycles, so
+    // a payment can only move a handful of times.
+    for _ in 0..8 {
+        let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+        let next = transition(Some(current.payment.status), event)?;
+        let update = PaymentUpdate {
+            status: next,
+            transaction: event.transaction(),
+            fee_atomic: event.fee(),
+            error: event.error(),
+            at,
+        };
+        match store
+            .transition_payment(id, current.payment.status, &update)
+            .await
+        {
+            Ok(stored) => return Ok(stored),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StoreError::Database(format!(
+        "payment {id} kept changing under concurrent updates"
+    ))
+    .into())
+}
+
+impl Event {
+    fn transaction(&self) -> Option<String> {
+        match self {
+            Self::Submit { transaction } => Some(transaction.clone()),
+            _ => None,
+        }
+    }
+
+    fn fee(&self) -> Option<AtomicAmount> {
+        match self {
+            Self::Confirm { fee } => *fee,
+            _ => None,
+        }
+    }
+
+    fn error(&self) -> Option<String> {
+        match self {
+            Self::Fail { reason } | Self::Expire { reason, .. } => Some(reason.clone()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tollgate_protocol::gateway::PaymentStatus;
+
+    use super::*;
+    use crate::store::suite::{TestDb, payment};
+
+    #[tokio::test]
+    async fn advance_walks_the_machine_and_refuses_illegal_moves() {
+        let db = TestDb::sqlite().await;
+        let store: Arc<dyn Store> = db.store.clone();
+        let at = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
+        store
+            .insert_payment(&payment("pay_1", "acct", "f", "t", at))
+            .await
+            .unwrap();
+
+        let submitted = advance(
+            &*store,
+            "pay_1",
+            &Event::Submit {
+                transaction: "sig".into(),
+            },
+            at,
+        )
+        .await
+        .unwrap();
+        assert_eq!(submitted.payment.status, PaymentStatus::Submitted);
+        let pending = advance(&*store, "pay_1", &Event::WaitTimedOut, at)
+            .await
+            .unwrap();
+        assert_eq!(pending.payment.status, PaymentStatus::Pending);
+        let err = advance(
+            &*store,
+            "pay_1",
+            &Event::Submit {
+                transaction: "other".into(),
+            },
+            at,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, AdvanceError::Transition(_)), "{err}");
+        let done = advance(
+            &*store,
+            "pay_1",
+            &Event::Confirm {
+                fee: Some(AtomicAmount(5000)),
+            },
+            at,
+        )
+        .await
+        .unwrap();
+        assert_eq!(done.payment.status, PaymentStatus::Confirmed);
+        assert_eq!(done.payment.transaction.as_deref(), Some("sig"));
+        assert!(matches!(
+            advance(&*store, "pay_1", &Event::Fail { reason: "x".into() }, at).await,
+            Err(AdvanceError::Transition(_))
+        ));
+        assert!(matches!(
+            advance(&*store, "missing", &Event::WaitTimedOut, at).await,
+            Err(AdvanceError::Store(StoreError::NotFound))
+        ));
+        db.cleanup().await;
+    }
+}

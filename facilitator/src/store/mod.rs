@@ -1,0 +1,307 @@
+//! Storage: one trait, two real backends.
+//!
+//! [`Store`] is everything the service persists: accounts and API keys, payments with their
+//! per-wallet history index, single-use proof claims, and idempotency records. [`SqlStore`]
+//! implements it once over sqlx's `Any` driver for SQLite (the embedded default: a file in WAL
+//! mode) and PostgreSQL (several instances sharing one database). Each backend has its own
+//! migrations folder because their DDL differs; their queries are shared.
+//!
+//! Invariants the backends guarantee:
+//! * a payment's status only changes through a compare-and-set on its current status
+//!   ([`Store::transition_payment`]), so two writers cannot both move it;
+//! * a proof id can be claimed once ([`Store::claim_proof`]);
+//! * history pages are newest first and stable: each entry has a unique insertion sequence.
+
+mod sql;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentRecord, PaymentStatus};
+use tollgate_protocol::{AtomicAmount, DecimalAmount, Network};
+
+pub use sql::SqlStore;
+
+use crate::auth::plans::Plan;
+
+/// Storage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The row does not exist.
+    #[error("not found")]
+    NotFound,
+    /// A compare-and-set lost: the row is no longer in the expected state.
+    #[error("conflict: current status is {current:?}")]
+    Conflict {
+        /// The status found instead.
+        current: PaymentStatus,
+    },
+    /// The database failed or holds a value this version cannot read.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Database(e.to_string())
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        Self::Database(e.to_string())
+    }
+}
+
+/// Result of storage operations.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// An API key as stored: never the key itself, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredApiKey {
+    /// `key_<ulid>`, shown in listings.
+    pub id: String,
+    /// Owning account.
+    pub account_id: String,
+    /// `live` or `test`.
+    pub env: String,
+    /// Indexed prefix of the hash, to find the row.
+    pub lookup: String,
+    /// Hex SHA-256 of the whole key, compared in constant time.
+    pub hash: String,
+    /// Last four characters of the key, to tell keys apart in listings.
+    pub hint: String,
+    /// Plan.
+    pub plan: Plan,
+    /// Own requests-per-minute limit (enterprise keys), overriding the plan's.
+    pub rpm: Option<u32>,
+    /// Free text.
+    pub label: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last authenticated use (updated at most once per key-cache period).
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// A payment to insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPayment {
+    /// `pay_<ulid>`.
+    pub id: String,
+    /// Account that created it (payer for sends, receiver for receives).
+    pub owner_account: String,
+    /// The other party's account, when it is also ours (custodial recipient, say).
+    pub counterparty_account: Option<String>,
+    /// Initial status (`built` or `verified`).
+    pub status: PaymentStatus,
+    /// Hosted or local.
+    pub mode: PaymentMode,
+    /// Chain.
+    pub network: Network,
+    /// Payer address (canonical form).
+    pub from: String,
+    /// Recipient address (canonical form).
+    pub to: String,
+    /// Atomic amount.
+    pub amount_atomic: AtomicAmount,
+    /// `native` or token address.
+    pub asset: String,
+    /// Decimals of the asset, to render whole units.
+    pub decimals: u8,
+    /// Fee in native atomic units, when known.
+    pub fee_atomic: Option<AtomicAmount>,
+    /// Transaction id, when known.
+    pub transaction: Option<String>,
+    /// Resource paid for.
+    pub resource: Option<String>,
+    /// Caller metadata.
+    pub metadata: Option<Map<String, Value>>,
+    /// Identity of the proof this payment settles (single use).
+    pub proof_id: Option<String>,
+    /// Local mode: when the unsigned transaction expires.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Local mode: last valid block height / number.
+    pub last_valid_block_height: Option<u64>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A payment as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPayment {
+    /// Everything given at insert time (with `status` the current one).
+    pub payment: NewPayment,
+    /// Insertion sequence (newest is largest).
+    pub seq: i64,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// When it was confirmed.
+    pub confirmed_at: Option<DateTime<Utc>>,
+    /// Why it failed or expired.
+    pub error: Option<String>,
+}
+
+impl StoredPayment {
+    /// Whether `account` may see this payment.
+    #[must_use]
+    pub fn visible_to(&self, account: &str) -> bool {
+        self.payment.owner_account == account
+            || self.payment.counterparty_account.as_deref() == Some(account)
+    }
+
+    /// The API's view of it.
+    #[must_use]
+    pub fn to_record(&self) -> PaymentRecord {
+        let p = &self.payment;
+        let native_decimals = p.network.family().native_decimals();
+        PaymentRecord {
+            payment_id: p.id.clone(),
+            status: p.status,
+            mode: p.mode,
+            network: p.network.clone(),
+            from: p.from.clone(),
+            to: p.to.clone(),
+            amount: DecimalAmount::from_atomic(p.amount_atomic, p.decimals),
+            amount_atomic: p.amount_atomic,
+            asset: p.asset.clone(),
+            fee: p
+                .fee_atomic
+                .map(|f| DecimalAmount::from_atomic(f, native_decimals)),
+            transaction: p.transaction.clone(),
+            resource: p.resource.clone(),
+            metadata: p.metadata.clone(),
+            created_at: p.created_at,
+            updated_at: self.updated_at,
+            confirmed_at: self.confirmed_at,
+            error: self.error.clone(),
+            direction: None,
+            payment_proof: None,
+            payer: None,
+        }
+    }
+}
+
+/// A status change with the facts learned along with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentUpdate {
+    /// New status.
+    pub status: PaymentStatus,
+    /// Transaction id (written before broadcasting).
+    pub transaction: Option<String>,
+    /// Fee paid.
+    pub fee_atomic: Option<AtomicAmount>,
+    /// Failure reason.
+    pub error: Option<String>,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+}
+
+/// One history page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// Entries matching the filter in all pages.
+    pub total: u64,
+    /// This page, newest first, with the wallet's side of each.
+    pub entries: Vec<(StoredPayment, Direction)>,
+}
+
+/// A response remembered for an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body.
+    pub body: String,
+}
+
+/// What an `Idempotency-Key` lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyBegin {
+    /// First use: the request is now claimed; finish with `complete` or `abandon`.
+    Started,
+    /// Same key, same body, finished: answer with this.
+    Replay(StoredResponse),
+    /// Same key, different body.
+    Mismatch,
+    /// Same key, same body, still being processed by another request.
+    InProgress,
+}
+
+/// Everything Tollgate persists.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Checks the database answers.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Creates an account.
+    async fn create_account(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Whether an account exists.
+    async fn account_exists(&self, id: &str) -> StoreResult<bool>;
+    /// Stores a new key (its account must exist).
+    async fn insert_api_key(&self, key: &StoredApiKey) -> StoreResult<()>;
+    /// The key whose hash starts with `lookup`, if any.
+    async fn find_api_key(&self, lookup: &str) -> StoreResult<Option<StoredApiKey>>;
+    /// Every key, oldest first.
+    async fn list_api_keys(&self) -> StoreResult<Vec<StoredApiKey>>;
+    /// Deletes a key; false when there was none.
+    async fn delete_api_key(&self, id: &str) -> StoreResult<bool>;
+    /// Records a use of a key.
+    async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
+
+    /// Inserts a payment and indexes it in the history of both wallets for each owning account.
+    async fn insert_payment(&self, payment: &NewPayment) -> StoreResult<StoredPayment>;
+    /// A payment by id.
+    async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>>;
+    /// Moves a payment from `expected` to `update.status` if it is still in `expected`.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] with the current status when it moved meanwhile,
+    /// [`StoreError::NotFound`] when there is no such payment.
+    async fn transition_payment(
+        &self,
+        id: &str,
+        expected: PaymentStatus,
+        update: &PaymentUpdate,
+    ) -> StoreResult<StoredPayment>;
+    /// A page of a wallet's payments visible to `account`, newest first.
+    async fn history(
+        &self,
+        account: &str,
+        wallet: &str,
+        direction: Option<Direction>,
+        limit: u32,
+        offset: u64,
+    ) -> StoreResult<HistoryPage>;
+
+    /// Claims a proof for a payment. True for the one caller that claimed it first.
+    async fn claim_proof(
+        &self,
+        proof_id: &str,
+        payment_id: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Starts a request under an `Idempotency-Key` (records older than `expire_before` are forgotten).
+    async fn idempotency_begin(
+        &self,
+        key_id: &str,
+        idem_key: &str,
+        request_hash: &str,
+        at: DateTime<Utc>,
+        expire_before: DateTime<Utc>,
+    ) -> StoreResult<IdempotencyBegin>;
+    /// Stores the response of a started request.
+    async fn idempotency_complete(
+        &self,
+        key_id: &str,
+        idem_key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()>;
+    /// Forgets a started request (it failed in a way worth retrying).
+    async fn idempotency_abandon(&self, key_id: &str, idem_key: &str) -> StoreResult<()>;
+    /// Deletes idempotency records created before `before`; returns how many.
+    async fn idempotency_purge(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
+#[cfg(test)]
+pub(crate) mod suite;
