@@ -4,6 +4,8 @@
 //! Random text alone rarely gets past base64, so the strategies also build well-formed base64
 //! around JSON that is almost, but not quite, a payment payload.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use proptest::prelude::*;

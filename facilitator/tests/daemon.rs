@@ -1,0 +1,260 @@
+//! The real binary, started with no configuration at all in an empty directory: it creates
+//! `tollgate.db`, listens, answers in the error envelope, issues keys through its CLI, and stops
+//! cleanly on SIGTERM.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate-facilitator");
+
+fn command(dir: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TOLLGATE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// Runs a CLI command to completion; returns stdout.
+fn cli(dir: &Path, args: &[&str]) -> String {
+    let out = command(dir).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+struct Daemon {
+    child: Child,
+    base: String,
+}
+
+impl Daemon {
+    /// Starts `serve` on a free port and waits for its "listening on" line.
+    fn start(dir: &Path) -> Self {
+        let mut child = command(dir)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on http://") {
+                    let _ = tx.send(
+                        line[i + "listening on ".len()..]
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or("")
+                            .to_owned(),
+                    );
+                }
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the daemon did not report its address");
+        Self { child, base }
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not stop after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+async fn call(
+    client: &reqwest::Client,
+    req: reqwest::RequestBuilder,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let response = client.execute(req.build().unwrap()).await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    (status, headers, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_without_config_and_answers_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    assert!(
+        dir.path().join("tollgate.db").exists(),
+        "the default SQLite file is created in the working directory"
+    );
+
+    let standard = cli(
+        dir.path(),
+        &["keys", "create", "--plan", "standard", "--label", "e2e"],
+    )
+    .trim()
+    .to_owned();
+    assert!(standard.starts_with("tg_live_"), "{standard}");
+    let listing = cli(dir.path(), &["keys", "list"]);
+    assert!(listing.contains("standard") && listing.contains("e2e"));
+    assert!(!listing.contains(&standard), "listings never show the key");
+
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", daemon.base);
+    let history = url("/payment/history/9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin");
+
+    let (s, h, b) = call(&client, client.get(&history)).await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("UNAUTHORIZED"))
+    );
+    assert!(h.contains_key("x-request-id"));
+    let (s, _, _) = call(
+        &client,
+        client
+            .get(&history)
+            .bearer_auth("tg_live_1111111111111111111111111111111111111111111"),
+    )
+    .await;
+    assert_eq!(s, 401);
+
+    let (s, _, b) = call(
+        &client,
+        client
+            .get(url(
+                "/token/info/9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin",
+            ))
+            .bearer_auth(&standard),
+    )
+    .await;
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
+
+    let (s, _, b) = call(
+        &client,
+        client
+            .post(url("/payment/send"))
+            .bearer_auth(&standard)
+            .header("content-type", "application/json")
+            .body("{oops"),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (400, Some("INVALID_PARAMETERS"))
+    );
+    let (s, _, b) = call(
+        &client,
+        client
+            .get(format!("{history}?limit=501"))
+            .bearer_auth(&standard),
+    )
+    .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (400, Some("INVALID_PARAMETERS"))
+    );
+    let (s, _, b) = call(
+        &client,
+        client
+            .get(url("/payment/status/pay_01JD3Q8Z7Y6X5W4V3T2S1R0Q9P"))
+            .bearer_auth(&standard),
+    )
+    .await;
+    assert_eq!((s, b["error"]["code"].as_str()), (404, Some("NOT_FOUND")));
+    let (s, _, b) = call(&client, client.post(url("/payment/send")).bearer_auth(&standard).json(&json!({
+        "walletAddress": "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin", "recipientAddress": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "amount": 0.01
+    }))).await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (502, Some("PAYMENT_VERIFICATION_FAILED"))
+    );
+
+    // 6 requests made so far with this key; the 101st in the minute is refused.
+    let mut statuses = Vec::new();
+    for _ in 0..95 {
+        statuses.push(
+            call(&client, client.get(&history).bearer_auth(&standard))
+                .await
+                .0,
+        );
+    }
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let (s, h, b) = call(&client, client.get(&history).bearer_auth(&standard)).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (429, Some("RATE_LIMIT")));
+    let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    assert_eq!(h["x-ratelimit-remaining"], "0");
+
+    // Deleting through the CLI (another process) takes effect once the key cache expires.
+    let id = cli(dir.path(), &["keys", "list"])
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    cli(dir.path(), &["keys", "delete", &id]);
+    assert!(!cli(dir.path(), &["keys", "list"]).contains(&id));
+
+    let status = daemon.terminate();
+    assert!(
+        status.success(),
+        "graceful shutdown exits 0, got {status:?}"
+    );
+}
+
+#[test]
+fn cli_refuses_bad_input_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = command(dir.path())
+        .args(["keys", "create", "--plan", "gold"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown plan"));
+    let out = command(dir.path())
+        .args(["keys", "delete", "key_missing"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no key key_missing"));
+    let out = command(dir.path())
+        .args(["keys", "list"])
+        .env("TOLLGATE_LISTEN", "nonsense")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TOLLGATE_LISTEN"));
+}
