@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use tollgate_protocol::ErrorCode;
+use tollgate_protocol::gateway::LocalReceiveRequest;
 use tollgate_protocol::gateway::{
     HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, PaymentRecord,
     ReceivePaymentRequest, SendPaymentRequest,
 };
+use tollgate_protocol::{DecimalAmount, ErrorCode, Network};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -34,15 +35,20 @@ pub async fn send(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<SendPaymentRequest>,
 ) -> Result<Json<PaymentRecord>, ApiError> {
+    let target = checked_send(&state, &req, Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT)))?;
+    Err(state.chains.unavailable(&target))
+}
+
+/// Checks a send request (hosted or local) and names its chain. `amount_bounds` are whole units.
+pub(crate) fn checked_send(
+    state: &AppState,
+    req: &SendPaymentRequest,
+    amount_bounds: Option<(&str, &str)>,
+) -> Result<Target, ApiError> {
     let payer = validate::address("walletAddress", &req.wallet_address)?;
     validate::recipient(&req.recipient_address, &payer)?;
     let family = payer.family();
-    validate::native_amount(
-        "amount",
-        &req.amount,
-        family,
-        Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT)),
-    )?;
+    validate::native_amount("amount", &req.amount, family, amount_bounds)?;
     if let Some(fee) = &req.priority_fee {
         validate::native_amount(
             "priorityFee",
@@ -53,8 +59,7 @@ pub async fn send(
     }
     validate::resource(req.resource.as_deref())?;
     validate::metadata(req.metadata.as_ref())?;
-    let target = state.chains.target(family, req.network.as_ref())?;
-    Err(state.chains.unavailable(&target))
+    state.chains.target(family, req.network.as_ref())
 }
 
 /// Verify an incoming payment proof and settle it to `walletAddress`.
@@ -71,18 +76,6 @@ pub async fn receive(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ReceivePaymentRequest>,
 ) -> Result<Json<PaymentRecord>, ApiError> {
-    let wallet = validate::address("walletAddress", &req.wallet_address)?;
-    validate::native_amount(
-        "expectedAmount",
-        &req.expected_amount,
-        wallet.family(),
-        None,
-    )?;
-    validate::resource(req.resource.as_deref())?;
-    validate::facilitator_url(
-        req.facilitator_url.as_deref(),
-        &state.config.facilitator_allow_list,
-    )?;
     if let Some(t) = req.timeout
         && !TIMEOUT_RANGE_SECS.contains(&t)
     {
@@ -92,18 +85,52 @@ pub async fn receive(
             TIMEOUT_RANGE_SECS.end()
         )));
     }
-    let target = proof_target(&state, &wallet, req.network.as_ref(), &req.payment_proof)?;
+    let target = checked_receive(&state, &ReceiveFields::of_hosted(&req))?;
     Err(state.chains.unavailable(&target))
 }
 
-/// The chain a proof is for, checked against the receiving wallet and an explicit `network`.
-pub(crate) fn proof_target(
-    state: &AppState,
-    wallet: &tollgate_protocol::Address,
-    network: Option<&tollgate_protocol::Network>,
-    proof: &str,
-) -> Result<Target, ApiError> {
-    let payload = validate::payment_proof(proof)?;
+/// The fields hosted and local receive requests share.
+pub(crate) struct ReceiveFields<'a> {
+    wallet: &'a str,
+    proof: &'a str,
+    expected: &'a DecimalAmount,
+    resource: Option<&'a str>,
+    facilitator_url: Option<&'a str>,
+    network: Option<&'a Network>,
+}
+
+impl<'a> ReceiveFields<'a> {
+    fn of_hosted(r: &'a ReceivePaymentRequest) -> Self {
+        Self {
+            wallet: &r.wallet_address,
+            proof: &r.payment_proof,
+            expected: &r.expected_amount,
+            resource: r.resource.as_deref(),
+            facilitator_url: r.facilitator_url.as_deref(),
+            network: r.network.as_ref(),
+        }
+    }
+
+    pub(crate) fn of_local(r: &'a LocalReceiveRequest) -> Self {
+        Self {
+            wallet: &r.wallet_address,
+            proof: &r.payment_proof,
+            expected: &r.expected_amount,
+            resource: r.resource.as_deref(),
+            facilitator_url: r.facilitator_url.as_deref(),
+            network: r.network.as_ref(),
+        }
+    }
+}
+
+/// Checks a receive request (hosted or local) and names the chain its proof pays on: the proof's
+/// network, which must match the wallet's family and an explicit `network`.
+pub(crate) fn checked_receive(state: &AppState, r: &ReceiveFields<'_>) -> Result<Target, ApiError> {
+    let wallet = validate::address("walletAddress", r.wallet)?;
+    validate::native_amount("expectedAmount", r.expected, wallet.family(), None)?;
+    validate::resource(r.resource)?;
+    validate::facilitator_url(r.facilitator_url, &state.config.facilitator_allow_list)?;
+    let payload = validate::payment_proof(r.proof)?;
     let proof_network = payload.network();
     if proof_network.family() != wallet.family() {
         return Err(ApiError::new(
@@ -114,7 +141,7 @@ pub(crate) fn proof_target(
             ),
         ));
     }
-    if let Some(n) = network
+    if let Some(n) = r.network
         && n != proof_network
     {
         return Err(ApiError::new(

@@ -9,7 +9,7 @@ use tollgate_protocol::gateway::{
     UnsignedTransaction,
 };
 
-use super::payments::proof_target;
+use super::payments::{ReceiveFields, checked_receive, checked_send};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::chains::Target;
@@ -31,20 +31,8 @@ pub async fn send(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<SendPaymentRequest>,
 ) -> Result<Json<UnsignedTransaction>, ApiError> {
-    let payer = validate::address("walletAddress", &req.wallet_address)?;
-    validate::recipient(&req.recipient_address, &payer)?;
-    validate::native_amount("amount", &req.amount, payer.family(), None)?;
-    if let Some(fee) = &req.priority_fee {
-        validate::native_amount(
-            "priorityFee",
-            fee,
-            payer.family(),
-            Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)),
-        )?;
-    }
-    validate::resource(req.resource.as_deref())?;
-    validate::metadata(req.metadata.as_ref())?;
-    let target = state.chains.target(payer.family(), req.network.as_ref())?;
+    // The source contract bounds amounts of /payment/send only; a local build needs them positive.
+    let target = checked_send(&state, &req, None)?;
     Err(state.chains.unavailable(&target))
 }
 
@@ -60,27 +48,16 @@ pub async fn receive(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<LocalReceiveRequest>,
 ) -> Result<Json<UnsignedTransaction>, ApiError> {
-    let wallet = validate::address("walletAddress", &req.wallet_address)?;
-    validate::native_amount(
-        "expectedAmount",
-        &req.expected_amount,
-        wallet.family(),
-        None,
-    )?;
+    let target = checked_receive(&state, &ReceiveFields::of_local(&req))?;
     if let Some(fee) = &req.priority_fee {
+        let family = validate::address("walletAddress", &req.wallet_address)?.family();
         validate::native_amount(
             "priorityFee",
             fee,
-            wallet.family(),
+            family,
             Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)),
         )?;
     }
-    validate::resource(req.resource.as_deref())?;
-    validate::facilitator_url(
-        req.facilitator_url.as_deref(),
-        &state.config.facilitator_allow_list,
-    )?;
-    let target = proof_target(&state, &wallet, req.network.as_ref(), &req.payment_proof)?;
     Err(state.chains.unavailable(&target))
 }
 

@@ -440,15 +440,14 @@ impl Store for SqlStore {
         let total_sql = format!(
             "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS total FROM wallet_payment_counts WHERE account_id = ? AND wallet = ?{filter}"
         );
+        // Paginate on the covering index alone, then join only the rows of the page: skipping
+        // `offset` entries costs index steps, not table reads.
         let page_sql = format!(
-            "SELECT {cols}, w.direction AS wallet_direction FROM wallet_payments w JOIN payments p ON p.seq = w.seq \
-             WHERE w.account_id = ? AND w.wallet = ?{wfilter} ORDER BY w.seq DESC, w.direction DESC LIMIT ? OFFSET ?",
+            "SELECT {cols}, w.direction AS wallet_direction FROM \
+             (SELECT seq, direction FROM wallet_payments WHERE account_id = ? AND wallet = ?{filter} \
+              ORDER BY seq DESC, direction DESC LIMIT ? OFFSET ?) w \
+             JOIN payments p ON p.seq = w.seq ORDER BY w.seq DESC, w.direction DESC",
             cols = PAYMENT_COLUMNS_P.as_str(),
-            wfilter = if direction.is_some() {
-                " AND w.direction = ?"
-            } else {
-                ""
-            },
         );
         // One read transaction so the total and the page see the same snapshot.
         let mut tx = self.pool.begin().await?;
