@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use tollgate_protocol::x402::SupportedKind;
 use tollgate_protocol::{ChainFamily, Network};
 
 use crate::error::ApiError;
@@ -47,6 +48,13 @@ impl Chains {
     #[must_use]
     pub fn networks(&self) -> Vec<Network> {
         self.defaults.values().cloned().collect()
+    }
+
+    /// The x402 kinds (version, scheme, network) the served networks settle. Each backend
+    /// contributes its own; with none, there are none.
+    #[must_use]
+    pub fn supported_kinds(&self) -> Vec<SupportedKind> {
+        Vec::new()
     }
 
     /// The chain meant by addresses of `family` and an optional explicit `network`.
@@ -104,6 +112,6 @@ mod tests {
             .target(ChainFamily::Solana, Some(&Network::eip155(1)))
             .unwrap_err();
         assert_eq!(mismatch.code(), ErrorCode::InvalidParameters);
-        assert!(chains.networks().is_empty());
+        assert!(chains.networks().is_empty() && chains.supported_kinds().is_empty());
     }
 }
