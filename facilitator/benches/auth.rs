@@ -24,27 +24,16 @@ use tollgate_facilitator::{AppState, router};
 use tower::ServiceExt as _;
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (state, key) = rt.block_on(async {
         let config = Config {
-            database_url: DatabaseUrl::parse(dir.path().join("bench.db").to_str().unwrap())
-                .unwrap(),
+            database_url: DatabaseUrl::parse(dir.path().join("bench.db").to_str().unwrap()).unwrap(),
             ..Config::default()
         };
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         // An enterprise key with a limit high enough never to trip during the run.
-        let new = NewKey {
-            plan: Plan::Enterprise,
-            rpm: Some(u32::MAX),
-            label: None,
-            account: None,
-            env: KeyEnv::Test,
-        };
+        let new = NewKey { plan: Plan::Enterprise, rpm: Some(u32::MAX), label: None, account: None, env: KeyEnv::Test };
         let key = create_key(&*store, new, chrono::Utc::now()).await.unwrap();
         let state = AppState::new(config, store, Arc::new(SystemClock));
         (state, key.secret.expose().to_owned())
@@ -62,18 +51,12 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("router");
     group.bench_function("healthz (no auth)", |b| {
         b.to_async(&rt).iter(|| async {
-            app.clone()
-                .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
-                .await
-                .unwrap()
+            app.clone().oneshot(Request::get("/healthz").body(Body::empty()).unwrap()).await.unwrap()
         });
     });
     group.bench_function("supported (auth + rate limit + plan)", |b| {
         b.to_async(&rt).iter(|| async {
-            let req = Request::get("/supported")
-                .header("authorization", header.clone())
-                .body(Body::empty())
-                .unwrap();
+            let req = Request::get("/supported").header("authorization", header.clone()).body(Body::empty()).unwrap();
             let response = app.clone().oneshot(req).await.unwrap();
             assert_eq!(response.status(), 200);
             response

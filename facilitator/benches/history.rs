@@ -66,16 +66,8 @@ async fn dataset(total: u64) -> (Arc<SqlStore>, PathBuf) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-data");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("history-{total}.db"));
-    let store = Arc::new(
-        SqlStore::connect(&DatabaseUrl::parse(path.to_str().unwrap()).unwrap())
-            .await
-            .unwrap(),
-    );
-    let have = store
-        .history(ACCOUNT, &wallet(0), None, 1, 0)
-        .await
-        .unwrap()
-        .total;
+    let store = Arc::new(SqlStore::connect(&DatabaseUrl::parse(path.to_str().unwrap()).unwrap()).await.unwrap());
+    let have = store.history(ACCOUNT, &wallet(0), None, 1, 0).await.unwrap().total;
     let hot_share = total / 10;
     if have >= hot_share {
         return (store, path);
@@ -94,40 +86,20 @@ async fn dataset(total: u64) -> (Arc<SqlStore>, PathBuf) {
                 (wallet(1 + (n as u32 % 999)), wallet(0))
             }
         } else {
-            (
-                wallet(1 + (n as u32 % 999)),
-                wallet(1 + ((n as u32 + 7) % 999)),
-            )
+            (wallet(1 + (n as u32 % 999)), wallet(1 + ((n as u32 + 7) % 999)))
         };
-        store
-            .insert_payment(&payment(n, from, to, t0 + Duration::milliseconds(n as i64)))
-            .await
-            .unwrap();
+        store.insert_payment(&payment(n, from, to, t0 + Duration::milliseconds(n as i64))).await.unwrap();
         if n % 100_000 == 99_999 {
-            eprintln!(
-                "  {} payments stored ({:.0} s)",
-                n + 1,
-                start.elapsed().as_secs_f64()
-            );
+            eprintln!("  {} payments stored ({:.0} s)", n + 1, start.elapsed().as_secs_f64());
         }
     }
-    eprintln!(
-        "built {total} payments in {:.0} s",
-        start.elapsed().as_secs_f64()
-    );
+    eprintln!("built {total} payments in {:.0} s", start.elapsed().as_secs_f64());
     (store, path)
 }
 
 fn bench(c: &mut Criterion) {
-    let total: u64 = std::env::var("TOLLGATE_BENCH_PAYMENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let total: u64 = std::env::var("TOLLGATE_BENCH_PAYMENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (store, path) = rt.block_on(dataset(total));
     let hot = wallet(0);
     let cold = wallet(500);
@@ -135,12 +107,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group(format!("history over {total} payments"));
     for (name, w, dir, offset) in [
         ("hot wallet, all, first page", &hot, None, 0),
-        (
-            "hot wallet, sent, first page",
-            &hot,
-            Some(Direction::Sent),
-            0,
-        ),
+        ("hot wallet, sent, first page", &hot, Some(Direction::Sent), 0),
         ("hot wallet, all, offset 10000", &hot, None, 10_000),
         ("ordinary wallet, all, first page", &cold, None, 0),
     ] {
@@ -155,10 +122,7 @@ fn bench(c: &mut Criterion) {
 
     // The same first page through HTTP: authentication, JSON, and all.
     let (app, key) = rt.block_on(async {
-        let config = Config {
-            database_url: DatabaseUrl::parse(path.to_str().unwrap()).unwrap(),
-            ..Config::default()
-        };
+        let config = Config { database_url: DatabaseUrl::parse(path.to_str().unwrap()).unwrap(), ..Config::default() };
         let new = NewKey {
             plan: Plan::Enterprise,
             rpm: Some(u32::MAX),
@@ -167,23 +131,15 @@ fn bench(c: &mut Criterion) {
             env: KeyEnv::Test,
         };
         let key = create_key(&*store, new, Utc::now()).await.unwrap();
-        (
-            router(AppState::new(config, store.clone(), Arc::new(SystemClock))),
-            key.secret.expose().to_owned(),
-        )
+        (router(AppState::new(config, store.clone(), Arc::new(SystemClock))), key.secret.expose().to_owned())
     });
     let uri = format!("/payment/history/{hot}?limit=50");
     group.bench_function("http: hot wallet, all, first page", |b| {
         b.to_async(&rt).iter(|| async {
-            let req = Request::get(&uri)
-                .header("authorization", format!("Bearer {key}"))
-                .body(Body::empty())
-                .unwrap();
+            let req = Request::get(&uri).header("authorization", format!("Bearer {key}")).body(Body::empty()).unwrap();
             let response = app.clone().oneshot(req).await.unwrap();
             assert_eq!(response.status(), 200);
-            axum::body::to_bytes(response.into_body(), usize::MAX)
-                .await
-                .unwrap()
+            axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()
         });
     });
     group.finish();

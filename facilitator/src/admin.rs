@@ -5,7 +5,9 @@ use chrono::{DateTime, Utc};
 use crate::auth::keys::{self, KeyEnv};
 use crate::auth::plans::Plan;
 use crate::config::Secret;
-use crate::store::{Store, StoredApiKey};
+use crate::store::{Store, StoredApiKey, StoredWallet};
+use crate::wallets::MasterKey;
+use tollgate_protocol::ChainFamily;
 
 /// What to create.
 #[derive(Debug, Clone)]
@@ -47,11 +49,7 @@ pub enum AdminError {
 /// # Errors
 /// [`AdminError::Invalid`] for an unknown account, a zero or out-of-place `rpm`, or a long
 /// label; [`AdminError::Failed`] when storage or randomness fails.
-pub async fn create_key(
-    store: &dyn Store,
-    new: NewKey,
-    now: DateTime<Utc>,
-) -> Result<CreatedKey, AdminError> {
+pub async fn create_key(store: &dyn Store, new: NewKey, now: DateTime<Utc>) -> Result<CreatedKey, AdminError> {
     if new.rpm == Some(0) {
         return Err(AdminError::Invalid("--rpm must be at least 1".into()));
     }
@@ -61,9 +59,7 @@ pub async fn create_key(
         ));
     }
     if new.label.as_ref().is_some_and(|l| l.chars().count() > 100) {
-        return Err(AdminError::Invalid(
-            "--label must be at most 100 characters".into(),
-        ));
+        return Err(AdminError::Invalid("--label must be at most 100 characters".into()));
     }
     let failed = |e: crate::store::StoreError| AdminError::Failed(e.to_string());
     let account_id = match new.account {
@@ -94,10 +90,46 @@ pub async fn create_key(
         last_used_at: None,
     };
     store.insert_api_key(&record).await.map_err(failed)?;
-    Ok(CreatedKey {
-        secret: generated.secret,
-        record,
-    })
+    Ok(CreatedKey { secret: generated.secret, record })
+}
+
+/// Creates a custodial wallet for the account of key `key_id`; returns its address.
+///
+/// # Errors
+/// [`AdminError::Invalid`] for an unknown key or an unsupported chain; [`AdminError::Failed`]
+/// when storage, randomness or sealing fails.
+pub async fn create_wallet(
+    store: &dyn Store,
+    master_key: &MasterKey,
+    key_id: &str,
+    family: ChainFamily,
+    now: DateTime<Utc>,
+) -> Result<String, AdminError> {
+    let failed = |e: &dyn std::fmt::Display| AdminError::Failed(e.to_string());
+    let keys = store.list_api_keys().await.map_err(|e| failed(&e))?;
+    let key =
+        keys.into_iter().find(|k| k.id == key_id).ok_or_else(|| AdminError::Invalid(format!("no key {key_id}")))?;
+    let (address, secret) = match family {
+        ChainFamily::Solana => {
+            let keypair = solana_sdk::signature::Keypair::new();
+            (solana_sdk::signer::Signer::pubkey(&keypair).to_string(), keypair.to_bytes().to_vec())
+        }
+        ChainFamily::Evm => {
+            return Err(AdminError::Invalid(
+                "EVM custodial wallets come with the EVM backend; use --chain solana".into(),
+            ));
+        }
+    };
+    let sealed = master_key.seal(&address, &secret).map_err(|e| failed(&e))?;
+    let wallet = StoredWallet {
+        address: address.clone(),
+        account_id: key.account_id,
+        family,
+        sealed_secret: sealed,
+        created_at: now,
+    };
+    store.insert_wallet(&wallet).await.map_err(|e| failed(&e))?;
+    Ok(address)
 }
 
 #[cfg(test)]
@@ -111,13 +143,7 @@ mod tests {
         let now = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
         let first = create_key(
             &*db.store,
-            NewKey {
-                plan: Plan::Standard,
-                rpm: None,
-                label: Some("app".into()),
-                account: None,
-                env: KeyEnv::Live,
-            },
+            NewKey { plan: Plan::Standard, rpm: None, label: Some("app".into()), account: None, env: KeyEnv::Live },
             now,
         )
         .await
@@ -160,25 +186,11 @@ mod tests {
             AdminError::Invalid(_)
         ));
         assert!(matches!(
-            bad(NewKey {
-                plan: Plan::Standard,
-                rpm: Some(5),
-                label: None,
-                account: None,
-                env: KeyEnv::Live
-            })
-            .await,
+            bad(NewKey { plan: Plan::Standard, rpm: Some(5), label: None, account: None, env: KeyEnv::Live }).await,
             AdminError::Invalid(_)
         ));
         assert!(matches!(
-            bad(NewKey {
-                plan: Plan::Enterprise,
-                rpm: Some(0),
-                label: None,
-                account: None,
-                env: KeyEnv::Live
-            })
-            .await,
+            bad(NewKey { plan: Plan::Enterprise, rpm: Some(0), label: None, account: None, env: KeyEnv::Live }).await,
             AdminError::Invalid(_)
         ));
         db.cleanup().await;

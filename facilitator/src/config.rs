@@ -47,10 +47,7 @@ impl DatabaseUrl {
     /// # Errors
     /// [`ConfigError::Invalid`] for another scheme.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        if text.starts_with("postgres://")
-            || text.starts_with("postgresql://")
-            || text.starts_with("sqlite:")
-        {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") || text.starts_with("sqlite:") {
             Ok(Self(text.to_owned()))
         } else if text.contains("://") {
             Err(ConfigError::Invalid(format!(
@@ -66,6 +63,14 @@ impl DatabaseUrl {
     #[must_use]
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// The SQLite file, when this is SQLite on a file.
+    #[must_use]
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        let rest = self.0.strip_prefix("sqlite://").or_else(|| self.0.strip_prefix("sqlite:"))?;
+        let path = rest.split('?').next().unwrap_or(rest);
+        (!path.is_empty() && !path.contains(":memory:")).then(|| PathBuf::from(path))
     }
 
     /// True for PostgreSQL.
@@ -92,9 +97,7 @@ fn redact_url(url: &str) -> String {
     let mut out = url.to_owned();
     if let Some(scheme_end) = out.find("://") {
         let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find('/')
-            .map_or(out.len(), |i| rest_start + i);
+        let authority_end = out[rest_start..].find('/').map_or(out.len(), |i| rest_start + i);
         if let Some(at) = out[rest_start..authority_end].rfind('@') {
             let userinfo = &out[rest_start..rest_start + at];
             if let Some(colon) = userinfo.find(':') {
@@ -140,15 +143,13 @@ pub struct Limits {
     /// How long a verified API key is trusted without a database read, seconds. Keys deleted
     /// by another process (the CLI) stop working after at most this long.
     pub key_cache_ttl_secs: u64,
+    /// How long `/payment/send` waits for confirmation before answering `pending`, seconds.
+    pub send_wait_secs: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_body_bytes: 64 * 1024,
-            idempotency_ttl_secs: 24 * 3600,
-            key_cache_ttl_secs: 10,
-        }
+        Self { max_body_bytes: 64 * 1024, idempotency_ttl_secs: 24 * 3600, key_cache_ttl_secs: 10, send_wait_secs: 30 }
     }
 }
 
@@ -251,6 +252,7 @@ struct FileLimits {
     max_body_bytes: Option<usize>,
     idempotency_ttl_secs: Option<u64>,
     key_cache_ttl_secs: Option<u64>,
+    send_wait_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -278,27 +280,31 @@ pub struct Flags {
 }
 
 impl Config {
+    /// Where development mode keeps its generated master key: beside the SQLite file, or in the
+    /// working directory.
+    #[must_use]
+    pub fn dev_master_key_path(&self) -> PathBuf {
+        let dir = self
+            .database_url
+            .sqlite_path()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .filter(|d| !d.as_os_str().is_empty());
+        dir.unwrap_or_default().join("tollgate-master.key")
+    }
+
     /// Loads the configuration: defaults, then `file` (if any), then `env`, then `flags`.
     ///
     /// `env` looks a variable up; pass `|k| std::env::var(k).ok()` for the process environment.
     ///
     /// # Errors
     /// [`ConfigError`] for an unreadable or invalid file or an invalid value.
-    pub fn load(
-        file: Option<&Path>,
-        env: impl Fn(&str) -> Option<String>,
-        flags: &Flags,
-    ) -> Result<Self, ConfigError> {
+    pub fn load(file: Option<&Path>, env: impl Fn(&str) -> Option<String>, flags: &Flags) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
-            let parsed: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-                path: path.to_owned(),
-                message: e.to_string(),
-            })?;
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+            let parsed: FileConfig = toml::from_str(&text)
+                .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
             config.apply_file(parsed)?;
         }
         config.apply_env(&env)?;
@@ -336,19 +342,14 @@ impl Config {
         }
         if let Some(l) = file.limits {
             self.limits.max_body_bytes = l.max_body_bytes.unwrap_or(self.limits.max_body_bytes);
-            self.limits.idempotency_ttl_secs = l
-                .idempotency_ttl_secs
-                .unwrap_or(self.limits.idempotency_ttl_secs);
-            self.limits.key_cache_ttl_secs = l
-                .key_cache_ttl_secs
-                .unwrap_or(self.limits.key_cache_ttl_secs);
+            self.limits.idempotency_ttl_secs = l.idempotency_ttl_secs.unwrap_or(self.limits.idempotency_ttl_secs);
+            self.limits.key_cache_ttl_secs = l.key_cache_ttl_secs.unwrap_or(self.limits.key_cache_ttl_secs);
+            self.limits.send_wait_secs = l.send_wait_secs.unwrap_or(self.limits.send_wait_secs);
         }
         if let Some(p) = file.plans {
-            for (plan, given) in [
-                (Plan::Standard, p.standard),
-                (Plan::Premium, p.premium),
-                (Plan::Enterprise, p.enterprise),
-            ] {
+            for (plan, given) in
+                [(Plan::Standard, p.standard), (Plan::Premium, p.premium), (Plan::Enterprise, p.enterprise)]
+            {
                 if let Some(given) = given {
                     let target: &mut PlanConfig = self.plans.get_mut(plan);
                     target.rpm = given.rpm.unwrap_or(target.rpm);
@@ -364,9 +365,8 @@ impl Config {
     fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         let non_empty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         if let Some(v) = non_empty("TOLLGATE_LISTEN") {
-            self.listen = v.parse().map_err(|_| {
-                ConfigError::Invalid(format!("TOLLGATE_LISTEN is not host:port: {v}"))
-            })?;
+            self.listen =
+                v.parse().map_err(|_| ConfigError::Invalid(format!("TOLLGATE_LISTEN is not host:port: {v}")))?;
         }
         if let Some(v) = non_empty("TOLLGATE_DATABASE_URL") {
             self.database_url = DatabaseUrl::parse(&v)?;
@@ -391,9 +391,7 @@ impl Config {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,
                 _ => {
-                    return Err(ConfigError::Invalid(format!(
-                        "TOLLGATE_LOG_FORMAT must be text or json, got {v}"
-                    )));
+                    return Err(ConfigError::Invalid(format!("TOLLGATE_LOG_FORMAT must be text or json, got {v}")));
                 }
             };
         }
@@ -403,21 +401,14 @@ impl Config {
     fn validate(&self) -> Result<(), ConfigError> {
         for plan in Plan::ALL {
             if self.plans.get(plan).rpm == 0 {
-                return Err(ConfigError::Invalid(format!(
-                    "plans.{}.rpm must be at least 1",
-                    plan.as_str()
-                )));
+                return Err(ConfigError::Invalid(format!("plans.{}.rpm must be at least 1", plan.as_str())));
             }
         }
         if self.limits.max_body_bytes < 1024 {
-            return Err(ConfigError::Invalid(
-                "limits.max_body_bytes must be at least 1024".into(),
-            ));
+            return Err(ConfigError::Invalid("limits.max_body_bytes must be at least 1024".into()));
         }
         if self.limits.idempotency_ttl_secs < 24 * 3600 {
-            return Err(ConfigError::Invalid(
-                "limits.idempotency_ttl_secs must be at least 86400 (24 h)".into(),
-            ));
+            return Err(ConfigError::Invalid("limits.idempotency_ttl_secs must be at least 86400 (24 h)".into()));
         }
         let mut seen = std::collections::HashSet::new();
         for chain in &self.evm {
@@ -428,10 +419,7 @@ impl Config {
                 )));
             }
             if !seen.insert(&chain.network) {
-                return Err(ConfigError::Invalid(format!(
-                    "[[evm]] lists {} twice",
-                    chain.network
-                )));
+                return Err(ConfigError::Invalid(format!("[[evm]] lists {} twice", chain.network)));
             }
         }
         Ok(())
@@ -442,9 +430,7 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, ConfigError> {
     match v.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(ConfigError::Invalid(format!(
-            "{name} must be true or false, got {v}"
-        ))),
+        _ => Err(ConfigError::Invalid(format!("{name} must be true or false, got {v}"))),
     }
 }
 
@@ -454,10 +440,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         move |k| map.get(k).cloned()
     }
 
@@ -489,28 +472,15 @@ rpc_url = "http://127.0.0.1:8545"
 "#,
         )
         .unwrap();
-        let env = env_of(&[
-            ("TOLLGATE_LISTEN", "127.0.0.1:9001"),
-            ("TOLLGATE_DATABASE_URL", "postgres://u:p@127.0.0.1/db"),
-        ]);
-        let flags = Flags {
-            listen: Some("127.0.0.1:9002".parse().unwrap()),
-            database_url: None,
-        };
+        let env =
+            env_of(&[("TOLLGATE_LISTEN", "127.0.0.1:9001"), ("TOLLGATE_DATABASE_URL", "postgres://u:p@127.0.0.1/db")]);
+        let flags = Flags { listen: Some("127.0.0.1:9002".parse().unwrap()), database_url: None };
         let c = Config::load(Some(&file), env, &flags).unwrap();
         assert_eq!(c.listen.port(), 9002, "flag beats env beats file");
-        assert_eq!(
-            c.database_url.expose(),
-            "postgres://u:p@127.0.0.1/db",
-            "env beats file"
-        );
+        assert_eq!(c.database_url.expose(), "postgres://u:p@127.0.0.1/db", "env beats file");
         assert!(c.public_supported, "file beats default");
         assert_eq!(c.plans.get(Plan::Standard).rpm, 5);
-        assert_eq!(
-            c.plans.get(Plan::Premium).rpm,
-            1000,
-            "untouched plan keeps its default"
-        );
+        assert_eq!(c.plans.get(Plan::Premium).rpm, 1000, "untouched plan keeps its default");
         assert_eq!(c.evm[0].network, Network::eip155(31337));
         let only_file = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
         assert_eq!(only_file.listen.port(), 9000);
@@ -522,39 +492,22 @@ rpc_url = "http://127.0.0.1:8545"
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("bad.toml");
         std::fs::write(&file, "lisen = \"127.0.0.1:1\"\n").unwrap();
-        assert!(matches!(
-            Config::load(Some(&file), env_of(&[]), &Flags::default()),
-            Err(ConfigError::Parse { .. })
-        ));
+        assert!(matches!(Config::load(Some(&file), env_of(&[]), &Flags::default()), Err(ConfigError::Parse { .. })));
         std::fs::write(&file, "[plans.standard]\nrpm = 0\n").unwrap();
-        assert!(matches!(
-            Config::load(Some(&file), env_of(&[]), &Flags::default()),
-            Err(ConfigError::Invalid(_))
-        ));
-        assert!(
-            Config::load(
-                None,
-                env_of(&[("TOLLGATE_LISTEN", "nowhere")]),
-                &Flags::default()
-            )
-            .is_err()
-        );
-        assert!(
-            Config::load(
-                None,
-                env_of(&[("TOLLGATE_DATABASE_URL", "mysql://x")]),
-                &Flags::default()
-            )
-            .is_err()
-        );
-        assert!(
-            Config::load(
-                Some(&dir.path().join("missing.toml")),
-                env_of(&[]),
-                &Flags::default()
-            )
-            .is_err()
-        );
+        assert!(matches!(Config::load(Some(&file), env_of(&[]), &Flags::default()), Err(ConfigError::Invalid(_))));
+        assert!(Config::load(None, env_of(&[("TOLLGATE_LISTEN", "nowhere")]), &Flags::default()).is_err());
+        assert!(Config::load(None, env_of(&[("TOLLGATE_DATABASE_URL", "mysql://x")]), &Flags::default()).is_err());
+        assert!(Config::load(Some(&dir.path().join("missing.toml")), env_of(&[]), &Flags::default()).is_err());
+    }
+
+    #[test]
+    fn dev_master_key_lives_beside_the_database() {
+        let mut c = Config::default();
+        assert_eq!(c.dev_master_key_path(), PathBuf::from("tollgate-master.key"));
+        c.database_url = DatabaseUrl::parse("sqlite:///var/lib/tollgate/t.db?mode=rwc").unwrap();
+        assert_eq!(c.dev_master_key_path(), PathBuf::from("/var/lib/tollgate/tollgate-master.key"));
+        c.database_url = DatabaseUrl::parse("postgres://u@h/db").unwrap();
+        assert_eq!(c.dev_master_key_path(), PathBuf::from("tollgate-master.key"));
     }
 
     #[test]
@@ -562,26 +515,15 @@ rpc_url = "http://127.0.0.1:8545"
         let env = env_of(&[
             ("TOLLGATE_MASTER_KEY", "master-secret-value"),
             ("TOLLGATE_ADMIN_TOKEN", "admin-secret-value"),
-            (
-                "TOLLGATE_DATABASE_URL",
-                "postgres://user:db-secret-value@127.0.0.1:5432/test?password=other-secret",
-            ),
+            ("TOLLGATE_DATABASE_URL", "postgres://user:db-secret-value@127.0.0.1:5432/test?password=other-secret"),
         ]);
         let c = Config::load(None, env, &Flags::default()).unwrap();
         let debug = format!("{c:?}");
-        for secret in [
-            "master-secret-value",
-            "admin-secret-value",
-            "db-secret-value",
-            "other-secret",
-        ] {
+        for secret in ["master-secret-value", "admin-secret-value", "db-secret-value", "other-secret"] {
             assert!(!debug.contains(secret), "{secret} leaked in {debug}");
         }
         assert!(debug.contains("[REDACTED]"));
         assert!(debug.contains("postgres://user:[REDACTED]@127.0.0.1:5432/test"));
-        assert_eq!(
-            c.master_key.as_ref().map(Secret::expose),
-            Some("master-secret-value")
-        );
+        assert_eq!(c.master_key.as_ref().map(Secret::expose), Some("master-secret-value"));
     }
 }

@@ -26,13 +26,7 @@ impl ApiError {
     /// An error with the code's default remedy.
     #[must_use]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            remedy: None,
-            retry_after_secs: None,
-            detail: None,
-        }
+        Self { code, message: message.into(), remedy: None, retry_after_secs: None, detail: None }
     }
 
     /// Replaces the default remedy.
@@ -81,10 +75,7 @@ impl ApiError {
     /// 429 `RATE_LIMIT` with `Retry-After`.
     #[must_use]
     pub fn rate_limited(message: impl Into<String>, retry_after_secs: u64) -> Self {
-        Self {
-            retry_after_secs: Some(retry_after_secs),
-            ..Self::new(ErrorCode::RateLimit, message)
-        }
+        Self { retry_after_secs: Some(retry_after_secs), ..Self::new(ErrorCode::RateLimit, message) }
     }
 
     /// 502 `PAYMENT_VERIFICATION_FAILED`.
@@ -96,10 +87,7 @@ impl ApiError {
     /// 500 `INTERNAL_ERROR`; `detail` is logged, the caller sees a generic message.
     #[must_use]
     pub fn internal(detail: impl fmt::Display) -> Self {
-        Self {
-            detail: Some(detail.to_string()),
-            ..Self::new(ErrorCode::InternalError, "internal error")
-        }
+        Self { detail: Some(detail.to_string()), ..Self::new(ErrorCode::InternalError, "internal error") }
     }
 
     /// The wire code.

@@ -20,10 +20,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
-            BytesRejection::FailedToBufferBody(_) => ApiError::invalid_params(format!(
-                "request body could not be read: {}",
-                e.body_text()
-            )),
+            BytesRejection::FailedToBufferBody(_) => {
+                ApiError::invalid_params(format!("request body could not be read: {}", e.body_text()))
+            }
             other => ApiError::invalid_params(other.body_text()),
         })?;
         parse_json(&bytes).map(Self)
@@ -36,9 +35,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 /// 400 `INVALID_PARAMETERS`.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
-        return Err(ApiError::invalid_params(
-            "request body must be a JSON object",
-        ));
+        return Err(ApiError::invalid_params("request body must be a JSON object"));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
@@ -52,8 +49,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ApiError::invalid_params(format!("invalid field `{path}`: {inner}"))
         }
     })?;
-    de.end()
-        .map_err(|e| ApiError::invalid_params(format!("malformed JSON: {e}")))?;
+    de.end().map_err(|e| ApiError::invalid_params(format!("malformed JSON: {e}")))?;
     Ok(value)
 }
 
@@ -68,9 +64,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(v)| Self(v))
-            .map_err(|e| {
-                ApiError::invalid_params(format!("invalid path parameter: {}", e.body_text()))
-            })
+            .map_err(|e| ApiError::invalid_params(format!("invalid path parameter: {}", e.body_text())))
     }
 }
 
@@ -82,16 +76,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(v)| Self(v))
-            .map_err(|e| {
-                ApiError::invalid_params(format!(
-                    "invalid query: {}",
-                    e.body_text()
-                        .trim_start_matches("Failed to deserialize query string: ")
-                ))
-            })
+        Query::<T>::from_request_parts(parts, state).await.map(|Query(v)| Self(v)).map_err(|e| {
+            ApiError::invalid_params(format!(
+                "invalid query: {}",
+                e.body_text().trim_start_matches("Failed to deserialize query string: ")
+            ))
+        })
     }
 }
 
@@ -103,25 +93,20 @@ mod tests {
 
     #[test]
     fn json_errors_name_the_field() {
-        let e = parse_json::<SendPaymentRequest>(
-            br#"{"walletAddress": "a", "recipientAddress": "b", "amount": "1"}"#,
-        )
-        .unwrap_err();
+        let e = parse_json::<SendPaymentRequest>(br#"{"walletAddress": "a", "recipientAddress": "b", "amount": "1"}"#)
+            .unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidParameters);
         assert!(e.message().contains("amount"), "{}", e.message());
         let e = parse_json::<SendPaymentRequest>(br#"{"walletAddress": 1}"#).unwrap_err();
         assert!(e.message().contains("walletAddress"), "{}", e.message());
         let e = parse_json::<SendPaymentRequest>(b"{not json").unwrap_err();
         assert!(e.message().starts_with("malformed JSON"), "{}", e.message());
-        let e = parse_json::<SendPaymentRequest>(
-            br#"{"walletAddress":"a","recipientAddress":"b","amount":1} trailing"#,
-        )
-        .unwrap_err();
+        let e =
+            parse_json::<SendPaymentRequest>(br#"{"walletAddress":"a","recipientAddress":"b","amount":1} trailing"#)
+                .unwrap_err();
         assert!(e.message().starts_with("malformed JSON"), "{}", e.message());
-        let ok = parse_json::<SendPaymentRequest>(
-            br#"{"walletAddress":"a","recipientAddress":"b","amount":0.1}"#,
-        )
-        .unwrap();
+        let ok =
+            parse_json::<SendPaymentRequest>(br#"{"walletAddress":"a","recipientAddress":"b","amount":0.1}"#).unwrap();
         assert_eq!(ok.amount.to_atomic(9).unwrap().get(), 100_000_000);
     }
 }

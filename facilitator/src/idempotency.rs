@@ -43,9 +43,7 @@ async fn run(state: &AppState, req: Request, next: Next) -> Result<Response, Api
         .to_str()
         .ok()
         .filter(|k| (1..=255).contains(&k.len()))
-        .ok_or_else(|| {
-            ApiError::invalid_params("Idempotency-Key must be 1 to 255 visible ASCII characters")
-        })?
+        .ok_or_else(|| ApiError::invalid_params("Idempotency-Key must be 1 to 255 visible ASCII characters"))?
         .to_owned();
     let caller = req
         .extensions()
@@ -55,9 +53,9 @@ async fn run(state: &AppState, req: Request, next: Next) -> Result<Response, Api
 
     let (parts, body) = req.into_parts();
     let limit = state.config.limits.max_body_bytes;
-    let bytes = to_bytes(body, limit).await.map_err(|_| {
-        ApiError::invalid_params(format!("request body is larger than {limit} bytes"))
-    })?;
+    let bytes = to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::invalid_params(format!("request body is larger than {limit} bytes")))?;
     let mut hasher = Sha256::new();
     hasher.update(parts.method.as_str().as_bytes());
     hasher.update([0]);
@@ -67,50 +65,36 @@ async fn run(state: &AppState, req: Request, next: Next) -> Result<Response, Api
     let request_hash = format!("{:x}", hasher.finalize());
 
     let now = state.clock.now();
-    let ttl = Duration::seconds(
-        i64::try_from(state.config.limits.idempotency_ttl_secs).unwrap_or(i64::MAX / 1000),
-    );
+    let ttl = Duration::seconds(i64::try_from(state.config.limits.idempotency_ttl_secs).unwrap_or(i64::MAX / 1000));
     let begun = state
         .store
         .idempotency_begin(&caller.key_id, &idem_key, &request_hash, now, now - ttl)
         .await
         .map_err(ApiError::internal)?;
     match begun {
-        IdempotencyBegin::Mismatch => Err(ApiError::idempotency_conflict(
-            "this Idempotency-Key was already used with a different request",
-        )),
-        IdempotencyBegin::InProgress => Err(ApiError::idempotency_conflict(
-            "a request with this Idempotency-Key is still in progress",
-        )
-        .with_remedy("Retry after the first request has finished")),
+        IdempotencyBegin::Mismatch => {
+            Err(ApiError::idempotency_conflict("this Idempotency-Key was already used with a different request"))
+        }
+        IdempotencyBegin::InProgress => {
+            Err(ApiError::idempotency_conflict("a request with this Idempotency-Key is still in progress")
+                .with_remedy("Retry after the first request has finished"))
+        }
         IdempotencyBegin::Replay(stored) => Ok(replay(stored)),
         IdempotencyBegin::Started => {
-            let response = next
-                .run(Request::from_parts(parts, Body::from(bytes)))
-                .await;
+            let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
             let (resp_parts, resp_body) = response.into_parts();
             let body = match to_bytes(resp_body, MAX_STORED_RESPONSE).await {
                 Ok(b) => b,
                 Err(e) => {
                     abandon(state, &caller.key_id, &idem_key).await;
-                    return Err(ApiError::internal(format!(
-                        "response too large to remember: {e}"
-                    )));
+                    return Err(ApiError::internal(format!("response too large to remember: {e}")));
                 }
             };
-            let storable = !resp_parts.status.is_server_error()
-                && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
+            let storable = !resp_parts.status.is_server_error() && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
             match std::str::from_utf8(&body) {
                 Ok(text) if storable => {
-                    let stored = StoredResponse {
-                        status: resp_parts.status.as_u16(),
-                        body: text.to_owned(),
-                    };
-                    if let Err(e) = state
-                        .store
-                        .idempotency_complete(&caller.key_id, &idem_key, &stored)
-                        .await
-                    {
+                    let stored = StoredResponse { status: resp_parts.status.as_u16(), body: text.to_owned() };
+                    if let Err(e) = state.store.idempotency_complete(&caller.key_id, &idem_key, &stored).await {
                         tracing::error!(error = %e, "could not store idempotent response");
                     }
                 }
@@ -131,10 +115,7 @@ fn replay(stored: StoredResponse) -> Response {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let mut response = (status, stored.body).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     response
 }

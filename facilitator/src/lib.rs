@@ -22,10 +22,12 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod hosted;
 pub mod idempotency;
 pub mod settlement;
 pub mod store;
 pub mod validate;
+pub mod wallets;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use crate::chains::Chains;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::store::{SqlStore, Store};
+use crate::wallets::MasterKey;
 
 /// Everything a request handler can reach. Cheap to clone.
 #[derive(Clone)]
@@ -54,14 +57,13 @@ pub struct AppState {
     pub clock: SharedClock,
     /// Chain backends.
     pub chains: Arc<Chains>,
+    /// Seals custodial wallet keys; `None` disables custodial wallets.
+    pub master_key: Option<Arc<MasterKey>>,
 }
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("config", &self.config)
-            .field("auth", &self.auth)
-            .finish_non_exhaustive()
+        f.debug_struct("AppState").field("config", &self.config).field("auth", &self.auth).finish_non_exhaustive()
     }
 }
 
@@ -82,7 +84,22 @@ impl AppState {
             auth: Arc::new(auth),
             clock,
             chains: Arc::new(Chains::none()),
+            master_key: None,
         }
+    }
+
+    /// The same state serving these chains.
+    #[must_use]
+    pub fn with_chains(mut self, chains: Chains) -> Self {
+        self.chains = Arc::new(chains);
+        self
+    }
+
+    /// The same state with custodial wallets sealed under `key`.
+    #[must_use]
+    pub fn with_master_key(mut self, key: MasterKey) -> Self {
+        self.master_key = Some(Arc::new(key));
+        self
     }
 
     /// Connects storage (running migrations) and builds the state with the system clock.
@@ -93,14 +110,44 @@ impl AppState {
         let store = SqlStore::connect(&config.database_url)
             .await
             .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
-        if config.solana_rpc_url.is_some() || config.evm_rpc_url.is_some() || !config.evm.is_empty()
-        {
+        if config.evm_rpc_url.is_some() || !config.evm.is_empty() {
             tracing::warn!(
-                "chain RPC settings are given, but this build has no chain backend: chain endpoints answer PAYMENT_VERIFICATION_FAILED"
+                "EVM settings are given, but this build has no EVM backend: EVM requests answer PAYMENT_VERIFICATION_FAILED"
             );
         }
-        Ok(Self::new(config, Arc::new(store), Arc::new(SystemClock)))
+        let master_key = wallets::resolve_master_key(&config)?;
+        if master_key.is_none() {
+            tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");
+        }
+        let chains = Chains::none().with_solana(solana_backend(&config).await?);
+        let mut state = Self::new(config, Arc::new(store), Arc::new(SystemClock)).with_chains(chains);
+        state.master_key = master_key.map(Arc::new);
+        Ok(state)
     }
+}
+
+/// The configured Solana RPC, or the embedded development ledger when none is configured.
+async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend> {
+    use chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+    if let Some(url) = &config.solana_rpc_url {
+        let rpc = SolanaRpc::connect(url, DEFAULT_CALL_TIMEOUT)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the Solana RPC: {e}"))?;
+        tracing::info!(network = %rpc.network(), "Solana RPC connected");
+        #[cfg(feature = "embedded-ledger")]
+        return Ok(chains::SolanaBackend { rpc, embedded: None });
+        #[cfg(not(feature = "embedded-ledger"))]
+        return Ok(chains::SolanaBackend { rpc });
+    }
+    #[cfg(feature = "embedded-ledger")]
+    {
+        let ledger = chains::solana::embedded::EmbeddedLedger::start().await?;
+        let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await?;
+        tracing::info!(network = %rpc.network(), rpc = ledger.rpc_url(), "embedded Solana ledger started (development mode, offline)");
+        Ok(chains::SolanaBackend { rpc, embedded: Some(ledger) })
+    }
+    #[cfg(not(feature = "embedded-ledger"))]
+    anyhow::bail!("no TOLLGATE_SOLANA_RPC_URL, and this build has no embedded ledger")
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then lets in-flight requests finish

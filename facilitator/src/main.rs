@@ -11,13 +11,10 @@ use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::config::{Config, Flags, LogFormat};
 use tollgate_facilitator::store::{SqlStore, Store};
 use tollgate_facilitator::{AppState, run, shutdown_signal};
+use tollgate_protocol::ChainFamily;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "tollgate-facilitator",
-    version,
-    about = "Tollgate payment gateway and x402 facilitator"
-)]
+#[command(name = "tollgate-facilitator", version, about = "Tollgate payment gateway and x402 facilitator")]
 struct Cli {
     /// Config file (TOML). Env: TOLLGATE_CONFIG.
     #[arg(long, global = true, env = "TOLLGATE_CONFIG")]
@@ -40,6 +37,30 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Manage custodial wallets (hosted mode).
+    #[command(subcommand)]
+    Wallets(WalletsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum WalletsCommand {
+    /// Create a custodial wallet for a key's account and print its address, alone, on stdout.
+    Create {
+        /// The key (`key_…`, from `keys list`) whose account owns the wallet.
+        #[arg(long)]
+        key: String,
+        /// solana (evm arrives with the EVM backend).
+        #[arg(long, value_parser = parse_family)]
+        chain: ChainFamily,
+    },
+}
+
+fn parse_family(s: &str) -> Result<ChainFamily, String> {
+    match s {
+        "solana" => Ok(ChainFamily::Solana),
+        "evm" => Ok(ChainFamily::Evm),
+        _ => Err(format!("unknown chain {s:?}: expected solana or evm")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,10 +102,7 @@ fn main() -> ExitCode {
         Some(Command::Serve { listen }) => *listen,
         _ => None,
     };
-    let flags = Flags {
-        listen,
-        database_url: cli.database.clone(),
-    };
+    let flags = Flags { listen, database_url: cli.database.clone() };
     let config = match Config::load(cli.config.as_deref(), |k| std::env::var(k).ok(), &flags) {
         Ok(c) => c,
         Err(e) => {
@@ -93,10 +111,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -107,6 +122,7 @@ fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve { listen: None }) {
             Command::Serve { .. } => serve(config).await,
             Command::Keys(cmd) => keys(config, cmd).await,
+            Command::Wallets(cmd) => wallets(config, cmd).await,
         }
     });
     match result {
@@ -123,10 +139,7 @@ fn init_tracing(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     // Colours only for a terminal: redirected logs stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -136,12 +149,25 @@ fn init_tracing(format: LogFormat) {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let listen = config.listen;
     let state = AppState::from_config(config).await?;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
     tracing::info!(database = %state.config.database_url, "listening on http://{addr}");
     run(listener, state, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn wallets(config: Config, cmd: WalletsCommand) -> anyhow::Result<()> {
+    let WalletsCommand::Create { key, chain } = cmd;
+    let master = tollgate_facilitator::wallets::resolve_master_key(&config)?
+        .ok_or_else(|| anyhow::anyhow!("custodial wallets need TOLLGATE_MASTER_KEY (32 bytes, hex or base64)"))?;
+    let store = SqlStore::connect(&config.database_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
+    let address = admin::create_wallet(&store, &master, &key, chain, chrono::Utc::now()).await?;
+    eprintln!("created a custodial {chain} wallet for the account of {key}:");
+    println!("{address}");
+    store.close().await;
     Ok(())
 }
 
@@ -151,26 +177,9 @@ async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
     let now = chrono::Utc::now();
     match cmd {
-        KeysCommand::Create {
-            plan,
-            rpm,
-            label,
-            account,
-            test,
-        } => {
+        KeysCommand::Create { plan, rpm, label, account, test } => {
             let env = if test { KeyEnv::Test } else { KeyEnv::Live };
-            let created = admin::create_key(
-                &store,
-                NewKey {
-                    plan,
-                    rpm,
-                    label,
-                    account,
-                    env,
-                },
-                now,
-            )
-            .await?;
+            let created = admin::create_key(&store, NewKey { plan, rpm, label, account, env }, now).await?;
             let r = &created.record;
             eprintln!(
                 "created {} ({} plan) for account {}; the key is shown only this once:",
@@ -190,16 +199,10 @@ async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
                     k.account_id,
                     k.plan.as_str(),
                     k.env,
-                    k.rpm.map_or_else(
-                        || config.plans.get(k.plan).rpm.to_string(),
-                        |r| r.to_string()
-                    ),
+                    k.rpm.map_or_else(|| config.plans.get(k.plan).rpm.to_string(), |r| r.to_string()),
                     k.hint,
                     k.created_at.format("%Y-%m-%d %H:%M:%S"),
-                    k.last_used_at.map_or_else(
-                        || "never".to_owned(),
-                        |t| t.format("%Y-%m-%d %H:%M:%S").to_string()
-                    ),
+                    k.last_used_at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string()),
                     k.label.unwrap_or_default(),
                 );
             }

@@ -27,8 +27,7 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// # Errors
 /// 400 `INVALID_PARAMETERS` naming the field.
 pub fn address(field: &str, text: &str) -> Result<Address, ApiError> {
-    text.parse()
-        .map_err(|e| ApiError::invalid_params(format!("{field}: {e}")))
+    text.parse().map_err(|e| ApiError::invalid_params(format!("{field}: {e}")))
 }
 
 /// The recipient, which must be of the payer's family and not the payer.
@@ -36,9 +35,7 @@ pub fn address(field: &str, text: &str) -> Result<Address, ApiError> {
 /// # Errors
 /// 400 `INVALID_RECIPIENT`.
 pub fn recipient(text: &str, payer: &Address) -> Result<Address, ApiError> {
-    let to: Address = text
-        .parse()
-        .map_err(|e| ApiError::invalid_recipient(format!("recipientAddress: {e}")))?;
+    let to: Address = text.parse().map_err(|e| ApiError::invalid_recipient(format!("recipientAddress: {e}")))?;
     if to.family() != payer.family() {
         return Err(ApiError::invalid_recipient(format!(
             "recipientAddress is a {} address but walletAddress is a {} address",
@@ -47,18 +44,14 @@ pub fn recipient(text: &str, payer: &Address) -> Result<Address, ApiError> {
         )));
     }
     if to == *payer {
-        return Err(ApiError::invalid_recipient(
-            "recipientAddress must differ from walletAddress",
-        ));
+        return Err(ApiError::invalid_recipient("recipientAddress must differ from walletAddress"));
     }
     Ok(to)
 }
 
 fn whole_units(text: &str, decimals: u8) -> AtomicAmount {
     // The constants above are valid for both families' decimals.
-    DecimalAmount::parse(text)
-        .and_then(|d| d.to_atomic(decimals))
-        .unwrap_or_default()
+    DecimalAmount::parse(text).and_then(|d| d.to_atomic(decimals)).unwrap_or_default()
 }
 
 /// A native amount converted exactly to atomic units, within optional bounds.
@@ -72,13 +65,11 @@ pub fn native_amount(
     bounds: Option<(&str, &str)>,
 ) -> Result<AtomicAmount, ApiError> {
     let decimals = family.native_decimals();
-    let atomic = value.to_atomic(decimals).map_err(|e| {
-        ApiError::invalid_params(format!("{field}: {e} for {}", family.native_symbol()))
-    })?;
+    let atomic = value
+        .to_atomic(decimals)
+        .map_err(|e| ApiError::invalid_params(format!("{field}: {e} for {}", family.native_symbol())))?;
     if atomic == AtomicAmount::ZERO {
-        return Err(ApiError::invalid_params(format!(
-            "{field} must be greater than 0"
-        )));
+        return Err(ApiError::invalid_params(format!("{field} must be greater than 0")));
     }
     if let Some((min, max)) = bounds
         && (atomic < whole_units(min, decimals) || atomic > whole_units(max, decimals))
@@ -114,16 +105,10 @@ pub fn resource(value: Option<&str>) -> Result<(), ApiError> {
 ///
 /// # Errors
 /// 400 `INVALID_PARAMETERS` when larger than [`MAX_METADATA_BYTES`].
-pub fn metadata(
-    value: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> Result<(), ApiError> {
-    let size = value.map_or(0, |m| {
-        serde_json::Value::Object(m.clone()).to_string().len()
-    });
+pub fn metadata(value: Option<&serde_json::Map<String, serde_json::Value>>) -> Result<(), ApiError> {
+    let size = value.map_or(0, |m| serde_json::Value::Object(m.clone()).to_string().len());
     if size > MAX_METADATA_BYTES {
-        return Err(ApiError::invalid_params(format!(
-            "metadata must be at most {MAX_METADATA_BYTES} bytes of JSON"
-        )));
+        return Err(ApiError::invalid_params(format!("metadata must be at most {MAX_METADATA_BYTES} bytes of JSON")));
     }
     Ok(())
 }
@@ -138,10 +123,8 @@ pub fn facilitator_url(value: Option<&str>, allow_list: &[String]) -> Result<(),
     if allow_list.iter().any(|a| norm(a) == norm(url)) {
         Ok(())
     } else {
-        Err(
-            ApiError::invalid_params("facilitatorUrl is not in the facilitator allow-list")
-                .with_remedy("Omit facilitatorUrl, or ask the operator to allow it"),
-        )
+        Err(ApiError::invalid_params("facilitatorUrl is not in the facilitator allow-list")
+            .with_remedy("Omit facilitatorUrl, or ask the operator to allow it"))
     }
 }
 
@@ -150,12 +133,8 @@ pub fn facilitator_url(value: Option<&str>, allow_list: &[String]) -> Result<(),
 /// # Errors
 /// 402 `INVALID_PAYMENT_PROOF` saying what is wrong with it.
 pub fn payment_proof(text: &str) -> Result<PaymentPayload, ApiError> {
-    PaymentPayload::from_header(text).map_err(|e| {
-        ApiError::new(
-            tollgate_protocol::ErrorCode::InvalidPaymentProof,
-            format!("paymentProof: {e}"),
-        )
-    })
+    PaymentPayload::from_header(text)
+        .map_err(|e| ApiError::new(tollgate_protocol::ErrorCode::InvalidPaymentProof, format!("paymentProof: {e}")))
 }
 
 #[cfg(test)]
@@ -170,29 +149,15 @@ mod tests {
     #[test]
     fn send_bounds_are_inclusive_and_exact() {
         let b = Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT));
-        assert_eq!(
-            native_amount("amount", &d("0.001"), ChainFamily::Solana, b)
-                .unwrap()
-                .get(),
-            1_000_000
-        );
-        assert_eq!(
-            native_amount("amount", &d("100"), ChainFamily::Evm, b)
-                .unwrap()
-                .get(),
-            100_000_000_000_000_000_000
-        );
+        assert_eq!(native_amount("amount", &d("0.001"), ChainFamily::Solana, b).unwrap().get(), 1_000_000);
+        assert_eq!(native_amount("amount", &d("100"), ChainFamily::Evm, b).unwrap().get(), 100_000_000_000_000_000_000);
         for bad in ["0.000999999999", "100.000000001", "0"] {
             let e = native_amount("amount", &d(bad), ChainFamily::Solana, b).unwrap_err();
             assert_eq!(e.code(), ErrorCode::InvalidParameters, "{bad}");
         }
         // More decimals than SOL has.
         let e = native_amount("amount", &d("0.0010000000001"), ChainFamily::Solana, b).unwrap_err();
-        assert!(
-            e.message().contains("too many decimal places"),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().contains("too many decimal places"), "{}", e.message());
         // The same text is fine for ETH's 18 decimals.
         assert!(native_amount("amount", &d("0.0010000000001"), ChainFamily::Evm, b).is_ok());
         let fee = Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX));
@@ -202,28 +167,15 @@ mod tests {
 
     #[test]
     fn recipient_rules() {
-        let sol: Address = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
-            .parse()
-            .unwrap();
+        let sol: Address = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".parse().unwrap();
         assert_eq!(
-            recipient("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", &sol)
-                .unwrap_err()
-                .code(),
+            recipient("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", &sol).unwrap_err().code(),
             ErrorCode::InvalidRecipient
         );
-        assert_eq!(
-            recipient("nope", &sol).unwrap_err().code(),
-            ErrorCode::InvalidRecipient
-        );
-        assert_eq!(
-            recipient(&sol.to_string(), &sol).unwrap_err().code(),
-            ErrorCode::InvalidRecipient
-        );
+        assert_eq!(recipient("nope", &sol).unwrap_err().code(), ErrorCode::InvalidRecipient);
+        assert_eq!(recipient(&sol.to_string(), &sol).unwrap_err().code(), ErrorCode::InvalidRecipient);
         assert!(recipient("2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", &sol).is_ok());
-        assert_eq!(
-            address("walletAddress", "0x12").unwrap_err().code(),
-            ErrorCode::InvalidParameters
-        );
+        assert_eq!(address("walletAddress", "0x12").unwrap_err().code(), ErrorCode::InvalidParameters);
     }
 
     #[test]
@@ -231,22 +183,11 @@ mod tests {
         assert!(resource(Some("https://seller.example/a")).is_ok());
         assert!(resource(Some("ftp://x")).is_err());
         assert!(resource(Some("https://a b")).is_err());
-        assert!(
-            facilitator_url(
-                Some("https://x402.example/"),
-                &["https://x402.example".into()]
-            )
-            .is_ok()
-        );
+        assert!(facilitator_url(Some("https://x402.example/"), &["https://x402.example".into()]).is_ok());
         assert!(facilitator_url(Some("https://evil.example"), &[]).is_err());
-        assert_eq!(
-            payment_proof("garbage!").unwrap_err().code(),
-            ErrorCode::InvalidPaymentProof
-        );
+        assert_eq!(payment_proof("garbage!").unwrap_err().code(), ErrorCode::InvalidPaymentProof);
         let big: serde_json::Map<_, _> =
-            [("k".to_owned(), serde_json::Value::String("x".repeat(5000)))]
-                .into_iter()
-                .collect();
+            [("k".to_owned(), serde_json::Value::String("x".repeat(5000)))].into_iter().collect();
         assert!(metadata(Some(&big)).is_err());
     }
 }

@@ -62,34 +62,18 @@ impl TestApp {
 
     async fn with_config(mut config: Config) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        config.database_url =
-            DatabaseUrl::parse(dir.path().join("api.db").to_str().unwrap()).unwrap();
+        config.database_url = DatabaseUrl::parse(dir.path().join("api.db").to_str().unwrap()).unwrap();
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         let clock = ManualClock::new(start());
         let state = AppState::new(config, store.clone(), Arc::new(clock.clone()));
-        Self {
-            app: router(state.clone()),
-            state,
-            store,
-            clock,
-            _dir: dir,
-        }
+        Self { app: router(state.clone()), state, store, clock, _dir: dir }
     }
 
     /// A new key (new account unless `account` is given); returns (key, account id).
     async fn key(&self, plan: Plan, account: Option<&str>) -> (String, String) {
-        let new = NewKey {
-            plan,
-            rpm: None,
-            label: None,
-            account: account.map(str::to_owned),
-            env: KeyEnv::Test,
-        };
+        let new = NewKey { plan, rpm: None, label: None, account: account.map(str::to_owned), env: KeyEnv::Test };
         let created = admin::create_key(&*self.store, new, start()).await.unwrap();
-        (
-            created.secret.expose().to_owned(),
-            created.record.account_id,
-        )
+        (created.secret.expose().to_owned(), created.record.account_id)
     }
 
     async fn call(&self, req: Request<Body>) -> Answer {
@@ -100,14 +84,9 @@ impl TestApp {
         let body = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
         };
-        Answer {
-            status,
-            headers,
-            body,
-        }
+        Answer { status, headers, body }
     }
 
     async fn get(&self, path: &str, key: Option<&str>) -> Answer {
@@ -118,13 +97,7 @@ impl TestApp {
         self.call(b.body(Body::empty()).unwrap()).await
     }
 
-    async fn post(
-        &self,
-        path: &str,
-        key: &str,
-        body: impl Into<Body>,
-        idem: Option<&str>,
-    ) -> Answer {
+    async fn post(&self, path: &str, key: &str, body: impl Into<Body>, idem: Option<&str>) -> Answer {
         let mut b = Request::post(path)
             .header("authorization", format!("Bearer {key}"))
             .header("content-type", "application/json");
@@ -142,22 +115,14 @@ impl TestApp {
 fn assert_envelope(a: &Answer, status: StatusCode, code: &str) {
     assert_eq!(a.status, status, "{:?}", a.body);
     assert_eq!(a.code(), code, "{:?}", a.body);
-    assert!(
-        a.body["error"]["message"].is_string() && a.body["error"]["remedy"].is_string(),
-        "{:?}",
-        a.body
-    );
+    assert!(a.body["error"]["message"].is_string() && a.body["error"]["remedy"].is_string(), "{:?}", a.body);
     assert!(a.headers.contains_key("x-request-id"));
 }
 
 #[tokio::test]
 async fn authentication_is_required_and_checked() {
     let t = TestApp::new().await;
-    assert_envelope(
-        &t.get(&format!("/payment/history/{SOL_A}"), None).await,
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHORIZED",
-    );
+    assert_envelope(&t.get(&format!("/payment/history/{SOL_A}"), None).await, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
     let (key, _) = t.key(Plan::Standard, None).await;
     let wrong = format!("{}X", &key[..key.len() - 1]);
     for bad in [wrong.as_str(), "tg_live_short", "not-a-key", ""] {
@@ -171,14 +136,8 @@ async fn authentication_is_required_and_checked() {
         .header("authorization", format!("Basic {key}"))
         .body(Body::empty())
         .unwrap();
-    assert_envelope(
-        &t.call(basic).await,
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHORIZED",
-    );
-    let ok = t
-        .get(&format!("/payment/history/{SOL_A}"), Some(&key))
-        .await;
+    assert_envelope(&t.call(basic).await, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    let ok = t.get(&format!("/payment/history/{SOL_A}"), Some(&key)).await;
     assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.body);
     // Health, readiness and the API description need no key.
     assert_eq!(t.get("/healthz", None).await.status, StatusCode::OK);
@@ -196,11 +155,7 @@ async fn deleted_keys_stop_working() {
     assert_eq!(t.get("/supported", Some(&key)).await.status, StatusCode::OK);
     // Deleted in this process: the cache is dropped at once.
     t.state.auth.forget_cached_keys();
-    assert_envelope(
-        &t.get("/supported", Some(&key)).await,
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHORIZED",
-    );
+    assert_envelope(&t.get("/supported", Some(&key)).await, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
 }
 
 #[tokio::test]
@@ -214,27 +169,11 @@ async fn plans_gate_endpoints() {
     assert!(refused.message().contains("standard plan"));
     // Premium passes the plan check and reaches the (absent) chain backend.
     let allowed = t.get(&path, Some(&premium)).await;
-    assert_envelope(
-        &allowed,
-        StatusCode::BAD_GATEWAY,
-        "PAYMENT_VERIFICATION_FAILED",
-    );
-    assert_envelope(
-        &t.get("/ws", Some(&standard)).await,
-        StatusCode::FORBIDDEN,
-        "FORBIDDEN",
-    );
-    assert_envelope(
-        &t.get("/ws", Some(&premium)).await,
-        StatusCode::BAD_REQUEST,
-        "INVALID_PARAMETERS",
-    );
+    assert_envelope(&allowed, StatusCode::BAD_GATEWAY, "PAYMENT_VERIFICATION_FAILED");
+    assert_envelope(&t.get("/ws", Some(&standard)).await, StatusCode::FORBIDDEN, "FORBIDDEN");
+    assert_envelope(&t.get("/ws", Some(&premium)).await, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
     // The WebSocket route also takes the key from the query, for browsers.
-    assert_envelope(
-        &t.get(&format!("/ws?api-key={standard}"), None).await,
-        StatusCode::FORBIDDEN,
-        "FORBIDDEN",
-    );
+    assert_envelope(&t.get(&format!("/ws?api-key={standard}"), None).await, StatusCode::FORBIDDEN, "FORBIDDEN");
 }
 
 #[tokio::test]
@@ -245,26 +184,17 @@ async fn the_101st_request_in_a_minute_is_rate_limited() {
         let a = t.get("/supported", Some(&key)).await;
         assert_eq!(a.status, StatusCode::OK, "request {i}");
         assert_eq!(a.headers["x-ratelimit-limit"], "100");
-        assert_eq!(
-            a.headers["x-ratelimit-remaining"],
-            (100 - i).to_string().as_str()
-        );
+        assert_eq!(a.headers["x-ratelimit-remaining"], (100 - i).to_string().as_str());
     }
     t.clock.advance(Duration::from_secs(59));
     let limited = t.get("/supported", Some(&key)).await;
     assert_envelope(&limited, StatusCode::TOO_MANY_REQUESTS, "RATE_LIMIT");
     assert_eq!(limited.headers["retry-after"], "1");
     assert_eq!(limited.headers["x-ratelimit-remaining"], "0");
-    assert_eq!(
-        limited.headers["x-ratelimit-reset"],
-        (start().timestamp() + 60).to_string().as_str()
-    );
+    assert_eq!(limited.headers["x-ratelimit-reset"], (start().timestamp() + 60).to_string().as_str());
     // Limits are per key.
     let (other, _) = t.key(Plan::Standard, None).await;
-    assert_eq!(
-        t.get("/supported", Some(&other)).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(t.get("/supported", Some(&other)).await.status, StatusCode::OK);
     // A new window opens a minute after the first request.
     t.clock.advance(Duration::from_secs(1));
     assert_eq!(t.get("/supported", Some(&key)).await.status, StatusCode::OK);
@@ -277,110 +207,47 @@ async fn every_malformed_input_answers_in_the_envelope() {
     let send = "/payment/send";
     let malformed = t.post(send, &key, "{\"walletAddress\": ", None).await;
     assert_envelope(&malformed, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
-    assert!(
-        malformed.message().starts_with("malformed JSON"),
-        "{}",
-        malformed.message()
-    );
-    let wrong_type = t
-        .post_json(
-            send,
-            &key,
-            &json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": "0.01"}),
-        )
-        .await;
+    assert!(malformed.message().starts_with("malformed JSON"), "{}", malformed.message());
+    let wrong_type =
+        t.post_json(send, &key, &json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": "0.01"})).await;
     assert_envelope(&wrong_type, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
-    assert!(
-        wrong_type.message().contains("amount"),
-        "{}",
-        wrong_type.message()
-    );
-    let missing = t
-        .post_json(send, &key, &json!({"walletAddress": SOL_A}))
-        .await;
-    assert!(
-        missing.message().contains("recipientAddress"),
-        "{}",
-        missing.message()
-    );
+    assert!(wrong_type.message().contains("amount"), "{}", wrong_type.message());
+    let missing = t.post_json(send, &key, &json!({"walletAddress": SOL_A})).await;
+    assert!(missing.message().contains("recipientAddress"), "{}", missing.message());
     let unknown = t
-        .post_json(
-            send,
-            &key,
-            &json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": 0.01, "amout": 1}),
-        )
+        .post_json(send, &key, &json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": 0.01, "amout": 1}))
         .await;
     assert_envelope(&unknown, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
-    assert_envelope(
-        &t.post(send, &key, "", None).await,
-        StatusCode::BAD_REQUEST,
-        "INVALID_PARAMETERS",
-    );
+    assert_envelope(&t.post(send, &key, "", None).await, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
     let huge = format!("{{\"walletAddress\": \"{}\"}}", "x".repeat(70 * 1024));
-    assert_envelope(
-        &t.post(send, &key, huge, None).await,
-        StatusCode::BAD_REQUEST,
-        "INVALID_PARAMETERS",
-    );
+    assert_envelope(&t.post(send, &key, huge, None).await, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
 
     let history = |q: &str| format!("/payment/history/{SOL_A}?{q}");
-    for q in [
-        "limit=501",
-        "limit=0",
-        "limit=-1",
-        "limit=abc",
-        "offset=-5",
-        "type=outgoing",
-        "limt=5",
-    ] {
+    for q in ["limit=501", "limit=0", "limit=-1", "limit=abc", "offset=-5", "type=outgoing", "limt=5"] {
         let a = t.get(&history(q), Some(&key)).await;
         assert_envelope(&a, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
     }
-    assert!(
-        t.get(&history("limit=501"), Some(&key))
-            .await
-            .message()
-            .contains("between 1 and 500")
-    );
+    assert!(t.get(&history("limit=501"), Some(&key)).await.message().contains("between 1 and 500"));
     assert_envelope(
         &t.get("/payment/history/not-an-address", Some(&key)).await,
         StatusCode::BAD_REQUEST,
         "INVALID_PARAMETERS",
     );
     assert_envelope(
-        &t.get(
-            "/payment/history/0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD",
-            Some(&key),
-        )
-        .await,
+        &t.get("/payment/history/0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD", Some(&key)).await,
         StatusCode::BAD_REQUEST,
         "INVALID_PARAMETERS",
     );
-    assert_envelope(
-        &t.get("/token/info/%FF%FE", Some(&key)).await,
-        StatusCode::BAD_REQUEST,
-        "INVALID_PARAMETERS",
-    );
+    assert_envelope(&t.get("/token/info/%FF%FE", Some(&key)).await, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
 
     assert_envelope(
-        &t.get("/payment/status/pay_01JD3Q8Z7Y6X5W4V3T2S1R0Q9P", Some(&key))
-            .await,
+        &t.get("/payment/status/pay_01JD3Q8Z7Y6X5W4V3T2S1R0Q9P", Some(&key)).await,
         StatusCode::NOT_FOUND,
         "NOT_FOUND",
     );
-    assert_envelope(
-        &t.get("/no/such/route", Some(&key)).await,
-        StatusCode::NOT_FOUND,
-        "NOT_FOUND",
-    );
-    assert_envelope(
-        &t.get("/payment/send", Some(&key)).await,
-        StatusCode::NOT_FOUND,
-        "NOT_FOUND",
-    );
-    let verify = t
-        .post_json("/verify", &key, &json!({"x402Version": 7}))
-        .await;
+    assert_envelope(&t.get("/no/such/route", Some(&key)).await, StatusCode::NOT_FOUND, "NOT_FOUND");
+    assert_envelope(&t.get("/payment/send", Some(&key)).await, StatusCode::NOT_FOUND, "NOT_FOUND");
+    let verify = t.post_json("/verify", &key, &json!({"x402Version": 7})).await;
     assert_envelope(&verify, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
 }
 
@@ -395,32 +262,18 @@ async fn send_enforces_the_contract_bounds_then_answers_honestly_without_a_chain
         }
         body
     };
-    for amount in [
-        json!(0.0009),
-        json!(100.000000001),
-        json!(0),
-        json!(0.0000000001),
-    ] {
-        let a = t
-            .post_json("/payment/send", &key, &send(amount.clone(), None))
-            .await;
+    for amount in [json!(0.0009), json!(100.000000001), json!(0), json!(0.0000000001)] {
+        let a = t.post_json("/payment/send", &key, &send(amount.clone(), None)).await;
         assert_envelope(&a, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
     }
     for fee in [json!(0.000001), json!(0.02)] {
-        let a = t
-            .post_json("/payment/send", &key, &send(json!(0.01), Some(fee)))
-            .await;
+        let a = t.post_json("/payment/send", &key, &send(json!(0.01), Some(fee))).await;
         assert_envelope(&a, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
         assert!(a.message().contains("priorityFee"));
     }
     for bad_recipient in ["nope", EVM_B, SOL_A] {
-        let body =
-            json!({"walletAddress": SOL_A, "recipientAddress": bad_recipient, "amount": 0.01});
-        assert_envelope(
-            &t.post_json("/payment/send", &key, &body).await,
-            StatusCode::BAD_REQUEST,
-            "INVALID_RECIPIENT",
-        );
+        let body = json!({"walletAddress": SOL_A, "recipientAddress": bad_recipient, "amount": 0.01});
+        assert_envelope(&t.post_json("/payment/send", &key, &body).await, StatusCode::BAD_REQUEST, "INVALID_RECIPIENT");
     }
     let bad_wallet = json!({"walletAddress": "0x1234", "recipientAddress": SOL_B, "amount": 0.01});
     assert_envelope(
@@ -431,26 +284,15 @@ async fn send_enforces_the_contract_bounds_then_answers_honestly_without_a_chain
 
     // Valid input, and bounds are inclusive: the answer now comes from the (absent) chain backend.
     for amount in [json!(0.001), json!(100), json!(1e-3)] {
-        let a = t
-            .post_json("/payment/send", &key, &send(amount, Some(json!(0.01))))
-            .await;
+        let a = t.post_json("/payment/send", &key, &send(amount, Some(json!(0.01)))).await;
         assert_envelope(&a, StatusCode::BAD_GATEWAY, "PAYMENT_VERIFICATION_FAILED");
-        assert!(
-            a.message()
-                .starts_with("no chain backend configured for solana"),
-            "{}",
-            a.message()
-        );
+        assert!(a.message().starts_with("no chain backend configured for solana"), "{}", a.message());
     }
     let evm = json!({"walletAddress": EVM_A, "recipientAddress": EVM_B, "amount": 0.5, "network": "eip155:8453"});
     let a = t.post_json("/payment/send", &key, &evm).await;
     assert_eq!(a.message(), "no chain backend configured for eip155:8453");
     let mixed = json!({"walletAddress": EVM_A, "recipientAddress": EVM_B, "amount": 0.5, "network": "solana-devnet"});
-    assert_envelope(
-        &t.post_json("/payment/send", &key, &mixed).await,
-        StatusCode::BAD_REQUEST,
-        "INVALID_PARAMETERS",
-    );
+    assert_envelope(&t.post_json("/payment/send", &key, &mixed).await, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
 }
 
 #[tokio::test]
@@ -464,11 +306,7 @@ async fn receive_checks_the_proof_before_the_chain() {
             &json!({"walletAddress": SOL_A, "paymentProof": "%%%", "expectedAmount": 0.01}),
         )
         .await;
-    assert_envelope(
-        &garbage,
-        StatusCode::PAYMENT_REQUIRED,
-        "INVALID_PAYMENT_PROOF",
-    );
+    assert_envelope(&garbage, StatusCode::PAYMENT_REQUIRED, "INVALID_PAYMENT_PROOF");
     let proof = tollgate_protocol::x402::header::encode(&json!({
         "x402Version": 1, "scheme": "exact-native", "network": "solana-devnet", "payload": {"transaction": "AQID"}
     }))
@@ -480,16 +318,18 @@ async fn receive_checks_the_proof_before_the_chain() {
             &json!({"walletAddress": EVM_A, "paymentProof": proof, "expectedAmount": 0.01}),
         )
         .await;
-    assert_envelope(
-        &wrong_family,
-        StatusCode::PAYMENT_REQUIRED,
-        "INVALID_PAYMENT_PROOF",
-    );
+    assert_envelope(&wrong_family, StatusCode::PAYMENT_REQUIRED, "INVALID_PAYMENT_PROOF");
     let not_allowed = t
         .post_json("/payment/receive", &key, &json!({"walletAddress": SOL_A, "paymentProof": proof, "expectedAmount": 0.01, "facilitatorUrl": "https://x402.example"}))
         .await;
     assert_envelope(&not_allowed, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
-    let bad_timeout = t.post_json("/payment/receive", &key, &json!({"walletAddress": SOL_A, "paymentProof": proof, "expectedAmount": 0.01, "timeout": 0})).await;
+    let bad_timeout = t
+        .post_json(
+            "/payment/receive",
+            &key,
+            &json!({"walletAddress": SOL_A, "paymentProof": proof, "expectedAmount": 0.01, "timeout": 0}),
+        )
+        .await;
     assert_envelope(&bad_timeout, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
     let ok = t
         .post_json(
@@ -499,10 +339,7 @@ async fn receive_checks_the_proof_before_the_chain() {
         )
         .await;
     assert_envelope(&ok, StatusCode::BAD_GATEWAY, "PAYMENT_VERIFICATION_FAILED");
-    assert_eq!(
-        ok.message(),
-        "no chain backend configured for solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"
-    );
+    assert_eq!(ok.message(), "no chain backend configured for solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1");
 }
 
 fn stored_payment(id: &str, owner: &str, from: &str, to: &str, seconds: i64) -> NewPayment {
@@ -535,14 +372,8 @@ async fn status_and_history_show_only_the_callers_payments() {
     let (alice, alice_account) = t.key(Plan::Standard, None).await;
     let (bob, _) = t.key(Plan::Standard, None).await;
     let (alice_rotated, _) = t.key(Plan::Standard, Some(&alice_account)).await;
-    t.store
-        .insert_payment(&stored_payment("pay_1", &alice_account, SOL_A, SOL_B, 0))
-        .await
-        .unwrap();
-    t.store
-        .insert_payment(&stored_payment("pay_2", &alice_account, SOL_B, SOL_A, 1))
-        .await
-        .unwrap();
+    t.store.insert_payment(&stored_payment("pay_1", &alice_account, SOL_A, SOL_B, 0)).await.unwrap();
+    t.store.insert_payment(&stored_payment("pay_2", &alice_account, SOL_B, SOL_A, 1)).await.unwrap();
 
     let mine = t.get("/payment/status/pay_1", Some(&alice)).await;
     assert_eq!(mine.status, StatusCode::OK);
@@ -551,26 +382,15 @@ async fn status_and_history_show_only_the_callers_payments() {
     assert_eq!(mine.body["amount"], json!(0.01));
     assert_eq!(mine.body["amountAtomic"], "10000000");
     assert_eq!(mine.body["fee"], json!(0.000005));
+    assert_eq!(mine.body["network"], "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1");
     assert_eq!(
-        mine.body["network"],
-        "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"
-    );
-    assert_eq!(
-        t.get("/payment/status/pay_1", Some(&alice_rotated))
-            .await
-            .status,
+        t.get("/payment/status/pay_1", Some(&alice_rotated)).await.status,
         StatusCode::OK,
         "a rotated key sees its account's payments"
     );
-    assert_envelope(
-        &t.get("/payment/status/pay_1", Some(&bob)).await,
-        StatusCode::NOT_FOUND,
-        "NOT_FOUND",
-    );
+    assert_envelope(&t.get("/payment/status/pay_1", Some(&bob)).await, StatusCode::NOT_FOUND, "NOT_FOUND");
 
-    let page = t
-        .get(&format!("/payment/history/{SOL_A}"), Some(&alice))
-        .await;
+    let page = t.get(&format!("/payment/history/{SOL_A}"), Some(&alice)).await;
     assert_eq!(page.status, StatusCode::OK);
     assert_eq!(page.body["total"], 2);
     assert_eq!(page.body["limit"], 50);
@@ -579,17 +399,10 @@ async fn status_and_history_show_only_the_callers_payments() {
     assert_eq!(page.body["payments"][0]["paymentId"], "pay_2");
     assert_eq!(page.body["payments"][0]["direction"], "received");
     assert_eq!(page.body["payments"][1]["direction"], "sent");
-    let sent = t
-        .get(
-            &format!("/payment/history/{SOL_A}?type=sent&limit=1"),
-            Some(&alice),
-        )
-        .await;
+    let sent = t.get(&format!("/payment/history/{SOL_A}?type=sent&limit=1"), Some(&alice)).await;
     assert_eq!(sent.body["total"], 1);
     assert_eq!(sent.body["payments"][0]["paymentId"], "pay_1");
-    let bobs_view = t
-        .get(&format!("/payment/history/{SOL_A}"), Some(&bob))
-        .await;
+    let bobs_view = t.get(&format!("/payment/history/{SOL_A}"), Some(&bob)).await;
     assert_eq!(bobs_view.body["total"], 0);
     assert_eq!(bobs_view.body["payments"], json!([]));
 }
@@ -598,44 +411,28 @@ async fn status_and_history_show_only_the_callers_payments() {
 async fn idempotency_keys_replay_and_conflict() {
     let t = TestApp::new().await;
     let (key, _) = t.key(Plan::Standard, None).await;
-    let body =
-        json!({"walletAddress": SOL_A, "recipientAddress": "nope", "amount": 0.01}).to_string();
-    let first = t
-        .post("/payment/send", &key, body.clone(), Some("order-1"))
-        .await;
+    let body = json!({"walletAddress": SOL_A, "recipientAddress": "nope", "amount": 0.01}).to_string();
+    let first = t.post("/payment/send", &key, body.clone(), Some("order-1")).await;
     assert_envelope(&first, StatusCode::BAD_REQUEST, "INVALID_RECIPIENT");
     assert!(!first.headers.contains_key("idempotent-replayed"));
-    let replay = t
-        .post("/payment/send", &key, body.clone(), Some("order-1"))
-        .await;
+    let replay = t.post("/payment/send", &key, body.clone(), Some("order-1")).await;
     assert_eq!(replay.status, first.status);
     assert_eq!(replay.body, first.body);
     assert_eq!(replay.headers["idempotent-replayed"], "true");
-    let other_body =
-        json!({"walletAddress": SOL_A, "recipientAddress": "nope", "amount": 0.02}).to_string();
+    let other_body = json!({"walletAddress": SOL_A, "recipientAddress": "nope", "amount": 0.02}).to_string();
     assert_envelope(
-        &t.post("/payment/send", &key, other_body, Some("order-1"))
-            .await,
+        &t.post("/payment/send", &key, other_body, Some("order-1")).await,
         StatusCode::CONFLICT,
         "IDEMPOTENCY_CONFLICT",
     );
     // Another API key has its own idempotency keys.
     let (other_key, _) = t.key(Plan::Standard, None).await;
     assert!(
-        !t.post("/payment/send", &other_key, body, Some("order-1"))
-            .await
-            .headers
-            .contains_key("idempotent-replayed")
+        !t.post("/payment/send", &other_key, body, Some("order-1")).await.headers.contains_key("idempotent-replayed")
     );
     // 5xx answers are not remembered: the retry runs again.
-    let valid =
-        json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": 0.01}).to_string();
-    assert_eq!(
-        t.post("/payment/send", &key, valid.clone(), Some("order-2"))
-            .await
-            .status,
-        StatusCode::BAD_GATEWAY
-    );
+    let valid = json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": 0.01}).to_string();
+    assert_eq!(t.post("/payment/send", &key, valid.clone(), Some("order-2")).await.status, StatusCode::BAD_GATEWAY);
     let again = t.post("/payment/send", &key, valid, Some("order-2")).await;
     assert_eq!(again.status, StatusCode::BAD_GATEWAY);
     assert!(!again.headers.contains_key("idempotent-replayed"));
@@ -651,31 +448,15 @@ async fn idempotency_keys_replay_and_conflict() {
 async fn request_ids_are_set_or_echoed() {
     let t = TestApp::new().await;
     let a = t.get("/healthz", None).await;
-    assert!(
-        a.headers["x-request-id"]
-            .to_str()
-            .unwrap()
-            .starts_with("req_")
-    );
-    let mine = t
-        .call(
-            Request::get("/nowhere")
-                .header("x-request-id", "trace-42")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    assert!(a.headers["x-request-id"].to_str().unwrap().starts_with("req_"));
+    let mine = t.call(Request::get("/nowhere").header("x-request-id", "trace-42").body(Body::empty()).unwrap()).await;
     assert_eq!(mine.headers["x-request-id"], "trace-42");
     assert_eq!(mine.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn supported_can_be_public() {
-    let t = TestApp::with_config(Config {
-        public_supported: true,
-        ..Config::default()
-    })
-    .await;
+    let t = TestApp::with_config(Config { public_supported: true, ..Config::default() }).await;
     let a = t.get("/supported", None).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.body["kinds"], json!([]));
@@ -686,11 +467,7 @@ async fn openapi_describes_every_endpoint_of_the_contract() {
     let t = TestApp::new().await;
     let doc = t.get("/openapi.json", None).await;
     assert_eq!(doc.status, StatusCode::OK);
-    assert!(
-        doc.body["openapi"].as_str().unwrap().starts_with("3.1"),
-        "{}",
-        doc.body["openapi"]
-    );
+    assert!(doc.body["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc.body["openapi"]);
     let paths = doc.body["paths"].as_object().unwrap();
     for (path, method) in [
         ("/payment/send", "post"),
@@ -709,10 +486,7 @@ async fn openapi_describes_every_endpoint_of_the_contract() {
         ("/readyz", "get"),
         ("/openapi.json", "get"),
     ] {
-        assert!(
-            paths.get(path).and_then(|p| p.get(method)).is_some(),
-            "{method} {path} missing"
-        );
+        assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} missing");
     }
     assert!(doc.body["components"]["schemas"]["PaymentRecord"].is_object());
     assert!(doc.body["components"]["securitySchemes"]["bearer"].is_object());

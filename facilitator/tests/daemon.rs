@@ -27,11 +27,7 @@ fn command(dir: &Path) -> Command {
 /// Runs a CLI command to completion; returns stdout.
 fn cli(dir: &Path, args: &[&str]) -> String {
     let out = command(dir).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -54,40 +50,24 @@ impl Daemon {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(i) = line.find("listening on http://") {
-                    let _ = tx.send(
-                        line[i + "listening on ".len()..]
-                            .split_whitespace()
-                            .next()
-                            .unwrap_or("")
-                            .to_owned(),
-                    );
+                    let _ =
+                        tx.send(line[i + "listening on ".len()..].split_whitespace().next().unwrap_or("").to_owned());
                 }
             }
         });
-        let base = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the daemon did not report its address");
+        let base = rx.recv_timeout(Duration::from_secs(30)).expect("the daemon did not report its address");
         Self { child, base }
     }
 
     fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not stop after SIGTERM"
-            );
+            assert!(Instant::now() < deadline, "the daemon did not stop after SIGTERM");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -99,10 +79,7 @@ impl Drop for Daemon {
     }
 }
 
-async fn call(
-    client: &reqwest::Client,
-    req: reqwest::RequestBuilder,
-) -> (u16, reqwest::header::HeaderMap, Value) {
+async fn call(client: &reqwest::Client, req: reqwest::RequestBuilder) -> (u16, reqwest::header::HeaderMap, Value) {
     let response = client.execute(req.build().unwrap()).await.unwrap();
     let status = response.status().as_u16();
     let headers = response.headers().clone();
@@ -114,17 +91,9 @@ async fn call(
 async fn starts_without_config_and_answers_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(dir.path());
-    assert!(
-        dir.path().join("tollgate.db").exists(),
-        "the default SQLite file is created in the working directory"
-    );
+    assert!(dir.path().join("tollgate.db").exists(), "the default SQLite file is created in the working directory");
 
-    let standard = cli(
-        dir.path(),
-        &["keys", "create", "--plan", "standard", "--label", "e2e"],
-    )
-    .trim()
-    .to_owned();
+    let standard = cli(dir.path(), &["keys", "create", "--plan", "standard", "--label", "e2e"]).trim().to_owned();
     assert!(standard.starts_with("tg_live_"), "{standard}");
     let listing = cli(dir.path(), &["keys", "list"]);
     assert!(listing.contains("standard") && listing.contains("e2e"));
@@ -135,27 +104,15 @@ async fn starts_without_config_and_answers_the_contract() {
     let history = url("/payment/history/9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin");
 
     let (s, h, b) = call(&client, client.get(&history)).await;
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (401, Some("UNAUTHORIZED"))
-    );
+    assert_eq!((s, b["error"]["code"].as_str()), (401, Some("UNAUTHORIZED")));
     assert!(h.contains_key("x-request-id"));
-    let (s, _, _) = call(
-        &client,
-        client
-            .get(&history)
-            .bearer_auth("tg_live_1111111111111111111111111111111111111111111"),
-    )
-    .await;
+    let (s, _, _) =
+        call(&client, client.get(&history).bearer_auth("tg_live_1111111111111111111111111111111111111111111")).await;
     assert_eq!(s, 401);
 
     let (s, _, b) = call(
         &client,
-        client
-            .get(url(
-                "/token/info/9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin",
-            ))
-            .bearer_auth(&standard),
+        client.get(url("/token/info/9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin")).bearer_auth(&standard),
     )
     .await;
     assert_eq!((s, b["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
@@ -169,45 +126,22 @@ async fn starts_without_config_and_answers_the_contract() {
             .body("{oops"),
     )
     .await;
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (400, Some("INVALID_PARAMETERS"))
-    );
-    let (s, _, b) = call(
-        &client,
-        client
-            .get(format!("{history}?limit=501"))
-            .bearer_auth(&standard),
-    )
-    .await;
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (400, Some("INVALID_PARAMETERS"))
-    );
-    let (s, _, b) = call(
-        &client,
-        client
-            .get(url("/payment/status/pay_01JD3Q8Z7Y6X5W4V3T2S1R0Q9P"))
-            .bearer_auth(&standard),
-    )
-    .await;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("INVALID_PARAMETERS")));
+    let (s, _, b) = call(&client, client.get(format!("{history}?limit=501")).bearer_auth(&standard)).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("INVALID_PARAMETERS")));
+    let (s, _, b) =
+        call(&client, client.get(url("/payment/status/pay_01JD3Q8Z7Y6X5W4V3T2S1R0Q9P")).bearer_auth(&standard)).await;
     assert_eq!((s, b["error"]["code"].as_str()), (404, Some("NOT_FOUND")));
+    // A Solana address that is not one of this account's custodial wallets.
     let (s, _, b) = call(&client, client.post(url("/payment/send")).bearer_auth(&standard).json(&json!({
         "walletAddress": "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin", "recipientAddress": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "amount": 0.01
     }))).await;
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (502, Some("PAYMENT_VERIFICATION_FAILED"))
-    );
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
 
     // 6 requests made so far with this key; the 101st in the minute is refused.
     let mut statuses = Vec::new();
     for _ in 0..95 {
-        statuses.push(
-            call(&client, client.get(&history).bearer_auth(&standard))
-                .await
-                .0,
-        );
+        statuses.push(call(&client, client.get(&history).bearer_auth(&standard)).await.0);
     }
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let (s, h, b) = call(&client, client.get(&history).bearer_auth(&standard)).await;
@@ -216,45 +150,58 @@ async fn starts_without_config_and_answers_the_contract() {
     assert!((1..=60).contains(&retry), "{retry}");
     assert_eq!(h["x-ratelimit-remaining"], "0");
 
+    // Hosted mode end to end on the embedded ledger: a custodial wallet made by the CLI (its key
+    // sealed under the development master key, kept 0600 beside the database), funded, paying.
+    let premium = cli(dir.path(), &["keys", "create", "--plan", "premium", "--test"]).trim().to_owned();
+    let premium_id =
+        cli(dir.path(), &["keys", "list"]).lines().last().unwrap().split_whitespace().next().unwrap().to_owned();
+    let payer = cli(dir.path(), &["wallets", "create", "--key", &premium_id, "--chain", "solana"]).trim().to_owned();
+    let payee = cli(dir.path(), &["wallets", "create", "--key", &premium_id, "--chain", "solana"]).trim().to_owned();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir.path().join("tollgate-master.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let (s, _, b) = call(
+        &client,
+        client.post(url("/dev/airdrop")).bearer_auth(&premium).json(&json!({"address": payer, "amount": 1})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, _, b) = call(
+        &client,
+        client
+            .post(url("/payment/send"))
+            .bearer_auth(&premium)
+            .json(&json!({"walletAddress": payer, "recipientAddress": payee, "amount": 0.25})),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("confirmed")), "{b}");
+    assert!(b["paymentProof"].is_string());
+    let (_, _, history) =
+        call(&client, client.get(url(&format!("/payment/history/{payee}"))).bearer_auth(&premium)).await;
+    assert_eq!(history["payments"][0]["direction"], "received");
+
     // Deleting through the CLI (another process) takes effect once the key cache expires.
-    let id = cli(dir.path(), &["keys", "list"])
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let id = cli(dir.path(), &["keys", "list"]).lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
     cli(dir.path(), &["keys", "delete", &id]);
     assert!(!cli(dir.path(), &["keys", "list"]).contains(&id));
 
     let status = daemon.terminate();
-    assert!(
-        status.success(),
-        "graceful shutdown exits 0, got {status:?}"
-    );
+    assert!(status.success(), "graceful shutdown exits 0, got {status:?}");
 }
 
 #[test]
 fn cli_refuses_bad_input_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let out = command(dir.path())
-        .args(["keys", "create", "--plan", "gold"])
-        .output()
-        .unwrap();
+    let out = command(dir.path()).args(["keys", "create", "--plan", "gold"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown plan"));
-    let out = command(dir.path())
-        .args(["keys", "delete", "key_missing"])
-        .output()
-        .unwrap();
+    let out = command(dir.path()).args(["keys", "delete", "key_missing"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no key key_missing"));
-    let out = command(dir.path())
-        .args(["keys", "list"])
-        .env("TOLLGATE_LISTEN", "nonsense")
-        .output()
-        .unwrap();
+    let out = command(dir.path()).args(["keys", "list"]).env("TOLLGATE_LISTEN", "nonsense").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TOLLGATE_LISTEN"));
 }

@@ -47,50 +47,25 @@ async fn keys_never_appear_in_logs() {
         ..Config::default()
     };
     let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
-    let new = NewKey {
-        plan: Plan::Premium,
-        rpm: None,
-        label: None,
-        account: None,
-        env: KeyEnv::Live,
-    };
-    let key = create_key(&*store, new, chrono::Utc::now())
-        .await
-        .unwrap()
-        .secret
-        .expose()
-        .to_owned();
+    let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Live };
+    let key = create_key(&*store, new, chrono::Utc::now()).await.unwrap().secret.expose().to_owned();
     let app = router(AppState::new(config, store, Arc::new(SystemClock)));
 
     let requests = [
-        Request::get("/supported")
-            .header("authorization", format!("Bearer {key}"))
-            .body(Body::empty())
-            .unwrap(),
-        Request::get(format!("/ws?api-key={key}"))
-            .body(Body::empty())
-            .unwrap(),
+        Request::get("/supported").header("authorization", format!("Bearer {key}")).body(Body::empty()).unwrap(),
+        Request::get(format!("/ws?api-key={key}")).body(Body::empty()).unwrap(),
         Request::post("/payment/send")
             .header("authorization", format!("Bearer {key}"))
             .body(Body::from("{broken"))
             .unwrap(),
-        Request::get("/supported")
-            .header("authorization", format!("Bearer {key}x"))
-            .body(Body::empty())
-            .unwrap(),
+        Request::get("/supported").header("authorization", format!("Bearer {key}x")).body(Body::empty()).unwrap(),
     ];
     for req in requests {
         let _ = app.clone().oneshot(req).await.unwrap();
     }
 
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(
-        logs.contains("/supported") && logs.contains("/ws"),
-        "the requests were logged:\n{logs}"
-    );
+    assert!(logs.contains("/supported") && logs.contains("/ws"), "the requests were logged:\n{logs}");
     let secret_part = &key["tg_live_".len()..];
-    assert!(
-        !logs.contains(secret_part),
-        "an API key leaked into the logs:\n{logs}"
-    );
+    assert!(!logs.contains(secret_part), "an API key leaked into the logs:\n{logs}");
 }

@@ -87,11 +87,7 @@ fn eip55(bytes: &[u8; 20]) -> String {
     out.push_str("0x");
     for (i, c) in lower.chars().enumerate() {
         let nibble = (hash[i / 2] >> if i % 2 == 0 { 4 } else { 0 }) & 0x0f;
-        out.push(if nibble >= 8 {
-            c.to_ascii_uppercase()
-        } else {
-            c
-        });
+        out.push(if nibble >= 8 { c.to_ascii_uppercase() } else { c });
     }
     out
 }
@@ -112,8 +108,7 @@ impl FromStr for Address {
                 let pair = std::str::from_utf8(chunk).map_err(|_| AddressError::EvmFormat)?;
                 bytes[i] = u8::from_str_radix(pair, 16).map_err(|_| AddressError::EvmFormat)?;
             }
-            let mixed = hex.bytes().any(|b| b.is_ascii_lowercase())
-                && hex.bytes().any(|b| b.is_ascii_uppercase());
+            let mixed = hex.bytes().any(|b| b.is_ascii_lowercase()) && hex.bytes().any(|b| b.is_ascii_uppercase());
             if mixed {
                 let expected = eip55(&bytes);
                 if expected != s {
@@ -125,9 +120,7 @@ impl FromStr for Address {
         if s.len() > 44 || !s.bytes().all(is_base58_char) {
             return Err(AddressError::SolanaFormat);
         }
-        let decoded = bs58::decode(s)
-            .into_vec()
-            .map_err(|_| AddressError::SolanaFormat)?;
+        let decoded = bs58::decode(s).into_vec().map_err(|_| AddressError::SolanaFormat)?;
         let bytes: [u8; 32] = decoded.try_into().map_err(|_| AddressError::SolanaFormat)?;
         Ok(Self::Solana(bytes))
     }
@@ -181,41 +174,19 @@ mod tests {
             assert_eq!(good.to_lowercase().parse::<Address>().unwrap(), a);
         }
         let typo = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD";
-        assert!(matches!(
-            typo.parse::<Address>(),
-            Err(AddressError::EvmChecksum { .. })
-        ));
+        assert!(matches!(typo.parse::<Address>(), Err(AddressError::EvmChecksum { .. })));
         assert_eq!("0x123".parse::<Address>(), Err(AddressError::EvmFormat));
-        assert_eq!(
-            "0xZZ5aeb6053f3e94c9b9a09f33669435e7ef1beaed0".parse::<Address>(),
-            Err(AddressError::EvmFormat)
-        );
+        assert_eq!("0xZZ5aeb6053f3e94c9b9a09f33669435e7ef1beaed0".parse::<Address>(), Err(AddressError::EvmFormat));
     }
 
     #[test]
     fn solana_keys_are_32_bytes_of_base58() {
-        let a: Address = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
-            .parse()
-            .unwrap();
+        let a: Address = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".parse().unwrap();
         assert_eq!(a.family(), ChainFamily::Solana);
-        assert_eq!(
-            a.to_string(),
-            "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
-        );
-        assert_eq!(
-            "11111111111111111111111111111111"
-                .parse::<Address>()
-                .unwrap(),
-            Address::Solana([0; 32])
-        );
-        assert_eq!(
-            "9xQeWvG816bUx9EPjHmaT23".parse::<Address>(),
-            Err(AddressError::SolanaFormat)
-        );
-        assert_eq!(
-            "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFi0".parse::<Address>(),
-            Err(AddressError::SolanaFormat)
-        );
+        assert_eq!(a.to_string(), "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin");
+        assert_eq!("11111111111111111111111111111111".parse::<Address>().unwrap(), Address::Solana([0; 32]));
+        assert_eq!("9xQeWvG816bUx9EPjHmaT23".parse::<Address>(), Err(AddressError::SolanaFormat));
+        assert_eq!("9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFi0".parse::<Address>(), Err(AddressError::SolanaFormat));
         assert_eq!("".parse::<Address>(), Err(AddressError::Empty));
         assert_eq!(Address::detect_family("0xabc"), Some(ChainFamily::Evm));
         assert_eq!(Address::detect_family("9xQe"), Some(ChainFamily::Solana));

@@ -95,9 +95,7 @@ impl FromStr for AtomicAmount {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(AmountError::NotANumber(truncate_for_error(s)));
         }
-        s.parse::<u128>()
-            .map(Self)
-            .map_err(|_| AmountError::TooLarge)
+        s.parse::<u128>().map(Self).map_err(|_| AmountError::TooLarge)
     }
 }
 
@@ -195,24 +193,17 @@ impl DecimalAmount {
                 return Err(bad());
             }
             // Saturate absurd exponents instead of overflowing; they are refused below.
-            let magnitude = exp_text.trim_start_matches('0').parse::<i64>().unwrap_or(
-                if exp_text.trim_start_matches('0').is_empty() {
-                    0
-                } else {
-                    i64::MAX / 2
-                },
-            );
+            let magnitude = exp_text
+                .trim_start_matches('0')
+                .parse::<i64>()
+                .unwrap_or(if exp_text.trim_start_matches('0').is_empty() { 0 } else { i64::MAX / 2 });
             exponent = if negative { -magnitude } else { magnitude };
         }
         if i != bytes.len() {
             return Err(bad());
         }
 
-        let mut digits: Vec<u8> = int_part
-            .bytes()
-            .chain(frac_part.bytes())
-            .map(|b| b - b'0')
-            .collect();
+        let mut digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).map(|b| b - b'0').collect();
         let mut scale = frac_part.len() as i64 - exponent;
         // Normalise: drop leading zeros, then trailing zeros of the fraction.
         let leading = digits.iter().take_while(|&&d| d == 0).count();
@@ -236,10 +227,7 @@ impl DecimalAmount {
             digits.extend(std::iter::repeat_n(0, (-scale) as usize));
             scale = 0;
         }
-        Ok(Self {
-            digits,
-            scale: scale as u32,
-        })
+        Ok(Self { digits, scale: scale as u32 })
     }
 
     /// Converts to atomic units for an asset with `decimals` decimals.
@@ -257,10 +245,7 @@ impl DecimalAmount {
         let shift = u32::from(decimals) - self.scale;
         let mut value: u128 = 0;
         for &d in &self.digits {
-            value = value
-                .checked_mul(10)
-                .and_then(|v| v.checked_add(u128::from(d)))
-                .ok_or(AmountError::TooLarge)?;
+            value = value.checked_mul(10).and_then(|v| v.checked_add(u128::from(d))).ok_or(AmountError::TooLarge)?;
         }
         value
             .checked_mul(10u128.checked_pow(shift).ok_or(AmountError::TooLarge)?)
@@ -272,10 +257,7 @@ impl DecimalAmount {
     #[must_use]
     pub fn from_atomic(amount: AtomicAmount, decimals: u8) -> Self {
         // `format_atomic` always yields valid grammar; parse cannot fail on it.
-        Self::parse(&format_atomic(amount.0, decimals)).unwrap_or(Self {
-            digits: Vec::new(),
-            scale: 0,
-        })
+        Self::parse(&format_atomic(amount.0, decimals)).unwrap_or(Self { digits: Vec::new(), scale: 0 })
     }
 
     /// True for zero.
@@ -337,18 +319,10 @@ fn format_atomic(value: u128, decimals: u8) -> String {
     if decimals == 0 {
         return text;
     }
-    let padded = if text.len() <= decimals {
-        format!("{}{text}", "0".repeat(decimals + 1 - text.len()))
-    } else {
-        text
-    };
+    let padded = if text.len() <= decimals { format!("{}{text}", "0".repeat(decimals + 1 - text.len())) } else { text };
     let (int, frac) = padded.split_at(padded.len() - decimals);
     let frac = frac.trim_end_matches('0');
-    if frac.is_empty() {
-        int.to_owned()
-    } else {
-        format!("{int}.{frac}")
-    }
+    if frac.is_empty() { int.to_owned() } else { format!("{int}.{frac}") }
 }
 
 fn truncate_for_error(s: &str) -> String {
@@ -361,9 +335,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn atomic(text: &str, decimals: u8) -> Result<u128, AmountError> {
-        DecimalAmount::parse(text)?
-            .to_atomic(decimals)
-            .map(AtomicAmount::get)
+        DecimalAmount::parse(text)?.to_atomic(decimals).map(AtomicAmount::get)
     }
 
     #[test]
@@ -381,10 +353,7 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_exact_or_not_a_number() {
-        assert_eq!(
-            atomic("0.0000000001", 9),
-            Err(AmountError::TooManyDecimals { max: 9 })
-        );
+        assert_eq!(atomic("0.0000000001", 9), Err(AmountError::TooManyDecimals { max: 9 }));
         assert_eq!(atomic("-0.01", 9), Err(AmountError::Negative));
         for bad in [
             "NaN",
@@ -404,16 +373,10 @@ mod tests {
             "--1",
             "1,5",
         ] {
-            assert!(
-                matches!(atomic(bad, 9), Err(AmountError::NotANumber(_))),
-                "{bad:?} accepted"
-            );
+            assert!(matches!(atomic(bad, 9), Err(AmountError::NotANumber(_))), "{bad:?} accepted");
         }
         assert_eq!(atomic("1e40", 9), Err(AmountError::TooLarge));
-        assert_eq!(
-            atomic("1e99999999999999999999", 9),
-            Err(AmountError::TooLarge)
-        );
+        assert_eq!(atomic("1e99999999999999999999", 9), Err(AmountError::TooLarge));
         assert!(atomic("1e-99999999999999999999", 9).is_err());
     }
 
@@ -426,31 +389,19 @@ mod tests {
         assert_eq!(v.to_string(), "0.3");
         assert!(serde_json::from_str::<DecimalAmount>("\"0.1\"").is_err());
         assert!(serde_json::from_str::<DecimalAmount>("-1").is_err());
-        assert_eq!(
-            serde_json::to_string(&DecimalAmount::parse("1e-2").unwrap()).unwrap(),
-            "0.01"
-        );
+        assert_eq!(serde_json::to_string(&DecimalAmount::parse("1e-2").unwrap()).unwrap(), "0.01");
     }
 
     #[test]
     fn formats_atomic_back() {
         assert_eq!(AtomicAmount(10_000_000).to_decimal_string(9), "0.01");
-        assert_eq!(
-            AtomicAmount(1).to_decimal_string(18),
-            "0.000000000000000001"
-        );
+        assert_eq!(AtomicAmount(1).to_decimal_string(18), "0.000000000000000001");
         assert_eq!(AtomicAmount(5_000_000_000).to_decimal_string(9), "5");
         assert_eq!(AtomicAmount(0).to_decimal_string(9), "0");
-        assert_eq!(
-            serde_json::to_string(&AtomicAmount(u128::MAX)).unwrap(),
-            format!("\"{}\"", u128::MAX)
-        );
+        assert_eq!(serde_json::to_string(&AtomicAmount(u128::MAX)).unwrap(), format!("\"{}\"", u128::MAX));
         assert!("12a".parse::<AtomicAmount>().is_err());
         assert_eq!("-5".parse::<AtomicAmount>(), Err(AmountError::Negative));
-        assert_eq!(
-            "340282366920938463463374607431768211456".parse::<AtomicAmount>(),
-            Err(AmountError::TooLarge)
-        );
+        assert_eq!("340282366920938463463374607431768211456".parse::<AtomicAmount>(), Err(AmountError::TooLarge));
     }
 
     proptest! {

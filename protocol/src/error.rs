@@ -138,13 +138,7 @@ impl ErrorEnvelope {
     /// An envelope with the code's default remedy.
     #[must_use]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            error: ErrorBody {
-                code,
-                message: message.into(),
-                remedy: code.default_remedy().to_owned(),
-            },
-        }
+        Self { error: ErrorBody { code, message: message.into(), remedy: code.default_remedy().to_owned() } }
     }
 }
 

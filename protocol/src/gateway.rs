@@ -123,15 +123,8 @@ pub enum PaymentStatus {
 
 impl PaymentStatus {
     /// Every status.
-    pub const ALL: [Self; 7] = [
-        Self::Built,
-        Self::Verified,
-        Self::Submitted,
-        Self::Pending,
-        Self::Confirmed,
-        Self::Failed,
-        Self::Expired,
-    ];
+    pub const ALL: [Self; 7] =
+        [Self::Built, Self::Verified, Self::Submitted, Self::Pending, Self::Confirmed, Self::Failed, Self::Expired];
 
     /// `confirmed`, `failed` and `expired` never change again.
     #[must_use]
@@ -396,17 +389,10 @@ mod tests {
 
     #[test]
     fn send_request_reads_amounts_exactly_and_refuses_unknown_fields() {
-        let body =
-            r#"{"walletAddress":"a","recipientAddress":"b","amount":0.1,"priorityFee":1e-5}"#;
+        let body = r#"{"walletAddress":"a","recipientAddress":"b","amount":0.1,"priorityFee":1e-5}"#;
         let req: SendPaymentRequest = serde_json::from_str(body).unwrap();
-        assert_eq!(
-            req.amount.to_atomic(18).unwrap().get(),
-            100_000_000_000_000_000
-        );
-        assert_eq!(
-            req.priority_fee.unwrap().to_atomic(9).unwrap().get(),
-            10_000
-        );
+        assert_eq!(req.amount.to_atomic(18).unwrap().get(), 100_000_000_000_000_000);
+        assert_eq!(req.priority_fee.unwrap().to_atomic(9).unwrap().get(), 10_000);
         let typo = r#"{"walletAddress":"a","recipientAddress":"b","ammount":0.1}"#;
         assert!(serde_json::from_str::<SendPaymentRequest>(typo).is_err());
         let string_amount = r#"{"walletAddress":"a","recipientAddress":"b","amount":"0.1"}"#;
@@ -438,10 +424,7 @@ mod tests {
             payer: None,
         };
         let text = serde_json::to_string(&record).unwrap();
-        assert!(
-            text.contains(r#""amount":0.01,"amountAtomic":"10000000""#),
-            "{text}"
-        );
+        assert!(text.contains(r#""amount":0.01,"amountAtomic":"10000000""#), "{text}");
         assert!(text.contains(r#""fee":0.000005"#), "{text}");
         let back: PaymentRecord = serde_json::from_str(&text).unwrap();
         assert_eq!(back, record);

@@ -149,17 +149,13 @@ impl Network {
     /// The x402 v1 short name, when this network has one.
     #[must_use]
     pub fn v1_name(&self) -> Option<&'static str> {
-        V1_NAMES
-            .iter()
-            .find(|(_, id)| id.matches(self))
-            .map(|(name, _)| *name)
+        V1_NAMES.iter().find(|(_, id)| id.matches(self)).map(|(name, _)| *name)
     }
 
     /// The v1 short name when there is one, otherwise CAIP-2 (what to put in a v1 message).
     #[must_use]
     pub fn v1_name_or_caip2(&self) -> String {
-        self.v1_name()
-            .map_or_else(|| self.to_string(), str::to_owned)
+        self.v1_name().map_or_else(|| self.to_string(), str::to_owned)
     }
 }
 
@@ -190,20 +186,12 @@ impl FromStr for Network {
                 {
                     return Err(err());
                 }
-                reference
-                    .parse::<u64>()
-                    .map(Self::Eip155)
-                    .map_err(|_| err())
+                reference.parse::<u64>().map(Self::Eip155).map_err(|_| err())
             }
             "solana" => {
                 // CAIP-2 references are 1..=32 characters; Solana uses base58 genesis prefixes.
-                let ok = (1..=32).contains(&reference.len())
-                    && bs58::decode(reference).into_vec().is_ok();
-                if ok {
-                    Ok(Self::Solana(reference.to_owned()))
-                } else {
-                    Err(err())
-                }
+                let ok = (1..=32).contains(&reference.len()) && bs58::decode(reference).into_vec().is_ok();
+                if ok { Ok(Self::Solana(reference.to_owned())) } else { Err(err()) }
             }
             _ => Err(err()),
         }
@@ -262,11 +250,7 @@ mod tests {
         ] {
             assert!(bad.parse::<Network>().is_err(), "{bad:?} accepted");
         }
-        assert!(
-            "solana:123456789012345678901234567890123"
-                .parse::<Network>()
-                .is_err()
-        );
+        assert!("solana:123456789012345678901234567890123".parse::<Network>().is_err());
     }
 
     #[test]

@@ -7,25 +7,17 @@ use utoipa::{PartialSchema, ToSchema};
 use crate::{Address, AtomicAmount, DecimalAmount, Network};
 
 fn scalar(ty: Type, description: &str, example: &str, pattern: Option<&str>) -> RefOr<Schema> {
-    let mut b = ObjectBuilder::new()
-        .schema_type(ty)
-        .description(Some(description));
+    let mut b = ObjectBuilder::new().schema_type(ty).description(Some(description));
     if let Some(p) = pattern {
         b = b.pattern(Some(p));
     }
-    let example: serde_json::Value =
-        serde_json::from_str(example).unwrap_or(serde_json::Value::Null);
+    let example: serde_json::Value = serde_json::from_str(example).unwrap_or(serde_json::Value::Null);
     RefOr::T(Schema::Object(b.examples([example]).build()))
 }
 
 impl PartialSchema for DecimalAmount {
     fn schema() -> RefOr<Schema> {
-        scalar(
-            Type::Number,
-            "Whole native units, read exactly from the JSON text (never rounded).",
-            "0.01",
-            None,
-        )
+        scalar(Type::Number, "Whole native units, read exactly from the JSON text (never rounded).", "0.01", None)
     }
 }
 impl ToSchema for DecimalAmount {}

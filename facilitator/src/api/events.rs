@@ -28,8 +28,6 @@ pub async fn ws(req: Request) -> ApiError {
             "no payment event source is configured: payment events are produced by chain backends",
         )
     } else {
-        ApiError::invalid_params(
-            "GET /ws expects a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)",
-        )
+        ApiError::invalid_params("GET /ws expects a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)")
     }
 }

@@ -4,6 +4,7 @@
 //! route also goes through the `Idempotency-Key` layer. Anything the router does not know, and any
 //! failure anywhere, answers in the error envelope.
 
+pub mod dev;
 pub mod events;
 pub mod payments;
 pub mod system;
@@ -22,9 +23,7 @@ use axum::routing::{MethodRouter, get, post};
 use http::header::AUTHORIZATION;
 use http::{HeaderValue, Method, Uri};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
@@ -48,6 +47,7 @@ use crate::idempotency::idempotent;
         x402::verify, x402::settle, x402::supported,
         events::ws,
         system::healthz, system::readyz, system::openapi,
+        dev::airdrop,
     ),
     components(schemas(tollgate_protocol::ErrorEnvelope, tollgate_protocol::ErrorBody, tollgate_protocol::ErrorCode)),
     modifiers(&BearerAuth),
@@ -62,10 +62,7 @@ impl Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .bearer_format("tg_live_… / tg_test_…")
-                    .build(),
+                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("tg_live_… / tg_test_…").build(),
             ),
         );
     }
@@ -77,21 +74,17 @@ pub fn router(state: AppState) -> Router {
         route.layer(from_fn_with_state((state.clone(), endpoint), require_key))
     };
     let guard_post = |endpoint: Endpoint, route: MethodRouter<AppState>| {
-        guard(
-            endpoint,
-            route.layer(from_fn_with_state(state.clone(), idempotent)),
-        )
+        guard(endpoint, route.layer(from_fn_with_state(state.clone(), idempotent)))
     };
 
     let supported = get(x402::supported);
-    let supported = if state.config.public_supported {
-        supported
-    } else {
-        guard(Endpoint::Supported, supported)
-    };
+    let supported = if state.config.public_supported { supported } else { guard(Endpoint::Supported, supported) };
 
-    Router::new()
-        .route("/payment/send", guard_post(Endpoint::PaymentSend, post(payments::send)))
+    let mut app = Router::new();
+    if state.chains.embedded_solana().is_some() {
+        app = app.route("/dev/airdrop", guard_post(Endpoint::DevAirdrop, post(dev::airdrop)));
+    }
+    app.route("/payment/send", guard_post(Endpoint::PaymentSend, post(payments::send)))
         .route("/payment/receive", guard_post(Endpoint::PaymentReceive, post(payments::receive)))
         .route("/payment/status/{payment_id}", guard(Endpoint::PaymentStatus, get(payments::status)))
         .route("/payment/history/{wallet_address}", guard(Endpoint::PaymentHistory, get(payments::history)))
@@ -140,9 +133,7 @@ struct RequestIds;
 
 impl MakeRequestId for RequestIds {
     fn make_request_id<B>(&mut self, _request: &http::Request<B>) -> Option<RequestId> {
-        HeaderValue::from_str(&format!("req_{}", ulid::Ulid::new()))
-            .ok()
-            .map(RequestId::new)
+        HeaderValue::from_str(&format!("req_{}", ulid::Ulid::new())).ok().map(RequestId::new)
     }
 }
 

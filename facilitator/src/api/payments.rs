@@ -4,21 +4,21 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
+use http::StatusCode;
 use tollgate_protocol::gateway::LocalReceiveRequest;
 use tollgate_protocol::gateway::{
-    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, PaymentRecord,
-    ReceivePaymentRequest, SendPaymentRequest,
+    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, PaymentRecord, ReceivePaymentRequest,
+    SendPaymentRequest,
 };
-use tollgate_protocol::{DecimalAmount, ErrorCode, Network};
+use tollgate_protocol::{ChainFamily, DecimalAmount, ErrorCode, Network};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::chains::Target;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::validate::{
-    self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN, SEND_MAX_AMOUNT, SEND_MIN_AMOUNT, TIMEOUT_RANGE_SECS,
-};
+use crate::hosted::{self, SendOutcome};
+use crate::validate::{self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN, SEND_MAX_AMOUNT, SEND_MIN_AMOUNT, TIMEOUT_RANGE_SECS};
 
 /// Execute a payment from one of the caller's custodial wallets.
 #[utoipa::path(post, path = "/payment/send", tag = "payments", request_body = SendPaymentRequest,
@@ -33,10 +33,20 @@ use crate::validate::{
     ), security(("bearer" = [])))]
 pub async fn send(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<SendPaymentRequest>,
-) -> Result<Json<PaymentRecord>, ApiError> {
+) -> Result<(StatusCode, Json<PaymentRecord>), ApiError> {
     let target = checked_send(&state, &req, Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT)))?;
-    Err(state.chains.unavailable(&target))
+    let outcome = match &target {
+        Target::Network(n) if n.family() == ChainFamily::Solana => {
+            hosted::solana::send(&state, &caller, &req, &target).await?
+        }
+        _ => return Err(state.chains.unavailable(&target)),
+    };
+    Ok(match outcome {
+        SendOutcome::Confirmed(record) => (StatusCode::OK, Json(record)),
+        SendOutcome::Pending(record) => (StatusCode::ACCEPTED, Json(record)),
+    })
 }
 
 /// Checks a send request (hosted or local) and names its chain. `amount_bounds` are whole units.
@@ -50,12 +60,7 @@ pub(crate) fn checked_send(
     let family = payer.family();
     validate::native_amount("amount", &req.amount, family, amount_bounds)?;
     if let Some(fee) = &req.priority_fee {
-        validate::native_amount(
-            "priorityFee",
-            fee,
-            family,
-            Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)),
-        )?;
+        validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)))?;
     }
     validate::resource(req.resource.as_deref())?;
     validate::metadata(req.metadata.as_ref())?;
@@ -135,10 +140,7 @@ pub(crate) fn checked_receive(state: &AppState, r: &ReceiveFields<'_>) -> Result
     if proof_network.family() != wallet.family() {
         return Err(ApiError::new(
             ErrorCode::InvalidPaymentProof,
-            format!(
-                "the proof pays on {proof_network}, but walletAddress is a {} address",
-                wallet.family()
-            ),
+            format!("the proof pays on {proof_network}, but walletAddress is a {} address", wallet.family()),
         ));
     }
     if let Some(n) = r.network
@@ -164,17 +166,10 @@ pub async fn status(
     Extension(caller): Extension<Arc<Caller>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<PaymentRecord>, ApiError> {
-    let stored = state
-        .store
-        .get_payment(&id)
-        .await
-        .map_err(ApiError::internal)?;
+    let stored = state.store.get_payment(&id).await.map_err(ApiError::internal)?;
     match stored {
         Some(p) if p.visible_to(&caller.account_id) => Ok(Json(p.to_record())),
-        _ => Err(ApiError::not_found(format!(
-            "no payment {}",
-            id.chars().take(64).collect::<String>()
-        ))),
+        _ => Err(ApiError::not_found(format!("no payment {}", id.chars().take(64).collect::<String>()))),
     }
 }
 
@@ -194,9 +189,7 @@ pub async fn history(
     let address = validate::address("walletAddress", &wallet)?;
     let limit = query.limit.unwrap_or(HISTORY_DEFAULT_LIMIT);
     if !(1..=HISTORY_MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid_params(format!(
-            "limit must be between 1 and {HISTORY_MAX_LIMIT} (got {limit})"
-        )));
+        return Err(ApiError::invalid_params(format!("limit must be between 1 and {HISTORY_MAX_LIMIT} (got {limit})")));
     }
     let offset = query.offset.unwrap_or(0);
     if i64::try_from(offset).is_err() {
@@ -205,22 +198,13 @@ pub async fn history(
     let canonical = address.to_string();
     let page = state
         .store
-        .history(
-            &caller.account_id,
-            &canonical,
-            query.kind.direction(),
-            limit,
-            offset,
-        )
+        .history(&caller.account_id, &canonical, query.kind.direction(), limit, offset)
         .await
         .map_err(ApiError::internal)?;
     let payments = page
         .entries
         .into_iter()
-        .map(|(p, direction)| PaymentRecord {
-            direction: Some(direction),
-            ..p.to_record()
-        })
+        .map(|(p, direction)| PaymentRecord { direction: Some(direction), ..p.to_record() })
         .collect();
     Ok(Json(HistoryResponse {
         wallet_address: canonical,

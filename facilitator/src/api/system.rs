@@ -25,10 +25,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         Ok(()) => Json(json!({"status": "ready"})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "unavailable", "reason": "storage"})),
-            )
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "reason": "storage"})))
                 .into_response()
         }
     }

@@ -36,8 +36,6 @@ pub async fn info(
     ApiQuery(query): ApiQuery<TokenQuery>,
 ) -> Result<Json<TokenInfo>, ApiError> {
     let address = validate::address("mintAddress", &mint)?;
-    let target = state
-        .chains
-        .target(address.family(), query.network.as_ref())?;
+    let target = state.chains.target(address.family(), query.network.as_ref())?;
     Err(state.chains.unavailable(&target))
 }

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::{Extension, Json};
 use tollgate_protocol::gateway::{
-    ConfirmTransactionRequest, LocalReceiveRequest, PaymentMode, PaymentRecord, SendPaymentRequest,
-    UnsignedTransaction,
+    ConfirmTransactionRequest, LocalReceiveRequest, PaymentMode, PaymentRecord, SendPaymentRequest, UnsignedTransaction,
 };
 
 use super::payments::{ReceiveFields, checked_receive, checked_send};
@@ -51,12 +50,7 @@ pub async fn receive(
     let target = checked_receive(&state, &ReceiveFields::of_local(&req))?;
     if let Some(fee) = &req.priority_fee {
         let family = validate::address("walletAddress", &req.wallet_address)?.family();
-        validate::native_amount(
-            "priorityFee",
-            fee,
-            family,
-            Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)),
-        )?;
+        validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)))?;
     }
     Err(state.chains.unavailable(&target))
 }
@@ -78,29 +72,16 @@ pub async fn confirm(
         || req.transaction.len() > MAX_TX_ID_LEN
         || !req.transaction.chars().all(|c| c.is_ascii_alphanumeric())
     {
-        return Err(ApiError::invalid_params(
-            "transaction must be the transaction's signature (Solana) or hash (EVM)",
-        ));
+        return Err(ApiError::invalid_params("transaction must be the transaction's signature (Solana) or hash (EVM)"));
     }
-    let payment = state
-        .store
-        .get_payment(&req.payment_id)
-        .await
-        .map_err(ApiError::internal)?;
-    let payment = payment
-        .filter(|p| p.visible_to(&caller.account_id))
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "no payment {}",
-                req.payment_id.chars().take(64).collect::<String>()
-            ))
-        })?;
+    let payment = state.store.get_payment(&req.payment_id).await.map_err(ApiError::internal)?;
+    let payment = payment.filter(|p| p.visible_to(&caller.account_id)).ok_or_else(|| {
+        ApiError::not_found(format!("no payment {}", req.payment_id.chars().take(64).collect::<String>()))
+    })?;
     if payment.payment.mode != PaymentMode::Local {
         return Err(ApiError::invalid_params(
             "only local-mode payments (from /transaction/send or /transaction/receive) are confirmed here",
         ));
     }
-    Err(state
-        .chains
-        .unavailable(&Target::Network(payment.payment.network)))
+    Err(state.chains.unavailable(&Target::Network(payment.payment.network)))
 }

@@ -64,8 +64,5 @@ pub async fn settle(
     responses((status = 200, description = "x402 Supported (`kinds`, `extensions`, `signers`)", body = serde_json::Value)),
     security(("bearer" = [])))]
 pub async fn supported(State(state): State<AppState>) -> Json<Supported> {
-    Json(Supported {
-        kinds: state.chains.supported_kinds(),
-        ..Supported::default()
-    })
+    Json(Supported { kinds: state.chains.supported_kinds(), ..Supported::default() })
 }

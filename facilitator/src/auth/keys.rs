@@ -66,9 +66,7 @@ impl KeyDigest {
     /// Hashes a key's text.
     #[must_use]
     pub fn of(key: &str) -> Self {
-        Self {
-            hash: Sha256::digest(key.as_bytes()).into(),
-        }
+        Self { hash: Sha256::digest(key.as_bytes()).into() }
     }
 
     /// Hex of the whole hash (what is stored).
@@ -87,19 +85,16 @@ impl KeyDigest {
     #[must_use]
     pub fn matches(&self, stored_hex: &str) -> bool {
         let presented = self.hex();
-        presented.len() == stored_hex.len()
-            && bool::from(presented.as_bytes().ct_eq(stored_hex.as_bytes()))
+        presented.len() == stored_hex.len() && bool::from(presented.as_bytes().ct_eq(stored_hex.as_bytes()))
     }
 }
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// A freshly generated key: the secret to show once, and its digest to store.
@@ -124,25 +119,17 @@ pub struct RandomnessError(String);
 /// [`RandomnessError`] if the OS cannot provide randomness.
 pub fn generate(env: KeyEnv) -> Result<GeneratedKey, RandomnessError> {
     let mut bytes = [0u8; 32];
-    OsRng
-        .try_fill_bytes(&mut bytes)
-        .map_err(|e| RandomnessError(e.to_string()))?;
+    OsRng.try_fill_bytes(&mut bytes).map_err(|e| RandomnessError(e.to_string()))?;
     let text = format!("{}{}", env.prefix(), bs58::encode(bytes).into_string());
     let hint = text[text.len() - 4..].to_owned();
     let digest = KeyDigest::of(&text);
-    Ok(GeneratedKey {
-        secret: Secret::new(text),
-        digest,
-        hint,
-    })
+    Ok(GeneratedKey { secret: Secret::new(text), digest, hint })
 }
 
 /// Whether a presented text has the shape of a key (checked before any storage lookup).
 #[must_use]
 pub fn looks_like_key(text: &str) -> bool {
-    let body = text
-        .strip_prefix(KeyEnv::Live.prefix())
-        .or_else(|| text.strip_prefix(KeyEnv::Test.prefix()));
+    let body = text.strip_prefix(KeyEnv::Live.prefix()).or_else(|| text.strip_prefix(KeyEnv::Test.prefix()));
     body.is_some_and(|b| (32..=50).contains(&b.len()) && bs58::decode(b).into_vec().is_ok())
 }
 
@@ -159,10 +146,7 @@ mod tests {
         assert!(looks_like_key(a.secret.expose()) && looks_like_key(b.secret.expose()));
         assert_ne!(a.digest, generate(KeyEnv::Live).unwrap().digest);
         assert!(a.secret.expose().ends_with(&a.hint));
-        assert!(
-            !format!("{a:?}").contains(a.secret.expose()),
-            "Debug must not show the key"
-        );
+        assert!(!format!("{a:?}").contains(a.secret.expose()), "Debug must not show the key");
     }
 
     #[test]
@@ -183,8 +167,6 @@ mod tests {
         assert!(!looks_like_key(""));
         assert!(!looks_like_key("tg_live_"));
         assert!(!looks_like_key("sk_live_4eC39HqLyjWDarjtT1zdp7dc"));
-        assert!(!looks_like_key(
-            "tg_live_0OIl0OIl0OIl0OIl0OIl0OIl0OIl0OIl0OIl"
-        ));
+        assert!(!looks_like_key("tg_live_0OIl0OIl0OIl0OIl0OIl0OIl0OIl0OIl0OIl"));
     }
 }

@@ -78,10 +78,7 @@ mod tests {
 
     #[test]
     fn api_key_from_query() {
-        assert_eq!(
-            query_api_key(Some("a=1&api-key=tg_test_x")),
-            Some("tg_test_x".into())
-        );
+        assert_eq!(query_api_key(Some("a=1&api-key=tg_test_x")), Some("tg_test_x".into()));
         assert_eq!(query_api_key(Some("a=1")), None);
         assert_eq!(query_api_key(None), None);
     }

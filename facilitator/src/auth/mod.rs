@@ -65,17 +65,8 @@ impl Authenticator {
         clock: SharedClock,
         cache_ttl: Duration,
     ) -> Self {
-        let cache = Cache::builder()
-            .max_capacity(100_000)
-            .time_to_live(cache_ttl)
-            .build();
-        Self {
-            store,
-            plans,
-            limiter,
-            clock,
-            cache,
-        }
+        let cache = Cache::builder().max_capacity(100_000).time_to_live(cache_ttl).build();
+        Self { store, plans, limiter, clock, cache }
     }
 
     /// The plans in force.
@@ -88,16 +79,10 @@ impl Authenticator {
     ///
     /// # Errors
     /// 401 `UNAUTHORIZED` for a missing, malformed, unknown or deleted key; 500 when storage fails.
-    pub async fn authenticate(
-        &self,
-        authorization: Option<&HeaderValue>,
-    ) -> Result<Arc<Caller>, ApiError> {
-        let header = authorization.ok_or_else(|| {
-            ApiError::unauthorized("missing API key: send 'Authorization: Bearer <API_KEY>'")
-        })?;
-        let text = header
-            .to_str()
-            .map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
+    pub async fn authenticate(&self, authorization: Option<&HeaderValue>) -> Result<Arc<Caller>, ApiError> {
+        let header = authorization
+            .ok_or_else(|| ApiError::unauthorized("missing API key: send 'Authorization: Bearer <API_KEY>'"))?;
+        let text = header.to_str().map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
         let key = text
             .strip_prefix("Bearer ")
             .or_else(|| text.strip_prefix("bearer "))
@@ -118,19 +103,10 @@ impl Authenticator {
         if let Some(verdict) = self.cache.get(&digest.hash) {
             return verdict.ok_or_else(|| ApiError::unauthorized("invalid API key"));
         }
-        let stored = self
-            .store
-            .find_api_key(&digest.lookup())
-            .await
-            .map_err(ApiError::internal)?;
+        let stored = self.store.find_api_key(&digest.lookup()).await.map_err(ApiError::internal)?;
         let caller = stored.filter(|k| digest.matches(&k.hash)).map(|k| {
             let rpm = k.rpm.unwrap_or_else(|| self.plans.get(k.plan).rpm);
-            Arc::new(Caller {
-                key_id: k.id,
-                account_id: k.account_id,
-                plan: k.plan,
-                rpm,
-            })
+            Arc::new(Caller { key_id: k.id, account_id: k.account_id, plan: k.plan, rpm })
         });
         if let Some(c) = &caller {
             // Once per cache period: good enough for "last used", and off the hot path.
@@ -146,29 +122,19 @@ impl Authenticator {
     ///
     /// # Errors
     /// 429 `RATE_LIMIT` (with the decision, for headers) or 403 `FORBIDDEN`.
-    pub fn admit(
-        &self,
-        caller: &Caller,
-        endpoint: Endpoint,
-    ) -> Result<RateDecision, (ApiError, Option<RateDecision>)> {
+    pub fn admit(&self, caller: &Caller, endpoint: Endpoint) -> Result<RateDecision, (ApiError, Option<RateDecision>)> {
         let now = self.clock.now_millis();
         let decision = self.limiter.check(&caller.key_id, caller.rpm, now);
         if !decision.allowed {
             let secs = decision.retry_after_secs(now);
             let err = ApiError::rate_limited(
-                format!(
-                    "rate limit of {} requests per minute exceeded; retry in {secs} s",
-                    caller.rpm
-                ),
+                format!("rate limit of {} requests per minute exceeded; retry in {secs} s", caller.rpm),
                 secs,
             );
             return Err((err, Some(decision)));
         }
         if !self.plans.get(caller.plan).allows(endpoint) {
-            let err = ApiError::forbidden(format!(
-                "the {} plan does not include this endpoint",
-                caller.plan
-            ));
+            let err = ApiError::forbidden(format!("the {} plan does not include this endpoint", caller.plan));
             return Err((err, Some(decision)));
         }
         Ok(decision)

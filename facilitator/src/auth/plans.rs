@@ -106,6 +106,8 @@ pub enum Endpoint {
     Supported,
     /// `GET /ws`.
     Ws,
+    /// `POST /dev/airdrop` (embedded development ledger only).
+    DevAirdrop,
 }
 
 impl Endpoint {
@@ -116,10 +118,9 @@ impl Endpoint {
             Self::PaymentSend
             | Self::PaymentReceive
             | Self::PaymentStatus
-            | Self::PaymentHistory => EndpointGroup::Payment,
-            Self::TransactionSend | Self::TransactionReceive | Self::TransactionConfirm => {
-                EndpointGroup::Transaction
-            }
+            | Self::PaymentHistory
+            | Self::DevAirdrop => EndpointGroup::Payment,
+            Self::TransactionSend | Self::TransactionReceive | Self::TransactionConfirm => EndpointGroup::Transaction,
             Self::TokenInfo => EndpointGroup::Token,
             Self::Verify => EndpointGroup::Verify,
             Self::Settle => EndpointGroup::Settle,
@@ -142,9 +143,7 @@ impl PlanConfig {
     /// Whether the plan grants the endpoint.
     #[must_use]
     pub fn allows(&self, endpoint: Endpoint) -> bool {
-        self.endpoints
-            .iter()
-            .any(|g| *g == EndpointGroup::All || *g == endpoint.group())
+        self.endpoints.iter().any(|g| *g == EndpointGroup::All || *g == endpoint.group())
     }
 }
 
@@ -159,28 +158,13 @@ pub struct Plans {
 impl Default for Plans {
     fn default() -> Self {
         use EndpointGroup as G;
-        let standard = vec![
-            G::Payment,
-            G::Transaction,
-            G::Verify,
-            G::Settle,
-            G::Supported,
-        ];
+        let standard = vec![G::Payment, G::Transaction, G::Verify, G::Settle, G::Supported];
         let mut premium = standard.clone();
         premium.extend([G::Token, G::Ws]);
         Self {
-            standard: PlanConfig {
-                rpm: 100,
-                endpoints: standard,
-            },
-            premium: PlanConfig {
-                rpm: 1_000,
-                endpoints: premium,
-            },
-            enterprise: PlanConfig {
-                rpm: 10_000,
-                endpoints: vec![G::All],
-            },
+            standard: PlanConfig { rpm: 100, endpoints: standard },
+            premium: PlanConfig { rpm: 1_000, endpoints: premium },
+            enterprise: PlanConfig { rpm: 10_000, endpoints: vec![G::All] },
         }
     }
 }
@@ -224,10 +208,7 @@ mod tests {
             Endpoint::Settle,
             Endpoint::Supported,
         ] {
-            assert!(
-                standard.allows(e) && premium.allows(e) && enterprise.allows(e),
-                "{e:?}"
-            );
+            assert!(standard.allows(e) && premium.allows(e) && enterprise.allows(e), "{e:?}");
         }
         for e in [Endpoint::TokenInfo, Endpoint::Ws] {
             assert!(!standard.allows(e), "{e:?}");

@@ -75,27 +75,18 @@ impl InMemoryRateLimiter {
 impl RateLimiter for InMemoryRateLimiter {
     fn check(&self, key: &str, limit: u32, now_ms: i64) -> RateDecision {
         // A poisoned lock only means another request panicked mid-update; the counts are still usable.
-        let mut windows = self
-            .windows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let window = match windows.get_mut(key) {
             Some(w) if now_ms < w.start_ms + WINDOW_MS => w,
             Some(w) => {
-                *w = Window {
-                    start_ms: now_ms,
-                    count: 0,
-                };
+                *w = Window { start_ms: now_ms, count: 0 };
                 w
             }
             None => {
                 if windows.len() >= SWEEP_THRESHOLD {
                     windows.retain(|_, w| now_ms < w.start_ms + WINDOW_MS);
                 }
-                windows.entry(key.to_owned()).or_insert(Window {
-                    start_ms: now_ms,
-                    count: 0,
-                })
+                windows.entry(key.to_owned()).or_insert(Window { start_ms: now_ms, count: 0 })
             }
         };
         let allowed = window.count < limit;
@@ -140,12 +131,7 @@ mod tests {
 
     #[test]
     fn retry_after_is_at_least_one_second() {
-        let d = RateDecision {
-            allowed: false,
-            limit: 1,
-            remaining: 0,
-            reset_at_ms: 10_500,
-        };
+        let d = RateDecision { allowed: false, limit: 1, remaining: 0, reset_at_ms: 10_500 };
         assert_eq!(d.retry_after_secs(10_499), 1);
         assert_eq!(d.retry_after_secs(20_000), 1);
         assert_eq!(d.reset_epoch_secs(), 11);

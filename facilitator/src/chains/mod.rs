@@ -6,12 +6,86 @@
 //! `502 PAYMENT_VERIFICATION_FAILED` "no chain backend configured for <network>"
 //! ([`Chains::unavailable`]), the same answer as for a network the operator did not configure.
 
+pub mod solana;
+
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
 
 use tollgate_protocol::x402::SupportedKind;
 use tollgate_protocol::{ChainFamily, Network};
 
 use crate::error::ApiError;
+
+/// A chain node could not be asked (down, slow, or answered nonsense).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ChainError(pub String);
+
+impl From<ChainError> for ApiError {
+    fn from(e: ChainError) -> Self {
+        Self::verification_failed(e.0)
+    }
+}
+
+/// Why a signed transaction was not (known to be) accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The node refused it: it was not broadcast and will not land.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// No clear answer: it may or may not have reached the chain.
+    #[error("outcome unknown: {0}")]
+    Uncertain(String),
+}
+
+/// What the chain says about a broadcast transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxOutcome {
+    /// Confirmed, with the fee when the chain reports it.
+    Confirmed {
+        /// Fee in native atomic units.
+        fee: Option<tollgate_protocol::AtomicAmount>,
+    },
+    /// Landed and failed, or can no longer land.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the settlement engine needs from a chain: broadcast and watch transactions.
+#[async_trait]
+pub trait Ledger: Send + Sync {
+    /// The chain's CAIP-2 id.
+    fn network(&self) -> &Network;
+    /// Broadcasts a signed transaction (chain-specific wire bytes).
+    async fn broadcast(&self, tx: &[u8]) -> Result<(), SendError>;
+    /// The outcome of a transaction, `None` while the chain has no verdict.
+    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError>;
+}
+
+/// A Solana network served by this daemon.
+#[derive(Debug)]
+pub struct SolanaBackend {
+    /// Its RPC.
+    pub rpc: solana::rpc::SolanaRpc,
+    /// The in-process ledger behind the RPC, when this is the development ledger.
+    #[cfg(feature = "embedded-ledger")]
+    pub embedded: Option<solana::embedded::EmbeddedLedger>,
+}
+
+impl SolanaBackend {
+    /// Whether this is the embedded development ledger (airdrops allowed).
+    #[must_use]
+    pub fn is_embedded(&self) -> bool {
+        #[cfg(feature = "embedded-ledger")]
+        return self.embedded.is_some();
+        #[cfg(not(feature = "embedded-ledger"))]
+        return false;
+    }
+}
 
 /// The chain a request is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +109,7 @@ impl std::fmt::Display for Target {
 #[derive(Debug, Clone, Default)]
 pub struct Chains {
     defaults: BTreeMap<ChainFamily, Network>,
+    solana: BTreeMap<Network, Arc<SolanaBackend>>,
 }
 
 impl Chains {
@@ -44,10 +119,36 @@ impl Chains {
         Self::default()
     }
 
+    /// Adds a Solana network; the first one added becomes the default for Solana addresses.
+    #[must_use]
+    pub fn with_solana(mut self, backend: SolanaBackend) -> Self {
+        let network = backend.rpc.network().clone();
+        self.defaults.entry(ChainFamily::Solana).or_insert_with(|| network.clone());
+        self.solana.insert(network, Arc::new(backend));
+        self
+    }
+
     /// Networks served, in a stable order.
     #[must_use]
     pub fn networks(&self) -> Vec<Network> {
-        self.defaults.values().cloned().collect()
+        self.solana.keys().cloned().collect()
+    }
+
+    /// The Solana backend serving `target`.
+    ///
+    /// # Errors
+    /// 502 `PAYMENT_VERIFICATION_FAILED` when none does.
+    pub fn solana(&self, target: &Target) -> Result<Arc<SolanaBackend>, ApiError> {
+        match target {
+            Target::Network(n) => self.solana.get(n).cloned().ok_or_else(|| self.unavailable(target)),
+            Target::Family(_) => Err(self.unavailable(target)),
+        }
+    }
+
+    /// The embedded development ledger, if this daemon runs one.
+    #[must_use]
+    pub fn embedded_solana(&self) -> Option<Arc<SolanaBackend>> {
+        self.solana.values().find(|b| b.is_embedded()).cloned()
     }
 
     /// The x402 kinds (version, scheme, network) the served networks settle. Each backend
@@ -61,28 +162,22 @@ impl Chains {
     ///
     /// # Errors
     /// 400 `INVALID_PARAMETERS` when `network` is of another family than the addresses.
-    pub fn target(
-        &self,
-        family: ChainFamily,
-        network: Option<&Network>,
-    ) -> Result<Target, ApiError> {
+    pub fn target(&self, family: ChainFamily, network: Option<&Network>) -> Result<Target, ApiError> {
         match network {
             Some(n) if n.family() != family => Err(ApiError::invalid_params(format!(
                 "network {n} is not a {family} network, but the addresses are {family} addresses"
             ))),
             Some(n) => Ok(Target::Network(n.clone())),
-            None => Ok(self
-                .defaults
-                .get(&family)
-                .map_or(Target::Family(family), |n| Target::Network(n.clone()))),
+            None => Ok(self.defaults.get(&family).map_or(Target::Family(family), |n| Target::Network(n.clone()))),
         }
     }
 
     /// The answer for a chain no backend serves.
     #[must_use]
     pub fn unavailable(&self, target: &Target) -> ApiError {
-        ApiError::verification_failed(format!("no chain backend configured for {target}"))
-            .with_remedy("Configure a chain backend for this network, or use a network the facilitator serves (see GET /supported)")
+        ApiError::verification_failed(format!("no chain backend configured for {target}")).with_remedy(
+            "Configure a chain backend for this network, or use a network the facilitator serves (see GET /supported)",
+        )
     }
 }
 
@@ -94,23 +189,14 @@ mod tests {
     #[test]
     fn targets_and_honest_refusal() {
         let chains = Chains::none();
-        let t = chains
-            .target(ChainFamily::Evm, Some(&Network::eip155(8453)))
-            .unwrap();
+        let t = chains.target(ChainFamily::Evm, Some(&Network::eip155(8453))).unwrap();
         let e = chains.unavailable(&t);
         assert_eq!(e.code(), ErrorCode::PaymentVerificationFailed);
         assert_eq!(e.message(), "no chain backend configured for eip155:8453");
         let t = chains.target(ChainFamily::Solana, None).unwrap();
         assert_eq!(t, Target::Family(ChainFamily::Solana));
-        assert!(
-            chains
-                .unavailable(&t)
-                .message()
-                .starts_with("no chain backend configured for solana")
-        );
-        let mismatch = chains
-            .target(ChainFamily::Solana, Some(&Network::eip155(1)))
-            .unwrap_err();
+        assert!(chains.unavailable(&t).message().starts_with("no chain backend configured for solana"));
+        let mismatch = chains.target(ChainFamily::Solana, Some(&Network::eip155(1))).unwrap_err();
         assert_eq!(mismatch.code(), ErrorCode::InvalidParameters);
         assert!(chains.networks().is_empty() && chains.supported_kinds().is_empty());
     }

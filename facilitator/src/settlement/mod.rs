@@ -5,6 +5,7 @@
 //! the start-up reconciler, which drive these events from chain observations, land with the chain
 //! backends.
 
+pub mod engine;
 pub mod state;
 
 use chrono::{DateTime, Utc};
@@ -48,19 +49,13 @@ pub async fn advance(
             error: event.error(),
             at,
         };
-        match store
-            .transition_payment(id, current.payment.status, &update)
-            .await
-        {
+        match store.transition_payment(id, current.payment.status, &update).await {
             Ok(stored) => return Ok(stored),
             Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    Err(StoreError::Database(format!(
-        "payment {id} kept changing under concurrent updates"
-    ))
-    .into())
+    Err(StoreError::Database(format!("payment {id} kept changing under concurrent updates")).into())
 }
 
 impl Event {
@@ -100,47 +95,15 @@ mod tests {
         let db = TestDb::sqlite().await;
         let store: Arc<dyn Store> = db.store.clone();
         let at = DateTime::from_timestamp(1_790_000_000, 0).unwrap();
-        store
-            .insert_payment(&payment("pay_1", "acct", "f", "t", at))
-            .await
-            .unwrap();
+        store.insert_payment(&payment("pay_1", "acct", "f", "t", at)).await.unwrap();
 
-        let submitted = advance(
-            &*store,
-            "pay_1",
-            &Event::Submit {
-                transaction: "sig".into(),
-            },
-            at,
-        )
-        .await
-        .unwrap();
+        let submitted = advance(&*store, "pay_1", &Event::Submit { transaction: "sig".into() }, at).await.unwrap();
         assert_eq!(submitted.payment.status, PaymentStatus::Submitted);
-        let pending = advance(&*store, "pay_1", &Event::WaitTimedOut, at)
-            .await
-            .unwrap();
+        let pending = advance(&*store, "pay_1", &Event::WaitTimedOut, at).await.unwrap();
         assert_eq!(pending.payment.status, PaymentStatus::Pending);
-        let err = advance(
-            &*store,
-            "pay_1",
-            &Event::Submit {
-                transaction: "other".into(),
-            },
-            at,
-        )
-        .await
-        .unwrap_err();
+        let err = advance(&*store, "pay_1", &Event::Submit { transaction: "other".into() }, at).await.unwrap_err();
         assert!(matches!(err, AdvanceError::Transition(_)), "{err}");
-        let done = advance(
-            &*store,
-            "pay_1",
-            &Event::Confirm {
-                fee: Some(AtomicAmount(5000)),
-            },
-            at,
-        )
-        .await
-        .unwrap();
+        let done = advance(&*store, "pay_1", &Event::Confirm { fee: Some(AtomicAmount(5000)) }, at).await.unwrap();
         assert_eq!(done.payment.status, PaymentStatus::Confirmed);
         assert_eq!(done.payment.transaction.as_deref(), Some("sig"));
         assert!(matches!(

@@ -76,14 +76,8 @@ impl Event {
             Self::Confirm { .. } => "confirm",
             Self::Fail { .. } => "fail",
             Self::WaitTimedOut => "wait timed out",
-            Self::Expire {
-                evidence: ExpiryEvidence::Chain,
-                ..
-            } => "expire (chain evidence)",
-            Self::Expire {
-                evidence: ExpiryEvidence::Clock,
-                ..
-            } => "expire (clock only)",
+            Self::Expire { evidence: ExpiryEvidence::Chain, .. } => "expire (chain evidence)",
+            Self::Expire { evidence: ExpiryEvidence::Clock, .. } => "expire (clock only)",
         }
     }
 }
@@ -92,10 +86,7 @@ impl Event {
 ///
 /// # Errors
 /// [`TransitionError`] for every pair the state machine does not allow.
-pub fn transition(
-    from: Option<PaymentStatus>,
-    event: &Event,
-) -> Result<PaymentStatus, TransitionError> {
+pub fn transition(from: Option<PaymentStatus>, event: &Event) -> Result<PaymentStatus, TransitionError> {
     use PaymentStatus as S;
     let to = match (from, event) {
         (None, Event::Build) => S::Built,
@@ -105,13 +96,7 @@ pub fn transition(
         (Some(S::Submitted | S::Pending), Event::Confirm { .. }) => S::Confirmed,
         (Some(S::Submitted | S::Pending), Event::Fail { .. }) => S::Failed,
         (Some(S::Submitted), Event::WaitTimedOut) => S::Pending,
-        (
-            Some(S::Pending),
-            Event::Expire {
-                evidence: ExpiryEvidence::Chain,
-                ..
-            },
-        ) => S::Expired,
+        (Some(S::Pending), Event::Expire { evidence: ExpiryEvidence::Chain, .. }) => S::Expired,
         _ => {
             return Err(TransitionError {
                 from: from.map_or("new", PaymentStatus::as_str).to_owned(),
@@ -131,22 +116,12 @@ mod tests {
         vec![
             Event::Build,
             Event::Verify,
-            Event::Submit {
-                transaction: "sig".into(),
-            },
+            Event::Submit { transaction: "sig".into() },
             Event::Confirm { fee: None },
-            Event::Fail {
-                reason: "reverted".into(),
-            },
+            Event::Fail { reason: "reverted".into() },
             Event::WaitTimedOut,
-            Event::Expire {
-                evidence: ExpiryEvidence::Chain,
-                reason: "block height passed".into(),
-            },
-            Event::Expire {
-                evidence: ExpiryEvidence::Clock,
-                reason: "expiresAt passed".into(),
-            },
+            Event::Expire { evidence: ExpiryEvidence::Chain, reason: "block height passed".into() },
+            Event::Expire { evidence: ExpiryEvidence::Clock, reason: "expiresAt passed".into() },
         ]
     }
 
@@ -171,10 +146,7 @@ mod tests {
         let mut checked = 0;
         for from in froms {
             for event in events() {
-                let expected = allowed
-                    .iter()
-                    .find(|(f, e, _)| *f == from && *e == event.name())
-                    .map(|(_, _, to)| *to);
+                let expected = allowed.iter().find(|(f, e, _)| *f == from && *e == event.name()).map(|(_, _, to)| *to);
                 let got = transition(from, &event).ok();
                 assert_eq!(got, expected, "{from:?} on {}", event.name());
                 checked += 1;
@@ -187,21 +159,11 @@ mod tests {
     fn final_states_never_move_and_pending_never_expires_on_the_clock_alone() {
         for s in S::ALL.into_iter().filter(|s| s.is_final()) {
             for e in events() {
-                assert!(
-                    transition(Some(s), &e).is_err(),
-                    "{s:?} moved on {}",
-                    e.name()
-                );
+                assert!(transition(Some(s), &e).is_err(), "{s:?} moved on {}", e.name());
             }
         }
-        let clock_only = Event::Expire {
-            evidence: ExpiryEvidence::Clock,
-            reason: String::new(),
-        };
+        let clock_only = Event::Expire { evidence: ExpiryEvidence::Clock, reason: String::new() };
         let err = transition(Some(S::Pending), &clock_only).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "payment cannot go from pending on expire (clock only)"
-        );
+        assert_eq!(err.to_string(), "payment cannot go from pending on expire (clock only)");
     }
 }

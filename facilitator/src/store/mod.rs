@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentRecord, PaymentStatus};
-use tollgate_protocol::{AtomicAmount, DecimalAmount, Network};
+use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 pub use sql::SqlStore;
 
@@ -83,6 +83,31 @@ pub struct StoredApiKey {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
+/// A custodial wallet: its secret key only in sealed form.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredWallet {
+    /// Canonical address.
+    pub address: String,
+    /// Owning account.
+    pub account_id: String,
+    /// Chain family.
+    pub family: ChainFamily,
+    /// Secret key sealed under the master key (see [`crate::wallets`]).
+    pub sealed_secret: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for StoredWallet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredWallet")
+            .field("address", &self.address)
+            .field("account_id", &self.account_id)
+            .field("family", &self.family)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A payment to insert.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPayment {
@@ -145,8 +170,7 @@ impl StoredPayment {
     /// Whether `account` may see this payment.
     #[must_use]
     pub fn visible_to(&self, account: &str) -> bool {
-        self.payment.owner_account == account
-            || self.payment.counterparty_account.as_deref() == Some(account)
+        self.payment.owner_account == account || self.payment.counterparty_account.as_deref() == Some(account)
     }
 
     /// The API's view of it.
@@ -164,9 +188,7 @@ impl StoredPayment {
             amount: DecimalAmount::from_atomic(p.amount_atomic, p.decimals),
             amount_atomic: p.amount_atomic,
             asset: p.asset.clone(),
-            fee: p
-                .fee_atomic
-                .map(|f| DecimalAmount::from_atomic(f, native_decimals)),
+            fee: p.fee_atomic.map(|f| DecimalAmount::from_atomic(f, native_decimals)),
             transaction: p.transaction.clone(),
             resource: p.resource.clone(),
             metadata: p.metadata.clone(),
@@ -248,6 +270,11 @@ pub trait Store: Send + Sync + 'static {
     /// Records a use of a key.
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
 
+    /// Stores a custodial wallet (its account must exist).
+    async fn insert_wallet(&self, wallet: &StoredWallet) -> StoreResult<()>;
+    /// A custodial wallet by canonical address.
+    async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>>;
+
     /// Inserts a payment and indexes it in the history of both wallets for each owning account.
     async fn insert_payment(&self, payment: &NewPayment) -> StoreResult<StoredPayment>;
     /// A payment by id.
@@ -274,12 +301,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<HistoryPage>;
 
     /// Claims a proof for a payment. True for the one caller that claimed it first.
-    async fn claim_proof(
-        &self,
-        proof_id: &str,
-        payment_id: &str,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool>;
+    async fn claim_proof(&self, proof_id: &str, payment_id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
+    /// The payment that claimed a proof, if any.
+    async fn proof_claim(&self, proof_id: &str) -> StoreResult<Option<String>>;
 
     /// Starts a request under an `Idempotency-Key` (records older than `expire_before` are forgotten).
     async fn idempotency_begin(
@@ -291,12 +315,7 @@ pub trait Store: Send + Sync + 'static {
         expire_before: DateTime<Utc>,
     ) -> StoreResult<IdempotencyBegin>;
     /// Stores the response of a started request.
-    async fn idempotency_complete(
-        &self,
-        key_id: &str,
-        idem_key: &str,
-        response: &StoredResponse,
-    ) -> StoreResult<()>;
+    async fn idempotency_complete(&self, key_id: &str, idem_key: &str, response: &StoredResponse) -> StoreResult<()>;
     /// Forgets a started request (it failed in a way worth retrying).
     async fn idempotency_abandon(&self, key_id: &str, idem_key: &str) -> StoreResult<()>;
     /// Deletes idempotency records created before `before`; returns how many.

@@ -14,11 +14,11 @@ use chrono::{DateTime, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
-use tollgate_protocol::{AtomicAmount, Network};
+use tollgate_protocol::{AtomicAmount, ChainFamily, Network};
 
 use super::{
-    HistoryPage, IdempotencyBegin, NewPayment, PaymentUpdate, Store, StoreError, StoreResult,
-    StoredApiKey, StoredPayment, StoredResponse,
+    HistoryPage, IdempotencyBegin, NewPayment, PaymentUpdate, Store, StoreError, StoreResult, StoredApiKey,
+    StoredPayment, StoredResponse, StoredWallet,
 };
 use crate::clock::from_millis;
 use crate::config::DatabaseUrl;
@@ -43,16 +43,10 @@ const PAYMENT_COLUMNS: &str = "seq, id, owner_account, counterparty_account, sta
     amount_atomic, asset, decimals, fee_atomic, tx_id, resource, metadata, proof_id, expires_at, last_valid_block_height, \
     error, created_at, updated_at, confirmed_at";
 
-static PAYMENT_COLUMNS_P: LazyLock<String> = LazyLock::new(|| {
-    PAYMENT_COLUMNS
-        .split(", ")
-        .map(|c| format!("p.{}", c.trim()))
-        .collect::<Vec<_>>()
-        .join(", ")
-});
+static PAYMENT_COLUMNS_P: LazyLock<String> =
+    LazyLock::new(|| PAYMENT_COLUMNS.split(", ").map(|c| format!("p.{}", c.trim())).collect::<Vec<_>>().join(", "));
 
-const KEY_COLUMNS: &str =
-    "id, account_id, env, lookup, hash, hint, plan, rpm, label, created_at, last_used_at";
+const KEY_COLUMNS: &str = "id, account_id, env, lookup, hash, hint, plan, rpm, label, created_at, last_used_at";
 
 impl SqlStore {
     /// Connects (creating a SQLite file if needed) and runs the migrations.
@@ -69,19 +63,17 @@ impl SqlStore {
         let options = AnyConnectOptions::from_str(&url_text)?;
         let mut pool_options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
         pool_options = match backend {
-            Backend::Sqlite => pool_options
-                .max_connections(8)
-                .after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        // WAL lets readers proceed while one writer writes; busy_timeout makes
-                        // writers queue instead of failing with SQLITE_BUSY.
-                        conn.execute("PRAGMA journal_mode = WAL").await?;
-                        conn.execute("PRAGMA busy_timeout = 10000").await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
-                        Ok(())
-                    })
-                }),
+            Backend::Sqlite => pool_options.max_connections(8).after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // WAL lets readers proceed while one writer writes; busy_timeout makes
+                    // writers queue instead of failing with SQLITE_BUSY.
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute("PRAGMA busy_timeout = 10000").await?;
+                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    conn.execute("PRAGMA foreign_keys = ON").await?;
+                    Ok(())
+                })
+            }),
             Backend::Postgres => pool_options.max_connections(16),
         };
         let pool = pool_options.connect_with(options).await?;
@@ -153,14 +145,10 @@ fn key_from_row(row: &AnyRow) -> StoreResult<StoredApiKey> {
         hash: row.try_get("hash")?,
         hint: row.try_get("hint")?,
         plan: plan.parse().map_err(|e| corrupt("plan", e))?,
-        rpm: rpm
-            .map(|r| u32::try_from(r).map_err(|e| corrupt("rpm", e)))
-            .transpose()?,
+        rpm: rpm.map(|r| u32::try_from(r).map_err(|e| corrupt("rpm", e))).transpose()?,
         label: row.try_get("label")?,
         created_at: from_millis(row.try_get("created_at")?),
-        last_used_at: row
-            .try_get::<Option<i64>, _>("last_used_at")?
-            .map(from_millis),
+        last_used_at: row.try_get::<Option<i64>, _>("last_used_at")?.map(from_millis),
     })
 }
 
@@ -190,18 +178,12 @@ fn payment_from_row(row: &AnyRow) -> StoreResult<StoredPayment> {
             amount_atomic: amount.parse().map_err(|e| corrupt("amount", e))?,
             asset: row.try_get("asset")?,
             decimals: u8::try_from(decimals).map_err(|e| corrupt("decimals", e))?,
-            fee_atomic: fee
-                .map(|f| f.parse::<AtomicAmount>().map_err(|e| corrupt("fee", e)))
-                .transpose()?,
+            fee_atomic: fee.map(|f| f.parse::<AtomicAmount>().map_err(|e| corrupt("fee", e))).transpose()?,
             transaction: row.try_get("tx_id")?,
             resource: row.try_get("resource")?,
-            metadata: metadata
-                .map(|m| serde_json::from_str(&m).map_err(|e| corrupt("metadata", e)))
-                .transpose()?,
+            metadata: metadata.map(|m| serde_json::from_str(&m).map_err(|e| corrupt("metadata", e))).transpose()?,
             proof_id: row.try_get("proof_id")?,
-            expires_at: row
-                .try_get::<Option<i64>, _>("expires_at")?
-                .map(from_millis),
+            expires_at: row.try_get::<Option<i64>, _>("expires_at")?.map(from_millis),
             last_valid_block_height: lvbh
                 .map(|h| u64::try_from(h).map_err(|e| corrupt("block height", e)))
                 .transpose()?,
@@ -209,16 +191,13 @@ fn payment_from_row(row: &AnyRow) -> StoreResult<StoredPayment> {
         },
         seq: row.try_get("seq")?,
         updated_at: from_millis(row.try_get("updated_at")?),
-        confirmed_at: row
-            .try_get::<Option<i64>, _>("confirmed_at")?
-            .map(from_millis),
+        confirmed_at: row.try_get::<Option<i64>, _>("confirmed_at")?.map(from_millis),
         error: row.try_get("error")?,
     })
 }
 
 fn to_i64<T: TryInto<i64>>(v: T, what: &str) -> StoreResult<i64> {
-    v.try_into()
-        .map_err(|_| StoreError::Database(format!("{what} out of range for storage")))
+    v.try_into().map_err(|_| StoreError::Database(format!("{what} out of range for storage")))
 }
 
 #[async_trait]
@@ -238,17 +217,13 @@ impl Store for SqlStore {
     }
 
     async fn account_exists(&self, id: &str) -> StoreResult<bool> {
-        let row = sqlx::query(&self.sql("SELECT id FROM accounts WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row =
+            sqlx::query(&self.sql("SELECT id FROM accounts WHERE id = ?")).bind(id).fetch_optional(&self.pool).await?;
         Ok(row.is_some())
     }
 
     async fn insert_api_key(&self, key: &StoredApiKey) -> StoreResult<()> {
-        let sql = format!(
-            "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        );
+        let sql = format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
         sqlx::query(&self.sql(&sql))
             .bind(&key.id)
             .bind(&key.account_id)
@@ -268,10 +243,7 @@ impl Store for SqlStore {
 
     async fn find_api_key(&self, lookup: &str) -> StoreResult<Option<StoredApiKey>> {
         let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE lookup = ?");
-        let row = sqlx::query(&self.sql(&sql))
-            .bind(lookup)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&self.sql(&sql)).bind(lookup).fetch_optional(&self.pool).await?;
         row.as_ref().map(key_from_row).transpose()
     }
 
@@ -282,10 +254,7 @@ impl Store for SqlStore {
     }
 
     async fn delete_api_key(&self, id: &str) -> StoreResult<bool> {
-        let done = sqlx::query(&self.sql("DELETE FROM api_keys WHERE id = ?"))
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
+        let done = sqlx::query(&self.sql("DELETE FROM api_keys WHERE id = ?")).bind(id).execute(&self.pool).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -298,11 +267,44 @@ impl Store for SqlStore {
         Ok(())
     }
 
+    async fn insert_wallet(&self, w: &StoredWallet) -> StoreResult<()> {
+        sqlx::query(&self.sql(
+            "INSERT INTO wallets (address, account_id, family, sealed_secret, created_at) VALUES (?, ?, ?, ?, ?)",
+        ))
+        .bind(&w.address)
+        .bind(&w.account_id)
+        .bind(w.family.namespace())
+        .bind(&w.sealed_secret)
+        .bind(w.created_at.timestamp_millis())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>> {
+        let row = sqlx::query(
+            &self.sql("SELECT address, account_id, family, sealed_secret, created_at FROM wallets WHERE address = ?"),
+        )
+        .bind(address)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let family: String = row.try_get("family")?;
+        Ok(Some(StoredWallet {
+            address: row.try_get("address")?,
+            account_id: row.try_get("account_id")?,
+            family: match family.as_str() {
+                "solana" => ChainFamily::Solana,
+                "eip155" => ChainFamily::Evm,
+                other => return Err(corrupt("wallet family", other)),
+            },
+            sealed_secret: row.try_get("sealed_secret")?,
+            created_at: from_millis(row.try_get("created_at")?),
+        }))
+    }
+
     async fn insert_payment(&self, p: &NewPayment) -> StoreResult<StoredPayment> {
-        let metadata = p
-            .metadata
-            .as_ref()
-            .map(|m| serde_json::Value::Object(m.clone()).to_string());
+        let metadata = p.metadata.as_ref().map(|m| serde_json::Value::Object(m.clone()).to_string());
         let created = p.created_at.timestamp_millis();
         let mut tx = self.pool.begin().await?;
         let insert = self.sql(
@@ -329,11 +331,7 @@ impl Store for SqlStore {
             .bind(metadata)
             .bind(p.proof_id.as_deref())
             .bind(opt_millis(p.expires_at))
-            .bind(
-                p.last_valid_block_height
-                    .map(|h| to_i64(h, "block height"))
-                    .transpose()?,
-            )
+            .bind(p.last_valid_block_height.map(|h| to_i64(h, "block height")).transpose()?)
             .bind(created)
             .bind(created)
             .fetch_one(&mut *tx)
@@ -341,16 +339,10 @@ impl Store for SqlStore {
         let seq: i64 = row.try_get("seq")?;
 
         let mut accounts = vec![p.owner_account.as_str()];
-        if let Some(other) = p
-            .counterparty_account
-            .as_deref()
-            .filter(|o| *o != p.owner_account)
-        {
+        if let Some(other) = p.counterparty_account.as_deref().filter(|o| *o != p.owner_account) {
             accounts.push(other);
         }
-        let index = self.sql(
-            "INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES (?, ?, ?, ?)",
-        );
+        let index = self.sql("INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES (?, ?, ?, ?)");
         let count = self.sql(
             "INSERT INTO wallet_payment_counts (account_id, wallet, direction, n) VALUES (?, ?, ?, 1) \
              ON CONFLICT (account_id, wallet, direction) DO UPDATE SET n = wallet_payment_counts.n + 1",
@@ -364,30 +356,16 @@ impl Store for SqlStore {
                     .bind(seq)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query(&count)
-                    .bind(account)
-                    .bind(wallet)
-                    .bind(direction.as_str())
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(&count).bind(account).bind(wallet).bind(direction.as_str()).execute(&mut *tx).await?;
             }
         }
         tx.commit().await?;
-        Ok(StoredPayment {
-            payment: p.clone(),
-            seq,
-            updated_at: p.created_at,
-            confirmed_at: None,
-            error: None,
-        })
+        Ok(StoredPayment { payment: p.clone(), seq, updated_at: p.created_at, confirmed_at: None, error: None })
     }
 
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>> {
         let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = ?");
-        let row = sqlx::query(&self.sql(&sql))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&self.sql(&sql)).bind(id).fetch_optional(&self.pool).await?;
         row.as_ref().map(payment_from_row).transpose()
     }
 
@@ -418,9 +396,7 @@ impl Store for SqlStore {
         if done.rows_affected() == 1 {
             Ok(current)
         } else {
-            Err(StoreError::Conflict {
-                current: current.payment.status,
-            })
+            Err(StoreError::Conflict { current: current.payment.status })
         }
     }
 
@@ -432,11 +408,7 @@ impl Store for SqlStore {
         limit: u32,
         offset: u64,
     ) -> StoreResult<HistoryPage> {
-        let filter = if direction.is_some() {
-            " AND direction = ?"
-        } else {
-            ""
-        };
+        let filter = if direction.is_some() { " AND direction = ?" } else { "" };
         let total_sql = format!(
             "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS total FROM wallet_payment_counts WHERE account_id = ? AND wallet = ?{filter}"
         );
@@ -452,9 +424,7 @@ impl Store for SqlStore {
         // One read transaction so the total and the page see the same snapshot.
         let mut tx = self.pool.begin().await?;
         if self.backend == Backend::Postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await?;
         }
         let total_text = self.sql(&total_sql);
         let mut total_q = sqlx::query(&total_text).bind(account).bind(wallet);
@@ -468,11 +438,7 @@ impl Store for SqlStore {
         if let Some(d) = direction {
             page_q = page_q.bind(d.as_str());
         }
-        let rows = page_q
-            .bind(i64::from(limit))
-            .bind(to_i64(offset, "offset")?)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = page_q.bind(i64::from(limit)).bind(to_i64(offset, "offset")?).fetch_all(&mut *tx).await?;
         tx.commit().await?;
         let entries = rows
             .iter()
@@ -486,18 +452,10 @@ impl Store for SqlStore {
                 Ok((payment_from_row(row)?, side))
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        Ok(HistoryPage {
-            total: u64::try_from(total).unwrap_or(0),
-            entries,
-        })
+        Ok(HistoryPage { total: u64::try_from(total).unwrap_or(0), entries })
     }
 
-    async fn claim_proof(
-        &self,
-        proof_id: &str,
-        payment_id: &str,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool> {
+    async fn claim_proof(&self, proof_id: &str, payment_id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
         let done = sqlx::query(&self.sql("INSERT INTO proof_claims (proof_id, payment_id, created_at) VALUES (?, ?, ?) ON CONFLICT (proof_id) DO NOTHING"))
             .bind(proof_id)
             .bind(payment_id)
@@ -505,6 +463,14 @@ impl Store for SqlStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn proof_claim(&self, proof_id: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query(&self.sql("SELECT payment_id FROM proof_claims WHERE proof_id = ?"))
+            .bind(proof_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get("payment_id")).transpose().map_err(Into::into)
     }
 
     async fn idempotency_begin(
@@ -515,14 +481,12 @@ impl Store for SqlStore {
         at: DateTime<Utc>,
         expire_before: DateTime<Utc>,
     ) -> StoreResult<IdempotencyBegin> {
-        sqlx::query(&self.sql(
-            "DELETE FROM idempotency_keys WHERE key_id = ? AND idem_key = ? AND created_at < ?",
-        ))
-        .bind(key_id)
-        .bind(idem_key)
-        .bind(expire_before.timestamp_millis())
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(&self.sql("DELETE FROM idempotency_keys WHERE key_id = ? AND idem_key = ? AND created_at < ?"))
+            .bind(key_id)
+            .bind(idem_key)
+            .bind(expire_before.timestamp_millis())
+            .execute(&self.pool)
+            .await?;
         let inserted = sqlx::query(&self.sql(
             "INSERT INTO idempotency_keys (key_id, idem_key, request_hash, state, status, body, created_at) \
              VALUES (?, ?, ?, 'in_progress', NULL, NULL, ?) ON CONFLICT (key_id, idem_key) DO NOTHING",
@@ -536,7 +500,10 @@ impl Store for SqlStore {
         if inserted.rows_affected() == 1 {
             return Ok(IdempotencyBegin::Started);
         }
-        let row = sqlx::query(&self.sql("SELECT request_hash, state, status, body FROM idempotency_keys WHERE key_id = ? AND idem_key = ?"))
+        let row =
+            sqlx::query(&self.sql(
+                "SELECT request_hash, state, status, body FROM idempotency_keys WHERE key_id = ? AND idem_key = ?",
+            ))
             .bind(key_id)
             .bind(idem_key)
             .fetch_optional(&self.pool)
@@ -556,37 +523,34 @@ impl Store for SqlStore {
         }
         let status: Option<i64> = row.try_get("status")?;
         let body: Option<String> = row.try_get("body")?;
-        let status = status
-            .and_then(|s| u16::try_from(s).ok())
-            .ok_or_else(|| corrupt("idempotent status", "missing"))?;
-        Ok(IdempotencyBegin::Replay(StoredResponse {
-            status,
-            body: body.unwrap_or_default(),
-        }))
+        let status =
+            status.and_then(|s| u16::try_from(s).ok()).ok_or_else(|| corrupt("idempotent status", "missing"))?;
+        Ok(IdempotencyBegin::Replay(StoredResponse { status, body: body.unwrap_or_default() }))
     }
 
-    async fn idempotency_complete(
-        &self,
-        key_id: &str,
-        idem_key: &str,
-        response: &StoredResponse,
-    ) -> StoreResult<()> {
-        sqlx::query(&self.sql("UPDATE idempotency_keys SET state = 'done', status = ?, body = ? WHERE key_id = ? AND idem_key = ?"))
-            .bind(i64::from(response.status))
-            .bind(&response.body)
-            .bind(key_id)
-            .bind(idem_key)
-            .execute(&self.pool)
-            .await?;
+    async fn idempotency_complete(&self, key_id: &str, idem_key: &str, response: &StoredResponse) -> StoreResult<()> {
+        sqlx::query(
+            &self.sql(
+                "UPDATE idempotency_keys SET state = 'done', status = ?, body = ? WHERE key_id = ? AND idem_key = ?",
+            ),
+        )
+        .bind(i64::from(response.status))
+        .bind(&response.body)
+        .bind(key_id)
+        .bind(idem_key)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
     async fn idempotency_abandon(&self, key_id: &str, idem_key: &str) -> StoreResult<()> {
-        sqlx::query(&self.sql("DELETE FROM idempotency_keys WHERE key_id = ? AND idem_key = ? AND state = 'in_progress'"))
-            .bind(key_id)
-            .bind(idem_key)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            &self.sql("DELETE FROM idempotency_keys WHERE key_id = ? AND idem_key = ? AND state = 'in_progress'"),
+        )
+        .bind(key_id)
+        .bind(idem_key)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -606,17 +570,8 @@ mod tests {
     #[test]
     fn placeholders_are_numbered_for_postgres() {
         assert_eq!(number_placeholders("a = ? AND b = ?"), "a = $1 AND b = $2");
-        assert_eq!(
-            sqlite_url_with_create("sqlite://x.db"),
-            "sqlite://x.db?mode=rwc"
-        );
-        assert_eq!(
-            sqlite_url_with_create("sqlite://x.db?cache=shared"),
-            "sqlite://x.db?cache=shared&mode=rwc"
-        );
-        assert_eq!(
-            sqlite_url_with_create("sqlite://x.db?mode=ro"),
-            "sqlite://x.db?mode=ro"
-        );
+        assert_eq!(sqlite_url_with_create("sqlite://x.db"), "sqlite://x.db?mode=rwc");
+        assert_eq!(sqlite_url_with_create("sqlite://x.db?cache=shared"), "sqlite://x.db?cache=shared&mode=rwc");
+        assert_eq!(sqlite_url_with_create("sqlite://x.db?mode=ro"), "sqlite://x.db?mode=ro");
     }
 }

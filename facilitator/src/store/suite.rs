@@ -7,10 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
-use super::{
-    IdempotencyBegin, NewPayment, PaymentUpdate, SqlStore, Store, StoreError, StoredApiKey,
-    StoredResponse,
-};
+use super::{IdempotencyBegin, NewPayment, PaymentUpdate, SqlStore, Store, StoreError, StoredApiKey, StoredResponse};
 use crate::auth::plans::Plan;
 use crate::config::DatabaseUrl;
 
@@ -28,57 +25,33 @@ pub(crate) struct TestDb {
 impl TestDb {
     pub(crate) async fn sqlite() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let url = DatabaseUrl::parse(&format!(
-            "sqlite://{}",
-            dir.path().join("test.db").display()
-        ))
-        .unwrap();
+        let url = DatabaseUrl::parse(&format!("sqlite://{}", dir.path().join("test.db").display())).unwrap();
         let store = Arc::new(SqlStore::connect(&url).await.unwrap());
-        Self {
-            store,
-            _dir: Some(dir),
-            pg_admin: None,
-        }
+        Self { store, _dir: Some(dir), pg_admin: None }
     }
 
     /// `None` (and a notice on stderr) when no PostgreSQL is configured for tests.
     pub(crate) async fn postgres(test: &str) -> Option<Self> {
-        let Some(base) = std::env::var("TOLLGATE_TEST_POSTGRES_URL")
-            .ok()
-            .filter(|v| !v.is_empty())
-        else {
+        let Some(base) = std::env::var("TOLLGATE_TEST_POSTGRES_URL").ok().filter(|v| !v.is_empty()) else {
             eprintln!("SKIPPED {test} on PostgreSQL: TOLLGATE_TEST_POSTGRES_URL is not set");
             return None;
         };
         sqlx::any::install_default_drivers();
         let schema = format!("tg_test_{}", ulid::Ulid::new().to_string().to_lowercase());
-        let admin = sqlx::AnyPool::connect(&base)
-            .await
-            .expect("TOLLGATE_TEST_POSTGRES_URL must be reachable");
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await
-            .unwrap();
+        let admin = sqlx::AnyPool::connect(&base).await.expect("TOLLGATE_TEST_POSTGRES_URL must be reachable");
+        sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
         admin.close().await;
         let sep = if base.contains('?') { '&' } else { '?' };
-        let url =
-            DatabaseUrl::parse(&format!("{base}{sep}options=-c%20search_path%3D{schema}")).unwrap();
+        let url = DatabaseUrl::parse(&format!("{base}{sep}options=-c%20search_path%3D{schema}")).unwrap();
         let store = Arc::new(SqlStore::connect(&url).await.unwrap());
-        Some(Self {
-            store,
-            _dir: None,
-            pg_admin: Some((base, schema)),
-        })
+        Some(Self { store, _dir: None, pg_admin: Some((base, schema)) })
     }
 
     pub(crate) async fn cleanup(self) {
         self.store.close().await;
         if let Some((base, schema)) = self.pg_admin {
             let admin = sqlx::AnyPool::connect(&base).await.unwrap();
-            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                .execute(&admin)
-                .await
-                .unwrap();
+            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
             admin.close().await;
         }
     }
@@ -100,13 +73,7 @@ fn key(id: &str, account: &str, lookup: &str) -> StoredApiKey {
     }
 }
 
-pub(crate) fn payment(
-    id: &str,
-    owner: &str,
-    from: &str,
-    to: &str,
-    at: DateTime<Utc>,
-) -> NewPayment {
+pub(crate) fn payment(id: &str, owner: &str, from: &str, to: &str, at: DateTime<Utc>) -> NewPayment {
     NewPayment {
         id: id.into(),
         owner_account: owner.into(),
@@ -122,12 +89,7 @@ pub(crate) fn payment(
         fee_atomic: None,
         transaction: None,
         resource: Some("https://seller.example/report".into()),
-        metadata: Some(
-            serde_json::json!({"reference": "inv-42"})
-                .as_object()
-                .unwrap()
-                .clone(),
-        ),
+        metadata: Some(serde_json::json!({"reference": "inv-42"}).as_object().unwrap().clone()),
         proof_id: None,
         expires_at: None,
         last_valid_block_height: None,
@@ -136,69 +98,30 @@ pub(crate) fn payment(
 }
 
 fn update(status: PaymentStatus) -> PaymentUpdate {
-    PaymentUpdate {
-        status,
-        transaction: None,
-        fee_atomic: None,
-        error: None,
-        at: t0() + Duration::seconds(1),
-    }
+    PaymentUpdate { status, transaction: None, fee_atomic: None, error: None, at: t0() + Duration::seconds(1) }
 }
 
 async fn api_keys(store: Arc<SqlStore>) {
     store.create_account("acct_1", t0()).await.unwrap();
     assert!(store.account_exists("acct_1").await.unwrap());
     assert!(!store.account_exists("acct_2").await.unwrap());
-    store
-        .insert_api_key(&key("key_1", "acct_1", "aaaaaaaaaaaaaaaa"))
-        .await
-        .unwrap();
-    store
-        .insert_api_key(&key("key_2", "acct_1", "bbbbbbbbbbbbbbbb"))
-        .await
-        .unwrap();
+    store.insert_api_key(&key("key_1", "acct_1", "aaaaaaaaaaaaaaaa")).await.unwrap();
+    store.insert_api_key(&key("key_2", "acct_1", "bbbbbbbbbbbbbbbb")).await.unwrap();
     // The lookup is unique.
-    assert!(
-        store
-            .insert_api_key(&key("key_3", "acct_1", "aaaaaaaaaaaaaaaa"))
-            .await
-            .is_err()
-    );
+    assert!(store.insert_api_key(&key("key_3", "acct_1", "aaaaaaaaaaaaaaaa")).await.is_err());
     // A key needs an existing account.
-    assert!(
-        store
-            .insert_api_key(&key("key_4", "acct_missing", "cccccccccccccccc"))
-            .await
-            .is_err()
-    );
+    assert!(store.insert_api_key(&key("key_4", "acct_missing", "cccccccccccccccc")).await.is_err());
 
-    let found = store
-        .find_api_key("aaaaaaaaaaaaaaaa")
-        .await
-        .unwrap()
-        .unwrap();
+    let found = store.find_api_key("aaaaaaaaaaaaaaaa").await.unwrap().unwrap();
     assert_eq!(found, key("key_1", "acct_1", "aaaaaaaaaaaaaaaa"));
     assert_eq!(store.list_api_keys().await.unwrap().len(), 2);
-    store
-        .touch_api_key("key_1", t0() + Duration::minutes(5))
-        .await
-        .unwrap();
-    let touched = store
-        .find_api_key("aaaaaaaaaaaaaaaa")
-        .await
-        .unwrap()
-        .unwrap();
+    store.touch_api_key("key_1", t0() + Duration::minutes(5)).await.unwrap();
+    let touched = store.find_api_key("aaaaaaaaaaaaaaaa").await.unwrap().unwrap();
     assert_eq!(touched.last_used_at, Some(t0() + Duration::minutes(5)));
 
     assert!(store.delete_api_key("key_1").await.unwrap());
     assert!(!store.delete_api_key("key_1").await.unwrap());
-    assert!(
-        store
-            .find_api_key("aaaaaaaaaaaaaaaa")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(store.find_api_key("aaaaaaaaaaaaaaaa").await.unwrap().is_none());
 }
 
 async fn payments_round_trip(store: Arc<SqlStore>) {
@@ -209,76 +132,47 @@ async fn payments_round_trip(store: Arc<SqlStore>) {
     let stored = store.insert_payment(&p).await.unwrap();
     let got = store.get_payment("pay_1").await.unwrap().unwrap();
     assert_eq!(got, stored);
-    assert_eq!(
-        got.payment, p,
-        "amounts above 64 bits and metadata survive storage"
-    );
+    assert_eq!(got.payment, p, "amounts above 64 bits and metadata survive storage");
     assert!(got.visible_to("acct_a") && got.visible_to("acct_b") && !got.visible_to("acct_c"));
     assert!(store.get_payment("pay_missing").await.unwrap().is_none());
-    assert!(
-        store.insert_payment(&p).await.is_err(),
-        "payment ids are unique"
-    );
+    assert!(store.insert_payment(&p).await.is_err(), "payment ids are unique");
 }
 
 async fn transitions_are_compare_and_set(store: Arc<SqlStore>) {
-    store
-        .insert_payment(&payment("pay_1", "acct", "f", "t", t0()))
-        .await
-        .unwrap();
+    store.insert_payment(&payment("pay_1", "acct", "f", "t", t0())).await.unwrap();
     let mut submit = update(PaymentStatus::Submitted);
     submit.transaction = Some("sig1".into());
-    let after = store
-        .transition_payment("pay_1", PaymentStatus::Verified, &submit)
-        .await
-        .unwrap();
+    let after = store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.unwrap();
     assert_eq!(after.payment.status, PaymentStatus::Submitted);
     assert_eq!(after.payment.transaction.as_deref(), Some("sig1"));
     assert_eq!(after.updated_at, t0() + Duration::seconds(1));
 
-    match store
-        .transition_payment("pay_1", PaymentStatus::Verified, &submit)
-        .await
-    {
+    match store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await {
         Err(StoreError::Conflict { current }) => assert_eq!(current, PaymentStatus::Submitted),
         other => panic!("expected a conflict, got {other:?}"),
     }
     assert!(matches!(
-        store
-            .transition_payment("pay_x", PaymentStatus::Verified, &submit)
-            .await,
+        store.transition_payment("pay_x", PaymentStatus::Verified, &submit).await,
         Err(StoreError::NotFound)
     ));
 
     let mut confirm = update(PaymentStatus::Confirmed);
     confirm.fee_atomic = Some(AtomicAmount(5000));
-    let done = store
-        .transition_payment("pay_1", PaymentStatus::Submitted, &confirm)
-        .await
-        .unwrap();
+    let done = store.transition_payment("pay_1", PaymentStatus::Submitted, &confirm).await.unwrap();
     assert_eq!(done.confirmed_at, Some(confirm.at));
-    assert_eq!(
-        done.payment.transaction.as_deref(),
-        Some("sig1"),
-        "a later update without tx id keeps it"
-    );
+    assert_eq!(done.payment.transaction.as_deref(), Some("sig1"), "a later update without tx id keeps it");
     assert_eq!(done.to_record().fee.unwrap().to_string(), "0.000005");
 }
 
 async fn two_contenders_one_transition(store: Arc<SqlStore>) {
-    store
-        .insert_payment(&payment("pay_1", "acct", "f", "t", t0()))
-        .await
-        .unwrap();
+    store.insert_payment(&payment("pay_1", "acct", "f", "t", t0())).await.unwrap();
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let store = store.clone();
             tokio::spawn(async move {
                 let mut u = update(PaymentStatus::Submitted);
                 u.transaction = Some(format!("sig{i}"));
-                store
-                    .transition_payment("pay_1", PaymentStatus::Verified, &u)
-                    .await
+                store.transition_payment("pay_1", PaymentStatus::Verified, &u).await
             })
         })
         .collect();
@@ -297,12 +191,7 @@ async fn a_proof_is_claimed_once(store: Arc<SqlStore>) {
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let store = store.clone();
-            tokio::spawn(async move {
-                store
-                    .claim_proof("proof-1", &format!("pay_{i}"), t0())
-                    .await
-                    .unwrap()
-            })
+            tokio::spawn(async move { store.claim_proof("proof-1", &format!("pay_{i}"), t0()).await.unwrap() })
         })
         .collect();
     let mut claimed = 0;
@@ -312,53 +201,31 @@ async fn a_proof_is_claimed_once(store: Arc<SqlStore>) {
         }
     }
     assert_eq!(claimed, 1);
+    assert!(store.proof_claim("proof-1").await.unwrap().unwrap().starts_with("pay_"));
     assert!(store.claim_proof("proof-2", "pay_x", t0()).await.unwrap());
+    assert_eq!(store.proof_claim("proof-2").await.unwrap().as_deref(), Some("pay_x"));
+    assert_eq!(store.proof_claim("proof-3").await.unwrap(), None);
 }
 
 async fn history_is_newest_first_filtered_and_private(store: Arc<SqlStore>) {
     // acct_a's wallet A pays B three times and receives from C twice; acct_z pays A once.
     for i in 0..3 {
         store
-            .insert_payment(&payment(
-                &format!("pay_s{i}"),
-                "acct_a",
-                "A",
-                "B",
-                t0() + Duration::seconds(i),
-            ))
+            .insert_payment(&payment(&format!("pay_s{i}"), "acct_a", "A", "B", t0() + Duration::seconds(i)))
             .await
             .unwrap();
     }
     for i in 0..2 {
         store
-            .insert_payment(&payment(
-                &format!("pay_r{i}"),
-                "acct_a",
-                "C",
-                "A",
-                t0() + Duration::seconds(10 + i),
-            ))
+            .insert_payment(&payment(&format!("pay_r{i}"), "acct_a", "C", "A", t0() + Duration::seconds(10 + i)))
             .await
             .unwrap();
     }
-    store
-        .insert_payment(&payment(
-            "pay_z",
-            "acct_z",
-            "Z",
-            "A",
-            t0() + Duration::seconds(20),
-        ))
-        .await
-        .unwrap();
+    store.insert_payment(&payment("pay_z", "acct_z", "Z", "A", t0() + Duration::seconds(20))).await.unwrap();
 
     let all = store.history("acct_a", "A", None, 50, 0).await.unwrap();
     assert_eq!(all.total, 5, "acct_z's payment is not acct_a's");
-    let ids: Vec<_> = all
-        .entries
-        .iter()
-        .map(|(p, d)| (p.payment.id.as_str(), *d))
-        .collect();
+    let ids: Vec<_> = all.entries.iter().map(|(p, d)| (p.payment.id.as_str(), *d)).collect();
     assert_eq!(
         ids,
         [
@@ -369,123 +236,77 @@ async fn history_is_newest_first_filtered_and_private(store: Arc<SqlStore>) {
             ("pay_s0", Direction::Sent)
         ]
     );
-    let sent = store
-        .history("acct_a", "A", Some(Direction::Sent), 2, 1)
-        .await
-        .unwrap();
+    let sent = store.history("acct_a", "A", Some(Direction::Sent), 2, 1).await.unwrap();
     assert_eq!(sent.total, 3);
-    let ids: Vec<_> = sent
-        .entries
-        .iter()
-        .map(|(p, _)| p.payment.id.as_str())
-        .collect();
+    let ids: Vec<_> = sent.entries.iter().map(|(p, _)| p.payment.id.as_str()).collect();
     assert_eq!(ids, ["pay_s1", "pay_s0"]);
-    let received = store
-        .history("acct_a", "A", Some(Direction::Received), 50, 0)
-        .await
-        .unwrap();
+    let received = store.history("acct_a", "A", Some(Direction::Received), 50, 0).await.unwrap();
     assert_eq!(received.total, 2);
     let past_end = store.history("acct_a", "A", None, 50, 10).await.unwrap();
     assert_eq!((past_end.total, past_end.entries.len()), (5, 0));
     let other = store.history("acct_z", "A", None, 50, 0).await.unwrap();
     assert_eq!(other.total, 1);
     assert_eq!(other.entries[0].1, Direction::Received);
-    assert_eq!(
-        store
-            .history("acct_nobody", "A", None, 50, 0)
-            .await
-            .unwrap()
-            .total,
-        0
-    );
+    assert_eq!(store.history("acct_nobody", "A", None, 50, 0).await.unwrap().total, 0);
 
     // A payment to an account's own other wallet shows for both wallets, once each.
     let mut both = payment("pay_both", "acct_a", "A", "D", t0() + Duration::seconds(30));
     both.counterparty_account = Some("acct_d".into());
     store.insert_payment(&both).await.unwrap();
-    assert_eq!(
-        store
-            .history("acct_d", "D", None, 50, 0)
-            .await
-            .unwrap()
-            .total,
-        1
-    );
-    assert_eq!(
-        store
-            .history("acct_a", "A", None, 50, 0)
-            .await
-            .unwrap()
-            .total,
-        6
-    );
+    assert_eq!(store.history("acct_d", "D", None, 50, 0).await.unwrap().total, 1);
+    assert_eq!(store.history("acct_a", "A", None, 50, 0).await.unwrap().total, 6);
 }
 
 async fn idempotency_records(store: Arc<SqlStore>) {
     let expire = t0() - Duration::hours(24);
     let begin = |hash: &'static str, at: DateTime<Utc>, exp: DateTime<Utc>| {
         let store = store.clone();
-        async move {
-            store
-                .idempotency_begin("key_1", "idem-1", hash, at, exp)
-                .await
-                .unwrap()
-        }
+        async move { store.idempotency_begin("key_1", "idem-1", hash, at, exp).await.unwrap() }
     };
     assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::Started);
-    assert_eq!(
-        begin("h1", t0(), expire).await,
-        IdempotencyBegin::InProgress
-    );
+    assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::InProgress);
     assert_eq!(begin("h2", t0(), expire).await, IdempotencyBegin::Mismatch);
-    let response = StoredResponse {
-        status: 200,
-        body: r#"{"ok":true}"#.into(),
-    };
-    store
-        .idempotency_complete("key_1", "idem-1", &response)
-        .await
-        .unwrap();
-    assert_eq!(
-        begin("h1", t0(), expire).await,
-        IdempotencyBegin::Replay(response.clone())
-    );
+    let response = StoredResponse { status: 200, body: r#"{"ok":true}"#.into() };
+    store.idempotency_complete("key_1", "idem-1", &response).await.unwrap();
+    assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::Replay(response.clone()));
     assert_eq!(begin("h2", t0(), expire).await, IdempotencyBegin::Mismatch);
     // Another API key has its own namespace.
     assert_eq!(
-        store
-            .idempotency_begin("key_2", "idem-1", "h2", t0(), expire)
-            .await
-            .unwrap(),
+        store.idempotency_begin("key_2", "idem-1", "h2", t0(), expire).await.unwrap(),
         IdempotencyBegin::Started
     );
     // Abandoned requests can start again; completed ones are not abandoned.
     store.idempotency_abandon("key_2", "idem-1").await.unwrap();
     assert_eq!(
-        store
-            .idempotency_begin("key_2", "idem-1", "h3", t0(), expire)
-            .await
-            .unwrap(),
+        store.idempotency_begin("key_2", "idem-1", "h3", t0(), expire).await.unwrap(),
         IdempotencyBegin::Started
     );
     store.idempotency_abandon("key_1", "idem-1").await.unwrap();
-    assert_eq!(
-        begin("h1", t0(), expire).await,
-        IdempotencyBegin::Replay(response)
-    );
+    assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::Replay(response));
     // After the retention period the key is free again.
     let later = t0() + Duration::hours(25);
-    assert_eq!(
-        begin("h9", later, later - Duration::hours(24)).await,
-        IdempotencyBegin::Started
-    );
-    assert_eq!(
-        store
-            .idempotency_purge(later + Duration::seconds(1))
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(begin("h9", later, later - Duration::hours(24)).await, IdempotencyBegin::Started);
+    assert_eq!(store.idempotency_purge(later + Duration::seconds(1)).await.unwrap(), 2);
+}
+
+async fn wallets(store: Arc<SqlStore>) {
+    use super::StoredWallet;
+    use tollgate_protocol::ChainFamily;
+    store.create_account("acct_w", t0()).await.unwrap();
+    let w = StoredWallet {
+        address: "W1".into(),
+        account_id: "acct_w".into(),
+        family: ChainFamily::Solana,
+        sealed_secret: "sealed".into(),
+        created_at: t0(),
+    };
+    store.insert_wallet(&w).await.unwrap();
+    assert_eq!(store.get_wallet("W1").await.unwrap(), Some(w.clone()));
+    assert!(store.get_wallet("W2").await.unwrap().is_none());
+    assert!(store.insert_wallet(&w).await.is_err(), "one row per address");
+    let orphan = StoredWallet { address: "W3".into(), account_id: "acct_missing".into(), ..w };
+    assert!(store.insert_wallet(&orphan).await.is_err(), "a wallet belongs to an existing account");
+    assert!(!format!("{orphan:?}").contains("sealed"), "Debug does not print the sealed key");
 }
 
 macro_rules! suite {
@@ -521,6 +342,7 @@ suite!(
     a_proof_is_claimed_once,
     history_is_newest_first_filtered_and_private,
     idempotency_records,
+    wallets,
 );
 
 #[tokio::test]
@@ -533,12 +355,6 @@ async fn sqlite_file_is_created_in_wal_mode_and_migrations_rerun_cleanly() {
     assert!(path.exists());
     let again = SqlStore::connect(&url).await.unwrap();
     again.ping().await.unwrap();
-    let mode: String = sqlx::Row::get(
-        &sqlx::query("PRAGMA journal_mode")
-            .fetch_one(&again.pool)
-            .await
-            .unwrap(),
-        0,
-    );
+    let mode: String = sqlx::Row::get(&sqlx::query("PRAGMA journal_mode").fetch_one(&again.pool).await.unwrap(), 0);
     assert_eq!(mode, "wal");
 }

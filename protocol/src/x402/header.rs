@@ -76,26 +76,17 @@ pub fn decode_bytes(value: &str) -> Result<Vec<u8>, HeaderError> {
         return Err(HeaderError::Empty);
     }
     if value.len() > MAX_HEADER_BYTES {
-        return Err(HeaderError::TooLarge {
-            len: value.len(),
-            max: MAX_HEADER_BYTES,
-        });
+        return Err(HeaderError::TooLarge { len: value.len(), max: MAX_HEADER_BYTES });
     }
     let unpadded = value.trim_end_matches('=');
-    let engine_input = if unpadded.contains(['-', '_']) {
-        (URL_SAFE, unpadded)
-    } else {
-        (STANDARD, unpadded)
-    };
+    let engine_input = if unpadded.contains(['-', '_']) { (URL_SAFE, unpadded) } else { (STANDARD, unpadded) };
     let (engine, text) = engine_input;
     // Re-pad so both padded and unpadded input decode with the padded engines.
     let mut padded = text.to_owned();
     while padded.len() % 4 != 0 {
         padded.push('=');
     }
-    engine
-        .decode(padded.as_bytes())
-        .map_err(|_| HeaderError::Base64)
+    engine.decode(padded.as_bytes()).map_err(|_| HeaderError::Base64)
 }
 
 fn deserialize_whole<T: DeserializeOwned>(
@@ -121,24 +112,15 @@ mod tests {
         assert_eq!(decode::<Value>(h.trim_end_matches('=')).unwrap(), v);
         assert_eq!(decode::<Value>(""), Err(HeaderError::Empty));
         assert_eq!(decode::<Value>("***"), Err(HeaderError::Base64));
-        assert!(matches!(
-            decode::<Value>(&STANDARD.encode("not json")),
-            Err(HeaderError::Json(_))
-        ));
+        assert!(matches!(decode::<Value>(&STANDARD.encode("not json")), Err(HeaderError::Json(_))));
         let huge = "A".repeat(MAX_HEADER_BYTES + 1);
         assert_eq!(
             decode::<Value>(&huge),
-            Err(HeaderError::TooLarge {
-                len: MAX_HEADER_BYTES + 1,
-                max: MAX_HEADER_BYTES
-            })
+            Err(HeaderError::TooLarge { len: MAX_HEADER_BYTES + 1, max: MAX_HEADER_BYTES })
         );
         // Exactly at the limit is decoded (and fails only for being garbage JSON).
         let at_limit = "A".repeat(MAX_HEADER_BYTES);
-        assert!(matches!(
-            decode::<Value>(&at_limit),
-            Err(HeaderError::Json(_))
-        ));
+        assert!(matches!(decode::<Value>(&at_limit), Err(HeaderError::Json(_))));
     }
 
     #[test]

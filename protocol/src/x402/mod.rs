@@ -46,11 +46,7 @@ impl Serialize for Asset {
 impl<'de> Deserialize<'de> for Asset {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        if text == "native" {
-            Ok(Self::Native)
-        } else {
-            text.parse().map(Self::Token).map_err(D::Error::custom)
-        }
+        if text == "native" { Ok(Self::Native) } else { text.parse().map(Self::Token).map_err(D::Error::custom) }
     }
 }
 
@@ -71,10 +67,7 @@ macro_rules! version_marker {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 match u8::deserialize(d)? {
                     $n => Ok(Self),
-                    other => Err(D::Error::custom(format!(
-                        "expected x402Version {}, got {other}",
-                        $n
-                    ))),
+                    other => Err(D::Error::custom(format!("expected x402Version {}, got {other}", $n))),
                 }
             }
         }
@@ -251,11 +244,7 @@ impl PaymentRequired {
     pub fn requirements(&self) -> Vec<(PaymentRequirements, ResourceInfo)> {
         match self {
             Self::V1(m) => m.accepts.iter().map(PaymentRequirementsV1::to_v2).collect(),
-            Self::V2(m) => m
-                .accepts
-                .iter()
-                .map(|r| (r.clone(), m.resource.clone()))
-                .collect(),
+            Self::V2(m) => m.accepts.iter().map(|r| (r.clone(), m.resource.clone())).collect(),
         }
     }
 }
@@ -263,18 +252,8 @@ impl PaymentRequired {
 impl PaymentRequiredV2 {
     /// A 402 message; the v1 body carrying the same content comes from [`Self::to_v1`].
     #[must_use]
-    pub fn new(
-        error: impl Into<String>,
-        resource: ResourceInfo,
-        accepts: Vec<PaymentRequirements>,
-    ) -> Self {
-        Self {
-            x402_version: V2,
-            error: Some(error.into()),
-            resource,
-            accepts,
-            extensions: Map::new(),
-        }
+    pub fn new(error: impl Into<String>, resource: ResourceInfo, accepts: Vec<PaymentRequirements>) -> Self {
+        Self { x402_version: V2, error: Some(error.into()), resource, accepts, extensions: Map::new() }
     }
 
     /// The v1 body carrying the same requirements.
@@ -283,11 +262,7 @@ impl PaymentRequiredV2 {
         PaymentRequiredV1 {
             x402_version: V1,
             error: self.error.clone().unwrap_or_default(),
-            accepts: self
-                .accepts
-                .iter()
-                .map(|r| PaymentRequirementsV1::from_v2(r, &self.resource))
-                .collect(),
+            accepts: self.accepts.iter().map(|r| PaymentRequirementsV1::from_v2(r, &self.resource)).collect(),
         }
     }
 }
@@ -397,19 +372,11 @@ where
     T2: DeserializeOwned,
 {
     let value = Value::deserialize(d)?;
-    let version = value
-        .get("x402Version")
-        .ok_or_else(|| D::Error::missing_field("x402Version"))?;
+    let version = value.get("x402Version").ok_or_else(|| D::Error::missing_field("x402Version"))?;
     match version.as_u64() {
-        Some(1) => serde_json::from_value(value)
-            .map(v1)
-            .map_err(D::Error::custom),
-        Some(2) => serde_json::from_value(value)
-            .map(v2)
-            .map_err(D::Error::custom),
-        _ => Err(D::Error::custom(format!(
-            "unsupported x402Version {version}: expected 1 or 2"
-        ))),
+        Some(1) => serde_json::from_value(value).map(v1).map_err(D::Error::custom),
+        Some(2) => serde_json::from_value(value).map(v2).map_err(D::Error::custom),
+        _ => Err(D::Error::custom(format!("unsupported x402Version {version}: expected 1 or 2"))),
     }
 }
 
@@ -434,9 +401,7 @@ macro_rules! versioned_enum_serde {
         }
     };
 }
-versioned_enum_serde!(PaymentPayload, |p: PaymentPayloadV2| PaymentPayload::V2(
-    Box::new(p)
-));
+versioned_enum_serde!(PaymentPayload, |p: PaymentPayloadV2| PaymentPayload::V2(Box::new(p)));
 versioned_enum_serde!(PaymentRequired);
 
 /// Body of `POST /verify` and `POST /settle`, v1 form.
@@ -485,11 +450,7 @@ impl FacilitatorRequest {
         match self {
             Self::V1(r) => {
                 let (req, resource) = r.payment_requirements.to_v2();
-                (
-                    PaymentPayload::V1(r.payment_payload.clone()),
-                    req,
-                    Some(resource),
-                )
+                (PaymentPayload::V1(r.payment_payload.clone()), req, Some(resource))
             }
             Self::V2(r) => (
                 PaymentPayload::V2(Box::new(r.payment_payload.clone())),
@@ -572,14 +533,8 @@ mod tests {
             scheme: SCHEME_EXACT.into(),
             network: "base-sepolia".parse().unwrap(),
             amount: AtomicAmount(10_000),
-            asset: Asset::Token(
-                "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
-                    .parse()
-                    .unwrap(),
-            ),
-            pay_to: "0x122F8Fcaf2152420445Aa424E1D8C0306935B5c9"
-                .parse()
-                .unwrap(),
+            asset: Asset::Token("0x036CbD53842c5426634e7929541eC2318f3dCF7e".parse().unwrap()),
+            pay_to: "0x122F8Fcaf2152420445Aa424E1D8C0306935B5c9".parse().unwrap(),
             max_timeout_seconds: 60,
             extra: Some(json!({"name": "USDC", "version": "2"})),
         }
@@ -595,23 +550,13 @@ mod tests {
 
     #[test]
     fn v1_body_has_the_v1_field_names() {
-        let required = PaymentRequiredV2::new(
-            "X-PAYMENT header is required",
-            resource(),
-            vec![requirement()],
-        );
+        let required = PaymentRequiredV2::new("X-PAYMENT header is required", resource(), vec![requirement()]);
         let v1 = serde_json::to_value(required.to_v1()).unwrap();
         assert_eq!(v1["x402Version"], 1);
         assert_eq!(v1["accepts"][0]["network"], "base-sepolia");
         assert_eq!(v1["accepts"][0]["maxAmountRequired"], "10000");
-        assert_eq!(
-            v1["accepts"][0]["resource"],
-            "https://seller.example/report"
-        );
-        assert_eq!(
-            v1["accepts"][0]["payTo"],
-            "0x122F8Fcaf2152420445Aa424E1D8C0306935B5c9"
-        );
+        assert_eq!(v1["accepts"][0]["resource"], "https://seller.example/report");
+        assert_eq!(v1["accepts"][0]["payTo"], "0x122F8Fcaf2152420445Aa424E1D8C0306935B5c9");
         let v2 = serde_json::to_value(&required).unwrap();
         assert_eq!(v2["x402Version"], 2);
         assert_eq!(v2["accepts"][0]["network"], "eip155:84532");
@@ -649,11 +594,8 @@ mod tests {
 
     #[test]
     fn unknown_versions_and_shapes_are_refused_with_a_reason() {
-        for bad in [
-            json!({"x402Version": 3}),
-            json!({"scheme": "exact"}),
-            json!({"x402Version": 1, "scheme": "exact"}),
-        ] {
+        for bad in [json!({"x402Version": 3}), json!({"scheme": "exact"}), json!({"x402Version": 1, "scheme": "exact"})]
+        {
             let err = PaymentPayload::from_header(&header::encode(&bad).unwrap()).unwrap_err();
             assert!(matches!(err, header::HeaderError::Json(_)), "{bad}: {err}");
         }

@@ -28,14 +28,8 @@ pub struct PayloadError {
     pub reason: String,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
-    scheme: &'static str,
-    value: &Value,
-) -> Result<T, PayloadError> {
-    T::deserialize(value).map_err(|e| PayloadError {
-        scheme,
-        reason: e.to_string(),
-    })
+fn parse<T: serde::de::DeserializeOwned>(scheme: &'static str, value: &Value) -> Result<T, PayloadError> {
+    T::deserialize(value).map_err(|e| PayloadError { scheme, reason: e.to_string() })
 }
 
 /// EIP-3009 `TransferWithAuthorization` fields, as x402 `exact` on EVM carries them.
@@ -73,21 +67,14 @@ impl ExactEvmPayload {
     /// [`PayloadError`] naming the bad field.
     pub fn from_value(value: &Value) -> Result<Self, PayloadError> {
         let p: Self = parse("exact (EVM)", value)?;
-        let err = |reason: &str| PayloadError {
-            scheme: "exact (EVM)",
-            reason: reason.to_owned(),
-        };
+        let err = |reason: &str| PayloadError { scheme: "exact (EVM)", reason: reason.to_owned() };
         if !is_hex_of_len(&p.authorization.nonce, Some(32)) {
-            return Err(err(
-                "authorization.nonce must be 0x followed by 64 hex digits",
-            ));
+            return Err(err("authorization.nonce must be 0x followed by 64 hex digits"));
         }
         if !is_hex_of_len(&p.signature, None) || p.signature.len() < 2 + 2 * 65 {
             return Err(err("signature must be 0x-hex of at least 65 bytes"));
         }
-        if !matches!(p.authorization.from, Address::Evm(_))
-            || !matches!(p.authorization.to, Address::Evm(_))
-        {
+        if !matches!(p.authorization.from, Address::Evm(_)) || !matches!(p.authorization.to, Address::Evm(_)) {
             return Err(err("authorization addresses must be EVM addresses"));
         }
         Ok(p)
@@ -110,10 +97,7 @@ impl ExactSolanaPayload {
     pub fn from_value(value: &Value) -> Result<Self, PayloadError> {
         let p: Self = parse("exact (Solana)", value)?;
         if p.transaction.is_empty() {
-            return Err(PayloadError {
-                scheme: "exact (Solana)",
-                reason: "transaction is empty".into(),
-            });
+            return Err(PayloadError { scheme: "exact (Solana)", reason: "transaction is empty".into() });
         }
         Ok(p)
     }
@@ -160,19 +144,12 @@ impl ExactNativePayload {
     /// [`PayloadError`] unless exactly one of `transaction` and `receipt` is present and well formed.
     pub fn from_value(value: &Value) -> Result<Self, PayloadError> {
         let wire: ExactNativeWire = parse("exact-native", value)?;
-        let err = |reason: &str| PayloadError {
-            scheme: "exact-native",
-            reason: reason.to_owned(),
-        };
+        let err = |reason: &str| PayloadError { scheme: "exact-native", reason: reason.to_owned() };
         match (wire.transaction, wire.receipt) {
             (Some(tx), None) if !tx.is_empty() => Ok(Self::Transaction(tx)),
             (Some(_), None) => Err(err("transaction is empty")),
-            (None, Some(receipt))
-                if receipt.transaction.is_empty() || receipt.signature.is_empty() =>
-            {
-                Err(err(
-                    "receipt.transaction and receipt.signature must not be empty",
-                ))
+            (None, Some(receipt)) if receipt.transaction.is_empty() || receipt.signature.is_empty() => {
+                Err(err("receipt.transaction and receipt.signature must not be empty"))
             }
             (None, Some(receipt)) => Ok(Self::Receipt(receipt)),
             (Some(_), Some(_)) => Err(err("give either transaction or receipt, not both")),
@@ -184,14 +161,8 @@ impl ExactNativePayload {
     #[must_use]
     pub fn to_value(&self) -> Value {
         let wire = match self {
-            Self::Transaction(tx) => ExactNativeWire {
-                transaction: Some(tx.clone()),
-                receipt: None,
-            },
-            Self::Receipt(r) => ExactNativeWire {
-                transaction: None,
-                receipt: Some(r.clone()),
-            },
+            Self::Transaction(tx) => ExactNativeWire { transaction: Some(tx.clone()), receipt: None },
+            Self::Receipt(r) => ExactNativeWire { transaction: None, receipt: Some(r.clone()) },
         };
         serde_json::to_value(wire).unwrap_or(Value::Null)
     }
@@ -207,12 +178,7 @@ impl ExactNativePayload {
 /// assert!(msg.starts_with("tollgate-receipt-v1\n"));
 /// ```
 #[must_use]
-pub fn receipt_message(
-    network: &Network,
-    transaction: &str,
-    pay_to: &Address,
-    resource: Option<&str>,
-) -> String {
+pub fn receipt_message(network: &Network, transaction: &str, pay_to: &Address, resource: Option<&str>) -> String {
     format!(
         "tollgate-receipt-v1\nnetwork: {network}\ntransaction: {transaction}\npayTo: {pay_to}\nresource: {}",
         resource.unwrap_or("")
@@ -223,9 +189,7 @@ fn is_hex_of_len(text: &str, bytes: Option<usize>) -> bool {
     let Some(hex) = text.strip_prefix("0x") else {
         return false;
     };
-    hex.len() % 2 == 0
-        && hex.bytes().all(|b| b.is_ascii_hexdigit())
-        && bytes.is_none_or(|n| hex.len() == 2 * n)
+    hex.len() % 2 == 0 && hex.bytes().all(|b| b.is_ascii_hexdigit()) && bytes.is_none_or(|n| hex.len() == 2 * n)
 }
 
 #[cfg(test)]
@@ -240,10 +204,7 @@ mod tests {
         assert_eq!(ExactNativePayload::from_value(&tx.to_value()).unwrap(), tx);
 
         let receipt = json!({"receipt": {"transaction": "5VER", "from": "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin", "signature": "3abc"}});
-        assert!(matches!(
-            ExactNativePayload::from_value(&receipt).unwrap(),
-            ExactNativePayload::Receipt(_)
-        ));
+        assert!(matches!(ExactNativePayload::from_value(&receipt).unwrap(), ExactNativePayload::Receipt(_)));
 
         for bad in [
             json!({}),
@@ -254,10 +215,7 @@ mod tests {
             json!({"receipt": {"transaction": "5VER", "from": "nope", "signature": "3abc"}}),
             json!("AQID"),
         ] {
-            assert!(
-                ExactNativePayload::from_value(&bad).is_err(),
-                "{bad} accepted"
-            );
+            assert!(ExactNativePayload::from_value(&bad).is_err(), "{bad} accepted");
         }
     }
 
@@ -287,22 +245,11 @@ mod tests {
 
     #[test]
     fn receipt_message_binds_every_field() {
-        let a: Address = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"
-            .parse()
-            .unwrap();
+        let a: Address = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4".parse().unwrap();
         let base = receipt_message(&Network::solana_devnet(), "tx1", &a, Some("r"));
-        assert_ne!(
-            base,
-            receipt_message(&Network::solana_mainnet(), "tx1", &a, Some("r"))
-        );
-        assert_ne!(
-            base,
-            receipt_message(&Network::solana_devnet(), "tx2", &a, Some("r"))
-        );
-        assert_ne!(
-            base,
-            receipt_message(&Network::solana_devnet(), "tx1", &a, None)
-        );
+        assert_ne!(base, receipt_message(&Network::solana_mainnet(), "tx1", &a, Some("r")));
+        assert_ne!(base, receipt_message(&Network::solana_devnet(), "tx2", &a, Some("r")));
+        assert_ne!(base, receipt_message(&Network::solana_devnet(), "tx1", &a, None));
         assert_eq!(
             base,
             "tollgate-receipt-v1\nnetwork: solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1\ntransaction: tx1\npayTo: 2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4\nresource: r"

@@ -1,0 +1,82 @@
+//! `POST /dev/airdrop`: fund a wallet on the embedded development ledger (only there).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount};
+
+use crate::AppState;
+use crate::chains::TxOutcome;
+use crate::chains::solana::build::pubkey;
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::validate;
+
+/// Largest airdrop, SOL.
+const MAX_AIRDROP_SOL: &str = "1000";
+
+/// Body of `POST /dev/airdrop`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AirdropRequest {
+    /// Solana address to fund.
+    pub address: String,
+    /// Whole SOL, up to 1000.
+    pub amount: DecimalAmount,
+}
+
+/// Answer of `POST /dev/airdrop`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AirdropResponse {
+    /// Funded address.
+    pub address: String,
+    /// SOL added.
+    pub amount: DecimalAmount,
+    /// Lamports added.
+    pub amount_atomic: AtomicAmount,
+    /// The airdrop transaction's signature.
+    pub transaction: String,
+}
+
+/// Fund a wallet on the embedded development ledger.
+#[utoipa::path(post, path = "/dev/airdrop", tag = "development", request_body = AirdropRequest,
+    responses(
+        (status = 200, body = AirdropResponse),
+        (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
+        (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
+    ), security(("bearer" = [])))]
+pub async fn airdrop(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<AirdropRequest>,
+) -> Result<Json<AirdropResponse>, ApiError> {
+    let address = validate::address("address", &req.address)?;
+    let key = pubkey(&address).ok_or_else(|| ApiError::invalid_params("address must be a Solana address"))?;
+    let lamports =
+        validate::native_amount("amount", &req.amount, ChainFamily::Solana, Some(("0.000000001", MAX_AIRDROP_SOL)))?;
+    let lamports_u64 = u64::try_from(lamports.get()).map_err(|_| ApiError::invalid_params("amount is too large"))?;
+    let backend = state.chains.embedded_solana().ok_or_else(|| ApiError::not_found("no embedded ledger"))?;
+    let signature = backend.rpc.request_airdrop(&key, lamports_u64).await?;
+    // Answer once the funds are usable.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match backend.rpc.outcome(&signature).await? {
+            Some(TxOutcome::Confirmed { .. }) => break,
+            Some(TxOutcome::Failed { reason }) => {
+                return Err(ApiError::verification_failed(format!("airdrop failed: {reason}")));
+            }
+            None if tokio::time::Instant::now() > deadline => {
+                return Err(ApiError::verification_failed("airdrop not confirmed within 30 s"));
+            }
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    Ok(Json(AirdropResponse {
+        address: address.to_string(),
+        amount: req.amount,
+        amount_atomic: lamports,
+        transaction: signature.to_string(),
+    }))
+}

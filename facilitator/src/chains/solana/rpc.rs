@@ -1,0 +1,200 @@
+//! Solana JSON-RPC with bounded calls.
+//!
+//! Every call has a deadline; whatever goes wrong on the way is a [`ChainError`], never a panic
+//! or a hang. Sending distinguishes a transaction the node refused before broadcasting
+//! ([`SendError::Rejected`]: nothing will land) from one whose fate is unknown
+//! ([`SendError::Uncertain`]: it may still land, so it is watched, not failed).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use solana_commitment_config::CommitmentConfig;
+use solana_rpc_client::nonblocking::rpc_client::RpcClient;
+use solana_rpc_client::rpc_client::SerializableTransaction as _;
+use solana_sdk::hash::Hash;
+use solana_sdk::message::Message;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use solana_sdk::transaction::Transaction;
+use tollgate_protocol::Network;
+
+use crate::chains::{ChainError, Ledger, SendError, TxOutcome};
+
+/// A Solana node reached over JSON-RPC.
+pub struct SolanaRpc {
+    client: RpcClient,
+    network: Network,
+    url: String,
+    call_timeout: Duration,
+}
+
+impl std::fmt::Debug for SolanaRpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SolanaRpc").field("network", &self.network).field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+/// Default deadline of one RPC call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl SolanaRpc {
+    /// Connects and learns the cluster's CAIP-2 id from its genesis hash.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node does not answer in time.
+    pub async fn connect(url: &str, call_timeout: Duration) -> Result<Self, ChainError> {
+        let client =
+            RpcClient::new_with_timeout_and_commitment(url.to_owned(), call_timeout, CommitmentConfig::confirmed());
+        let genesis = bounded(call_timeout, "getGenesisHash", client.get_genesis_hash()).await?;
+        let network = Network::solana_from_genesis(&genesis.to_string());
+        Ok(Self { client, network, url: url.to_owned(), call_timeout })
+    }
+
+    /// The cluster's CAIP-2 id.
+    #[must_use]
+    pub const fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// Lamports held by `account`.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn balance(&self, account: &Pubkey) -> Result<u64, ChainError> {
+        bounded(self.call_timeout, "getBalance", self.client.get_balance(account)).await
+    }
+
+    /// The latest blockhash and the last block height at which a transaction using it is valid.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn latest_blockhash(&self) -> Result<(Hash, u64), ChainError> {
+        bounded(
+            self.call_timeout,
+            "getLatestBlockhash",
+            self.client.get_latest_blockhash_with_commitment(CommitmentConfig::confirmed()),
+        )
+        .await
+    }
+
+    /// The current block height.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn block_height(&self) -> Result<u64, ChainError> {
+        bounded(self.call_timeout, "getBlockHeight", self.client.get_block_height()).await
+    }
+
+    /// The fee the cluster charges for `message`, lamports.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn fee_for(&self, message: &Message) -> Result<u64, ChainError> {
+        bounded(self.call_timeout, "getFeeForMessage", self.client.get_fee_for_message(message)).await
+    }
+
+    /// Lamports an account without data needs to stay rent-exempt.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn rent_exempt_minimum(&self) -> Result<u64, ChainError> {
+        bounded(
+            self.call_timeout,
+            "getMinimumBalanceForRentExemption",
+            self.client.get_minimum_balance_for_rent_exemption(0),
+        )
+        .await
+    }
+
+    /// Asks the node for an airdrop (development clusters only).
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node refuses, fails or times out.
+    pub async fn request_airdrop(&self, account: &Pubkey, lamports: u64) -> Result<Signature, ChainError> {
+        bounded(self.call_timeout, "requestAirdrop", self.client.request_airdrop(account, lamports)).await
+    }
+
+    /// Submits a signed transaction (the node simulates it first).
+    ///
+    /// # Errors
+    /// [`SendError::Rejected`] when the node refused it, [`SendError::Uncertain`] when the answer
+    /// was lost or late (the transaction may still land).
+    pub async fn send(&self, tx: &Transaction) -> Result<Signature, SendError> {
+        let sending = self.client.send_transaction(tx);
+        match tokio::time::timeout(self.call_timeout, sending).await {
+            Err(_) => Err(SendError::Uncertain(format!("sendTransaction: no answer within {:?}", self.call_timeout))),
+            Ok(Ok(sig)) => Ok(sig),
+            Ok(Err(e)) => {
+                // A JSON-RPC error response means the node evaluated and refused the transaction;
+                // an I/O error means we do not know whether it reached the cluster.
+                match e.kind() {
+                    solana_rpc_client_api::client_error::ErrorKind::RpcError(_)
+                    | solana_rpc_client_api::client_error::ErrorKind::TransactionError(_) => {
+                        Err(SendError::Rejected(e.to_string()))
+                    }
+                    _ => Err(SendError::Uncertain(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// What the cluster knows of a transaction: `None` while it is not seen (confirmed level).
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn outcome(&self, signature: &Signature) -> Result<Option<TxOutcome>, ChainError> {
+        let statuses = bounded(
+            self.call_timeout,
+            "getSignatureStatuses",
+            self.client.get_signature_statuses(std::slice::from_ref(signature)),
+        )
+        .await?;
+        let Some(Some(status)) = statuses.value.into_iter().next() else {
+            return Ok(None);
+        };
+        if !status.satisfies_commitment(CommitmentConfig::confirmed()) {
+            return Ok(None);
+        }
+        Ok(Some(match status.err {
+            None => TxOutcome::Confirmed { fee: None },
+            Some(err) => TxOutcome::Failed { reason: err.to_string() },
+        }))
+    }
+}
+
+/// Runs an RPC call with a deadline, mapping every failure to [`ChainError`].
+async fn bounded<T, E: std::fmt::Display>(
+    limit: Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, ChainError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ChainError(format!("Solana RPC {what} failed: {e}"))),
+        Err(_) => Err(ChainError(format!("Solana RPC {what}: no answer within {limit:?}"))),
+    }
+}
+
+#[async_trait]
+impl Ledger for SolanaRpc {
+    fn network(&self) -> &Network {
+        &self.network
+    }
+
+    async fn broadcast(&self, tx: &[u8]) -> Result<(), SendError> {
+        let tx: Transaction =
+            bincode::deserialize(tx).map_err(|e| SendError::Rejected(format!("not a Solana transaction: {e}")))?;
+        self.send(&tx).await.map(|_| ())
+    }
+
+    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
+        let signature: Signature = tx_id.parse().map_err(|_| ChainError(format!("not a Solana signature: {tx_id}")))?;
+        SolanaRpc::outcome(self, &signature).await
+    }
+}
+
+/// The id of a signed transaction: its first signature, base58.
+#[must_use]
+pub fn tx_id(tx: &Transaction) -> String {
+    tx.get_signature().to_string()
+}

@@ -1,0 +1,17 @@
+//! Hosted mode: the facilitator signs and settles for the caller with a custodial wallet.
+//!
+//! Handlers validate the request shape; this module does the payment: ownership of the wallet,
+//! balance, building, signing, settlement, and the receipt the buyer hands to the seller.
+
+pub mod solana;
+
+use tollgate_protocol::gateway::PaymentRecord;
+
+/// The result of a hosted send.
+#[derive(Debug)]
+pub enum SendOutcome {
+    /// Confirmed: the record with its `paymentProof`.
+    Confirmed(PaymentRecord),
+    /// Broadcast, no verdict within the wait budget.
+    Pending(PaymentRecord),
+}

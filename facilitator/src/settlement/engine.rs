@@ -1,0 +1,125 @@
+//! Settling one signed transaction, the same way on every chain.
+//!
+//! 1. Claim the proof's identity (a unique row): a second request with the same proof stops
+//!    here and gets the stored outcome — nothing is broadcast twice.
+//! 2. Record the payment (`verified`), then the transaction id (`submitted`) *before*
+//!    broadcasting: after a crash the id is known and the chain can be asked about it.
+//! 3. Broadcast. A refusal by the node fails the payment; a lost answer does not (it may land).
+//! 4. Watch for a verdict until the wait budget ends; without one the payment is `pending`,
+//!    never `failed`, and a later check settles it from chain evidence.
+
+use std::time::Duration;
+
+use super::{AdvanceError, Event, advance};
+use crate::chains::{ChainError, Ledger, SendError, TxOutcome};
+use crate::clock::Clock;
+use crate::store::{NewPayment, Store, StoreError, StoredPayment};
+
+/// How often the chain is asked for a verdict while waiting.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What to settle.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    /// The payment to record (status `verified`); `proof_id` is claimed first when set.
+    pub payment: NewPayment,
+    /// The transaction's id (Solana signature, EVM hash), known before broadcasting.
+    pub tx_id: String,
+    /// The signed transaction, in the chain's wire format.
+    pub tx_bytes: Vec<u8>,
+    /// How long to wait for a verdict before answering `pending`.
+    pub wait: Duration,
+}
+
+/// Why settlement did not produce a record.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// The proof was claimed before, by this payment.
+    #[error("proof already used (payment {payment_id})")]
+    AlreadyClaimed {
+        /// The payment that claimed it.
+        payment_id: String,
+    },
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The state machine refused a step (another writer moved the payment).
+    #[error(transparent)]
+    Advance(#[from] AdvanceError),
+}
+
+/// Settles `s` on `ledger`, returning the payment as it stands when the wait ends.
+///
+/// # Errors
+/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures otherwise. Chain
+/// failures are not errors: they end in the payment's status (`failed`, or `pending` when unknown).
+pub async fn settle(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    ledger: &dyn Ledger,
+    s: Settlement,
+) -> Result<StoredPayment, SettleError> {
+    let id = s.payment.id.clone();
+    if let Some(proof) = &s.payment.proof_id
+        && !store.claim_proof(proof, &id, clock.now()).await?
+    {
+        let payment_id = store.proof_claim(proof).await?.unwrap_or_default();
+        return Err(SettleError::AlreadyClaimed { payment_id });
+    }
+    store.insert_payment(&s.payment).await?;
+    advance(store, &id, &Event::Submit { transaction: s.tx_id.clone() }, clock.now()).await?;
+
+    match ledger.broadcast(&s.tx_bytes).await {
+        Ok(()) => {}
+        Err(SendError::Rejected(reason)) => {
+            tracing::info!(payment_id = %id, %reason, "transaction refused by the node");
+            return Ok(advance(store, &id, &Event::Fail { reason }, clock.now()).await?);
+        }
+        Err(SendError::Uncertain(reason)) => {
+            tracing::warn!(payment_id = %id, %reason, "broadcast outcome unknown; watching the chain");
+        }
+    }
+    Ok(wait_for_verdict(store, clock, ledger, &id, &s.tx_id, s.wait).await?)
+}
+
+/// Polls the chain for a submitted payment's verdict for at most `wait`; records it, or moves
+/// the payment to `pending` when the budget runs out.
+///
+/// # Errors
+/// Storage failures and refused transitions.
+pub async fn wait_for_verdict(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    ledger: &dyn Ledger,
+    id: &str,
+    tx_id: &str,
+    wait: Duration,
+) -> Result<StoredPayment, AdvanceError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match ledger.outcome(tx_id).await {
+            Ok(Some(outcome)) => return record(store, clock, id, outcome).await,
+            Ok(None) => {}
+            Err(ChainError(e)) => {
+                tracing::warn!(payment_id = %id, error = %e, "cannot read the transaction's status yet")
+            }
+        }
+        if tokio::time::Instant::now() + POLL_INTERVAL > deadline {
+            return advance(store, id, &Event::WaitTimedOut, clock.now()).await;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+async fn record(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    id: &str,
+    outcome: TxOutcome,
+) -> Result<StoredPayment, AdvanceError> {
+    let event = match outcome {
+        TxOutcome::Confirmed { fee } => Event::Confirm { fee },
+        TxOutcome::Failed { reason } => Event::Fail { reason },
+    };
+    advance(store, id, &event, clock.now()).await
+}

@@ -1,0 +1,173 @@
+//! Hosted payments on a real SVM: the embedded ledger (surfpool's Surfnet, offline, loopback).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use tollgate_facilitator::admin::{self, NewKey};
+use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::auth::plans::Plan;
+use tollgate_facilitator::chains::solana::embedded::EmbeddedLedger;
+use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+use tollgate_facilitator::chains::{Chains, SolanaBackend};
+use tollgate_facilitator::clock::SystemClock;
+use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::store::SqlStore;
+use tollgate_facilitator::wallets::MasterKey;
+use tollgate_facilitator::{AppState, router};
+use tollgate_protocol::x402::PaymentPayload;
+use tollgate_protocol::x402::schemes::{ExactNativePayload, receipt_message};
+use tollgate_protocol::{Address, ChainFamily};
+use tower::ServiceExt as _;
+
+struct SolanaApp {
+    app: Router,
+    state: AppState,
+    store: Arc<SqlStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl SolanaApp {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            database_url: DatabaseUrl::parse(dir.path().join("sol.db").to_str().unwrap()).unwrap(),
+            ..Config::default()
+        };
+        let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+        let ledger = EmbeddedLedger::start().await.unwrap();
+        let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+        let chains = Chains::none().with_solana(SolanaBackend { rpc, embedded: Some(ledger) });
+        let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
+            .with_chains(chains)
+            .with_master_key(MasterKey::generate().unwrap());
+        Self { app: router(state.clone()), state, store, _dir: dir }
+    }
+
+    /// A key with a custodial wallet: (key, key id, wallet address).
+    async fn customer(&self) -> (String, String, String) {
+        let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Test };
+        let created = admin::create_key(&*self.store, new, chrono::Utc::now()).await.unwrap();
+        let master = self.state.master_key.as_ref().unwrap();
+        let wallet =
+            admin::create_wallet(&*self.store, master, &created.record.id, ChainFamily::Solana, chrono::Utc::now())
+                .await
+                .unwrap();
+        (created.secret.expose().to_owned(), created.record.id, wallet)
+    }
+
+    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json");
+        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
+        let response = self.app.clone().oneshot(req).await.unwrap();
+        let status = response.status();
+        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    async fn lamports(&self, address: &str) -> u64 {
+        let backend = self.state.chains.embedded_solana().unwrap();
+        backend.rpc.balance(&address.parse::<Pubkey>().unwrap()).await.unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_send_confirms_and_shows_in_both_histories() {
+    let t = SolanaApp::start().await;
+    let (alice, _, alice_wallet) = t.customer().await;
+    let (bob, _, bob_wallet) = t.customer().await;
+
+    let (s, funded) = t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{funded}");
+    assert_eq!(funded["amountAtomic"], "2000000000");
+    assert_eq!(t.lamports(&alice_wallet).await, 2_000_000_000);
+
+    let body = json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.01, "resource": "https://seller.example/report", "metadata": {"reference": "inv-42"}});
+    let (s, paid) = t.call("POST", "/payment/send", &alice, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{paid}");
+    assert_eq!(paid["status"], "confirmed");
+    assert_eq!(paid["amount"], json!(0.01));
+    assert_eq!(paid["amountAtomic"], "10000000");
+    assert_eq!(paid["fee"], json!(0.000005));
+    assert_eq!(paid["metadata"]["reference"], "inv-42");
+    let signature: Signature = paid["transaction"].as_str().unwrap().parse().unwrap();
+    assert_eq!(t.lamports(&bob_wallet).await, 10_000_000, "exactly the amount arrived");
+    assert_eq!(t.lamports(&alice_wallet).await, 2_000_000_000 - 10_000_000 - 5_000, "amount plus the fee left");
+
+    // The proof is an exact-native receipt signed by the sending key, bound to the resource.
+    let proof = PaymentPayload::from_header(paid["paymentProof"].as_str().unwrap()).unwrap();
+    assert_eq!(proof.scheme(), "exact-native");
+    let ExactNativePayload::Receipt(receipt) = ExactNativePayload::from_value(proof.payload()).unwrap() else {
+        panic!("not a receipt")
+    };
+    assert_eq!(receipt.transaction, signature.to_string());
+    let bob_address: Address = bob_wallet.parse().unwrap();
+    let message =
+        receipt_message(proof.network(), &receipt.transaction, &bob_address, Some("https://seller.example/report"));
+    let alice_key: Pubkey = alice_wallet.parse().unwrap();
+    assert!(receipt.signature.parse::<Signature>().unwrap().verify(&alice_key.to_bytes(), message.as_bytes()));
+
+    let id = paid["paymentId"].as_str().unwrap();
+    let (s, status) = t.call("GET", &format!("/payment/status/{id}"), &alice, None).await;
+    assert_eq!((s, status["status"].as_str()), (StatusCode::OK, Some("confirmed")));
+    assert!(status["confirmedAt"].is_string());
+    let (s, _) = t.call("GET", &format!("/payment/status/{id}"), &bob, None).await;
+    assert_eq!(s, StatusCode::OK, "the receiving custodial wallet's account sees it too");
+
+    let (_, sent) = t.call("GET", &format!("/payment/history/{alice_wallet}?type=sent"), &alice, None).await;
+    assert_eq!(sent["total"], 1);
+    assert_eq!(sent["payments"][0]["direction"], "sent");
+    let (_, received) = t.call("GET", &format!("/payment/history/{bob_wallet}"), &bob, None).await;
+    assert_eq!(received["total"], 1);
+    assert_eq!(received["payments"][0]["direction"], "received");
+    assert_eq!(received["payments"][0]["paymentId"], id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_send_refuses_what_it_cannot_pay() {
+    let t = SolanaApp::start().await;
+    let (alice, _, alice_wallet) = t.customer().await;
+    let (bob, _, bob_wallet) = t.customer().await;
+    let stranger = Pubkey::new_unique().to_string();
+    t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 1}))).await;
+
+    let send =
+        |amount: Value, to: &str| json!({"walletAddress": alice_wallet, "recipientAddress": to, "amount": amount});
+    let (s, e) = t.call("POST", "/payment/send", &alice, Some(send(json!(5), &bob_wallet))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INSUFFICIENT_BALANCE")), "{e}");
+    // Everything but the fee would leave a dust balance below rent exemption.
+    let (s, e) = t.call("POST", "/payment/send", &alice, Some(send(json!(0.9999), &bob_wallet))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INSUFFICIENT_BALANCE")), "{e}");
+    // Below the contract's minimum (which also keeps new accounts above rent exemption).
+    let (s, e) = t.call("POST", "/payment/send", &alice, Some(send(json!(0.0008), &stranger))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_PARAMETERS")), "{e}");
+    // Only the owning account spends from a custodial wallet.
+    let (s, e) = t.call("POST", "/payment/send", &bob, Some(send(json!(0.01), &bob_wallet))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("FORBIDDEN")), "{e}");
+    // Nothing moved.
+    assert_eq!(t.lamports(&alice_wallet).await, 1_000_000_000);
+    assert_eq!(t.lamports(&bob_wallet).await, 0);
+
+    // Airdrops are for Solana addresses, within bounds.
+    let (s, _) = t
+        .call(
+            "POST",
+            "/dev/airdrop",
+            &alice,
+            Some(json!({"address": "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed", "amount": 1})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _) = t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 5000}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
