@@ -171,3 +171,159 @@ async fn hosted_send_refuses_what_it_cannot_pay() {
     let (s, _) = t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 5000}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_is_accepted_once_and_only_for_its_terms() {
+    let t = SolanaApp::start().await;
+    let (alice, _, alice_wallet) = t.customer().await;
+    let (bob, _, bob_wallet) = t.customer().await;
+    let (_, _, carol_wallet) = t.customer().await;
+    t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 1}))).await;
+    let resource = "https://seller.example/report";
+    let pay =
+        json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.01, "resource": resource});
+    let (s, paid) = t.call("POST", "/payment/send", &alice, Some(pay)).await;
+    assert_eq!(s, StatusCode::OK, "{paid}");
+    let proof = paid["paymentProof"].as_str().unwrap();
+
+    let receive = |wallet: &str, expected: Value, resource: &str| json!({"walletAddress": wallet, "paymentProof": proof, "expectedAmount": expected, "resource": resource});
+    // Wrong terms are refused and do not use the proof up.
+    for (body, why) in [
+        (receive(&bob_wallet, json!(0.02), resource), "less than"),
+        (receive(&bob_wallet, json!(0.01), "https://seller.example/other"), "another resource"),
+        (receive(&carol_wallet, json!(0.01), resource), "does not verify"),
+    ] {
+        let (s, e) = t.call("POST", "/payment/receive", &bob, Some(body)).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")),
+            "{e}"
+        );
+        assert!(e["error"]["message"].as_str().unwrap().contains(why), "{e}");
+    }
+    let (s, received) =
+        t.call("POST", "/payment/receive", &bob, Some(receive(&bob_wallet, json!(0.01), resource))).await;
+    assert_eq!(s, StatusCode::OK, "{received}");
+    assert_eq!(received["status"], "confirmed");
+    assert_eq!(received["payer"], alice_wallet);
+    assert_eq!(received["transaction"], paid["transaction"]);
+    assert_eq!(received["amountAtomic"], "10000000");
+    let (s, again) = t.call("POST", "/payment/receive", &bob, Some(receive(&bob_wallet, json!(0.01), resource))).await;
+    assert_eq!((s, again["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")));
+    assert!(again["error"]["message"].as_str().unwrap().contains("already used"), "{again}");
+    // A bare transaction id is not a receipt.
+    let forged = tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact-native", "network": received["network"],
+        "payload": {"receipt": {"transaction": paid["transaction"], "from": alice_wallet, "signature": "1111111111111111111111111111111111111111111111111111111111111111"}}
+    }))
+    .unwrap();
+    let body = json!({"walletAddress": bob_wallet, "paymentProof": forged, "expectedAmount": 0.01});
+    let (s, _) = t.call("POST", "/payment/receive", &bob, Some(body)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED);
+}
+
+fn signed_proof(
+    network: &str,
+    payer: &solana_sdk::signature::Keypair,
+    to: &Pubkey,
+    lamports: u64,
+    blockhash: solana_sdk::hash::Hash,
+) -> String {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    use tollgate_facilitator::chains::solana::build::Transfer;
+    let message = Transfer { from: payer.pubkey(), to: *to, lamports, priority_fee: None }.message(&blockhash);
+    let tx = solana_sdk::transaction::Transaction::new(&[payer], message, blockhash);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+    tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact-native", "network": network, "payload": {"transaction": encoded}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_transfer_settles_once_when_32_identical_requests_race() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (seller, _, seller_wallet) = t.customer().await;
+    let buyer = solana_sdk::signature::Keypair::new();
+    t.call("POST", "/dev/airdrop", &seller, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let network = backend.rpc.network().to_string();
+    let seller_key: Pubkey = seller_wallet.parse().unwrap();
+    let (blockhash, _) = backend.rpc.latest_blockhash().await.unwrap();
+    let proof = signed_proof(&network, &buyer, &seller_key, 10_000_000, blockhash);
+
+    let receive = |wallet: &str, expected: Value| json!({"walletAddress": wallet, "paymentProof": proof, "expectedAmount": expected});
+    let (s, e) = t.call("POST", "/payment/receive", &seller, Some(receive(&seller_wallet, json!(0.02)))).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")),
+        "underpaying: {e}"
+    );
+    let (s, e) = t
+        .call("POST", "/payment/receive", &seller, Some(receive(&Pubkey::new_unique().to_string(), json!(0.01))))
+        .await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")),
+        "wrong recipient: {e}"
+    );
+
+    let racers: Vec<_> = (0..32)
+        .map(|_| {
+            let app = t.app.clone();
+            let body = receive(&seller_wallet, json!(0.01)).to_string();
+            let key = seller.clone();
+            tokio::spawn(async move {
+                let req = Request::post("/payment/receive")
+                    .header("authorization", format!("Bearer {key}"))
+                    .body(Body::from(body))
+                    .unwrap();
+                let response = app.oneshot(req).await.unwrap();
+                let status = response.status();
+                let body: Value =
+                    serde_json::from_slice(&to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap();
+                (status, body)
+            })
+        })
+        .collect();
+    let mut settled = Vec::new();
+    for r in racers {
+        let (status, body) = r.await.unwrap();
+        match status {
+            StatusCode::OK => settled.push(body),
+            StatusCode::PAYMENT_REQUIRED => {
+                assert!(body["error"]["message"].as_str().unwrap().contains("already used"), "{body}")
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(settled.len(), 1, "exactly one settlement");
+    assert_eq!(settled[0]["status"], "confirmed");
+    assert_eq!(settled[0]["payer"], buyer.pubkey().to_string());
+    assert_eq!(t.lamports(&seller_wallet).await, 10_000_000, "paid once");
+    assert_eq!(t.lamports(&buyer.pubkey().to_string()).await, 1_000_000_000 - 10_000_000 - 5_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_signed_against_an_unknown_blockhash_is_refused() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (seller, _, seller_wallet) = t.customer().await;
+    let buyer = solana_sdk::signature::Keypair::new();
+    t.call("POST", "/dev/airdrop", &seller, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let network = t.state.chains.embedded_solana().unwrap().rpc.network().to_string();
+    let proof = signed_proof(
+        &network,
+        &buyer,
+        &seller_wallet.parse().unwrap(),
+        10_000_000,
+        solana_sdk::hash::Hash::new_unique(),
+    );
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01});
+    let (s, e) = t.call("POST", "/payment/receive", &seller, Some(body)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("expired"), "{e}");
+    assert_eq!(t.lamports(&seller_wallet).await, 0);
+}

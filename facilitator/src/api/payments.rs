@@ -79,8 +79,9 @@ pub(crate) fn checked_send(
     ), security(("bearer" = [])))]
 pub async fn receive(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<ReceivePaymentRequest>,
-) -> Result<Json<PaymentRecord>, ApiError> {
+) -> Result<(StatusCode, Json<PaymentRecord>), ApiError> {
     if let Some(t) = req.timeout
         && !TIMEOUT_RANGE_SECS.contains(&t)
     {
@@ -91,7 +92,16 @@ pub async fn receive(
         )));
     }
     let target = checked_receive(&state, &ReceiveFields::of_hosted(&req))?;
-    Err(state.chains.unavailable(&target))
+    let outcome = match &target {
+        Target::Network(n) if n.family() == ChainFamily::Solana => {
+            hosted::solana::receive(&state, &caller, &req, &target).await?
+        }
+        _ => return Err(state.chains.unavailable(&target)),
+    };
+    Ok(match outcome {
+        SendOutcome::Confirmed(record) => (StatusCode::OK, Json(record)),
+        SendOutcome::Pending(record) => (StatusCode::ACCEPTED, Json(record)),
+    })
 }
 
 /// The fields hosted and local receive requests share.

@@ -7,7 +7,7 @@ pub mod solana;
 
 use tollgate_protocol::gateway::PaymentRecord;
 
-/// The result of a hosted send.
+/// The result of a hosted send or receive.
 #[derive(Debug)]
 pub enum SendOutcome {
     /// Confirmed: the record with its `paymentProof`.

@@ -82,6 +82,30 @@ pub async fn settle(
     Ok(wait_for_verdict(store, clock, ledger, &id, &s.tx_id, s.wait).await?)
 }
 
+/// Records a payment whose transaction the chain has already confirmed (a receipt): claims the
+/// proof, then walks `verified → submitted → confirmed`.
+///
+/// # Errors
+/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures otherwise.
+pub async fn record_confirmed(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    payment: NewPayment,
+    tx_id: &str,
+    fee: Option<tollgate_protocol::AtomicAmount>,
+) -> Result<StoredPayment, SettleError> {
+    let id = payment.id.clone();
+    if let Some(proof) = &payment.proof_id
+        && !store.claim_proof(proof, &id, clock.now()).await?
+    {
+        let payment_id = store.proof_claim(proof).await?.unwrap_or_default();
+        return Err(SettleError::AlreadyClaimed { payment_id });
+    }
+    store.insert_payment(&payment).await?;
+    advance(store, &id, &Event::Submit { transaction: tx_id.to_owned() }, clock.now()).await?;
+    Ok(advance(store, &id, &Event::Confirm { fee }, clock.now()).await?)
+}
+
 /// Polls the chain for a submitted payment's verdict for at most `wait`; records it, or moves
 /// the payment to `pending` when the budget runs out.
 ///

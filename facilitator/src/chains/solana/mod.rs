@@ -6,6 +6,7 @@ pub mod build;
 #[cfg(feature = "embedded-ledger")]
 pub mod embedded;
 pub mod rpc;
+pub mod verify;
 
 /// Lamports in one SOL.
 pub const LAMPORTS_PER_SOL: u64 = 1_000_000_000;

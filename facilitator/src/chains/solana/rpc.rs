@@ -10,12 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use solana_commitment_config::CommitmentConfig;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
-use solana_rpc_client::rpc_client::SerializableTransaction as _;
+use solana_rpc_client::rpc_client::{SerializableMessage, SerializableTransaction};
+use solana_rpc_client_api::config::RpcTransactionConfig;
 use solana_sdk::hash::Hash;
-use solana_sdk::message::Message;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
-use solana_sdk::transaction::Transaction;
+use solana_sdk::transaction::{Transaction, VersionedTransaction};
+use solana_transaction_status_client_types::UiTransactionEncoding;
 use tollgate_protocol::Network;
 
 use crate::chains::{ChainError, Ledger, SendError, TxOutcome};
@@ -89,7 +90,7 @@ impl SolanaRpc {
     ///
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
-    pub async fn fee_for(&self, message: &Message) -> Result<u64, ChainError> {
+    pub async fn fee_for(&self, message: &impl SerializableMessage) -> Result<u64, ChainError> {
         bounded(self.call_timeout, "getFeeForMessage", self.client.get_fee_for_message(message)).await
     }
 
@@ -106,6 +107,51 @@ impl SolanaRpc {
         .await
     }
 
+    /// Whether transactions signed against `blockhash` can still land.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn blockhash_valid(&self, blockhash: &Hash) -> Result<bool, ChainError> {
+        bounded(
+            self.call_timeout,
+            "isBlockhashValid",
+            self.client.is_blockhash_valid(blockhash, CommitmentConfig::processed()),
+        )
+        .await
+    }
+
+    /// A transaction the cluster has confirmed: the transaction, its error if it failed, and its
+    /// fee. `None` when the cluster does not know it (yet).
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn confirmed_transaction(&self, signature: &Signature) -> Result<Option<ConfirmedTx>, ChainError> {
+        let config = RpcTransactionConfig {
+            encoding: Some(UiTransactionEncoding::Base64),
+            commitment: Some(CommitmentConfig::confirmed()),
+            max_supported_transaction_version: Some(0),
+        };
+        let fetched =
+            tokio::time::timeout(self.call_timeout, self.client.get_transaction_with_config(signature, config)).await;
+        let tx = match fetched {
+            Err(_) => {
+                return Err(ChainError(format!("Solana RPC getTransaction: no answer within {:?}", self.call_timeout)));
+            }
+            Ok(Ok(tx)) => tx,
+            // An unknown signature comes back as a null result, which the client reports as an
+            // error while decoding it.
+            Ok(Err(e)) if e.to_string().contains("invalid type: null") => return Ok(None),
+            Ok(Err(e)) => return Err(ChainError(format!("Solana RPC getTransaction failed: {e}"))),
+        };
+        let transaction = tx
+            .transaction
+            .transaction
+            .decode()
+            .ok_or_else(|| ChainError("getTransaction returned an undecodable transaction".into()))?;
+        let (error, fee) = tx.transaction.meta.map_or((None, None), |m| (m.err.map(|e| format!("{e:?}")), Some(m.fee)));
+        Ok(Some(ConfirmedTx { transaction, error, fee }))
+    }
+
     /// Asks the node for an airdrop (development clusters only).
     ///
     /// # Errors
@@ -119,7 +165,7 @@ impl SolanaRpc {
     /// # Errors
     /// [`SendError::Rejected`] when the node refused it, [`SendError::Uncertain`] when the answer
     /// was lost or late (the transaction may still land).
-    pub async fn send(&self, tx: &Transaction) -> Result<Signature, SendError> {
+    pub async fn send(&self, tx: &impl SerializableTransaction) -> Result<Signature, SendError> {
         let sending = self.client.send_transaction(tx);
         match tokio::time::timeout(self.call_timeout, sending).await {
             Err(_) => Err(SendError::Uncertain(format!("sendTransaction: no answer within {:?}", self.call_timeout))),
@@ -162,6 +208,17 @@ impl SolanaRpc {
     }
 }
 
+/// A confirmed transaction as read from the chain.
+#[derive(Debug, Clone)]
+pub struct ConfirmedTx {
+    /// The transaction.
+    pub transaction: solana_sdk::transaction::VersionedTransaction,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// Fee paid, lamports.
+    pub fee: Option<u64>,
+}
+
 /// Runs an RPC call with a deadline, mapping every failure to [`ChainError`].
 async fn bounded<T, E: std::fmt::Display>(
     limit: Duration,
@@ -182,7 +239,7 @@ impl Ledger for SolanaRpc {
     }
 
     async fn broadcast(&self, tx: &[u8]) -> Result<(), SendError> {
-        let tx: Transaction =
+        let tx: VersionedTransaction =
             bincode::deserialize(tx).map_err(|e| SendError::Rejected(format!("not a Solana transaction: {e}")))?;
         self.send(&tx).await.map(|_| ())
     }
