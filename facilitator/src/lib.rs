@@ -160,8 +160,17 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Finish what a previous run left open before taking new requests.
+    match settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains).await {
+        Ok(r) if r.examined > 0 => {
+            tracing::info!(examined = r.examined, finished = r.finished, "reconciled unfinished payments at start-up")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "start-up reconciliation failed; the background task retries"),
+    }
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
+    let reconciler = tokio::spawn(reconcile_periodically(state.clone(), stop_rx.clone()));
     let app = router(state);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
@@ -181,7 +190,25 @@ pub async fn run(
         }
     };
     purge.abort();
+    reconciler.abort();
     result.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+/// How often unfinished payments are checked against the chain.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
+
+async fn reconcile_periodically(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(RECONCILE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains).await {
+            tracing::warn!(error = %e, "reconciliation pass failed");
+        }
+    }
 }
 
 /// Deletes idempotency records past their retention, hourly.

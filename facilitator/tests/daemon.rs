@@ -14,6 +14,11 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate-facilitator");
 
 fn command(dir: &Path) -> Command {
+    command_with(dir, &[])
+}
+
+/// The binary in `dir`, with the caller's `TOLLGATE_*` environment replaced by `env`.
+fn command_with(dir: &Path, env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(BIN);
     c.current_dir(dir);
     for (k, _) in std::env::vars() {
@@ -21,12 +26,17 @@ fn command(dir: &Path) -> Command {
             c.env_remove(k);
         }
     }
+    c.envs(env.iter().copied());
     c
 }
 
 /// Runs a CLI command to completion; returns stdout.
 fn cli(dir: &Path, args: &[&str]) -> String {
-    let out = command(dir).args(args).output().unwrap();
+    cli_with(dir, &[], args)
+}
+
+fn cli_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = command_with(dir, env).args(args).output().unwrap();
     assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -39,7 +49,11 @@ struct Daemon {
 impl Daemon {
     /// Starts `serve` on a free port and waits for its "listening on" line.
     fn start(dir: &Path) -> Self {
-        let mut child = command(dir)
+        Self::start_with(dir, &[])
+    }
+
+    fn start_with(dir: &Path, env: &[(&str, &str)]) -> Self {
+        let mut child = command_with(dir, env)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -204,4 +218,76 @@ fn cli_refuses_bad_input_clearly() {
     let out = command(dir.path()).args(["keys", "list"]).env("TOLLGATE_LISTEN", "nonsense").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TOLLGATE_LISTEN"));
+}
+
+/// Crash safety: the daemon is killed (SIGKILL) after it stored a payment's transaction id and
+/// before it read the confirmation; restarted on the same database and chain, it finishes the
+/// payment from chain evidence, and exactly one transfer happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_finishes_its_payment_after_restart() {
+    use solana_sdk::pubkey::Pubkey;
+    use tollgate_facilitator::chains::solana::embedded::EmbeddedLedger;
+    use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+
+    // The chain lives in the test process, so it outlives the daemon.
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // No wait for confirmation: /payment/send answers `pending` as soon as it has broadcast.
+    std::fs::write(
+        dir.path().join("tollgate.toml"),
+        format!("solana_rpc_url = \"{}\"\n[limits]\nsend_wait_secs = 0\n", ledger.rpc_url()),
+    )
+    .unwrap();
+    let master = "11".repeat(32);
+    let env = [("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", master.as_str())];
+
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let key_id = cli_with(dir.path(), &env, &["keys", "list"])
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let wallet =
+        cli_with(dir.path(), &env, &["wallets", "create", "--key", &key_id, "--chain", "solana"]).trim().to_owned();
+    let wallet_key: Pubkey = wallet.parse().unwrap();
+    let airdrop = rpc.request_airdrop(&wallet_key, 1_000_000_000).await.unwrap();
+    while rpc.outcome(&airdrop).await.unwrap().is_none() {
+        tokio::task::yield_now().await;
+    }
+    let payee = Pubkey::new_unique();
+
+    let daemon = Daemon::start_with(dir.path(), &env);
+    let client = reqwest::Client::new();
+    let send = json!({"walletAddress": wallet, "recipientAddress": payee.to_string(), "amount": 0.1});
+    let (s, _, pending) =
+        call(&client, client.post(format!("{}/payment/send", daemon.base)).bearer_auth(&key).json(&send)).await;
+    assert_eq!((s, pending["status"].as_str()), (202, Some("pending")), "{pending}");
+    assert!(pending["transaction"].is_string());
+    let id = pending["paymentId"].as_str().unwrap().to_owned();
+    let mut daemon = daemon;
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+
+    // What the killed daemon left: the transaction id, no verdict.
+    let store = tollgate_facilitator::store::SqlStore::connect(
+        &tollgate_facilitator::config::DatabaseUrl::parse(dir.path().join("tollgate.db").to_str().unwrap()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let left = tollgate_facilitator::store::Store::get_payment(&store, &id).await.unwrap().unwrap();
+    assert_eq!(left.payment.status.as_str(), "pending");
+    assert_eq!(left.payment.transaction.as_deref(), pending["transaction"].as_str());
+    store.close().await;
+
+    // Restarted, it reconciles before serving.
+    let daemon = Daemon::start_with(dir.path(), &env);
+    let (s, _, status) =
+        call(&client, client.get(format!("{}/payment/status/{id}", daemon.base)).bearer_auth(&key)).await;
+    assert_eq!((s, status["status"].as_str()), (200, Some("confirmed")), "{status}");
+    assert_eq!(rpc.balance(&payee).await.unwrap(), 100_000_000, "exactly one transfer landed");
+    assert!(daemon.terminate().success());
 }

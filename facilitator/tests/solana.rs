@@ -327,3 +327,54 @@ async fn a_transfer_signed_against_an_unknown_blockhash_is_refused() {
     assert!(e["error"]["message"].as_str().unwrap().contains("expired"), "{e}");
     assert_eq!(t.lamports(&seller_wallet).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unseen_transactions_expire_only_past_their_horizon() {
+    use tollgate_facilitator::settlement::reconcile::reconcile_once;
+    use tollgate_facilitator::settlement::{Event, advance};
+    use tollgate_facilitator::store::{NewPayment, Store};
+    use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+
+    let t = SolanaApp::start().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let height = backend.rpc.block_height().await.unwrap();
+    let now = chrono::Utc::now();
+    // Two broadcasts the chain never saw: one whose horizon has passed, one still open.
+    for (id, horizon) in [("pay_past", height.saturating_sub(1)), ("pay_open", height + 1_000_000)] {
+        let p = NewPayment {
+            id: id.into(),
+            owner_account: "acct".into(),
+            counterparty_account: None,
+            status: PaymentStatus::Verified,
+            mode: PaymentMode::Hosted,
+            network: backend.rpc.network().clone(),
+            from: Pubkey::new_unique().to_string(),
+            to: Pubkey::new_unique().to_string(),
+            amount_atomic: tollgate_protocol::AtomicAmount(1),
+            asset: "native".into(),
+            decimals: 9,
+            fee_atomic: None,
+            transaction: None,
+            resource: None,
+            metadata: None,
+            proof_id: None,
+            expires_at: None,
+            last_valid_block_height: Some(horizon),
+            created_at: now,
+        };
+        t.store.insert_payment(&p).await.unwrap();
+        let never_sent = Signature::new_unique().to_string();
+        advance(&*t.store, id, &Event::Submit { transaction: never_sent }, now).await.unwrap();
+        advance(&*t.store, id, &Event::WaitTimedOut, now).await.unwrap();
+    }
+    let pass = reconcile_once(&*t.store, &SystemClock, &t.state.chains).await.unwrap();
+    assert_eq!((pass.examined, pass.finished), (2, 1));
+    let past = t.store.get_payment("pay_past").await.unwrap().unwrap();
+    assert_eq!(past.payment.status, PaymentStatus::Expired);
+    assert!(past.error.unwrap().contains("block height"));
+    assert_eq!(
+        t.store.get_payment("pay_open").await.unwrap().unwrap().payment.status,
+        PaymentStatus::Pending,
+        "no verdict without evidence"
+    );
+}

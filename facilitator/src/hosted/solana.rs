@@ -241,6 +241,7 @@ impl Incoming<'_> {
         lamports: u64,
         fee: Option<u64>,
         proof: String,
+        horizon: Option<u64>,
     ) -> Result<NewPayment, ApiError> {
         let payer_account =
             self.state.store.get_wallet(&from.to_string()).await.map_err(ApiError::internal)?.map(|w| w.account_id);
@@ -262,7 +263,7 @@ impl Incoming<'_> {
             metadata: None,
             proof_id: Some(proof),
             expires_at: None,
-            last_valid_block_height: None,
+            last_valid_block_height: horizon,
             created_at: self.state.clock.now(),
         })
     }
@@ -289,10 +290,12 @@ impl Incoming<'_> {
                 sol(needed)
             )));
         }
+        // The transaction's blockhash is valid now, so it cannot land after the horizon of the
+        // newest blockhash: past that height, a transaction the chain never saw has expired.
+        let (_, horizon) = self.rpc.latest_blockhash().await?;
         let signature = tx.signatures[0].to_string();
-        let payment = self
-            .payment(source, checked.transfer.lamports, Some(fee), proof_id(self.rpc.network(), &signature))
-            .await?;
+        let proof = proof_id(self.rpc.network(), &signature);
+        let payment = self.payment(source, checked.transfer.lamports, Some(fee), proof, Some(horizon)).await?;
         let tx_bytes = bincode::serialize(&tx).map_err(ApiError::internal)?;
         let settled = settle(
             &*self.state.store,
@@ -345,7 +348,7 @@ impl Incoming<'_> {
                 self.expected
             )));
         }
-        let payment = self.payment(from, paid, confirmed.fee, proof_id(network, &receipt.transaction)).await?;
+        let payment = self.payment(from, paid, confirmed.fee, proof_id(network, &receipt.transaction), None).await?;
         let recorded = record_confirmed(
             &*self.state.store,
             &*self.state.clock,

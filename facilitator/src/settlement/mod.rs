@@ -1,11 +1,11 @@
 //! Payments' lifecycle.
 //!
 //! [`state`] holds the one transition function; [`advance`] applies an event to a stored payment
-//! with a compare-and-set, so concurrent writers cannot both move it. The settlement engine and
-//! the start-up reconciler, which drive these events from chain observations, land with the chain
-//! backends.
+//! with a compare-and-set, so concurrent writers cannot both move it. [`engine`] settles a signed
+//! transaction; [`reconcile`] finishes what a crash or a slow chain left open.
 
 pub mod engine;
+pub mod reconcile;
 pub mod state;
 
 use chrono::{DateTime, Utc};

@@ -290,6 +290,8 @@ pub trait Store: Send + Sync + 'static {
         expected: PaymentStatus,
         update: &PaymentUpdate,
     ) -> StoreResult<StoredPayment>;
+    /// Payments broadcast without a final verdict (`submitted`, `pending`), oldest first.
+    async fn unfinished_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>>;
     /// A page of a wallet's payments visible to `account`, newest first.
     async fn history(
         &self,

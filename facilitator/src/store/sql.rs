@@ -455,6 +455,14 @@ impl Store for SqlStore {
         Ok(HistoryPage { total: u64::try_from(total).unwrap_or(0), entries })
     }
 
+    async fn unfinished_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>> {
+        let sql = format!(
+            "SELECT {PAYMENT_COLUMNS} FROM payments WHERE status IN ('submitted', 'pending') ORDER BY seq LIMIT ?"
+        );
+        let rows = sqlx::query(&self.sql(&sql)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(payment_from_row).collect()
+    }
+
     async fn claim_proof(&self, proof_id: &str, payment_id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
         let done = sqlx::query(&self.sql("INSERT INTO proof_claims (proof_id, payment_id, created_at) VALUES (?, ?, ?) ON CONFLICT (proof_id) DO NOTHING"))
             .bind(proof_id)

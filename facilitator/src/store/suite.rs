@@ -155,6 +155,8 @@ async fn transitions_are_compare_and_set(store: Arc<SqlStore>) {
         store.transition_payment("pay_x", PaymentStatus::Verified, &submit).await,
         Err(StoreError::NotFound)
     ));
+    let unfinished = store.unfinished_payments(10).await.unwrap();
+    assert_eq!(unfinished.iter().map(|p| p.payment.id.as_str()).collect::<Vec<_>>(), ["pay_1"]);
 
     let mut confirm = update(PaymentStatus::Confirmed);
     confirm.fee_atomic = Some(AtomicAmount(5000));
@@ -162,6 +164,7 @@ async fn transitions_are_compare_and_set(store: Arc<SqlStore>) {
     assert_eq!(done.confirmed_at, Some(confirm.at));
     assert_eq!(done.payment.transaction.as_deref(), Some("sig1"), "a later update without tx id keeps it");
     assert_eq!(done.to_record().fee.unwrap().to_string(), "0.000005");
+    assert!(store.unfinished_payments(10).await.unwrap().is_empty(), "final payments are finished");
 }
 
 async fn two_contenders_one_transition(store: Arc<SqlStore>) {
