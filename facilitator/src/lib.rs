@@ -24,6 +24,7 @@ pub mod error;
 pub mod extract;
 pub mod hosted;
 pub mod idempotency;
+pub mod local;
 pub mod settlement;
 pub mod store;
 pub mod validate;

@@ -378,3 +378,105 @@ async fn unseen_transactions_expire_only_past_their_horizon() {
         "no verdict without evidence"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    use solana_sdk::transaction::Transaction;
+
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let buyer = solana_sdk::signature::Keypair::new();
+    let seller = Pubkey::new_unique();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+
+    let body = json!({"walletAddress": buyer.pubkey().to_string(), "recipientAddress": seller.to_string(), "amount": 0.05, "priorityFee": 0.00001});
+    let (s, built) = t.call("POST", "/transaction/send", &key, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    assert_eq!(built["encoding"], "base64");
+    assert!(built["lastValidBlockHeight"].as_u64().unwrap() > 0);
+    let now = chrono::Utc::now().timestamp();
+    let expires = built["expiresAt"].as_i64().unwrap();
+    assert!((now + 50..=now + 70).contains(&expires), "expires about 60 s after building");
+    let id = built["paymentId"].as_str().unwrap();
+    let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &key, None).await;
+    assert_eq!((status["status"].as_str(), status["mode"].as_str()), (Some("built"), Some("local")));
+
+    // The caller decodes, inspects, signs with its own key, and broadcasts through its own RPC.
+    let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    let mut tx: Transaction = bincode::deserialize(&bytes).unwrap();
+    assert_eq!(tx.message.account_keys[0], buyer.pubkey(), "the caller's wallet pays the fee");
+    assert_eq!(tx.message.instructions.len(), 3, "compute-unit limit and price, then the transfer");
+    let blockhash = tx.message.recent_blockhash;
+    tx.sign(&[&buyer], blockhash);
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let signature = backend.rpc.send(&tx).await.unwrap();
+    while backend.rpc.outcome(&signature).await.unwrap().is_none() {
+        tokio::task::yield_now().await;
+    }
+
+    // A transaction that does not pay this payment is refused.
+    let other = solana_sdk::signature::Keypair::new();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": other.pubkey().to_string(), "amount": 1}))).await;
+    let (blockhash, _) = backend.rpc.latest_blockhash().await.unwrap();
+    let stray = Transaction::new_signed_with_payer(
+        &[solana_system_interface::instruction::transfer(&other.pubkey(), &seller, 50_000_000)],
+        Some(&other.pubkey()),
+        &[&other],
+        blockhash,
+    );
+    let stray_sig = backend.rpc.send(&stray).await.unwrap();
+    while backend.rpc.outcome(&stray_sig).await.unwrap().is_none() {
+        tokio::task::yield_now().await;
+    }
+    let (s, e) = t
+        .call(
+            "POST",
+            "/transaction/confirm",
+            &key,
+            Some(json!({"paymentId": id, "transaction": stray_sig.to_string()})),
+        )
+        .await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_PARAMETERS")), "{e}");
+
+    let (s, confirmed) = t
+        .call(
+            "POST",
+            "/transaction/confirm",
+            &key,
+            Some(json!({"paymentId": id, "transaction": signature.to_string()})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{confirmed}");
+    assert_eq!(confirmed["status"], "confirmed");
+    assert_eq!(confirmed["transaction"], signature.to_string());
+    assert_eq!(
+        t.lamports(&seller.to_string()).await,
+        50_000_000 + 50_000_000,
+        "the built payment and the stray transfer"
+    );
+    // Confirming again is harmless; history covers local mode.
+    let (s, again) = t
+        .call(
+            "POST",
+            "/transaction/confirm",
+            &key,
+            Some(json!({"paymentId": id, "transaction": signature.to_string()})),
+        )
+        .await;
+    assert_eq!((s, again["status"].as_str()), (StatusCode::OK, Some("confirmed")));
+    let (_, history) = t.call("GET", &format!("/payment/history/{}?type=sent", buyer.pubkey()), &key, None).await;
+    assert_eq!(history["total"], 1);
+    assert_eq!(history["payments"][0]["mode"], "local");
+
+    let (s, _) = t
+        .call(
+            "POST",
+            "/transaction/confirm",
+            &key,
+            Some(json!({"paymentId": "pay_unknown", "transaction": signature.to_string()})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
+use tollgate_protocol::ChainFamily;
 use tollgate_protocol::gateway::{
     ConfirmTransactionRequest, LocalReceiveRequest, PaymentMode, PaymentRecord, SendPaymentRequest, UnsignedTransaction,
 };
@@ -14,6 +15,7 @@ use crate::auth::Caller;
 use crate::chains::Target;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
+use crate::local;
 use crate::validate::{self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN};
 
 /// Longest transaction id accepted (a Solana signature is 88 base58 characters, an EVM hash 66).
@@ -28,11 +30,17 @@ const MAX_TX_ID_LEN: usize = 128;
     ), security(("bearer" = [])))]
 pub async fn send(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<SendPaymentRequest>,
 ) -> Result<Json<UnsignedTransaction>, ApiError> {
     // The source contract bounds amounts of /payment/send only; a local build needs them positive.
     let target = checked_send(&state, &req, None)?;
-    Err(state.chains.unavailable(&target))
+    match &target {
+        Target::Network(n) if n.family() == ChainFamily::Solana => {
+            Ok(Json(local::solana::build(&state, &caller, &req, &target).await?))
+        }
+        _ => Err(state.chains.unavailable(&target)),
+    }
 }
 
 /// Verify a buyer's proof and build the transaction the seller signs to settle it.
@@ -83,5 +91,8 @@ pub async fn confirm(
             "only local-mode payments (from /transaction/send or /transaction/receive) are confirmed here",
         ));
     }
-    Err(state.chains.unavailable(&Target::Network(payment.payment.network)))
+    if payment.payment.network.family() != ChainFamily::Solana {
+        return Err(state.chains.unavailable(&Target::Network(payment.payment.network)));
+    }
+    Ok(Json(local::solana::confirm(&state, payment, &req.transaction).await?.to_record()))
 }
