@@ -87,6 +87,17 @@ async fn hosted_send_confirms_and_shows_in_both_histories() {
     let (alice, _, alice_wallet) = t.customer().await;
     let (bob, _, bob_wallet) = t.customer().await;
 
+    let (s, supported) = t.call("GET", "/supported", &alice, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let network = t.state.chains.embedded_solana().unwrap().rpc.network().to_string();
+    assert_eq!(
+        supported["kinds"],
+        json!([
+            {"x402Version": 1, "scheme": "exact-native", "network": network},
+            {"x402Version": 2, "scheme": "exact-native", "network": network}
+        ])
+    );
+
     let (s, funded) = t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 2}))).await;
     assert_eq!(s, StatusCode::OK, "{funded}");
     assert_eq!(funded["amountAtomic"], "2000000000");

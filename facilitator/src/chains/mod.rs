@@ -151,11 +151,21 @@ impl Chains {
         self.solana.values().find(|b| b.is_embedded()).cloned()
     }
 
-    /// The x402 kinds (version, scheme, network) the served networks settle. Each backend
-    /// contributes its own; with none, there are none.
+    /// The x402 kinds (version, scheme, network) the served networks settle, each in its v1 and
+    /// v2 form: `exact-native` on every Solana network.
     #[must_use]
     pub fn supported_kinds(&self) -> Vec<SupportedKind> {
-        Vec::new()
+        self.solana
+            .keys()
+            .flat_map(|network| {
+                [(1, network.v1_name_or_caip2()), (2, network.to_string())].map(|(version, name)| SupportedKind {
+                    x402_version: version,
+                    scheme: tollgate_protocol::x402::SCHEME_EXACT_NATIVE.to_owned(),
+                    network: name,
+                    extra: None,
+                })
+            })
+            .collect()
     }
 
     /// The chain meant by addresses of `family` and an optional explicit `network`.
