@@ -491,3 +491,14 @@ async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_info_answers_404_for_what_is_not_a_mint() {
+    let t = SolanaApp::start().await;
+    let (key, _, wallet) = t.customer().await;
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": wallet, "amount": 1}))).await;
+    for address in [Pubkey::new_unique().to_string(), wallet] {
+        let (s, e) = t.call("GET", &format!("/token/info/{address}"), &key, None).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")), "{e}");
+    }
+}

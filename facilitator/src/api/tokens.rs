@@ -7,6 +7,8 @@ use tollgate_protocol::Network;
 use tollgate_protocol::gateway::TokenInfo;
 
 use crate::AppState;
+use crate::chains::solana::build::pubkey;
+use crate::chains::solana::token::token_info;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::validate;
@@ -37,5 +39,10 @@ pub async fn info(
 ) -> Result<Json<TokenInfo>, ApiError> {
     let address = validate::address("mintAddress", &mint)?;
     let target = state.chains.target(address.family(), query.network.as_ref())?;
-    Err(state.chains.unavailable(&target))
+    let Some(key) = pubkey(&address) else { return Err(state.chains.unavailable(&target)) };
+    let backend = state.chains.solana(&target)?;
+    match token_info(&backend.rpc, &key).await? {
+        Some(info) => Ok(Json(info)),
+        None => Err(ApiError::not_found(format!("{address} is not a token mint on {}", backend.rpc.network()))),
+    }
 }

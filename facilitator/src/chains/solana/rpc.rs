@@ -152,6 +152,20 @@ impl SolanaRpc {
         Ok(Some(ConfirmedTx { transaction, error, fee }))
     }
 
+    /// An account's owner and data, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn account(&self, address: &Pubkey) -> Result<Option<(Pubkey, Vec<u8>)>, ChainError> {
+        let response = bounded(
+            self.call_timeout,
+            "getAccountInfo",
+            self.client.get_account_with_commitment(address, CommitmentConfig::confirmed()),
+        )
+        .await?;
+        Ok(response.value.map(|a| (a.owner, a.data)))
+    }
+
     /// Asks the node for an airdrop (development clusters only).
     ///
     /// # Errors
