@@ -32,6 +32,55 @@ fn sol(lamports: u64) -> String {
     DecimalAmount::from_atomic(AtomicAmount::from(lamports), ChainFamily::Solana.native_decimals()).to_string()
 }
 
+/// A send request's amount (atomic), the same in lamports, and its priority fee in lamports.
+///
+/// # Errors
+/// 400 `INVALID_PARAMETERS` for amounts that are not exact in lamports.
+pub(crate) fn send_lamports(req: &SendPaymentRequest) -> Result<(AtomicAmount, u64, Option<u64>), ApiError> {
+    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Solana, None)?;
+    let priority_fee = match &req.priority_fee {
+        Some(f) => {
+            Some(lamports(validate::native_amount("priorityFee", f, ChainFamily::Solana, None)?, "priorityFee")?)
+        }
+        None => None,
+    };
+    Ok((amount, lamports(amount, "amount")?, priority_fee))
+}
+
+/// A native SOL payment by the caller as hosted mode records it (`verified`); local mode
+/// overrides status, mode and expiry.
+pub(crate) fn sol_payment(
+    caller: &Caller,
+    network: &tollgate_protocol::Network,
+    (from, to): (&Address, &Address),
+    amount: AtomicAmount,
+    fee: u64,
+    req: &SendPaymentRequest,
+    now: chrono::DateTime<chrono::Utc>,
+) -> NewPayment {
+    NewPayment {
+        id: format!("pay_{}", ulid::Ulid::new()),
+        owner_account: caller.account_id.clone(),
+        counterparty_account: None,
+        status: PaymentStatus::Verified,
+        mode: PaymentMode::Hosted,
+        network: network.clone(),
+        from: from.to_string(),
+        to: to.to_string(),
+        amount_atomic: amount,
+        asset: "native".into(),
+        decimals: ChainFamily::Solana.native_decimals(),
+        fee_atomic: Some(AtomicAmount::from(fee)),
+        transaction: None,
+        resource: req.resource.clone(),
+        metadata: req.metadata.clone(),
+        proof_id: None,
+        expires_at: None,
+        last_valid_block_height: None,
+        created_at: now,
+    }
+}
+
 /// The keypair of one of the caller's custodial Solana wallets.
 ///
 /// # Errors
@@ -67,16 +116,7 @@ pub async fn send(
     let rpc = &backend.rpc;
     let from = validate::address("walletAddress", &req.wallet_address)?;
     let to = validate::recipient(&req.recipient_address, &from)?;
-    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Solana, None)?;
-    let lamports_out = lamports(amount, "amount")?;
-    let priority_fee = req
-        .priority_fee
-        .as_ref()
-        .map(|f| {
-            validate::native_amount("priorityFee", f, ChainFamily::Solana, None)
-                .and_then(|a| lamports(a, "priorityFee"))
-        })
-        .transpose()?;
+    let (amount, lamports_out, priority_fee) = send_lamports(req)?;
     let keypair = custodial_keypair(state, caller, &from).await?;
     let (from_key, to_key) = (
         keypair.pubkey(),
@@ -124,29 +164,12 @@ pub async fn send(
     let tx_bytes = bincode::serialize(&tx).map_err(ApiError::internal)?;
     let recipient_account =
         state.store.get_wallet(&to.to_string()).await.map_err(ApiError::internal)?.map(|w| w.account_id);
-    let now = state.clock.now();
+    // The facilitator built and signed this transaction itself: there is no buyer proof to
+    // claim. Its receipt, presented to a seller, is claimed there.
     let payment = NewPayment {
-        id: format!("pay_{}", ulid::Ulid::new()),
-        owner_account: caller.account_id.clone(),
         counterparty_account: recipient_account,
-        status: PaymentStatus::Verified,
-        mode: PaymentMode::Hosted,
-        network: rpc.network().clone(),
-        from: from.to_string(),
-        to: to.to_string(),
-        amount_atomic: amount,
-        asset: "native".into(),
-        decimals: ChainFamily::Solana.native_decimals(),
-        fee_atomic: Some(AtomicAmount::from(fee)),
-        transaction: None,
-        resource: req.resource.clone(),
-        metadata: req.metadata.clone(),
-        // The facilitator built and signed this transaction itself: there is no buyer proof to
-        // claim. Its receipt, presented to a seller, is claimed there.
-        proof_id: None,
-        expires_at: None,
         last_valid_block_height: Some(last_valid_block_height),
-        created_at: now,
+        ..sol_payment(caller, rpc.network(), (&from, &to), amount, fee, req, state.clock.now())
     };
     let wait = Duration::from_secs(state.config.limits.send_wait_secs);
     let settlement = Settlement { payment, tx_id: signature.clone(), tx_bytes, wait };

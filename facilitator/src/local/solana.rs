@@ -14,6 +14,7 @@ use crate::chains::Target;
 use crate::chains::solana::build::{Transfer, pubkey};
 use crate::chains::solana::verify;
 use crate::error::ApiError;
+use crate::hosted::solana::{send_lamports, sol_payment};
 use crate::settlement::state::ExpiryEvidence;
 use crate::settlement::{Event, advance};
 use crate::store::{NewPayment, StoredPayment};
@@ -41,15 +42,7 @@ pub async fn build(
     let (Some(from_key), Some(to_key)) = (from_key, to_key) else {
         return Err(ApiError::invalid_params("addresses must be Solana addresses"));
     };
-    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Solana, None)?;
-    let to_u64 = |a: AtomicAmount, field: &str| {
-        u64::try_from(a.get()).map_err(|_| ApiError::invalid_params(format!("{field} is too large")))
-    };
-    let lamports = to_u64(amount, "amount")?;
-    let priority_fee = match &req.priority_fee {
-        Some(f) => Some(to_u64(validate::native_amount("priorityFee", f, ChainFamily::Solana, None)?, "priorityFee")?),
-        None => None,
-    };
+    let (amount, lamports, priority_fee) = send_lamports(req)?;
 
     let (blockhash, last_valid_block_height) = rpc.latest_blockhash().await?;
     let message = Transfer { from: from_key, to: to_key, lamports, priority_fee }.message(&blockhash);
@@ -65,25 +58,11 @@ pub async fn build(
     let now = state.clock.now();
     let expires_at = now + VALIDITY;
     let payment = NewPayment {
-        id: format!("pay_{}", ulid::Ulid::new()),
-        owner_account: caller.account_id.clone(),
-        counterparty_account: None,
         status: PaymentStatus::Built,
         mode: PaymentMode::Local,
-        network: rpc.network().clone(),
-        from: from.to_string(),
-        to: to.to_string(),
-        amount_atomic: amount,
-        asset: "native".into(),
-        decimals: ChainFamily::Solana.native_decimals(),
-        fee_atomic: Some(AtomicAmount::from(fee)),
-        transaction: None,
-        resource: req.resource.clone(),
-        metadata: req.metadata.clone(),
-        proof_id: None,
         expires_at: Some(expires_at),
         last_valid_block_height: Some(last_valid_block_height),
-        created_at: now,
+        ..sol_payment(caller, rpc.network(), (&from, &to), amount, fee, req, now)
     };
     state.store.insert_payment(&payment).await.map_err(ApiError::internal)?;
     Ok(UnsignedTransaction {
