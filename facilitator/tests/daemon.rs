@@ -255,9 +255,8 @@ async fn a_killed_daemon_finishes_its_payment_after_restart() {
         cli_with(dir.path(), &env, &["wallets", "create", "--key", &key_id, "--chain", "solana"]).trim().to_owned();
     let wallet_key: Pubkey = wallet.parse().unwrap();
     let airdrop = rpc.request_airdrop(&wallet_key, 1_000_000_000).await.unwrap();
-    while rpc.outcome(&airdrop).await.unwrap().is_none() {
-        tokio::task::yield_now().await;
-    }
+    let confirmed = rpc.wait_for_outcome(&airdrop, std::time::Duration::from_secs(30)).await.unwrap();
+    assert!(matches!(confirmed, Some(tollgate_facilitator::chains::TxOutcome::Confirmed { .. })), "{confirmed:?}");
     let payee = Pubkey::new_unique();
 
     let daemon = Daemon::start_with(dir.path(), &env);

@@ -423,9 +423,8 @@ async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
     tx.sign(&[&buyer], blockhash);
     let backend = t.state.chains.embedded_solana().unwrap();
     let signature = backend.rpc.send(&tx).await.unwrap();
-    while backend.rpc.outcome(&signature).await.unwrap().is_none() {
-        tokio::task::yield_now().await;
-    }
+    let confirmed = backend.rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap();
+    assert!(matches!(confirmed, Some(tollgate_facilitator::chains::TxOutcome::Confirmed { .. })), "{confirmed:?}");
 
     // A transaction that does not pay this payment is refused.
     let other = solana_sdk::signature::Keypair::new();
@@ -438,9 +437,8 @@ async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
         blockhash,
     );
     let stray_sig = backend.rpc.send(&stray).await.unwrap();
-    while backend.rpc.outcome(&stray_sig).await.unwrap().is_none() {
-        tokio::task::yield_now().await;
-    }
+    let confirmed = backend.rpc.wait_for_outcome(&stray_sig, std::time::Duration::from_secs(30)).await.unwrap();
+    assert!(matches!(confirmed, Some(tollgate_facilitator::chains::TxOutcome::Confirmed { .. })), "{confirmed:?}");
     let (s, e) = t
         .call(
             "POST",

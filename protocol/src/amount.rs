@@ -5,7 +5,7 @@
 //! * [`AtomicAmount`]: an integer count of the smallest unit (lamports, wei, token base units),
 //!   written as a decimal string (`"10000000"`), as x402 does.
 //! * [`DecimalAmount`]: a JSON *number* in whole units (`0.01` SOL), as the gateway API does. It is
-//!   read from the JSON text itself (never through `f64`) and converted to atomic units for a
+//!   read from the JSON text itself (never through floating point) and converted to atomic units for a
 //!   given number of decimals with [`DecimalAmount::to_atomic`].
 //!
 //! Nothing in this module uses floating point.
@@ -295,7 +295,7 @@ impl FromStr for DecimalAmount {
 
 impl Serialize for DecimalAmount {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // Emit the exact digits as a JSON number (not a string, not an f64).
+        // Emit the exact digits as a JSON number (not a string, not a float).
         let raw = RawValue::from_string(self.to_string()).map_err(serde::ser::Error::custom)?;
         raw.serialize(s)
     }
@@ -384,7 +384,7 @@ mod tests {
     fn json_numbers_are_read_from_their_text() {
         let v: DecimalAmount = serde_json::from_str("0.1").unwrap();
         assert_eq!(v.to_atomic(18).unwrap().get(), 100_000_000_000_000_000);
-        // 0.30000000000000004 in f64, but exactly 0.3 here.
+        // 0.30000000000000004 as a binary float, but exactly 0.3 here.
         let v: DecimalAmount = serde_json::from_str("0.3").unwrap();
         assert_eq!(v.to_string(), "0.3");
         assert!(serde_json::from_str::<DecimalAmount>("\"0.1\"").is_err());

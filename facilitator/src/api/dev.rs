@@ -60,18 +60,12 @@ pub async fn airdrop(
     let backend = state.chains.embedded_solana().ok_or_else(|| ApiError::not_found("no embedded ledger"))?;
     let signature = backend.rpc.request_airdrop(&key, lamports_u64).await?;
     // Answer once the funds are usable.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match backend.rpc.outcome(&signature).await? {
-            Some(TxOutcome::Confirmed { .. }) => break,
-            Some(TxOutcome::Failed { reason }) => {
-                return Err(ApiError::verification_failed(format!("airdrop failed: {reason}")));
-            }
-            None if tokio::time::Instant::now() > deadline => {
-                return Err(ApiError::verification_failed("airdrop not confirmed within 30 s"));
-            }
-            None => tokio::time::sleep(Duration::from_millis(50)).await,
+    match backend.rpc.wait_for_outcome(&signature, Duration::from_secs(30)).await? {
+        Some(TxOutcome::Confirmed { .. }) => {}
+        Some(TxOutcome::Failed { reason }) => {
+            return Err(ApiError::verification_failed(format!("airdrop failed: {reason}")));
         }
+        None => return Err(ApiError::verification_failed("airdrop not confirmed within 30 s")),
     }
     Ok(Json(AirdropResponse {
         address: address.to_string(),

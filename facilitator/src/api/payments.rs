@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use http::StatusCode;
 use tollgate_protocol::gateway::LocalReceiveRequest;
 use tollgate_protocol::gateway::{
     HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, PaymentRecord, ReceivePaymentRequest,
@@ -35,18 +34,14 @@ pub async fn send(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<SendPaymentRequest>,
-) -> Result<(StatusCode, Json<PaymentRecord>), ApiError> {
+) -> Result<SendOutcome, ApiError> {
     let target = checked_send(&state, &req, Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT)))?;
-    let outcome = match &target {
+    match &target {
         Target::Network(n) if n.family() == ChainFamily::Solana => {
-            hosted::solana::send(&state, &caller, &req, &target).await?
+            hosted::solana::send(&state, &caller, &req, &target).await
         }
-        _ => return Err(state.chains.unavailable(&target)),
-    };
-    Ok(match outcome {
-        SendOutcome::Confirmed(record) => (StatusCode::OK, Json(record)),
-        SendOutcome::Pending(record) => (StatusCode::ACCEPTED, Json(record)),
-    })
+        _ => Err(state.chains.unavailable(&target)),
+    }
 }
 
 /// Checks a send request (hosted or local) and names its chain. `amount_bounds` are whole units.
@@ -81,7 +76,7 @@ pub async fn receive(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<ReceivePaymentRequest>,
-) -> Result<(StatusCode, Json<PaymentRecord>), ApiError> {
+) -> Result<SendOutcome, ApiError> {
     if let Some(t) = req.timeout
         && !TIMEOUT_RANGE_SECS.contains(&t)
     {
@@ -92,16 +87,12 @@ pub async fn receive(
         )));
     }
     let target = checked_receive(&state, &ReceiveFields::of_hosted(&req))?;
-    let outcome = match &target {
+    match &target {
         Target::Network(n) if n.family() == ChainFamily::Solana => {
-            hosted::solana::receive(&state, &caller, &req, &target).await?
+            hosted::solana::receive(&state, &caller, &req, &target).await
         }
-        _ => return Err(state.chains.unavailable(&target)),
-    };
-    Ok(match outcome {
-        SendOutcome::Confirmed(record) => (StatusCode::OK, Json(record)),
-        SendOutcome::Pending(record) => (StatusCode::ACCEPTED, Json(record)),
-    })
+        _ => Err(state.chains.unavailable(&target)),
+    }
 }
 
 /// The fields hosted and local receive requests share.

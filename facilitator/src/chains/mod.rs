@@ -128,12 +128,6 @@ impl Chains {
         self
     }
 
-    /// Networks served, in a stable order.
-    #[must_use]
-    pub fn networks(&self) -> Vec<Network> {
-        self.solana.keys().cloned().collect()
-    }
-
     /// The Solana backend serving `target`.
     ///
     /// # Errors
@@ -208,6 +202,6 @@ mod tests {
         assert!(chains.unavailable(&t).message().starts_with("no chain backend configured for solana"));
         let mismatch = chains.target(ChainFamily::Solana, Some(&Network::eip155(1))).unwrap_err();
         assert_eq!(mismatch.code(), ErrorCode::InvalidParameters);
-        assert!(chains.networks().is_empty() && chains.supported_kinds().is_empty());
+        assert!(chains.supported_kinds().is_empty());
     }
 }

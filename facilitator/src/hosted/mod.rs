@@ -5,6 +5,9 @@
 
 pub mod solana;
 
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use tollgate_protocol::gateway::PaymentRecord;
 
 /// The result of a hosted send or receive.
@@ -14,4 +17,14 @@ pub enum SendOutcome {
     Confirmed(PaymentRecord),
     /// Broadcast, no verdict within the wait budget.
     Pending(PaymentRecord),
+}
+
+impl IntoResponse for SendOutcome {
+    /// 200 with the confirmed record, 202 with the pending one.
+    fn into_response(self) -> Response {
+        match self {
+            Self::Confirmed(record) => (StatusCode::OK, Json(record)).into_response(),
+            Self::Pending(record) => (StatusCode::ACCEPTED, Json(record)).into_response(),
+        }
+    }
 }

@@ -60,14 +60,7 @@ pub async fn settle(
     s: Settlement,
 ) -> Result<StoredPayment, SettleError> {
     let id = s.payment.id.clone();
-    if let Some(proof) = &s.payment.proof_id
-        && !store.claim_proof(proof, &id, clock.now()).await?
-    {
-        let payment_id = store.proof_claim(proof).await?.unwrap_or_default();
-        return Err(SettleError::AlreadyClaimed { payment_id });
-    }
-    store.insert_payment(&s.payment).await?;
-    advance(store, &id, &Event::Submit { transaction: s.tx_id.clone() }, clock.now()).await?;
+    claim_and_record(store, clock, &s.payment, &s.tx_id).await?;
 
     match ledger.broadcast(&s.tx_bytes).await {
         Ok(()) => {}
@@ -94,16 +87,27 @@ pub async fn record_confirmed(
     tx_id: &str,
     fee: Option<tollgate_protocol::AtomicAmount>,
 ) -> Result<StoredPayment, SettleError> {
-    let id = payment.id.clone();
+    claim_and_record(store, clock, &payment, tx_id).await?;
+    Ok(advance(store, &payment.id, &Event::Confirm { fee }, clock.now()).await?)
+}
+
+/// Steps 1 and 2: claim the proof (when there is one), record the payment, then its transaction
+/// id — all before anything reaches the chain.
+async fn claim_and_record(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    payment: &NewPayment,
+    tx_id: &str,
+) -> Result<(), SettleError> {
     if let Some(proof) = &payment.proof_id
-        && !store.claim_proof(proof, &id, clock.now()).await?
+        && !store.claim_proof(proof, &payment.id, clock.now()).await?
     {
         let payment_id = store.proof_claim(proof).await?.unwrap_or_default();
         return Err(SettleError::AlreadyClaimed { payment_id });
     }
-    store.insert_payment(&payment).await?;
-    advance(store, &id, &Event::Submit { transaction: tx_id.to_owned() }, clock.now()).await?;
-    Ok(advance(store, &id, &Event::Confirm { fee }, clock.now()).await?)
+    store.insert_payment(payment).await?;
+    advance(store, &payment.id, &Event::Submit { transaction: tx_id.to_owned() }, clock.now()).await?;
+    Ok(())
 }
 
 /// Polls the chain for a submitted payment's verdict for at most `wait`; records it, or moves

@@ -222,6 +222,30 @@ impl SolanaRpc {
     }
 }
 
+impl SolanaRpc {
+    /// Polls a transaction's outcome until the chain has a verdict or `budget` runs out
+    /// (`None` then).
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn wait_for_outcome(
+        &self,
+        signature: &Signature,
+        budget: Duration,
+    ) -> Result<Option<TxOutcome>, ChainError> {
+        let deadline = tokio::time::Instant::now() + budget;
+        loop {
+            if let Some(outcome) = self.outcome(signature).await? {
+                return Ok(Some(outcome));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// A confirmed transaction as read from the chain.
 #[derive(Debug, Clone)]
 pub struct ConfirmedTx {
