@@ -145,11 +145,23 @@ pub struct Limits {
     pub key_cache_ttl_secs: u64,
     /// How long `/payment/send` waits for confirmation before answering `pending`, seconds.
     pub send_wait_secs: u64,
+    /// Most compute units a sponsored (x402 `exact` Solana) transaction may ask for.
+    pub sponsor_max_compute_units: u32,
+    /// Highest compute-unit price a sponsored transaction may set, micro-lamports per unit.
+    pub sponsor_max_compute_unit_price: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_body_bytes: 64 * 1024, idempotency_ttl_secs: 24 * 3600, key_cache_ttl_secs: 10, send_wait_secs: 30 }
+        let sponsor = crate::chains::solana::spl::SponsorPolicy::default();
+        Self {
+            max_body_bytes: 64 * 1024,
+            idempotency_ttl_secs: 24 * 3600,
+            key_cache_ttl_secs: 10,
+            send_wait_secs: 30,
+            sponsor_max_compute_units: sponsor.max_compute_units,
+            sponsor_max_compute_unit_price: sponsor.max_compute_unit_price,
+        }
     }
 }
 
@@ -160,8 +172,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Storage.
     pub database_url: DatabaseUrl,
-    /// Solana JSON-RPC; `None` starts the embedded ledger (once the Solana backend exists).
+    /// Solana JSON-RPC; `None` starts the embedded ledger.
     pub solana_rpc_url: Option<String>,
+    /// Keypair file (Solana CLI JSON) of the fee payer for x402 `exact` Solana payments. The
+    /// embedded ledger makes and funds one of its own when none is given.
+    pub solana_fee_payer: Option<PathBuf>,
     /// EVM chains.
     pub evm: Vec<EvmChainConfig>,
     /// A single EVM RPC URL given by environment (its chain id is asked from the node).
@@ -193,6 +208,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
             database_url: DatabaseUrl(DEFAULT_DATABASE.to_owned()),
             solana_rpc_url: None,
+            solana_fee_payer: None,
             evm: Vec::new(),
             evm_rpc_url: None,
             master_key: None,
@@ -237,6 +253,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     database_url: Option<String>,
     solana_rpc_url: Option<String>,
+    solana_fee_payer: Option<PathBuf>,
     #[serde(default)]
     evm: Vec<EvmChainConfig>,
     public_supported: Option<bool>,
@@ -253,6 +270,8 @@ struct FileLimits {
     idempotency_ttl_secs: Option<u64>,
     key_cache_ttl_secs: Option<u64>,
     send_wait_secs: Option<u64>,
+    sponsor_max_compute_units: Option<u32>,
+    sponsor_max_compute_unit_price: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -328,6 +347,9 @@ impl Config {
         if file.solana_rpc_url.is_some() {
             self.solana_rpc_url = file.solana_rpc_url;
         }
+        if file.solana_fee_payer.is_some() {
+            self.solana_fee_payer = file.solana_fee_payer;
+        }
         if !file.evm.is_empty() {
             self.evm = file.evm;
         }
@@ -345,6 +367,10 @@ impl Config {
             self.limits.idempotency_ttl_secs = l.idempotency_ttl_secs.unwrap_or(self.limits.idempotency_ttl_secs);
             self.limits.key_cache_ttl_secs = l.key_cache_ttl_secs.unwrap_or(self.limits.key_cache_ttl_secs);
             self.limits.send_wait_secs = l.send_wait_secs.unwrap_or(self.limits.send_wait_secs);
+            self.limits.sponsor_max_compute_units =
+                l.sponsor_max_compute_units.unwrap_or(self.limits.sponsor_max_compute_units);
+            self.limits.sponsor_max_compute_unit_price =
+                l.sponsor_max_compute_unit_price.unwrap_or(self.limits.sponsor_max_compute_unit_price);
         }
         if let Some(p) = file.plans {
             for (plan, given) in
@@ -373,6 +399,9 @@ impl Config {
         }
         if let Some(v) = non_empty("TOLLGATE_SOLANA_RPC_URL") {
             self.solana_rpc_url = Some(v);
+        }
+        if let Some(v) = non_empty("TOLLGATE_SOLANA_FEE_PAYER") {
+            self.solana_fee_payer = Some(PathBuf::from(v));
         }
         if let Some(v) = non_empty("TOLLGATE_EVM_RPC_URL") {
             self.evm_rpc_url = Some(v);

@@ -25,6 +25,8 @@ pub mod extract;
 pub mod hosted;
 pub mod idempotency;
 pub mod local;
+pub mod proofs;
+pub mod refusal;
 pub mod settlement;
 pub mod store;
 pub mod validate;
@@ -127,25 +129,43 @@ impl AppState {
     }
 }
 
-/// The configured Solana RPC, or the embedded development ledger when none is configured.
+/// The configured Solana RPC, or the embedded development ledger when none is configured; with
+/// the configured fee payer, or on the embedded ledger a funded one of its own.
 async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend> {
     use chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+    let policy = chains::solana::spl::SponsorPolicy {
+        max_compute_units: config.limits.sponsor_max_compute_units,
+        max_compute_unit_price: config.limits.sponsor_max_compute_unit_price,
+    };
+    let configured_sponsor = match &config.solana_fee_payer {
+        Some(path) => Some(chains::Sponsor { keypair: wallets::read_solana_keypair(path)?, policy }),
+        None => None,
+    };
     if let Some(url) = &config.solana_rpc_url {
         let rpc = SolanaRpc::connect(url, DEFAULT_CALL_TIMEOUT)
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the Solana RPC: {e}"))?;
         tracing::info!(network = %rpc.network(), "Solana RPC connected");
-        #[cfg(feature = "embedded-ledger")]
-        return Ok(chains::SolanaBackend { rpc, embedded: None });
-        #[cfg(not(feature = "embedded-ledger"))]
-        return Ok(chains::SolanaBackend { rpc });
+        let backend = chains::SolanaBackend::new(rpc);
+        return Ok(match configured_sponsor {
+            Some(sponsor) => backend.with_sponsor(sponsor),
+            None => {
+                tracing::warn!("no TOLLGATE_SOLANA_FEE_PAYER: x402 `exact` (SPL) payments are disabled on Solana");
+                backend
+            }
+        });
     }
     #[cfg(feature = "embedded-ledger")]
     {
         let ledger = chains::solana::embedded::EmbeddedLedger::start().await?;
         let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await?;
         tracing::info!(network = %rpc.network(), rpc = ledger.rpc_url(), "embedded Solana ledger started (development mode, offline)");
-        Ok(chains::SolanaBackend { rpc, embedded: Some(ledger) })
+        let sponsor = match configured_sponsor {
+            Some(s) => s,
+            None => chains::Sponsor { keypair: solana_sdk::signature::Keypair::new(), policy },
+        };
+        chains::solana::embedded::fund(&rpc, &sponsor.keypair).await?;
+        Ok(chains::SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor))
     }
     #[cfg(not(feature = "embedded-ledger"))]
     anyhow::bail!("no TOLLGATE_SOLANA_RPC_URL, and this build has no embedded ledger")

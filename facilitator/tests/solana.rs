@@ -9,13 +9,15 @@ use axum::body::{Body, to_bytes};
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
 use solana_sdk::signature::Signature;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::Plan;
-use tollgate_facilitator::chains::solana::embedded::EmbeddedLedger;
+use tollgate_facilitator::chains::solana::embedded::{self, EmbeddedLedger};
 use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
-use tollgate_facilitator::chains::{Chains, SolanaBackend};
+use tollgate_facilitator::chains::solana::spl::SponsorPolicy;
+use tollgate_facilitator::chains::{Chains, SolanaBackend, Sponsor};
 use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
 use tollgate_facilitator::store::SqlStore;
@@ -43,7 +45,9 @@ impl SolanaApp {
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         let ledger = EmbeddedLedger::start().await.unwrap();
         let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
-        let chains = Chains::none().with_solana(SolanaBackend { rpc, embedded: Some(ledger) });
+        let sponsor = Sponsor { keypair: Keypair::new(), policy: SponsorPolicy::default() };
+        embedded::fund(&rpc, &sponsor.keypair).await.unwrap();
+        let chains = Chains::none().with_solana(SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor));
         let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
             .with_chains(chains)
             .with_master_key(MasterKey::generate().unwrap());
@@ -90,13 +94,17 @@ async fn hosted_send_confirms_and_shows_in_both_histories() {
     let (s, supported) = t.call("GET", "/supported", &alice, None).await;
     assert_eq!(s, StatusCode::OK);
     let network = t.state.chains.embedded_solana().unwrap().rpc.network().to_string();
+    let fee_payer = t.state.chains.embedded_solana().unwrap().fee_payer().unwrap().to_string();
     assert_eq!(
         supported["kinds"],
         json!([
             {"x402Version": 1, "scheme": "exact-native", "network": network},
-            {"x402Version": 2, "scheme": "exact-native", "network": network}
+            {"x402Version": 1, "scheme": "exact", "network": network, "extra": {"feePayer": fee_payer}},
+            {"x402Version": 2, "scheme": "exact-native", "network": network},
+            {"x402Version": 2, "scheme": "exact", "network": network, "extra": {"feePayer": fee_payer}}
         ])
     );
+    assert_eq!(supported["signers"][&network], json!([fee_payer]));
 
     let (s, funded) = t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 2}))).await;
     assert_eq!(s, StatusCode::OK, "{funded}");
@@ -300,10 +308,13 @@ async fn a_signed_transfer_settles_once_when_32_identical_requests_race() {
         })
         .collect();
     let mut settled = Vec::new();
+    let mut in_flight = Vec::new();
     for r in racers {
         let (status, body) = r.await.unwrap();
         match status {
             StatusCode::OK => settled.push(body),
+            // The stored outcome of the one settlement, still under way.
+            StatusCode::ACCEPTED => in_flight.push(body),
             StatusCode::PAYMENT_REQUIRED => {
                 assert!(body["error"]["message"].as_str().unwrap().contains("already used"), "{body}")
             }
@@ -311,6 +322,10 @@ async fn a_signed_transfer_settles_once_when_32_identical_requests_race() {
         }
     }
     assert_eq!(settled.len(), 1, "exactly one settlement");
+    for body in &in_flight {
+        assert_eq!(body["paymentId"], settled[0]["paymentId"], "one payment: {body}");
+        assert!(["verified", "submitted", "pending"].contains(&body["status"].as_str().unwrap()), "{body}");
+    }
     assert_eq!(settled[0]["status"], "confirmed");
     assert_eq!(settled[0]["payer"], buyer.pubkey().to_string());
     assert_eq!(t.lamports(&seller_wallet).await, 10_000_000, "paid once");
@@ -499,4 +514,302 @@ async fn token_info_answers_404_for_what_is_not_a_mint() {
         let (s, e) = t.call("GET", &format!("/token/info/{address}"), &key, None).await;
         assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")), "{e}");
     }
+}
+
+/// SPL tokens on the embedded ledger, made with the real Token and Associated Token programs.
+mod spl_fixture {
+    use solana_sdk::instruction::{AccountMeta, Instruction};
+    use solana_sdk::pubkey::Pubkey;
+    use solana_sdk::signature::Keypair;
+    use solana_sdk::signer::Signer as _;
+    use solana_sdk::transaction::Transaction;
+    use tollgate_facilitator::chains::TxOutcome;
+    use tollgate_facilitator::chains::solana::rpc::SolanaRpc;
+    use tollgate_facilitator::chains::solana::spl::{ASSOCIATED_TOKEN_PROGRAM, associated_token_address};
+    use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
+
+    pub const DECIMALS: u8 = 6;
+
+    /// A funded key that creates the mint and accounts and holds the mint authority.
+    pub struct Fixture {
+        pub funder: Keypair,
+        pub mint: Pubkey,
+    }
+
+    pub async fn send(rpc: &SolanaRpc, payer: &Keypair, signers: &[&Keypair], ixs: &[Instruction]) {
+        let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+        let mut all = vec![payer];
+        all.extend_from_slice(signers);
+        let tx = Transaction::new_signed_with_payer(ixs, Some(&payer.pubkey()), &all, blockhash);
+        let sig = rpc.send(&tx).await.unwrap();
+        let outcome = rpc.wait_for_outcome(&sig, std::time::Duration::from_secs(30)).await.unwrap();
+        assert!(matches!(outcome, Some(TxOutcome::Confirmed { .. })), "{outcome:?}");
+    }
+
+    impl Fixture {
+        pub async fn new(rpc: &SolanaRpc) -> Self {
+            let funder = Keypair::new();
+            let sig = rpc.request_airdrop(&funder.pubkey(), 10_000_000_000).await.unwrap();
+            rpc.wait_for_outcome(&sig, std::time::Duration::from_secs(30)).await.unwrap();
+            let mint = Keypair::new();
+            let create = solana_system_interface::instruction::create_account(
+                &funder.pubkey(),
+                &mint.pubkey(),
+                10_000_000,
+                82,
+                &TOKEN_PROGRAM,
+            );
+            // InitializeMint2: tag 20, decimals, mint authority, no freeze authority.
+            let mut data = vec![20, DECIMALS];
+            data.extend_from_slice(funder.pubkey().as_ref());
+            data.push(0);
+            let init = Instruction::new_with_bytes(TOKEN_PROGRAM, &data, vec![AccountMeta::new(mint.pubkey(), false)]);
+            send(rpc, &funder, &[&mint], &[create, init]).await;
+            Self { funder, mint: mint.pubkey() }
+        }
+
+        /// Creates `owner`'s associated token account (idempotent) and mints `amount` into it.
+        pub async fn account(&self, rpc: &SolanaRpc, owner: &Pubkey, amount: u64) -> Pubkey {
+            let ata = associated_token_address(owner, &self.mint, &TOKEN_PROGRAM);
+            let create = Instruction::new_with_bytes(
+                ASSOCIATED_TOKEN_PROGRAM,
+                &[1],
+                vec![
+                    AccountMeta::new(self.funder.pubkey(), true),
+                    AccountMeta::new(ata, false),
+                    AccountMeta::new_readonly(*owner, false),
+                    AccountMeta::new_readonly(self.mint, false),
+                    AccountMeta::new_readonly(solana_system_interface::program::ID, false),
+                    AccountMeta::new_readonly(TOKEN_PROGRAM, false),
+                ],
+            );
+            let mut ixs = vec![create];
+            if amount > 0 {
+                let mut data = vec![7];
+                data.extend_from_slice(&amount.to_le_bytes());
+                ixs.push(Instruction::new_with_bytes(
+                    TOKEN_PROGRAM,
+                    &data,
+                    vec![
+                        AccountMeta::new(self.mint, false),
+                        AccountMeta::new(ata, false),
+                        AccountMeta::new_readonly(self.funder.pubkey(), true),
+                    ],
+                ));
+            }
+            send(rpc, &self.funder, &[], &ixs).await;
+            ata
+        }
+
+        /// Base units held by a token account.
+        pub async fn balance(&self, rpc: &SolanaRpc, account: &Pubkey) -> u64 {
+            let (_, data) = rpc.account(account).await.unwrap().unwrap();
+            u64::from_le_bytes(data[64..72].try_into().unwrap())
+        }
+
+        /// An x402 `exact` payment: `buyer` signs a TransferChecked of `amount` to `to` (a token
+        /// account), with `fee_payer` as fee payer whose signature is left empty.
+        pub async fn exact_tx(
+            &self,
+            rpc: &SolanaRpc,
+            fee_payer: &Pubkey,
+            buyer: &Keypair,
+            to: &Pubkey,
+            amount: u64,
+            unit_price: u64,
+        ) -> String {
+            use base64::Engine as _;
+            let source = associated_token_address(&buyer.pubkey(), &self.mint, &TOKEN_PROGRAM);
+            let mut data = vec![12];
+            data.extend_from_slice(&amount.to_le_bytes());
+            data.push(DECIMALS);
+            let transfer = Instruction::new_with_bytes(
+                TOKEN_PROGRAM,
+                &data,
+                vec![
+                    AccountMeta::new(source, false),
+                    AccountMeta::new_readonly(self.mint, false),
+                    AccountMeta::new(*to, false),
+                    AccountMeta::new_readonly(buyer.pubkey(), true),
+                ],
+            );
+            let ixs = [
+                solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
+                solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(unit_price),
+                transfer,
+            ];
+            let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+            let message = solana_sdk::message::Message::new_with_blockhash(&ixs, Some(fee_payer), &blockhash);
+            let mut tx = Transaction::new_unsigned(message);
+            tx.partial_sign(&[buyer], blockhash);
+            base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
+        }
+    }
+}
+
+/// x402 v1 `/verify` + `/settle` body for an `exact` payment.
+fn x402_exact(network: &str, tx: &str, pay_to: &str, mint: &str, amount: u64, fee_payer: &str) -> Value {
+    json!({
+        "x402Version": 1,
+        "paymentPayload": {"x402Version": 1, "scheme": "exact", "network": network, "payload": {"transaction": tx}},
+        "paymentRequirements": {
+            "scheme": "exact", "network": network, "maxAmountRequired": amount.to_string(),
+            "resource": "https://seller.example/report", "description": "", "mimeType": "application/json",
+            "payTo": pay_to, "maxTimeoutSeconds": 30, "asset": mint, "extra": {"feePayer": fee_payer}
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x402_exact_spl_is_verified_settled_once_and_hostile_shapes_are_refused() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let rpc = &backend.rpc;
+    let network = rpc.network().to_string();
+    let fee_payer = backend.fee_payer().unwrap();
+    let fixture = spl_fixture::Fixture::new(rpc).await;
+    let mint = fixture.mint.to_string();
+    // The buyer holds tokens and no SOL at all: the facilitator pays the fee.
+    let buyer = Keypair::new();
+    fixture.account(rpc, &buyer.pubkey(), 5_000_000).await;
+    let seller = Pubkey::new_unique();
+    let seller_ata = fixture.account(rpc, &seller, 0).await;
+    let sponsor_sol = rpc.balance(&fee_payer).await.unwrap();
+
+    let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &seller_ata, 1_000_000, 1_000).await;
+    let body = x402_exact(&network, &tx, &seller.to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    let (s, verified) = t.call("POST", "/verify", &key, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{verified}");
+    assert_eq!(verified, json!({"isValid": true, "payer": buyer.pubkey().to_string()}));
+
+    // The exact scheme wants exactly the price, and the seller's own associated account.
+    let pricier = x402_exact(&network, &tx, &seller.to_string(), &mint, 2_000_000, &fee_payer.to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(pricier)).await;
+    assert_eq!(v["invalidReason"], "invalid_exact_svm_payload_transaction_amount_mismatch", "{v}");
+    let elsewhere =
+        x402_exact(&network, &tx, &Pubkey::new_unique().to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(elsewhere)).await;
+    assert_eq!(v["invalidReason"], "invalid_exact_svm_payload_transaction_transfer_to_incorrect_ata", "{v}");
+    let other_payer =
+        x402_exact(&network, &tx, &seller.to_string(), &mint, 1_000_000, &Pubkey::new_unique().to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(other_payer)).await;
+    assert_eq!(v["invalidReason"], "invalid_payment_requirements", "{v}");
+    // More than the buyer holds: refused before anything is signed or sent.
+    let greedy = fixture.exact_tx(rpc, &fee_payer, &buyer, &seller_ata, 9_000_000, 1_000).await;
+    let (_, v) = t
+        .call(
+            "POST",
+            "/verify",
+            &key,
+            Some(x402_exact(&network, &greedy, &seller.to_string(), &mint, 9_000_000, &fee_payer.to_string())),
+        )
+        .await;
+    assert_eq!(v["invalidReason"], "insufficient_funds", "{v}");
+    // Paying to an account the seller does not have.
+    let nowhere_owner = Pubkey::new_unique();
+    let nowhere = tollgate_facilitator::chains::solana::spl::associated_token_address(
+        &nowhere_owner,
+        &fixture.mint,
+        &tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM,
+    );
+    let lost = fixture.exact_tx(rpc, &fee_payer, &buyer, &nowhere, 1_000_000, 1_000).await;
+    let (_, v) = t
+        .call(
+            "POST",
+            "/verify",
+            &key,
+            Some(x402_exact(&network, &lost, &nowhere_owner.to_string(), &mint, 1_000_000, &fee_payer.to_string())),
+        )
+        .await;
+    assert_eq!(v["invalidReason"], "invalid_exact_svm_payload_transaction_receiver_ata_not_found", "{v}");
+
+    let (s, settled) = t.call("POST", "/settle", &key, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{settled}");
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["payer"], buyer.pubkey().to_string());
+    assert_eq!(settled["network"], network);
+    assert_eq!(fixture.balance(rpc, &seller_ata).await, 1_000_000);
+    assert!(rpc.balance(&fee_payer).await.unwrap() < sponsor_sol, "the fee payer paid the fee");
+    assert_eq!(rpc.balance(&buyer.pubkey()).await.unwrap(), 0, "the buyer paid no SOL");
+
+    // The same payment again: refused, nothing moves.
+    let (_, again) = t.call("POST", "/settle", &key, Some(body.clone())).await;
+    assert_eq!(
+        (again["success"].as_bool(), again["errorReason"].as_str()),
+        (Some(false), Some("invalid_transaction_state"))
+    );
+    let (_, v) = t.call("POST", "/verify", &key, Some(body)).await;
+    assert_eq!(v["invalidReason"], "invalid_transaction_state", "{v}");
+    assert_eq!(fixture.balance(rpc, &seller_ata).await, 1_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_spl_proof_settles_through_payment_receive_and_local_mode() {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let rpc = &backend.rpc;
+    let network = rpc.network().to_string();
+    let fee_payer = backend.fee_payer().unwrap();
+    let fixture = spl_fixture::Fixture::new(rpc).await;
+    let buyer = Keypair::new();
+    fixture.account(rpc, &buyer.pubkey(), 5_000_000).await;
+    let seller = Keypair::new();
+    let seller_ata = fixture.account(rpc, &seller.pubkey(), 0).await;
+    let header = |tx: &str| {
+        tollgate_protocol::x402::header::encode(
+            &json!({"x402Version": 1, "scheme": "exact", "network": network, "payload": {"transaction": tx}}),
+        )
+        .unwrap()
+    };
+
+    // Hosted: the facilitator sponsors and settles; expectedAmount is in whole tokens.
+    let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &seller_ata, 1_500_000, 1_000).await;
+    let receive =
+        json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1.5});
+    let (s, received) = t.call("POST", "/payment/receive", &key, Some(receive.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{received}");
+    assert_eq!(received["status"], "confirmed");
+    assert_eq!(received["asset"], fixture.mint.to_string());
+    assert_eq!(received["amountAtomic"], "1500000");
+    assert_eq!(received["payer"], buyer.pubkey().to_string());
+    let (s, again) = t.call("POST", "/payment/receive", &key, Some(receive)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{again}");
+    assert!(again["error"]["message"].as_str().unwrap().contains("already used"), "{again}");
+
+    // Local: the seller is the fee payer; the facilitator checks and records, the seller signs,
+    // broadcasts and reports.
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": seller.pubkey().to_string(), "amount": 1}))).await;
+    let tx = fixture.exact_tx(rpc, &seller.pubkey(), &buyer, &seller_ata, 1_000_000, 1_000).await;
+    let body = json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1});
+    let (s, built) = t.call("POST", "/transaction/receive", &key, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    assert_eq!(
+        (built["payer"].as_str(), built["amount"].as_f64()),
+        (Some(buyer.pubkey().to_string().as_str()), Some(1.0))
+    );
+    let (s, used) = t.call("POST", "/transaction/receive", &key, Some(body)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "the proof is claimed: {used}");
+    let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    let mut to_sign: solana_sdk::transaction::Transaction = bincode::deserialize(&bytes).unwrap();
+    let blockhash = to_sign.message.recent_blockhash;
+    to_sign.partial_sign(&[&seller], blockhash);
+    let signature = rpc.send(&to_sign).await.unwrap();
+    rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap();
+    let confirm = json!({"paymentId": built["paymentId"], "transaction": signature.to_string()});
+    let (s, confirmed) = t.call("POST", "/transaction/confirm", &key, Some(confirm)).await;
+    assert_eq!((s, confirmed["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{confirmed}");
+    assert_eq!(fixture.balance(rpc, &seller_ata).await, 2_500_000);
+
+    // A seller-sponsored transaction whose priority fee is above the seller's cap is refused:
+    // 20,000 units at 5,000,000 micro-lamports is 100,000 lamports, above 0.00001 SOL.
+    let tx = fixture.exact_tx(rpc, &seller.pubkey(), &buyer, &seller_ata, 1_000_000, 5_000_000).await;
+    let capped = json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1, "priorityFee": 0.00001});
+    let (s, e) = t.call("POST", "/transaction/receive", &key, Some(capped)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("above the priorityFee"), "{e}");
 }

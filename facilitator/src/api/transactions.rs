@@ -43,7 +43,9 @@ pub async fn send(
     }
 }
 
-/// Verify a buyer's proof and build the transaction the seller signs to settle it.
+/// Verify a buyer's proof and return the transaction the seller signs (as fee payer of an x402
+/// `exact` transfer) or just broadcasts (an `exact-native` signed transfer) to settle it; then
+/// report it with `/transaction/confirm`. `priorityFee` caps the priority fee the seller pays.
 #[utoipa::path(post, path = "/transaction/receive", tag = "transactions", request_body = LocalReceiveRequest,
     responses(
         (status = 200, body = UnsignedTransaction),
@@ -53,6 +55,7 @@ pub async fn send(
     ), security(("bearer" = [])))]
 pub async fn receive(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<LocalReceiveRequest>,
 ) -> Result<Json<UnsignedTransaction>, ApiError> {
     let target = checked_receive(&state, &ReceiveFields::of_local(&req))?;
@@ -60,7 +63,12 @@ pub async fn receive(
         let family = validate::address("walletAddress", &req.wallet_address)?.family();
         validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)))?;
     }
-    Err(state.chains.unavailable(&target))
+    match &target {
+        Target::Network(n) if n.family() == ChainFamily::Solana => {
+            Ok(Json(local::solana::receive(&state, &caller, &req, &target).await?))
+        }
+        _ => Err(state.chains.unavailable(&target)),
+    }
 }
 
 /// Report the signed transaction of a local-mode payment; answers after an on-chain check.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use tollgate_protocol::x402::SupportedKind;
+use tollgate_protocol::x402::{SCHEME_EXACT, SCHEME_EXACT_NATIVE, Supported, SupportedKind};
 use tollgate_protocol::{ChainFamily, Network};
 
 use crate::error::ApiError;
@@ -71,12 +71,55 @@ pub trait Ledger: Send + Sync {
 pub struct SolanaBackend {
     /// Its RPC.
     pub rpc: solana::rpc::SolanaRpc,
+    /// The facilitator's fee payer for x402 `exact` (SPL) payments; `None` disables them.
+    pub sponsor: Option<Sponsor>,
     /// The in-process ledger behind the RPC, when this is the development ledger.
     #[cfg(feature = "embedded-ledger")]
     pub embedded: Option<solana::embedded::EmbeddedLedger>,
 }
 
+/// The key that pays the fees of x402 `exact` Solana payments, and how much it will pay.
+pub struct Sponsor {
+    /// The fee payer.
+    pub keypair: solana_sdk::signature::Keypair,
+    /// Caps on what it sponsors.
+    pub policy: solana::spl::SponsorPolicy,
+}
+
+impl std::fmt::Debug for Sponsor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use solana_sdk::signer::Signer as _;
+        f.debug_struct("Sponsor").field("pubkey", &self.keypair.pubkey()).field("policy", &self.policy).finish()
+    }
+}
+
 impl SolanaBackend {
+    /// A backend over `rpc`, without fee payer.
+    #[must_use]
+    pub const fn new(rpc: solana::rpc::SolanaRpc) -> Self {
+        Self {
+            rpc,
+            sponsor: None,
+            #[cfg(feature = "embedded-ledger")]
+            embedded: None,
+        }
+    }
+
+    /// The same backend, paying the fees of x402 `exact` payments with `sponsor`.
+    #[must_use]
+    pub fn with_sponsor(mut self, sponsor: Sponsor) -> Self {
+        self.sponsor = Some(sponsor);
+        self
+    }
+
+    /// The same backend, keeping the embedded ledger behind its RPC alive.
+    #[cfg(feature = "embedded-ledger")]
+    #[must_use]
+    pub fn with_embedded(mut self, ledger: solana::embedded::EmbeddedLedger) -> Self {
+        self.embedded = Some(ledger);
+        self
+    }
+
     /// Whether this is the embedded development ledger (airdrops allowed).
     #[must_use]
     pub fn is_embedded(&self) -> bool {
@@ -84,6 +127,13 @@ impl SolanaBackend {
         return self.embedded.is_some();
         #[cfg(not(feature = "embedded-ledger"))]
         return false;
+    }
+
+    /// The fee payer's address, when x402 `exact` is served.
+    #[must_use]
+    pub fn fee_payer(&self) -> Option<solana_sdk::pubkey::Pubkey> {
+        use solana_sdk::signer::Signer as _;
+        self.sponsor.as_ref().map(|s| s.keypair.pubkey())
     }
 }
 
@@ -146,20 +196,35 @@ impl Chains {
     }
 
     /// The x402 kinds (version, scheme, network) the served networks settle, each in its v1 and
-    /// v2 form: `exact-native` on every Solana network.
+    /// v2 form: `exact-native` on every Solana network, and `exact` (SPL) with its `feePayer`
+    /// where a fee payer is configured. `signers` lists the fee payers by network.
     #[must_use]
-    pub fn supported_kinds(&self) -> Vec<SupportedKind> {
-        self.solana
-            .keys()
-            .flat_map(|network| {
-                [(1, network.v1_name_or_caip2()), (2, network.to_string())].map(|(version, name)| SupportedKind {
+    pub fn supported(&self) -> Supported {
+        let mut kinds = Vec::new();
+        let mut signers = serde_json::Map::new();
+        for (network, backend) in &self.solana {
+            let fee_payer = backend.fee_payer().map(|k| k.to_string());
+            for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
+                kinds.push(SupportedKind {
                     x402_version: version,
-                    scheme: tollgate_protocol::x402::SCHEME_EXACT_NATIVE.to_owned(),
-                    network: name,
+                    scheme: SCHEME_EXACT_NATIVE.to_owned(),
+                    network: name.clone(),
                     extra: None,
-                })
-            })
-            .collect()
+                });
+                if let Some(fee_payer) = &fee_payer {
+                    kinds.push(SupportedKind {
+                        x402_version: version,
+                        scheme: SCHEME_EXACT.to_owned(),
+                        network: name,
+                        extra: Some(serde_json::json!({ "feePayer": fee_payer })),
+                    });
+                }
+            }
+            if let Some(fee_payer) = fee_payer {
+                signers.insert(network.to_string(), serde_json::json!([fee_payer]));
+            }
+        }
+        Supported { kinds, extensions: Vec::new(), signers }
     }
 
     /// The chain meant by addresses of `family` and an optional explicit `network`.
@@ -202,6 +267,6 @@ mod tests {
         assert!(chains.unavailable(&t).message().starts_with("no chain backend configured for solana"));
         let mismatch = chains.target(ChainFamily::Solana, Some(&Network::eip155(1))).unwrap_err();
         assert_eq!(mismatch.code(), ErrorCode::InvalidParameters);
-        assert!(chains.supported_kinds().is_empty());
+        assert!(chains.supported().kinds.is_empty());
     }
 }

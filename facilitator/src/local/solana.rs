@@ -5,16 +5,21 @@ use base64::engine::general_purpose::STANDARD;
 use chrono::Duration;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::Transaction;
-use tollgate_protocol::gateway::{PaymentMode, PaymentStatus, SendPaymentRequest, UnsignedTransaction};
+use tollgate_protocol::gateway::{
+    LocalReceiveRequest, PaymentMode, PaymentStatus, SendPaymentRequest, UnsignedTransaction,
+};
 use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, ErrorCode};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::chains::Target;
 use crate::chains::solana::build::{Transfer, pubkey};
-use crate::chains::solana::verify;
+use crate::chains::solana::{spl, verify};
 use crate::error::ApiError;
 use crate::hosted::solana::{send_lamports, sol_payment};
+use crate::proofs::solana::{FeePayer, Settle};
+use crate::proofs::{self, Price, Terms};
+use crate::settlement::engine::SettleError;
 use crate::settlement::state::ExpiryEvidence;
 use crate::settlement::{Event, advance};
 use crate::store::{NewPayment, StoredPayment};
@@ -78,6 +83,102 @@ pub async fn build(
     })
 }
 
+/// Fee per signature on every Solana cluster, lamports.
+const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
+
+/// Verifies a buyer's proof for the seller's `walletAddress` and returns the transaction that
+/// settles it, recorded as a `built` payment (the proof is claimed: it settles once):
+///
+/// * an x402 `exact` SPL transfer whose fee payer is `walletAddress` — the seller signs it as fee
+///   payer and broadcasts it; `priorityFee`, when given, caps the priority fee it will pay;
+/// * an `exact-native` signed transfer — complete already; the seller broadcasts it.
+///
+/// Receipts are for transfers already on chain and go to `/payment/receive`.
+///
+/// # Errors
+/// 402 `INVALID_PAYMENT_PROOF` for a proof that does not pay as required or was used before;
+/// 502 when the chain cannot be asked.
+pub async fn receive(
+    state: &AppState,
+    caller: &Caller,
+    req: &LocalReceiveRequest,
+    target: &Target,
+) -> Result<UnsignedTransaction, ApiError> {
+    let backend = state.chains.solana(target)?;
+    let wallet = validate::address("walletAddress", &req.wallet_address)?;
+    let seller = pubkey(&wallet).ok_or_else(|| ApiError::invalid_params("walletAddress must be a Solana address"))?;
+    let terms = Terms {
+        pay_to: wallet,
+        asset: None,
+        price: Price::AtLeast(req.expected_amount.clone()),
+        resource: req.resource.clone(),
+    };
+    let payload = validate::payment_proof(&req.payment_proof)?;
+    if let Some(payment_id) = proofs::solana::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+        return Err(ApiError::new(
+            ErrorCode::InvalidPaymentProof,
+            format!("proof already used (payment {payment_id})"),
+        ));
+    }
+    let checked = proofs::solana::check(&backend, &payload, &terms, FeePayer::Seller(seller)).await?;
+    let Settle::Transaction { tx, horizon, complete } = &checked.settle else {
+        return Err(ApiError::internal("a local receive checked a receipt"));
+    };
+    let fee = checked.fee.unwrap_or_default();
+    if let Some(cap) = &req.priority_fee
+        && !complete
+    {
+        let cap = lamports_of(cap)?;
+        let signatures = u64::from(tx.message.header().num_required_signatures);
+        let priority = fee.saturating_sub(signatures.saturating_mul(LAMPORTS_PER_SIGNATURE));
+        if priority > cap {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPaymentProof,
+                format!("the transaction's priority fee is {priority} lamports, above the priorityFee of {cap}"),
+            ));
+        }
+    }
+    let expires_at = state.clock.now() + VALIDITY;
+    let recorded = proofs::solana::record_for_seller(
+        state,
+        &caller.account_id,
+        backend.rpc.network(),
+        &checked,
+        &terms,
+        expires_at,
+    )
+    .await;
+    let payment = match recorded {
+        Ok(p) => p,
+        Err(SettleError::AlreadyClaimed { payment_id }) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPaymentProof,
+                format!("proof already used (payment {payment_id})"),
+            ));
+        }
+        Err(e) => return Err(ApiError::internal(e)),
+    };
+    let native = ChainFamily::Solana.native_decimals();
+    Ok(UnsignedTransaction {
+        payment_id: payment.id,
+        transaction: STANDARD.encode(bincode::serialize(&**tx).map_err(ApiError::internal)?),
+        encoding: "base64".into(),
+        network: backend.rpc.network().clone(),
+        last_valid_block_height: *horizon,
+        expires_at: expires_at.timestamp(),
+        estimated_fee: DecimalAmount::from_atomic(AtomicAmount::from(fee), native),
+        payer: Some(checked.payer.to_string()),
+        amount: Some(DecimalAmount::from_atomic(AtomicAmount::from(checked.amount), checked.decimals)),
+    })
+}
+
+fn lamports_of(amount: &DecimalAmount) -> Result<u64, ApiError> {
+    let atomic = amount
+        .to_atomic(ChainFamily::Solana.native_decimals())
+        .map_err(|_| ApiError::invalid_params("priorityFee has more decimals than SOL"))?;
+    u64::try_from(atomic.get()).map_err(|_| ApiError::invalid_params("priorityFee is too large"))
+}
+
 /// Checks a reported transaction against a `built` payment on chain and records what it finds:
 /// `confirmed` / `failed` when the chain has it, `expired` when the chain is past the horizon
 /// without it, unchanged otherwise.
@@ -109,7 +210,12 @@ pub async fn confirm(state: &AppState, payment: StoredPayment, transaction: &str
         (Ok(f), Ok(t)) => (f, t),
         _ => return Err(ApiError::internal("stored payment has unreadable addresses")),
     };
-    let paid = verify::transferred(&seen.transaction, &from, &to);
+    let paid = if p.asset == "native" {
+        verify::transferred(&seen.transaction, &from, &to)
+    } else {
+        let mint = p.asset.parse().map_err(|_| ApiError::internal("stored payment has an unreadable mint"))?;
+        spl::token_transferred(&seen.transaction, &mint, &from, &to)
+    };
     if u128::from(paid) < p.amount_atomic.get() {
         return Err(ApiError::invalid_params(
             "that transaction does not pay this payment (payer, recipient or amount differ)",

@@ -43,6 +43,9 @@ pub enum SettleError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The transaction could not be serialized for broadcasting.
+    #[error("cannot encode the transaction: {0}")]
+    Encode(String),
     /// The state machine refused a step (another writer moved the payment).
     #[error(transparent)]
     Advance(#[from] AdvanceError),

@@ -145,6 +145,19 @@ pub fn resolve_master_key(config: &Config) -> Result<Option<MasterKey>, Keystore
     Ok(Some(key))
 }
 
+/// Reads a Solana keypair file as the Solana CLI writes it: a JSON array of the 64 secret-key bytes.
+///
+/// # Errors
+/// When the file cannot be read or is not a keypair; the message never includes its content.
+pub fn read_solana_keypair(path: &Path) -> anyhow::Result<solana_sdk::signature::Keypair> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the Solana keypair file {}: {e}", path.display()))?;
+    let bytes: Vec<u8> = serde_json::from_str(&text)
+        .map_err(|_| anyhow::anyhow!("{} is not a Solana keypair file (a JSON array of 64 bytes)", path.display()))?;
+    solana_sdk::signature::Keypair::try_from(bytes.as_slice())
+        .map_err(|_| anyhow::anyhow!("{} does not hold a valid Solana keypair", path.display()))
+}
+
 #[cfg(unix)]
 fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
@@ -179,6 +192,20 @@ mod tests {
         assert!(matches!(key.open("walletA", &STANDARD.encode(tampered)), Err(KeystoreError::Open)));
         assert_ne!(key.seal("walletA", b"x").unwrap(), key.seal("walletA", b"x").unwrap(), "fresh nonces");
         assert_eq!(format!("{key:?}"), "MasterKey([REDACTED])");
+    }
+
+    #[test]
+    fn solana_keypair_files() {
+        use solana_sdk::signer::Signer as _;
+        let dir = tempfile::tempdir().unwrap();
+        let keypair = solana_sdk::signature::Keypair::new();
+        let path = dir.path().join("fee-payer.json");
+        std::fs::write(&path, serde_json::to_string(&keypair.to_bytes().to_vec()).unwrap()).unwrap();
+        assert_eq!(read_solana_keypair(&path).unwrap().pubkey(), keypair.pubkey());
+        std::fs::write(&path, "[1, 2, 3]").unwrap();
+        let err = read_solana_keypair(&path).unwrap_err().to_string();
+        assert!(err.contains("valid Solana keypair") && !err.contains("[1, 2, 3]"), "{err}");
+        assert!(read_solana_keypair(&dir.path().join("missing.json")).is_err());
     }
 
     #[test]

@@ -66,3 +66,19 @@ impl EmbeddedLedger {
         }
     }
 }
+
+/// Lamports the embedded ledger gives the facilitator's fee payer at start-up.
+pub const FEE_PAYER_FUNDING: u64 = 100 * super::LAMPORTS_PER_SOL;
+
+/// Airdrops [`FEE_PAYER_FUNDING`] to `keypair` on the embedded ledger and waits until it lands.
+///
+/// # Errors
+/// [`ChainError`] when the airdrop is refused or does not confirm within 30 s.
+pub async fn fund(rpc: &super::rpc::SolanaRpc, keypair: &solana_sdk::signature::Keypair) -> Result<(), ChainError> {
+    use solana_sdk::signer::Signer as _;
+    let signature = rpc.request_airdrop(&keypair.pubkey(), FEE_PAYER_FUNDING).await?;
+    match rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await? {
+        Some(crate::chains::TxOutcome::Confirmed { .. }) => Ok(()),
+        other => Err(ChainError(format!("funding the fee payer did not confirm: {other:?}"))),
+    }
+}

@@ -6,6 +6,7 @@ pub mod build;
 #[cfg(feature = "embedded-ledger")]
 pub mod embedded;
 pub mod rpc;
+pub mod spl;
 pub mod token;
 pub mod verify;
 

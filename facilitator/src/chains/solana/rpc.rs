@@ -166,6 +166,29 @@ impl SolanaRpc {
         Ok(response.value.map(|a| (a.owner, a.data)))
     }
 
+    /// Simulates a transaction against the current state without landing it: `None` when it
+    /// would succeed, else the error and the last program log lines. `sig_verify` is off for a
+    /// transaction that still lacks a signature (a seller signs it later).
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn simulate(&self, tx: &VersionedTransaction, sig_verify: bool) -> Result<Option<String>, ChainError> {
+        let config = solana_rpc_client_api::config::RpcSimulateTransactionConfig {
+            sig_verify,
+            replace_recent_blockhash: false,
+            commitment: Some(CommitmentConfig::confirmed()),
+            ..Default::default()
+        };
+        let answer =
+            bounded(self.call_timeout, "simulateTransaction", self.client.simulate_transaction_with_config(tx, config))
+                .await?;
+        Ok(answer.value.err.map(|err| {
+            let logs = answer.value.logs.unwrap_or_default();
+            let tail = logs.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ");
+            if tail.is_empty() { err.to_string() } else { format!("{err} ({tail})") }
+        }))
+    }
+
     /// Asks the node for an airdrop (development clusters only).
     ///
     /// # Errors

@@ -10,6 +10,8 @@ use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::transaction::VersionedTransaction;
 
+use crate::refusal::{Reason, Refusal};
+
 /// SPL Memo program (v2).
 pub const MEMO_V2: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 /// SPL Memo program (v1).
@@ -21,14 +23,65 @@ pub const COMPUTE_BUDGET: Pubkey = solana_compute_budget_interface::ID;
 
 /// System program instruction tag of `Transfer`.
 const SYSTEM_TRANSFER: u32 = 2;
+/// Compute units a transaction may use when it sets no limit: 200,000 per instruction that is
+/// not a compute-budget one, at most 1,400,000.
+const DEFAULT_UNITS_PER_INSTRUCTION: u32 = 200_000;
+/// The cluster's ceiling on compute units per transaction.
+const MAX_UNITS_PER_TRANSACTION: u32 = 1_400_000;
 
-/// Why a proof transaction is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProofError(pub String);
+/// Compute-budget instructions seen in a transaction: at most one unit limit and one unit price.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComputeBudget {
+    /// `SetComputeUnitLimit`, if present.
+    pub unit_limit: Option<u32>,
+    /// `SetComputeUnitPrice` in micro-lamports per unit, if present.
+    pub unit_price: Option<u64>,
+}
 
-fn refuse(reason: impl Into<String>) -> ProofError {
-    ProofError(reason.into())
+impl ComputeBudget {
+    /// Records one compute-budget instruction.
+    ///
+    /// # Errors
+    /// [`Refusal`] for other compute-budget instructions, malformed ones, and repeats.
+    pub fn note(&mut self, data: &[u8]) -> Result<(), Refusal> {
+        match data {
+            [2, rest @ ..] => {
+                let units = <[u8; 4]>::try_from(rest)
+                    .map_err(|_| refuse(Reason::SvmComputeLimit, "malformed compute-unit limit instruction"))?;
+                if self.unit_limit.replace(u32::from_le_bytes(units)).is_some() {
+                    return Err(refuse(Reason::SvmComputeLimit, "the compute-unit limit may be set once"));
+                }
+            }
+            [3, rest @ ..] => {
+                let price = <[u8; 8]>::try_from(rest)
+                    .map_err(|_| refuse(Reason::SvmComputePrice, "malformed compute-unit price instruction"))?;
+                if self.unit_price.replace(u64::from_le_bytes(price)).is_some() {
+                    return Err(refuse(Reason::SvmComputePrice, "the compute-unit price may be set once"));
+                }
+            }
+            _ => {
+                return Err(refuse(
+                    Reason::SvmInstructions,
+                    "only compute-unit limit and price compute-budget instructions are accepted",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The units the transaction may consume, given how many other instructions it holds.
+    #[must_use]
+    pub fn effective_limit(&self, other_instructions: usize) -> u32 {
+        self.unit_limit
+            .unwrap_or_else(|| {
+                u32::try_from(other_instructions).unwrap_or(u32::MAX).saturating_mul(DEFAULT_UNITS_PER_INSTRUCTION)
+            })
+            .min(MAX_UNITS_PER_TRANSACTION)
+    }
+}
+
+fn refuse(reason: Reason, message: impl Into<String>) -> Refusal {
+    Refusal::new(reason, message)
 }
 
 /// A native transfer inside a transaction.
@@ -56,17 +109,21 @@ pub struct CheckedTransfer {
 /// Decodes a base64 transaction as carried in an `exact-native` payload.
 ///
 /// # Errors
-/// [`ProofError`] for bad base64 or bytes that are not a transaction.
-pub fn decode(base64_tx: &str) -> Result<VersionedTransaction, ProofError> {
+/// [`Refusal`] for bad base64 or bytes that are not a transaction.
+pub fn decode(base64_tx: &str) -> Result<VersionedTransaction, Refusal> {
     use base64::Engine as _;
+    let bad = |message: String| refuse(Reason::SvmTransaction, message);
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(base64_tx.trim())
-        .map_err(|_| refuse("transaction is not base64"))?;
+        .map_err(|_| bad("transaction is not base64".into()))?;
     if bytes.len() > 1232 {
-        return Err(refuse("transaction is larger than a Solana packet (1232 bytes)"));
+        return Err(bad("transaction is larger than a Solana packet (1232 bytes)".into()));
     }
-    let tx: VersionedTransaction = bincode::deserialize(&bytes).map_err(|_| refuse("not a Solana transaction"))?;
-    tx.sanitize().map_err(|e| refuse(format!("malformed transaction: {e}")))?;
+    let tx: VersionedTransaction = bincode::deserialize(&bytes).map_err(|_| bad("not a Solana transaction".into()))?;
+    tx.sanitize().map_err(|e| bad(format!("malformed transaction: {e}")))?;
+    if tx.message.address_table_lookups().is_some_and(|l| !l.is_empty()) {
+        return Err(bad("address lookup tables are not accepted in payment transactions".into()));
+    }
     Ok(tx)
 }
 
@@ -77,67 +134,71 @@ fn transfer_lamports(data: &[u8]) -> Option<u64> {
 }
 
 /// Checks a signed transaction offered as an `exact-native` payment of at least `min_lamports`
-/// to `pay_to`.
+/// to `pay_to`. Its payer pays the fees, so compute-budget values are not capped here.
 ///
 /// # Errors
-/// [`ProofError`] naming the first rule broken.
+/// [`Refusal`] naming the first rule broken.
 pub fn check_signed_transfer(
     tx: &VersionedTransaction,
     pay_to: &Pubkey,
     min_lamports: u64,
-) -> Result<CheckedTransfer, ProofError> {
-    if tx.verify_with_results().iter().any(|ok| !ok) || tx.signatures.is_empty() {
-        return Err(refuse("a transaction signature does not verify"));
+) -> Result<CheckedTransfer, Refusal> {
+    if tx.signatures.is_empty() || tx.verify_with_results().iter().any(|ok| !ok) {
+        return Err(refuse(Reason::SvmTransaction, "a transaction signature does not verify"));
     }
     let message = &tx.message;
     if message.address_table_lookups().is_some_and(|l| !l.is_empty()) {
-        return Err(refuse("address lookup tables are not accepted in payment transactions"));
+        return Err(refuse(Reason::SvmTransaction, "address lookup tables are not accepted in payment transactions"));
     }
     let keys = message.static_account_keys();
     let key = |i: u8| keys.get(usize::from(i)).copied();
-    let (mut limit_seen, mut price_seen) = (false, false);
+    let mut budget = ComputeBudget::default();
     let mut transfer = None;
     for ix in message.instructions() {
-        let program = key(ix.program_id_index).ok_or_else(|| refuse("instruction names a missing program"))?;
+        let program = key(ix.program_id_index)
+            .ok_or_else(|| refuse(Reason::SvmTransaction, "instruction names a missing program"))?;
         if program == COMPUTE_BUDGET {
-            let seen = match ix.data.first() {
-                Some(2) => &mut limit_seen,
-                Some(3) => &mut price_seen,
-                _ => return Err(refuse("only compute-unit limit and price compute-budget instructions are accepted")),
-            };
-            if std::mem::replace(seen, true) {
-                return Err(refuse("compute-budget instructions may appear once each"));
-            }
+            budget.note(&ix.data)?;
         } else if program == MEMO_V2 || program == MEMO_V1 {
             // A memo moves nothing.
         } else if program == SYSTEM_PROGRAM {
-            let lamports = transfer_lamports(&ix.data).ok_or_else(|| refuse("only System transfers are accepted"))?;
+            let not_a_transfer = |m: &str| refuse(Reason::SvmNotATransfer, m);
+            let lamports =
+                transfer_lamports(&ix.data).ok_or_else(|| not_a_transfer("only System transfers are accepted"))?;
             let [from, to] = ix.accounts[..] else {
-                return Err(refuse("a System transfer takes exactly two accounts"));
+                return Err(not_a_transfer("a System transfer takes exactly two accounts"));
             };
             let (from_i, from, to) = (usize::from(from), key(from), key(to));
-            let (Some(from), Some(to)) = (from, to) else { return Err(refuse("a transfer names a missing account")) };
+            let (Some(from), Some(to)) = (from, to) else {
+                return Err(refuse(Reason::SvmTransaction, "a transfer names a missing account"));
+            };
             if !message.is_signer(from_i) {
-                return Err(refuse("the transfer's source does not sign the transaction"));
+                return Err(refuse(Reason::SvmTransaction, "the transfer's source does not sign the transaction"));
             }
             if transfer.replace(NativeTransfer { from, to, lamports }).is_some() {
-                return Err(refuse("a payment transaction holds exactly one transfer"));
+                return Err(refuse(Reason::SvmInstructionsLength, "a payment transaction holds exactly one transfer"));
             }
         } else {
-            return Err(refuse(format!("program {program} is not accepted in a payment transaction")));
+            return Err(refuse(
+                Reason::SvmInstructions,
+                format!("program {program} is not accepted in a payment transaction"),
+            ));
         }
     }
-    let transfer = transfer.ok_or_else(|| refuse("the transaction holds no transfer"))?;
+    let transfer = transfer.ok_or_else(|| refuse(Reason::SvmNotATransfer, "the transaction holds no transfer"))?;
     if transfer.to != *pay_to {
-        return Err(refuse(format!("the transfer pays {}, not {pay_to}", transfer.to)));
+        return Err(refuse(
+            Reason::NativeRecipientMismatch,
+            format!("the transfer pays {}, not {pay_to}", transfer.to),
+        ));
     }
     if transfer.lamports < min_lamports {
-        return Err(refuse(format!(
-            "the transfer pays {} lamports, less than the {min_lamports} expected",
-            transfer.lamports
-        )));
+        return Err(refuse(
+            Reason::SvmAmountMismatch,
+            format!("the transfer pays {} lamports, less than the {min_lamports} expected", transfer.lamports),
+        ));
     }
-    let fee_payer = *keys.first().ok_or_else(|| refuse("no fee payer"))?;
+    let fee_payer = *keys.first().ok_or_else(|| refuse(Reason::SvmTransaction, "no fee payer"))?;
     Ok(CheckedTransfer { transfer, fee_payer, blockhash: *message.recent_blockhash() })
 }
 
@@ -246,19 +307,19 @@ mod tests {
                         transfer(&seller, 10_000_000),
                     ],
                 ),
-                "once each",
+                "set once",
             ),
         ];
         for (name, tx, why) in cases {
             let err = check_signed_transfer(&tx, &seller, 10_000_000).unwrap_err();
-            assert!(err.0.contains(why), "{name}: {err}");
+            assert!(err.message.contains(why), "{name}: {err}");
         }
         // A tampered amount breaks the signature.
         let mut tampered = payment(&payer, &seller, 10_000_000, None);
         if let VersionedMessage::Legacy(m) = &mut tampered.message {
             m.instructions[0].data[4] ^= 1;
         }
-        assert!(check_signed_transfer(&tampered, &seller, 1).unwrap_err().0.contains("signature"));
+        assert!(check_signed_transfer(&tampered, &seller, 1).unwrap_err().message.contains("signature"));
     }
 
     #[test]

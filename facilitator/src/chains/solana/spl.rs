@@ -1,0 +1,573 @@
+//! x402 `exact` on Solana: an SPL `TransferChecked` the buyer signed, with someone else — the
+//! facilitator, or in local mode the seller — as fee payer (the "sponsor").
+//!
+//! A sponsor signs whatever it is handed, so the transaction must be exactly a payment and
+//! nothing that spends the sponsor's funds beyond the fee:
+//!
+//! * the sponsor is the fee payer (account 0), its signature slot is still empty, and every other
+//!   signer's signature verifies; at most [`MAX_SIGNERS`] signers;
+//! * the sponsor appears in no instruction's accounts (so it is neither the transfer's authority
+//!   nor its source), and the source token account is not owned by it;
+//! * instructions: compute-unit limit and price (each at most once, within the sponsor's caps),
+//!   exactly one Token / Token-2022 `TransferChecked`, and Memo or Lighthouse assertions; at most
+//!   [`MAX_INSTRUCTIONS`] in all;
+//! * no address lookup tables (what they name cannot be checked without resolving them);
+//! * the destination is the associated token account of (`payTo`, mint), and exists; the source
+//!   exists, holds the mint and enough of it; decimals match the mint.
+
+use solana_sdk::hash::Hash;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use solana_sdk::transaction::VersionedTransaction;
+
+use super::rpc::SolanaRpc;
+use super::token::{TOKEN_2022_PROGRAM, TOKEN_PROGRAM, parse_mint};
+use super::verify::{COMPUTE_BUDGET, ComputeBudget, MEMO_V1, MEMO_V2};
+use crate::refusal::{ProofError, Reason, Refusal};
+
+/// Lighthouse (assertion instructions that wallets such as Phantom append).
+pub const LIGHTHOUSE: Pubkey = Pubkey::from_str_const("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95");
+/// Associated Token Account program.
+pub const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
+/// Most instructions a sponsored transaction may hold.
+pub const MAX_INSTRUCTIONS: usize = 6;
+/// Most signers (the sponsor included): the fee of each signature is the sponsor's.
+pub const MAX_SIGNERS: u8 = 3;
+
+/// Token program instruction tag of `TransferChecked`.
+const TRANSFER_CHECKED: u8 = 12;
+/// Bytes of an SPL token account (Token-2022 accounts may be longer).
+const TOKEN_ACCOUNT_LEN: usize = 165;
+/// Offset of a token account's state byte (1 = initialized, 2 = frozen).
+const TOKEN_ACCOUNT_STATE: usize = 108;
+
+/// What the sponsor is willing to pay for beyond the base fee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SponsorPolicy {
+    /// Most compute units the transaction may ask for.
+    pub max_compute_units: u32,
+    /// Highest compute-unit price, micro-lamports per unit.
+    pub max_compute_unit_price: u64,
+}
+
+impl Default for SponsorPolicy {
+    /// 200,000 units at up to 5 lamports each (at most 0.001 SOL of priority fee).
+    fn default() -> Self {
+        Self { max_compute_units: 200_000, max_compute_unit_price: 5_000_000 }
+    }
+}
+
+/// The one `TransferChecked` of a sponsored transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenTransfer {
+    /// Token or Token-2022.
+    pub program: Pubkey,
+    /// Source token account.
+    pub source: Pubkey,
+    /// Mint.
+    pub mint: Pubkey,
+    /// Destination token account.
+    pub destination: Pubkey,
+    /// The signer moving the tokens (owner or delegate of the source): the payer.
+    pub authority: Pubkey,
+    /// Base units.
+    pub amount: u64,
+    /// Decimals the buyer signed for.
+    pub decimals: u8,
+}
+
+/// A sponsored transaction that passed the checks that need no chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SponsoredTransfer {
+    /// The transfer.
+    pub transfer: TokenTransfer,
+    /// The blockhash it was signed against.
+    pub blockhash: Hash,
+    /// The payer's signature (the first one after the sponsor's slot): the proof's identity.
+    pub payer_signature: Signature,
+}
+
+fn refuse(reason: Reason, message: impl Into<String>) -> Refusal {
+    Refusal::new(reason, message)
+}
+
+/// The associated token account of `owner` for `mint` under `program`.
+#[must_use]
+pub fn associated_token_address(owner: &Pubkey, mint: &Pubkey, program: &Pubkey) -> Pubkey {
+    Pubkey::find_program_address(&[owner.as_ref(), program.as_ref(), mint.as_ref()], &ASSOCIATED_TOKEN_PROGRAM).0
+}
+
+/// Reads a `TransferChecked` instruction's amount and decimals.
+fn transfer_checked(data: &[u8]) -> Option<(u64, u8)> {
+    match data {
+        [TRANSFER_CHECKED, amount @ .., decimals] if amount.len() == 8 => {
+            Some((u64::from_le_bytes(amount.try_into().ok()?), *decimals))
+        }
+        _ => None,
+    }
+}
+
+/// Checks a transaction `sponsor` is asked to pay the fee of, without the chain.
+///
+/// # Errors
+/// [`Refusal`] naming the first rule broken.
+pub fn check_sponsored_transfer(
+    tx: &VersionedTransaction,
+    sponsor: &Pubkey,
+    policy: &SponsorPolicy,
+) -> Result<SponsoredTransfer, Refusal> {
+    let message = &tx.message;
+    let keys = message.static_account_keys();
+    if message.address_table_lookups().is_some_and(|l| !l.is_empty()) {
+        return Err(refuse(Reason::SvmTransaction, "address lookup tables are not accepted in payment transactions"));
+    }
+    if keys.first() != Some(sponsor) {
+        return Err(refuse(Reason::SvmTransaction, format!("the fee payer must be {sponsor}")));
+    }
+    let signers = message.header().num_required_signatures;
+    if signers > MAX_SIGNERS {
+        return Err(refuse(Reason::SvmTransaction, format!("at most {MAX_SIGNERS} signers are accepted")));
+    }
+    if signers < 2 {
+        return Err(refuse(Reason::SvmTransaction, "the payer has not signed the transaction"));
+    }
+    if tx.signatures.first() != Some(&Signature::default()) {
+        return Err(refuse(Reason::SvmTransaction, "the fee payer's signature slot must be empty"));
+    }
+    if tx.verify_with_results().iter().skip(1).any(|ok| !ok) {
+        return Err(refuse(Reason::SvmTransaction, "a transaction signature does not verify"));
+    }
+    let instructions = message.instructions();
+    if instructions.len() > MAX_INSTRUCTIONS {
+        return Err(refuse(
+            Reason::SvmInstructionsLength,
+            format!("a payment transaction holds at most {MAX_INSTRUCTIONS} instructions"),
+        ));
+    }
+    let key = |i: u8| keys.get(usize::from(i)).copied();
+    let mut budget = ComputeBudget::default();
+    let mut transfer = None;
+    let mut others = 0usize;
+    for ix in instructions {
+        let program = key(ix.program_id_index)
+            .ok_or_else(|| refuse(Reason::SvmTransaction, "instruction names a missing program"))?;
+        if program == COMPUTE_BUDGET {
+            budget.note(&ix.data)?;
+            continue;
+        }
+        others += 1;
+        if program == TOKEN_PROGRAM || program == TOKEN_2022_PROGRAM {
+            let (amount, decimals) = transfer_checked(&ix.data).ok_or_else(|| {
+                refuse(Reason::SvmNotTransferChecked, "the only token instruction accepted is TransferChecked")
+            })?;
+            let account = |n: usize| ix.accounts.get(n).and_then(|i| key(*i));
+            let (Some(source), Some(mint), Some(destination), Some(authority)) =
+                (account(0), account(1), account(2), account(3))
+            else {
+                return Err(refuse(
+                    Reason::SvmNotTransferChecked,
+                    "TransferChecked takes source, mint, destination and authority",
+                ));
+            };
+            if authority == *sponsor || source == *sponsor {
+                return Err(refuse(Reason::SvmFeePayerTransferring, "the fee payer may not move funds in a payment"));
+            }
+            let next = TokenTransfer { program, source, mint, destination, authority, amount, decimals };
+            if transfer.replace(next).is_some() {
+                return Err(refuse(Reason::SvmInstructionsLength, "a payment transaction holds exactly one transfer"));
+            }
+        } else if program != MEMO_V2 && program != MEMO_V1 && program != LIGHTHOUSE {
+            return Err(refuse(
+                Reason::SvmInstructions,
+                format!("program {program} is not accepted in a payment transaction"),
+            ));
+        }
+        // Whatever the instruction, the sponsor must not be one of its accounts: a program could
+        // otherwise debit it (it signs the transaction).
+        if ix.accounts.iter().any(|i| key(*i) == Some(*sponsor)) {
+            return Err(refuse(
+                Reason::SvmFeePayerInAccounts,
+                "the fee payer may not appear in an instruction's accounts",
+            ));
+        }
+    }
+    let transfer =
+        transfer.ok_or_else(|| refuse(Reason::SvmNotTransferChecked, "the transaction holds no TransferChecked"))?;
+    let units = budget.effective_limit(others);
+    if units > policy.max_compute_units {
+        return Err(refuse(
+            Reason::SvmComputeLimit,
+            format!(
+                "the transaction may use {units} compute units; at most {} are sponsored",
+                policy.max_compute_units
+            ),
+        ));
+    }
+    if let Some(price) = budget.unit_price.filter(|p| *p > policy.max_compute_unit_price) {
+        return Err(refuse(
+            Reason::SvmComputePriceTooHigh,
+            format!(
+                "compute-unit price {price} micro-lamports is above the sponsored {}",
+                policy.max_compute_unit_price
+            ),
+        ));
+    }
+    let payer_signature = tx.signatures.get(1).copied().unwrap_or_default();
+    Ok(SponsoredTransfer { transfer, blockhash: *message.recent_blockhash(), payer_signature })
+}
+
+/// A token account's mint, owner and balance, when `data` (owned by `program`) is one.
+fn token_account(program: &Pubkey, data: &[u8]) -> Option<(Pubkey, Pubkey, u64, bool)> {
+    if (*program != TOKEN_PROGRAM && *program != TOKEN_2022_PROGRAM) || data.len() < TOKEN_ACCOUNT_LEN {
+        return None;
+    }
+    if data.len() > TOKEN_ACCOUNT_LEN && data.get(TOKEN_ACCOUNT_LEN) != Some(&2) {
+        return None; // a Token-2022 account of another type (a mint)
+    }
+    let mint = Pubkey::new_from_array(data[..32].try_into().ok()?);
+    let owner = Pubkey::new_from_array(data[32..64].try_into().ok()?);
+    let amount = u64::from_le_bytes(data[64..72].try_into().ok()?);
+    match data[TOKEN_ACCOUNT_STATE] {
+        1 => Some((mint, owner, amount, false)),
+        2 => Some((mint, owner, amount, true)),
+        _ => None,
+    }
+}
+
+/// What a sponsored transfer pays, once its accounts are checked on chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenPayment {
+    /// The mint's decimals.
+    pub decimals: u8,
+}
+
+/// Checks a sponsored transfer against the chain: mint and decimals, destination = ATA(`pay_to`,
+/// mint) and existing, source existing with the mint and balance, not owned by the sponsor.
+///
+/// # Errors
+/// [`ProofError::Refused`] for a rule broken, [`ProofError::Chain`] when the chain cannot be read.
+pub async fn check_token_accounts(
+    rpc: &SolanaRpc,
+    t: &TokenTransfer,
+    pay_to: &Pubkey,
+    sponsor: &Pubkey,
+) -> Result<TokenPayment, ProofError> {
+    let mint = match rpc.account(&t.mint).await? {
+        Some((owner, data)) if owner == t.program => parse_mint(&owner, &data),
+        _ => None,
+    };
+    let mint = mint.ok_or_else(|| {
+        refuse(Reason::SvmNotTransferChecked, format!("{} is not a mint of the transfer's token program", t.mint))
+    })?;
+    if mint.decimals != t.decimals {
+        return Err(refuse(
+            Reason::SvmNotTransferChecked,
+            format!("the transfer says {} decimals; the mint has {}", t.decimals, mint.decimals),
+        )
+        .into());
+    }
+    let ata = associated_token_address(pay_to, &t.mint, &t.program);
+    if t.destination != ata {
+        return Err(refuse(
+            Reason::SvmIncorrectAta,
+            format!("the transfer pays {}, not {pay_to}'s associated token account {ata}", t.destination),
+        )
+        .into());
+    }
+    let destination = rpc.account(&ata).await?.and_then(|(owner, data)| token_account(&owner, &data));
+    if !destination.is_some_and(|(m, owner, _, frozen)| m == t.mint && owner == *pay_to && !frozen) {
+        return Err(refuse(
+            Reason::SvmReceiverAtaNotFound,
+            format!("{pay_to} has no usable token account for {} ({ata})", t.mint),
+        )
+        .into());
+    }
+    let source = rpc.account(&t.source).await?.and_then(|(owner, data)| token_account(&owner, &data));
+    let Some((source_mint, source_owner, balance, frozen)) = source else {
+        return Err(
+            refuse(Reason::SvmSenderAtaNotFound, format!("the source {} is not a token account", t.source)).into()
+        );
+    };
+    if source_mint != t.mint || frozen {
+        return Err(refuse(Reason::SvmSenderAtaNotFound, "the source account holds another mint or is frozen").into());
+    }
+    if source_owner == *sponsor {
+        return Err(refuse(Reason::SvmFeePayerTransferring, "the source account belongs to the fee payer").into());
+    }
+    if balance < t.amount {
+        return Err(refuse(
+            Reason::InsufficientFunds,
+            format!("the source holds {balance} base units; the transfer moves {}", t.amount),
+        )
+        .into());
+    }
+    Ok(TokenPayment { decimals: mint.decimals })
+}
+
+/// Base units of `mint` a (confirmed) transaction moved by `TransferChecked` with `authority`
+/// to `owner`'s associated token account.
+#[must_use]
+pub fn token_transferred(tx: &VersionedTransaction, mint: &Pubkey, authority: &Pubkey, owner: &Pubkey) -> u64 {
+    let keys = tx.message.static_account_keys();
+    let key = |i: &u8| keys.get(usize::from(*i)).copied();
+    tx.message
+        .instructions()
+        .iter()
+        .filter_map(|ix| {
+            let program = key(&ix.program_id_index)?;
+            if program != TOKEN_PROGRAM && program != TOKEN_2022_PROGRAM {
+                return None;
+            }
+            let (amount, _) = transfer_checked(&ix.data)?;
+            let accounts: Vec<Pubkey> = ix.accounts.iter().take(4).filter_map(key).collect();
+            let [_, m, destination, a] = accounts[..] else { return None };
+            (m == *mint && a == *authority && destination == associated_token_address(owner, mint, &program))
+                .then_some(amount)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use solana_sdk::instruction::{AccountMeta, Instruction};
+    use solana_sdk::message::{Message, VersionedMessage};
+    use solana_sdk::signature::Keypair;
+    use solana_sdk::signer::Signer as _;
+
+    /// A `TransferChecked` instruction.
+    pub(crate) fn transfer_checked_ix(
+        program: &Pubkey,
+        (source, mint, destination, authority): (&Pubkey, &Pubkey, &Pubkey, &Pubkey),
+        amount: u64,
+        decimals: u8,
+    ) -> Instruction {
+        let mut data = vec![TRANSFER_CHECKED];
+        data.extend_from_slice(&amount.to_le_bytes());
+        data.push(decimals);
+        Instruction::new_with_bytes(
+            *program,
+            &data,
+            vec![
+                AccountMeta::new(*source, false),
+                AccountMeta::new_readonly(*mint, false),
+                AccountMeta::new(*destination, false),
+                AccountMeta::new_readonly(*authority, true),
+            ],
+        )
+    }
+
+    /// A transaction with `sponsor` as fee payer, signed by `signers` (not the sponsor).
+    pub(crate) fn sponsored(
+        sponsor: &Pubkey,
+        signers: &[&Keypair],
+        instructions: &[Instruction],
+    ) -> VersionedTransaction {
+        let blockhash = Hash::new_unique();
+        let message = Message::new_with_blockhash(instructions, Some(sponsor), &blockhash);
+        let mut tx = solana_sdk::transaction::Transaction::new_unsigned(message);
+        // Sign with those of `signers` the message names as signers (a hostile shape may leave
+        // the payer out).
+        let bytes = tx.message.serialize();
+        for signer in signers {
+            if let Some(i) = tx.message.account_keys.iter().position(|k| *k == signer.pubkey())
+                && tx.message.is_signer(i)
+            {
+                tx.signatures[i] = signer.sign_message(&bytes);
+            }
+        }
+        VersionedTransaction::from(tx)
+    }
+
+    struct Case {
+        sponsor: Keypair,
+        buyer: Keypair,
+        mint: Pubkey,
+        seller: Pubkey,
+    }
+
+    impl Case {
+        fn new() -> Self {
+            Self {
+                sponsor: Keypair::new(),
+                buyer: Keypair::new(),
+                mint: Pubkey::new_unique(),
+                seller: Pubkey::new_unique(),
+            }
+        }
+
+        fn pay(&self, amount: u64) -> Instruction {
+            let source = associated_token_address(&self.buyer.pubkey(), &self.mint, &TOKEN_PROGRAM);
+            let dest = associated_token_address(&self.seller, &self.mint, &TOKEN_PROGRAM);
+            transfer_checked_ix(&TOKEN_PROGRAM, (&source, &self.mint, &dest, &self.buyer.pubkey()), amount, 6)
+        }
+
+        fn tx(&self, instructions: &[Instruction]) -> VersionedTransaction {
+            sponsored(&self.sponsor.pubkey(), &[&self.buyer], instructions)
+        }
+
+        fn check(&self, tx: &VersionedTransaction) -> Result<SponsoredTransfer, Refusal> {
+            check_sponsored_transfer(tx, &self.sponsor.pubkey(), &SponsorPolicy::default())
+        }
+    }
+
+    #[test]
+    fn a_plain_sponsored_payment_passes() {
+        let c = Case::new();
+        let budget = [
+            solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
+            solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(1_000),
+        ];
+        let memo = Instruction::new_with_bytes(MEMO_V2, b"order 7", vec![]);
+        let tx = c.tx(&[budget[0].clone(), budget[1].clone(), c.pay(1_000_000), memo]);
+        let ok = c.check(&tx).unwrap();
+        assert_eq!(ok.transfer.amount, 1_000_000);
+        assert_eq!(ok.transfer.authority, c.buyer.pubkey());
+        assert_eq!(ok.transfer.destination, associated_token_address(&c.seller, &c.mint, &TOKEN_PROGRAM));
+        assert_eq!(ok.payer_signature, tx.signatures[1]);
+        assert_eq!(token_transferred(&tx, &c.mint, &c.buyer.pubkey(), &c.seller), 1_000_000);
+        assert_eq!(token_transferred(&tx, &c.mint, &c.buyer.pubkey(), &Pubkey::new_unique()), 0);
+    }
+
+    /// Every hostile shape is refused with its reason, before anything is signed.
+    #[test]
+    fn hostile_sponsored_transactions_are_refused() {
+        use solana_compute_budget_interface::ComputeBudgetInstruction as Cb;
+        let c = Case::new();
+        let sponsor = c.sponsor.pubkey();
+        let source = associated_token_address(&c.buyer.pubkey(), &c.mint, &TOKEN_PROGRAM);
+        let dest = associated_token_address(&c.seller, &c.mint, &TOKEN_PROGRAM);
+        let sponsor_source = associated_token_address(&sponsor, &c.mint, &TOKEN_PROGRAM);
+        let drain = solana_system_interface::instruction::transfer(&sponsor, &c.buyer.pubkey(), 1_000_000_000);
+        let cases: Vec<(&str, VersionedTransaction, Reason)> = vec![
+            (
+                "sponsor as transfer authority",
+                c.tx(&[
+                    transfer_checked_ix(&TOKEN_PROGRAM, (&sponsor_source, &c.mint, &dest, &sponsor), 1, 6),
+                    Instruction::new_with_bytes(MEMO_V2, b"x", vec![AccountMeta::new_readonly(c.buyer.pubkey(), true)]),
+                ]),
+                Reason::SvmFeePayerTransferring,
+            ),
+            (
+                "sponsor's SOL moved by a System transfer",
+                c.tx(&[c.pay(1_000_000), drain.clone()]),
+                Reason::SvmInstructions,
+            ),
+            (
+                "sponsor named by a memo",
+                c.tx(&[
+                    c.pay(1_000_000),
+                    Instruction::new_with_bytes(MEMO_V2, b"x", vec![AccountMeta::new(sponsor, true)]),
+                ]),
+                Reason::SvmFeePayerInAccounts,
+            ),
+            (
+                "sponsor as transfer source",
+                c.tx(&[transfer_checked_ix(&TOKEN_PROGRAM, (&sponsor, &c.mint, &dest, &c.buyer.pubkey()), 1, 6)]),
+                Reason::SvmFeePayerTransferring,
+            ),
+            ("two transfers", c.tx(&[c.pay(500_000), c.pay(500_000)]), Reason::SvmInstructionsLength),
+            (
+                "no transfer",
+                c.tx(&[Instruction::new_with_bytes(
+                    MEMO_V2,
+                    b"hi",
+                    vec![AccountMeta::new_readonly(c.buyer.pubkey(), true)],
+                )]),
+                Reason::SvmNotTransferChecked,
+            ),
+            (
+                "plain Transfer instead of TransferChecked",
+                c.tx(&[Instruction::new_with_bytes(
+                    TOKEN_PROGRAM,
+                    &[3, 1, 0, 0, 0, 0, 0, 0, 0],
+                    vec![
+                        AccountMeta::new(source, false),
+                        AccountMeta::new(dest, false),
+                        AccountMeta::new_readonly(c.buyer.pubkey(), true),
+                    ],
+                )]),
+                Reason::SvmNotTransferChecked,
+            ),
+            (
+                "unknown program",
+                c.tx(&[
+                    c.pay(1_000_000),
+                    Instruction::new_with_bytes(
+                        Pubkey::new_unique(),
+                        &[],
+                        vec![AccountMeta::new(c.buyer.pubkey(), true)],
+                    ),
+                ]),
+                Reason::SvmInstructions,
+            ),
+            (
+                "compute price above the cap",
+                c.tx(&[Cb::set_compute_unit_limit(20_000), Cb::set_compute_unit_price(5_000_001), c.pay(1)]),
+                Reason::SvmComputePriceTooHigh,
+            ),
+            (
+                "compute limit above the cap",
+                c.tx(&[Cb::set_compute_unit_limit(1_400_000), c.pay(1)]),
+                Reason::SvmComputeLimit,
+            ),
+            (
+                "no limit: default units of two instructions exceed the cap",
+                c.tx(&[c.pay(1), Instruction::new_with_bytes(MEMO_V2, b"m", vec![])]),
+                Reason::SvmComputeLimit,
+            ),
+            (
+                "compute price twice",
+                c.tx(&[Cb::set_compute_unit_price(1), Cb::set_compute_unit_price(2), c.pay(1)]),
+                Reason::SvmComputePrice,
+            ),
+            ("heap frame request", c.tx(&[Cb::request_heap_frame(64 * 1024), c.pay(1)]), Reason::SvmInstructions),
+            (
+                "too many instructions",
+                c.tx(&[
+                    Cb::set_compute_unit_limit(20_000),
+                    c.pay(1),
+                    Instruction::new_with_bytes(MEMO_V2, b"1", vec![]),
+                    Instruction::new_with_bytes(MEMO_V2, b"2", vec![]),
+                    Instruction::new_with_bytes(MEMO_V2, b"3", vec![]),
+                    Instruction::new_with_bytes(MEMO_V2, b"4", vec![]),
+                    Instruction::new_with_bytes(MEMO_V2, b"5", vec![]),
+                ]),
+                Reason::SvmInstructionsLength,
+            ),
+            ("another fee payer", sponsored(&c.buyer.pubkey(), &[&c.buyer], &[c.pay(1)]), Reason::SvmTransaction),
+        ];
+        for (name, tx, reason) in cases {
+            let refusal = c.check(&tx).unwrap_err();
+            assert_eq!(refusal.reason, reason, "{name}: {refusal}");
+        }
+
+        // Signed by the sponsor already (its slot must be empty), or tampered after signing.
+        let mut presigned = c.tx(&[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
+        presigned.signatures[0] = c.sponsor.sign_message(&presigned.message.serialize());
+        assert_eq!(c.check(&presigned).unwrap_err().reason, Reason::SvmTransaction);
+        let mut tampered = c.tx(&[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
+        if let VersionedMessage::Legacy(m) = &mut tampered.message {
+            m.instructions[1].data[1] ^= 1;
+        }
+        assert!(c.check(&tampered).unwrap_err().message.contains("does not verify"));
+        // Unsigned by the payer.
+        let unsigned = sponsored(&sponsor, &[], &[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
+        assert_eq!(c.check(&unsigned).unwrap_err().reason, Reason::SvmTransaction);
+    }
+
+    #[test]
+    fn token_accounts_parse_strictly() {
+        let (mint, owner) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let mut data = vec![0u8; TOKEN_ACCOUNT_LEN];
+        data[..32].copy_from_slice(mint.as_ref());
+        data[32..64].copy_from_slice(owner.as_ref());
+        data[64..72].copy_from_slice(&42u64.to_le_bytes());
+        data[TOKEN_ACCOUNT_STATE] = 1;
+        assert_eq!(token_account(&TOKEN_PROGRAM, &data), Some((mint, owner, 42, false)));
+        assert_eq!(token_account(&Pubkey::new_unique(), &data), None, "not a token program");
+        assert_eq!(token_account(&TOKEN_PROGRAM, &data[..100]), None);
+        data[TOKEN_ACCOUNT_STATE] = 0;
+        assert_eq!(token_account(&TOKEN_PROGRAM, &data), None, "uninitialized");
+    }
+}

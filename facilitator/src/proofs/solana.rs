@@ -1,0 +1,435 @@
+//! Solana proofs, checked against [`Terms`] and the chain, then settled.
+//!
+//! | scheme | payload | checked by | settled by |
+//! |---|---|---|---|
+//! | `exact-native` | signed System transfer | [`verify::check_signed_transfer`], blockhash, balance | broadcasting it |
+//! | `exact-native` | receipt | the sender's signature, the confirmed transaction | recording it |
+//! | `exact` | SPL `TransferChecked`, fee payer = sponsor | [`spl::check_sponsored_transfer`], accounts, simulation | the sponsor signing and broadcasting it |
+//!
+//! The sponsor of an `exact` transaction is the facilitator's fee payer in hosted mode and x402,
+//! and the seller's wallet in local mode (`/transaction/receive`), where the seller signs later.
+
+use std::time::Duration;
+
+use solana_sdk::message::VersionedMessage;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use solana_sdk::signer::Signer as _;
+use solana_sdk::transaction::VersionedTransaction;
+use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+use tollgate_protocol::x402::schemes::{ExactNativePayload, ExactSolanaPayload, NativeReceipt, receipt_message};
+use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
+
+use super::{Price, Terms};
+use crate::AppState;
+use crate::chains::SolanaBackend;
+use crate::chains::solana::build::pubkey;
+use crate::chains::solana::rpc::SolanaRpc;
+use crate::chains::solana::spl::{self, SponsorPolicy};
+use crate::chains::solana::verify;
+use crate::refusal::{ProofError, Reason, Refusal};
+use crate::settlement::engine::{SettleError, Settlement, record_confirmed, settle as settle_tx};
+use crate::store::{NewPayment, StoredPayment};
+
+/// Who pays the fee of an `exact` (sponsored) transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeePayer {
+    /// The facilitator's fee payer: it signs and broadcasts.
+    Facilitator,
+    /// The seller's wallet: the transaction goes back to the seller to sign (local mode).
+    Seller(Pubkey),
+}
+
+/// How a checked proof settles.
+#[derive(Debug, Clone)]
+pub enum Settle {
+    /// Broadcast `tx` (complete unless the seller still has to sign it as fee payer); it cannot
+    /// land past block height `horizon`.
+    Transaction {
+        /// The transaction.
+        tx: Box<VersionedTransaction>,
+        /// Whether every signature is present.
+        complete: bool,
+        /// Last block height at which it can land.
+        horizon: u64,
+    },
+    /// The transfer is already confirmed: record it.
+    Confirmed {
+        /// Its signature.
+        tx_id: String,
+    },
+}
+
+/// A proof that passed every check.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// How it settles.
+    pub settle: Settle,
+    /// Its identity, claimed once (`<network>:<payer's signature>`).
+    pub proof_id: String,
+    /// Who paid.
+    pub payer: Pubkey,
+    /// What with.
+    pub asset: Asset,
+    /// Base units paid.
+    pub amount: u64,
+    /// The asset's decimals.
+    pub decimals: u8,
+    /// Network fee, lamports, when known.
+    pub fee: Option<u64>,
+}
+
+fn refuse(reason: Reason, message: impl Into<String>) -> ProofError {
+    ProofError::Refused(Refusal::new(reason, message))
+}
+
+/// Proof identity of a Solana payment: network and the payer's signature.
+fn proof_id(network: &Network, signature: &str) -> String {
+    format!("{network}:{signature}")
+}
+
+async fn fee_of(rpc: &SolanaRpc, message: &VersionedMessage) -> Result<u64, ProofError> {
+    match message {
+        VersionedMessage::Legacy(m) => Ok(rpc.fee_for(m).await?),
+        VersionedMessage::V0(m) => Ok(rpc.fee_for(m).await?),
+        _ => Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted")),
+    }
+}
+
+/// Checks `payload` against `terms` on `backend`'s network.
+///
+/// # Errors
+/// [`ProofError::Refused`] for a proof that does not pay as asked; [`ProofError::Chain`] when
+/// the chain cannot be read.
+pub async fn check(
+    backend: &SolanaBackend,
+    payload: &PaymentPayload,
+    terms: &Terms,
+    fee_payer: FeePayer,
+) -> Result<Checked, ProofError> {
+    let network = backend.rpc.network();
+    if payload.network() != network {
+        return Err(refuse(Reason::InvalidNetwork, format!("the proof pays on {}, not {network}", payload.network())));
+    }
+    let pay_to = pubkey(&terms.pay_to)
+        .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
+    terms.check_accepted(payload)?;
+    let invalid_payload =
+        |e: tollgate_protocol::x402::schemes::PayloadError| refuse(Reason::InvalidPayload, e.to_string());
+    match payload.scheme() {
+        SCHEME_EXACT_NATIVE => {
+            if terms.asset.is_some_and(|a| a != Asset::Native) {
+                return Err(refuse(Reason::InvalidPaymentRequirements, "exact-native pays SOL, but a token is asked"));
+            }
+            match ExactNativePayload::from_value(payload.payload()).map_err(invalid_payload)? {
+                ExactNativePayload::Transaction(tx) => signed_transfer(&backend.rpc, &tx, &pay_to, terms).await,
+                ExactNativePayload::Receipt(_) if matches!(fee_payer, FeePayer::Seller(_)) => Err(refuse(
+                    Reason::InvalidPayload,
+                    "a receipt is for a transfer already on chain: present it to /payment/receive",
+                )),
+                ExactNativePayload::Receipt(r) => receipt(&backend.rpc, &r, &pay_to, terms).await,
+            }
+        }
+        SCHEME_EXACT => {
+            let (sponsor, policy) = match fee_payer {
+                FeePayer::Facilitator => {
+                    let s = backend.sponsor.as_ref().ok_or_else(|| {
+                        refuse(
+                            Reason::UnsupportedScheme,
+                            format!("this facilitator has no fee payer for x402 exact on {network}"),
+                        )
+                    })?;
+                    (s.keypair.pubkey(), s.policy)
+                }
+                FeePayer::Seller(key) => {
+                    (key, backend.sponsor.as_ref().map_or_else(SponsorPolicy::default, |s| s.policy))
+                }
+            };
+            let p = ExactSolanaPayload::from_value(payload.payload()).map_err(invalid_payload)?;
+            let sponsoring = Sponsoring { backend, sponsor, policy, fee_payer };
+            sponsoring.check(&p.transaction, &pay_to, terms).await
+        }
+        other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
+    }
+}
+
+/// An `exact-native` signed transfer, checked without the chain, then against it.
+async fn signed_transfer(
+    rpc: &SolanaRpc,
+    encoded: &str,
+    pay_to: &Pubkey,
+    terms: &Terms,
+) -> Result<Checked, ProofError> {
+    let tx = verify::decode(encoded)?;
+    let checked = verify::check_signed_transfer(&tx, pay_to, 0)?;
+    let decimals = ChainFamily::Solana.native_decimals();
+    terms.price.check(checked.transfer.lamports, decimals)?;
+    if !rpc.blockhash_valid(&checked.blockhash).await? {
+        return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
+    }
+    let fee = fee_of(rpc, &tx.message).await?;
+    let source = checked.transfer.from;
+    let needed = checked.transfer.lamports.saturating_add(if checked.fee_payer == source { fee } else { 0 });
+    let balance = rpc.balance(&source).await?;
+    if balance < needed {
+        return Err(refuse(
+            Reason::InsufficientFunds,
+            format!("the payer holds {balance} lamports; the transaction needs {needed}"),
+        ));
+    }
+    // The transaction's blockhash is valid now, so it cannot land after the horizon of the
+    // newest blockhash: past that height, a transaction the chain never saw has expired.
+    let (_, horizon) = rpc.latest_blockhash().await?;
+    let signature = tx.signatures[0].to_string();
+    Ok(Checked {
+        settle: Settle::Transaction { tx: Box::new(tx), complete: true, horizon },
+        proof_id: proof_id(rpc.network(), &signature),
+        payer: source,
+        asset: Asset::Native,
+        amount: checked.transfer.lamports,
+        decimals,
+        fee: Some(fee),
+    })
+}
+
+/// An `exact-native` receipt: the sender's signature over the payment's terms, and the transfer
+/// on chain, sent by that sender.
+async fn receipt(
+    rpc: &SolanaRpc,
+    receipt: &NativeReceipt,
+    pay_to: &Pubkey,
+    terms: &Terms,
+) -> Result<Checked, ProofError> {
+    let bad = |message: &str| refuse(Reason::NativeReceipt, message);
+    let from = pubkey(&receipt.from).ok_or_else(|| bad("receipt.from must be a Solana address"))?;
+    if let Some(wanted) = &terms.resource
+        && receipt.resource.as_deref() != Some(wanted)
+    {
+        return Err(bad("the receipt was made for another resource"));
+    }
+    let network = rpc.network();
+    let message = receipt_message(network, &receipt.transaction, &terms.pay_to, receipt.resource.as_deref());
+    let signed = receipt.signature.parse::<Signature>().is_ok_and(|s| s.verify(from.as_ref(), message.as_bytes()));
+    if !signed {
+        return Err(bad("the receipt's signature does not verify for its sender, recipient, network and resource"));
+    }
+    let tx_signature: Signature =
+        receipt.transaction.parse().map_err(|_| bad("receipt.transaction is not a Solana signature"))?;
+    let confirmed = rpc
+        .confirmed_transaction(&tx_signature)
+        .await?
+        .ok_or_else(|| bad("the receipt's transaction is not confirmed on chain"))?;
+    if let Some(error) = confirmed.error {
+        return Err(refuse(Reason::NativeReceipt, format!("the receipt's transaction failed on chain: {error}")));
+    }
+    let keys = confirmed.transaction.message.static_account_keys();
+    let signer = keys.iter().position(|k| *k == from).is_some_and(|i| confirmed.transaction.message.is_signer(i));
+    if !signer {
+        return Err(bad("the receipt's sender did not sign that transaction"));
+    }
+    let paid = verify::transferred(&confirmed.transaction, &from, pay_to);
+    let decimals = ChainFamily::Solana.native_decimals();
+    terms.price.check(paid, decimals)?;
+    Ok(Checked {
+        settle: Settle::Confirmed { tx_id: receipt.transaction.clone() },
+        proof_id: proof_id(network, &receipt.transaction),
+        payer: from,
+        asset: Asset::Native,
+        amount: paid,
+        decimals,
+        fee: confirmed.fee,
+    })
+}
+
+/// An x402 `exact` transaction and who sponsors it.
+struct Sponsoring<'a> {
+    backend: &'a SolanaBackend,
+    sponsor: Pubkey,
+    policy: SponsorPolicy,
+    fee_payer: FeePayer,
+}
+
+impl Sponsoring<'_> {
+    async fn check(&self, encoded: &str, pay_to: &Pubkey, terms: &Terms) -> Result<Checked, ProofError> {
+        let rpc = &self.backend.rpc;
+        let mut tx = verify::decode(encoded)?;
+        let s = spl::check_sponsored_transfer(&tx, &self.sponsor, &self.policy)?;
+        let t = &s.transfer;
+        match terms.asset {
+            Some(Asset::Native) => {
+                return Err(refuse(Reason::InvalidPaymentRequirements, "x402 exact on Solana pays a token, not SOL"));
+            }
+            Some(Asset::Token(mint)) if pubkey(&mint) != Some(t.mint) => {
+                return Err(refuse(Reason::SvmInstructions, format!("the transfer moves mint {}, not {mint}", t.mint)));
+            }
+            _ => {}
+        }
+        let token = spl::check_token_accounts(rpc, t, pay_to, &self.sponsor).await?;
+        terms.price.check(t.amount, token.decimals)?;
+        if !rpc.blockhash_valid(&s.blockhash).await? {
+            return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
+        }
+        let complete = match (self.fee_payer, &self.backend.sponsor) {
+            (FeePayer::Facilitator, Some(sponsor)) => {
+                tx.signatures[0] = sponsor.keypair.sign_message(&tx.message.serialize());
+                true
+            }
+            _ => false,
+        };
+        if let Some(error) = rpc.simulate(&tx, complete).await? {
+            return Err(refuse(Reason::SvmSimulationFailed, format!("the transaction would fail: {error}")));
+        }
+        let fee = fee_of(rpc, &tx.message).await?;
+        let (_, horizon) = rpc.latest_blockhash().await?;
+        Ok(Checked {
+            settle: Settle::Transaction { tx: Box::new(tx), complete, horizon },
+            proof_id: proof_id(rpc.network(), &s.payer_signature.to_string()),
+            payer: t.authority,
+            asset: Asset::Token(Address::Solana(t.mint.to_bytes())),
+            amount: t.amount,
+            decimals: token.decimals,
+            fee: Some(fee),
+        })
+    }
+}
+
+/// The payment record of a checked proof, received by `owner_account`'s `terms.pay_to`.
+async fn payment(
+    state: &AppState,
+    owner_account: &str,
+    network: &Network,
+    checked: &Checked,
+    terms: &Terms,
+) -> Result<NewPayment, SettleError> {
+    let payer_account = state.store.get_wallet(&checked.payer.to_string()).await?.map(|w| w.account_id);
+    let horizon = match &checked.settle {
+        Settle::Transaction { horizon, .. } => Some(*horizon),
+        Settle::Confirmed { .. } => None,
+    };
+    Ok(NewPayment {
+        id: format!("pay_{}", ulid::Ulid::new()),
+        owner_account: owner_account.to_owned(),
+        counterparty_account: payer_account,
+        status: PaymentStatus::Verified,
+        mode: PaymentMode::Hosted,
+        network: network.clone(),
+        from: checked.payer.to_string(),
+        to: terms.pay_to.to_string(),
+        amount_atomic: AtomicAmount::from(checked.amount),
+        asset: match checked.asset {
+            Asset::Native => "native".to_owned(),
+            Asset::Token(mint) => mint.to_string(),
+        },
+        decimals: checked.decimals,
+        fee_atomic: checked.fee.map(AtomicAmount::from),
+        transaction: None,
+        resource: terms.resource.clone(),
+        metadata: None,
+        proof_id: Some(checked.proof_id.clone()),
+        expires_at: None,
+        last_valid_block_height: horizon,
+        created_at: state.clock.now(),
+    })
+}
+
+/// Settles a checked proof for `owner_account`: broadcasts its transaction once (waiting at most
+/// `wait` for a verdict) or records its confirmed transfer.
+///
+/// # Errors
+/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures.
+pub async fn settle(
+    state: &AppState,
+    owner_account: &str,
+    rpc: &SolanaRpc,
+    checked: Checked,
+    terms: &Terms,
+    wait: Duration,
+) -> Result<StoredPayment, SettleError> {
+    let payment = payment(state, owner_account, rpc.network(), &checked, terms).await?;
+    match checked.settle {
+        Settle::Transaction { tx, complete, .. } => {
+            debug_assert!(complete, "only complete transactions are broadcast");
+            let tx_id = tx.signatures[0].to_string();
+            let tx_bytes = bincode::serialize(&*tx).map_err(|e| SettleError::Encode(e.to_string()))?;
+            settle_tx(&*state.store, &*state.clock, rpc, Settlement { payment, tx_id, tx_bytes, wait }).await
+        }
+        Settle::Confirmed { tx_id } => {
+            let fee = checked.fee.map(AtomicAmount::from);
+            record_confirmed(&*state.store, &*state.clock, payment, &tx_id, fee).await
+        }
+    }
+}
+
+/// Records a checked proof as a local-mode payment (`built`) whose transaction the seller signs
+/// and broadcasts, claiming the proof so it is used once; `expires_at` bounds the offer.
+///
+/// # Errors
+/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures.
+pub async fn record_for_seller(
+    state: &AppState,
+    owner_account: &str,
+    network: &Network,
+    checked: &Checked,
+    terms: &Terms,
+    expires_at: chrono::DateTime<chrono::Utc>,
+) -> Result<NewPayment, SettleError> {
+    let payment = NewPayment {
+        status: PaymentStatus::Built,
+        mode: PaymentMode::Local,
+        expires_at: Some(expires_at),
+        ..payment(state, owner_account, network, checked, terms).await?
+    };
+    if !state.store.claim_proof(&checked.proof_id, &payment.id, state.clock.now()).await? {
+        let payment_id = state.store.proof_claim(&checked.proof_id).await?.unwrap_or_default();
+        return Err(SettleError::AlreadyClaimed { payment_id });
+    }
+    state.store.insert_payment(&payment).await?;
+    Ok(payment)
+}
+
+/// The identity a proof will be claimed under, read without the chain (`None` when the payload
+/// is malformed; the full check then says why).
+#[must_use]
+pub fn proof_identity(payload: &PaymentPayload) -> Option<String> {
+    let network = payload.network();
+    match payload.scheme() {
+        SCHEME_EXACT_NATIVE => match ExactNativePayload::from_value(payload.payload()).ok()? {
+            ExactNativePayload::Transaction(encoded) => {
+                let tx = verify::decode(&encoded).ok()?;
+                Some(proof_id(network, &tx.signatures.first()?.to_string()))
+            }
+            ExactNativePayload::Receipt(r) => Some(proof_id(network, &r.transaction)),
+        },
+        SCHEME_EXACT => {
+            let p = ExactSolanaPayload::from_value(payload.payload()).ok()?;
+            let tx = verify::decode(&p.transaction).ok()?;
+            Some(proof_id(network, &tx.signatures.get(1)?.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// The payment that claimed this proof already, if any. Asked before the chain is: a used
+/// proof's transaction may no longer simulate, and the answer must still be "used".
+///
+/// # Errors
+/// Storage failures.
+pub async fn claimed_by(state: &AppState, payload: &PaymentPayload) -> Result<Option<String>, SettleError> {
+    match proof_identity(payload) {
+        Some(id) => Ok(state.store.proof_claim(&id).await?),
+        None => Ok(None),
+    }
+}
+
+/// The price of an `exact-native` or `exact` requirement in base units: at least it for the
+/// former, exactly it for the latter.
+///
+/// # Errors
+/// [`Reason::InvalidPaymentRequirements`] for amounts beyond what Solana can move.
+pub fn requirement_price(scheme: &str, amount: AtomicAmount) -> Result<Price, Refusal> {
+    let n = u64::try_from(amount.get()).map_err(|_| {
+        Refusal::new(Reason::InvalidPaymentRequirements, "the amount is larger than a Solana transfer can move")
+    })?;
+    Ok(if scheme == SCHEME_EXACT { Price::Exactly(n) } else { Price::AtLeastAtomic(n) })
+}
