@@ -1,5 +1,6 @@
-//! Benchmark: checking an `exact-native` signed-transaction proof without the chain — base64
-//! decode, transaction decode, ed25519 signature check, and the payment rules. One core.
+//! Benchmark: checking proofs without the chain — base64 decode, transaction decode, ed25519
+//! signature check, and the payment rules — for an `exact-native` signed transfer and an x402
+//! `exact` SPL transfer the facilitator would sponsor. One core.
 //!
 //! Run: `cargo bench -p tollgate-facilitator --bench verify`.
 
@@ -9,11 +10,13 @@
 use base64::Engine as _;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use solana_sdk::hash::Hash;
+use solana_sdk::instruction::{AccountMeta, Instruction};
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signer::Signer as _;
 use solana_sdk::transaction::Transaction;
 use tollgate_facilitator::chains::solana::build::Transfer;
+use tollgate_facilitator::chains::solana::spl;
 use tollgate_facilitator::chains::solana::verify::{check_signed_transfer, decode};
 
 fn bench(c: &mut Criterion) {
@@ -25,12 +28,47 @@ fn bench(c: &mut Criterion) {
     let tx = Transaction::new(&[&payer], message, blockhash);
     let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
 
-    let mut group = c.benchmark_group("exact-native proof");
+    let mut group = c.benchmark_group("proof check, no RPC");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("decode + signature + rules", |b| {
+    group.bench_function("exact-native: decode + signature + rules", |b| {
         b.iter(|| {
             let tx = decode(std::hint::black_box(&encoded)).unwrap();
             check_signed_transfer(&tx, &seller, 10_000_000).unwrap()
+        });
+    });
+
+    // x402 `exact`: a TransferChecked the buyer signed, with the facilitator as fee payer.
+    let sponsor = Keypair::new();
+    let mint = Pubkey::new_unique();
+    let token = tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
+    let ata = |owner: &Pubkey| spl::associated_token_address(owner, &mint, &token);
+    let mut data = vec![12];
+    data.extend_from_slice(&1_000_000u64.to_le_bytes());
+    data.push(6);
+    let transfer = Instruction::new_with_bytes(
+        token,
+        &data,
+        vec![
+            AccountMeta::new(ata(&payer.pubkey()), false),
+            AccountMeta::new_readonly(mint, false),
+            AccountMeta::new(ata(&seller), false),
+            AccountMeta::new_readonly(payer.pubkey(), true),
+        ],
+    );
+    let ixs = [
+        solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
+        solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(1_000),
+        transfer,
+    ];
+    let message = solana_sdk::message::Message::new_with_blockhash(&ixs, Some(&sponsor.pubkey()), &blockhash);
+    let mut sponsored = Transaction::new_unsigned(message);
+    sponsored.partial_sign(&[&payer], blockhash);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&sponsored).unwrap());
+    let policy = spl::SponsorPolicy::default();
+    group.bench_function("exact SPL: decode + signature + fee-payer rules", |b| {
+        b.iter(|| {
+            let tx = decode(std::hint::black_box(&encoded)).unwrap();
+            spl::check_sponsored_transfer(&tx, &sponsor.pubkey(), &policy).unwrap()
         });
     });
     group.finish();

@@ -241,8 +241,8 @@ async fn a_receipt_is_accepted_once_and_only_for_its_terms() {
     assert_eq!(s, StatusCode::PAYMENT_REQUIRED);
 }
 
-fn signed_proof(
-    network: &str,
+/// A signed native transfer, base64 as `exact-native` carries it.
+fn signed_transfer(
     payer: &solana_sdk::signature::Keypair,
     to: &Pubkey,
     lamports: u64,
@@ -253,7 +253,17 @@ fn signed_proof(
     use tollgate_facilitator::chains::solana::build::Transfer;
     let message = Transfer { from: payer.pubkey(), to: *to, lamports, priority_fee: None }.message(&blockhash);
     let tx = solana_sdk::transaction::Transaction::new(&[payer], message, blockhash);
-    let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+    base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
+}
+
+fn signed_proof(
+    network: &str,
+    payer: &solana_sdk::signature::Keypair,
+    to: &Pubkey,
+    lamports: u64,
+    blockhash: solana_sdk::hash::Hash,
+) -> String {
+    let encoded = signed_transfer(payer, to, lamports, blockhash);
     tollgate_protocol::x402::header::encode(&json!({
         "x402Version": 1, "scheme": "exact-native", "network": network, "payload": {"transaction": encoded}
     }))
@@ -812,4 +822,73 @@ async fn an_exact_spl_proof_settles_through_payment_receive_and_local_mode() {
     let (s, e) = t.call("POST", "/transaction/receive", &key, Some(capped)).await;
     assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("above the priorityFee"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x402_v2_exact_native_verify_and_settle() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let network = backend.rpc.network().to_string();
+    let buyer = Keypair::new();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let seller = Keypair::new();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": seller.pubkey().to_string(), "amount": 1}))).await;
+    let (blockhash, _) = backend.rpc.latest_blockhash().await.unwrap();
+    let tx = signed_transfer(&buyer, &seller.pubkey(), 10_000_000, blockhash);
+    let requirement = |amount: &str| {
+        json!({"scheme": "exact-native", "network": network, "amount": amount, "asset": "native",
+               "payTo": seller.pubkey().to_string(), "maxTimeoutSeconds": 30})
+    };
+    let body = |accepted: Value, required: Value| {
+        json!({"x402Version": 2,
+               "paymentPayload": {"x402Version": 2, "accepted": accepted, "payload": {"transaction": tx},
+                                  "resource": {"url": "https://seller.example/a", "description": "", "mimeType": ""}},
+               "paymentRequirements": required})
+    };
+    let reason = |v: &Value| v["invalidReason"].as_str().unwrap_or_default().to_owned();
+
+    let good = body(requirement("10000000"), requirement("10000000"));
+    let (s, v) = t.call("POST", "/verify", &key, Some(good.clone())).await;
+    assert_eq!((s, v["isValid"].as_bool()), (StatusCode::OK, Some(true)), "{v}");
+    assert_eq!(v["payer"], buyer.pubkey().to_string());
+    // At least the price: a cheaper requirement is met, a dearer one is not.
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(requirement("5000000"), requirement("5000000")))).await;
+    assert_eq!(v["isValid"], true, "{v}");
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(requirement("20000000"), requirement("20000000")))).await;
+    assert_eq!(reason(&v), "invalid_exact_svm_payload_transaction_amount_mismatch");
+    // What the buyer accepted must be what the seller asks.
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(requirement("5000000"), requirement("10000000")))).await;
+    assert_eq!(reason(&v), "invalid_payment_requirements");
+    let mut exact = requirement("10000000");
+    exact["scheme"] = json!("exact");
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(requirement("10000000"), exact))).await;
+    assert_eq!(reason(&v), "invalid_scheme");
+    let mut elsewhere = requirement("10000000");
+    elsewhere["network"] = json!("solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp");
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(elsewhere.clone(), elsewhere))).await;
+    assert_eq!(reason(&v), "invalid_network");
+    let mut other_payee = requirement("10000000");
+    other_payee["payTo"] = json!(Pubkey::new_unique().to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(other_payee.clone(), other_payee))).await;
+    assert_eq!(reason(&v), "invalid_exact_native_payload_recipient_mismatch");
+
+    let (s, settled) = t.call("POST", "/settle", &key, Some(good.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{settled}");
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["network"], network, "v2 answers name the CAIP-2 network");
+    assert_eq!(settled["transaction"], tx_signature(&tx));
+    assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 1_000_000_000 + 10_000_000);
+    let (_, again) = t.call("POST", "/settle", &key, Some(good)).await;
+    assert_eq!(again["errorReason"], "invalid_transaction_state", "{again}");
+    assert_eq!(again["transaction"], settled["transaction"], "the settling transaction is named: {again}");
+    assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 1_000_000_000 + 10_000_000, "paid once");
+}
+
+fn tx_signature(encoded: &str) -> String {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+    let tx: solana_sdk::transaction::Transaction = bincode::deserialize(&bytes).unwrap();
+    tx.signatures[0].to_string()
 }

@@ -146,6 +146,16 @@ pub async fn settle(
         transaction,
         network: network.clone(),
     };
+    // A proof used before: name its transaction to the account that settled it, so a retry after
+    // a timeout can follow that transaction instead of paying again.
+    let (payload, _, _) = req.parts();
+    if let Some(payment_id) = proofs::solana::claimed_by(&state, &payload).await.map_err(ApiError::internal)? {
+        let holder = state.store.get_payment(&payment_id).await.map_err(ApiError::internal)?;
+        let holder = holder.filter(|h| h.visible_to(&caller.account_id));
+        let (tx, payer) =
+            holder.map_or((String::new(), None), |h| (h.payment.transaction.unwrap_or_default(), Some(h.payment.from)));
+        return Ok(Json(failure(Reason::AlreadyUsed, tx, payer)));
+    }
     let p = match prepare(&state, &req).await? {
         Ok(p) => p,
         Err(r) => {
@@ -160,8 +170,8 @@ pub async fn settle(
         Err(SettleError::AlreadyClaimed { payment_id }) => {
             // A concurrent settle of the same proof won the claim.
             let holder = state.store.get_payment(&payment_id).await.map_err(ApiError::internal)?;
-            let tx = holder.and_then(|h| h.payment.transaction).unwrap_or_default();
-            return Ok(Json(failure(Reason::AlreadyUsed, tx, payer)));
+            let tx = holder.filter(|h| h.visible_to(&caller.account_id)).and_then(|h| h.payment.transaction);
+            return Ok(Json(failure(Reason::AlreadyUsed, tx.unwrap_or_default(), payer)));
         }
         Err(e) => return Err(ApiError::internal(e)),
     };

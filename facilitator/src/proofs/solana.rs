@@ -115,6 +115,24 @@ pub async fn check(
     let pay_to = pubkey(&terms.pay_to)
         .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
     terms.check_accepted(payload)?;
+    let checked = check_scheme(backend, payload, terms, &pay_to, fee_payer).await?;
+    // A v2 payload names the asset it pays with; it must be the one the proof moves.
+    if let PaymentPayload::V2(p) = payload
+        && p.accepted.asset != checked.asset
+    {
+        return Err(refuse(Reason::InvalidPaymentRequirements, "the proof pays another asset than its requirement"));
+    }
+    Ok(checked)
+}
+
+async fn check_scheme(
+    backend: &SolanaBackend,
+    payload: &PaymentPayload,
+    terms: &Terms,
+    pay_to: &Pubkey,
+    fee_payer: FeePayer,
+) -> Result<Checked, ProofError> {
+    let network = backend.rpc.network();
     let invalid_payload =
         |e: tollgate_protocol::x402::schemes::PayloadError| refuse(Reason::InvalidPayload, e.to_string());
     match payload.scheme() {
@@ -123,12 +141,12 @@ pub async fn check(
                 return Err(refuse(Reason::InvalidPaymentRequirements, "exact-native pays SOL, but a token is asked"));
             }
             match ExactNativePayload::from_value(payload.payload()).map_err(invalid_payload)? {
-                ExactNativePayload::Transaction(tx) => signed_transfer(&backend.rpc, &tx, &pay_to, terms).await,
+                ExactNativePayload::Transaction(tx) => signed_transfer(&backend.rpc, &tx, pay_to, terms).await,
                 ExactNativePayload::Receipt(_) if matches!(fee_payer, FeePayer::Seller(_)) => Err(refuse(
                     Reason::InvalidPayload,
                     "a receipt is for a transfer already on chain: present it to /payment/receive",
                 )),
-                ExactNativePayload::Receipt(r) => receipt(&backend.rpc, &r, &pay_to, terms).await,
+                ExactNativePayload::Receipt(r) => receipt(&backend.rpc, &r, pay_to, terms).await,
             }
         }
         SCHEME_EXACT => {
@@ -148,7 +166,7 @@ pub async fn check(
             };
             let p = ExactSolanaPayload::from_value(payload.payload()).map_err(invalid_payload)?;
             let sponsoring = Sponsoring { backend, sponsor, policy, fee_payer };
-            sponsoring.check(&p.transaction, &pay_to, terms).await
+            sponsoring.check(&p.transaction, pay_to, terms).await
         }
         other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
     }
