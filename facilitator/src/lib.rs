@@ -184,7 +184,14 @@ pub async fn run(
     // Finish what a previous run left open before taking new requests.
     match settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains).await {
         Ok(r) if r.examined > 0 => {
-            tracing::info!(examined = r.examined, finished = r.finished, "reconciled unfinished payments at start-up")
+            tracing::info!(examined = r.examined, finished = r.finished, "reconciled unfinished payments at start-up");
+            if r.unserved > 0 {
+                tracing::warn!(
+                    count = r.unserved,
+                    "unfinished payments on networks this daemon does not serve are left as they are (an earlier \
+                     embedded ledger's, or a network no longer configured)"
+                );
+            }
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "start-up reconciliation failed; the background task retries"),

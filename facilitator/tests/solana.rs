@@ -628,6 +628,18 @@ mod spl_fixture {
             amount: u64,
             unit_price: u64,
         ) -> String {
+            self.exact_tx_with(rpc, fee_payer, buyer, (to, amount, unit_price), &[]).await
+        }
+
+        /// [`Self::exact_tx`] with `extra` instructions appended (hostile shapes).
+        pub async fn exact_tx_with(
+            &self,
+            rpc: &SolanaRpc,
+            fee_payer: &Pubkey,
+            buyer: &Keypair,
+            (to, amount, unit_price): (&Pubkey, u64, u64),
+            extra: &[Instruction],
+        ) -> String {
             use base64::Engine as _;
             let source = associated_token_address(&buyer.pubkey(), &self.mint, &TOKEN_PROGRAM);
             let mut data = vec![12];
@@ -643,11 +655,12 @@ mod spl_fixture {
                     AccountMeta::new_readonly(buyer.pubkey(), true),
                 ],
             );
-            let ixs = [
+            let mut ixs = vec![
                 solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
                 solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(unit_price),
                 transfer,
             ];
+            ixs.extend_from_slice(extra);
             let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
             let message = solana_sdk::message::Message::new_with_blockhash(&ixs, Some(fee_payer), &blockhash);
             let mut tx = Transaction::new_unsigned(message);
@@ -690,6 +703,13 @@ async fn x402_exact_spl_is_verified_settled_once_and_hostile_shapes_are_refused(
 
     let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &seller_ata, 1_000_000, 1_000).await;
     let body = x402_exact(&network, &tx, &seller.to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    // The mint the test made, as /token/info reads it.
+    let (s, info) = t.call("GET", &format!("/token/info/{mint}"), &key, None).await;
+    assert_eq!(s, StatusCode::OK, "{info}");
+    assert_eq!((info["standard"].as_str(), info["decimals"].as_u64()), (Some("spl-token"), Some(6)));
+    assert_eq!((info["supply"].as_str(), info["name"].as_str()), (Some("5000000"), None));
+    assert_eq!(info["mintAuthority"], fixture.funder.pubkey().to_string());
+
     let (s, verified) = t.call("POST", "/verify", &key, Some(body.clone())).await;
     assert_eq!(s, StatusCode::OK, "{verified}");
     assert_eq!(verified, json!({"isValid": true, "payer": buyer.pubkey().to_string()}));
@@ -734,6 +754,29 @@ async fn x402_exact_spl_is_verified_settled_once_and_hostile_shapes_are_refused(
         )
         .await;
     assert_eq!(v["invalidReason"], "invalid_exact_svm_payload_transaction_receiver_ata_not_found", "{v}");
+
+    // A transaction that also moves the fee payer's SOL, or names it in a memo: refused by
+    // /settle, so never signed or broadcast.
+    let drain = solana_system_interface::instruction::transfer(&fee_payer, &buyer.pubkey(), 1_000_000_000);
+    let named = solana_sdk::instruction::Instruction::new_with_bytes(
+        tollgate_facilitator::chains::solana::verify::MEMO_V2,
+        b"hi",
+        vec![solana_sdk::instruction::AccountMeta::new_readonly(fee_payer, true)],
+    );
+    for (extra, reason) in [
+        (drain, "invalid_exact_svm_payload_transaction_instructions"),
+        (named, "invalid_exact_svm_payload_transaction_fee_payer_included_in_instruction_accounts"),
+    ] {
+        let hostile = fixture.exact_tx_with(rpc, &fee_payer, &buyer, (&seller_ata, 1_000_000, 1_000), &[extra]).await;
+        let hostile_body =
+            x402_exact(&network, &hostile, &seller.to_string(), &mint, 1_000_000, &fee_payer.to_string());
+        let (s, refused) = t.call("POST", "/settle", &key, Some(hostile_body)).await;
+        assert_eq!(s, StatusCode::OK, "{refused}");
+        assert_eq!((refused["success"].as_bool(), refused["errorReason"].as_str()), (Some(false), Some(reason)));
+        assert_eq!(refused["transaction"], "", "nothing was broadcast");
+    }
+    assert_eq!(rpc.balance(&fee_payer).await.unwrap(), sponsor_sol, "the fee payer signed and paid nothing");
+    assert_eq!(fixture.balance(rpc, &seller_ata).await, 0);
 
     let (s, settled) = t.call("POST", "/settle", &key, Some(body.clone())).await;
     assert_eq!(s, StatusCode::OK, "{settled}");

@@ -189,6 +189,12 @@ impl Chains {
         }
     }
 
+    /// The networks with a backend.
+    #[must_use]
+    pub fn served(&self) -> Vec<Network> {
+        self.solana.keys().cloned().collect()
+    }
+
     /// The embedded development ledger, if this daemon runs one.
     #[must_use]
     pub fn embedded_solana(&self) -> Option<Arc<SolanaBackend>> {

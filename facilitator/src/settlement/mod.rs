@@ -75,7 +75,7 @@ impl Event {
 
     fn error(&self) -> Option<String> {
         match self {
-            Self::Fail { reason } | Self::Expire { reason, .. } => Some(reason.clone()),
+            Self::Fail { reason } | Self::Expire { reason, .. } | Self::Abandon { reason } => Some(reason.clone()),
             _ => None,
         }
     }

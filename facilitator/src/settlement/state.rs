@@ -5,10 +5,14 @@
 //! (new, hosted) --Verify--> verified --Submit--^          \--Fail----->  failed
 //!                           built --Expire(any evidence)--> expired
 //!                           submitted --WaitTimedOut--> pending --Confirm/Fail/Expire(chain)--> ...
+//!                           verified --Abandon--> failed
 //! ```
 //!
 //! `confirmed`, `failed` and `expired` are final. `pending` only leaves on evidence from the
-//! chain, never on the clock alone: a broadcast transaction may still land.
+//! chain, never on the clock alone: a broadcast transaction may still land. `verified` is left
+//! by `Abandon` only when no transaction id was ever stored: the id is written before
+//! broadcasting, so such a payment (left by a crash between its insert and that write) was never
+//! broadcast and cannot land.
 
 use tollgate_protocol::AtomicAmount;
 use tollgate_protocol::gateway::PaymentStatus;
@@ -46,6 +50,12 @@ pub enum Event {
     },
     /// The wait budget ran out with no verdict.
     WaitTimedOut,
+    /// A `verified` payment whose transaction id was never stored, hence never broadcast, was
+    /// left behind (by a crash).
+    Abandon {
+        /// Why, for the record.
+        reason: String,
+    },
     /// It can no longer land.
     Expire {
         /// How that is known.
@@ -76,6 +86,7 @@ impl Event {
             Self::Confirm { .. } => "confirm",
             Self::Fail { .. } => "fail",
             Self::WaitTimedOut => "wait timed out",
+            Self::Abandon { .. } => "abandon",
             Self::Expire { evidence: ExpiryEvidence::Chain, .. } => "expire (chain evidence)",
             Self::Expire { evidence: ExpiryEvidence::Clock, .. } => "expire (clock only)",
         }
@@ -93,6 +104,7 @@ pub fn transition(from: Option<PaymentStatus>, event: &Event) -> Result<PaymentS
         (None, Event::Verify) => S::Verified,
         (Some(S::Built | S::Verified), Event::Submit { .. }) => S::Submitted,
         (Some(S::Built), Event::Expire { .. }) => S::Expired,
+        (Some(S::Verified), Event::Abandon { .. }) => S::Failed,
         (Some(S::Submitted | S::Pending), Event::Confirm { .. }) => S::Confirmed,
         (Some(S::Submitted | S::Pending), Event::Fail { .. }) => S::Failed,
         (Some(S::Submitted), Event::WaitTimedOut) => S::Pending,
@@ -120,6 +132,7 @@ mod tests {
             Event::Confirm { fee: None },
             Event::Fail { reason: "reverted".into() },
             Event::WaitTimedOut,
+            Event::Abandon { reason: "never broadcast".into() },
             Event::Expire { evidence: ExpiryEvidence::Chain, reason: "block height passed".into() },
             Event::Expire { evidence: ExpiryEvidence::Clock, reason: "expiresAt passed".into() },
         ]
@@ -135,6 +148,7 @@ mod tests {
             (Some(S::Built), "expire (chain evidence)", S::Expired),
             (Some(S::Built), "expire (clock only)", S::Expired),
             (Some(S::Verified), "submit", S::Submitted),
+            (Some(S::Verified), "abandon", S::Failed),
             (Some(S::Submitted), "confirm", S::Confirmed),
             (Some(S::Submitted), "fail", S::Failed),
             (Some(S::Submitted), "wait timed out", S::Pending),
@@ -152,7 +166,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 8 * 8);
+        assert_eq!(checked, 8 * 9);
     }
 
     #[test]

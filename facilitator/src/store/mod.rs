@@ -290,8 +290,9 @@ pub trait Store: Send + Sync + 'static {
         expected: PaymentStatus,
         update: &PaymentUpdate,
     ) -> StoreResult<StoredPayment>;
-    /// Payments broadcast without a final verdict (`submitted`, `pending`), oldest first.
-    async fn unfinished_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>>;
+    /// Payments the reconciler looks at, oldest first: every `verified` one (it may have been
+    /// abandoned), and those `submitted` or `pending` on `networks` (the chain can tell).
+    async fn unfinished_payments(&self, networks: &[Network], limit: u32) -> StoreResult<Vec<StoredPayment>>;
     /// A page of a wallet's payments visible to `account`, newest first.
     async fn history(
         &self,

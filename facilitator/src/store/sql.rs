@@ -455,11 +455,21 @@ impl Store for SqlStore {
         Ok(HistoryPage { total: u64::try_from(total).unwrap_or(0), entries })
     }
 
-    async fn unfinished_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>> {
-        let sql = format!(
-            "SELECT {PAYMENT_COLUMNS} FROM payments WHERE status IN ('submitted', 'pending') ORDER BY seq LIMIT ?"
-        );
-        let rows = sqlx::query(&self.sql(&sql)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+    async fn unfinished_payments(&self, networks: &[Network], limit: u32) -> StoreResult<Vec<StoredPayment>> {
+        let broadcast = if networks.is_empty() {
+            String::new()
+        } else {
+            let placeholders = vec!["?"; networks.len()].join(", ");
+            format!(" OR (status IN ('submitted', 'pending') AND network IN ({placeholders}))")
+        };
+        let sql =
+            format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE status = 'verified'{broadcast} ORDER BY seq LIMIT ?");
+        let sql = self.sql(&sql);
+        let mut query = sqlx::query(&sql);
+        for network in networks {
+            query = query.bind(network.to_string());
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
         rows.iter().map(payment_from_row).collect()
     }
 

@@ -7,7 +7,10 @@ use chrono::{DateTime, Duration, Utc};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
-use super::{IdempotencyBegin, NewPayment, PaymentUpdate, SqlStore, Store, StoreError, StoredApiKey, StoredResponse};
+use super::{
+    IdempotencyBegin, NewPayment, PaymentUpdate, SqlStore, Store, StoreError, StoredApiKey, StoredPayment,
+    StoredResponse,
+};
 use crate::auth::plans::Plan;
 use crate::config::DatabaseUrl;
 
@@ -155,8 +158,14 @@ async fn transitions_are_compare_and_set(store: Arc<SqlStore>) {
         store.transition_payment("pay_x", PaymentStatus::Verified, &submit).await,
         Err(StoreError::NotFound)
     ));
-    let unfinished = store.unfinished_payments(10).await.unwrap();
-    assert_eq!(unfinished.iter().map(|p| p.payment.id.as_str()).collect::<Vec<_>>(), ["pay_1"]);
+    let devnet = [Network::solana_devnet()];
+    let ids = |v: Vec<StoredPayment>| v.into_iter().map(|p| p.payment.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.unfinished_payments(&devnet, 10).await.unwrap()), ["pay_1"]);
+    // Broadcast payments of networks not served are left out; `verified` ones never are.
+    assert!(store.unfinished_payments(&[Network::solana_mainnet()], 10).await.unwrap().is_empty());
+    store.insert_payment(&payment("pay_2", "acct", "f", "t", t0())).await.unwrap();
+    assert_eq!(ids(store.unfinished_payments(&[], 10).await.unwrap()), ["pay_2"]);
+    assert_eq!(ids(store.unfinished_payments(&devnet, 10).await.unwrap()), ["pay_1", "pay_2"]);
 
     let mut confirm = update(PaymentStatus::Confirmed);
     confirm.fee_atomic = Some(AtomicAmount(5000));
@@ -164,7 +173,7 @@ async fn transitions_are_compare_and_set(store: Arc<SqlStore>) {
     assert_eq!(done.confirmed_at, Some(confirm.at));
     assert_eq!(done.payment.transaction.as_deref(), Some("sig1"), "a later update without tx id keeps it");
     assert_eq!(done.to_record().fee.unwrap().to_string(), "0.000005");
-    assert!(store.unfinished_payments(10).await.unwrap().is_empty(), "final payments are finished");
+    assert_eq!(ids(store.unfinished_payments(&devnet, 10).await.unwrap()), ["pay_2"], "final payments are finished");
 }
 
 async fn two_contenders_one_transition(store: Arc<SqlStore>) {
