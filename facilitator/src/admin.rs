@@ -115,9 +115,8 @@ pub async fn create_wallet(
             (solana_sdk::signer::Signer::pubkey(&keypair).to_string(), keypair.to_bytes().to_vec())
         }
         ChainFamily::Evm => {
-            return Err(AdminError::Invalid(
-                "EVM custodial wallets come with the EVM backend; use --chain solana".into(),
-            ));
+            let signer = alloy::signers::local::PrivateKeySigner::random();
+            (crate::chains::evm::protocol_address(signer.address()).to_string(), signer.to_bytes().to_vec())
         }
     };
     let sealed = master_key.seal(&address, &secret).map_err(|e| failed(&e))?;

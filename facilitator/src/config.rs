@@ -149,6 +149,10 @@ pub struct Limits {
     pub sponsor_max_compute_units: u32,
     /// Highest compute-unit price a sponsored transaction may set, micro-lamports per unit.
     pub sponsor_max_compute_unit_price: u64,
+    /// Blocks an EVM receipt's transaction must be buried under (1 = mined).
+    pub evm_confirmations: u64,
+    /// Most gas an EVM transaction built or accepted here may use.
+    pub evm_max_gas: u64,
 }
 
 impl Default for Limits {
@@ -161,6 +165,8 @@ impl Default for Limits {
             send_wait_secs: 30,
             sponsor_max_compute_units: sponsor.max_compute_units,
             sponsor_max_compute_unit_price: sponsor.max_compute_unit_price,
+            evm_confirmations: 1,
+            evm_max_gas: 500_000,
         }
     }
 }
@@ -272,6 +278,8 @@ struct FileLimits {
     send_wait_secs: Option<u64>,
     sponsor_max_compute_units: Option<u32>,
     sponsor_max_compute_unit_price: Option<u64>,
+    evm_confirmations: Option<u64>,
+    evm_max_gas: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -371,6 +379,8 @@ impl Config {
                 l.sponsor_max_compute_units.unwrap_or(self.limits.sponsor_max_compute_units);
             self.limits.sponsor_max_compute_unit_price =
                 l.sponsor_max_compute_unit_price.unwrap_or(self.limits.sponsor_max_compute_unit_price);
+            self.limits.evm_confirmations = l.evm_confirmations.unwrap_or(self.limits.evm_confirmations).max(1);
+            self.limits.evm_max_gas = l.evm_max_gas.unwrap_or(self.limits.evm_max_gas);
         }
         if let Some(p) = file.plans {
             for (plan, given) in

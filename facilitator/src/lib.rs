@@ -113,16 +113,14 @@ impl AppState {
         let store = SqlStore::connect(&config.database_url)
             .await
             .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
-        if config.evm_rpc_url.is_some() || !config.evm.is_empty() {
-            tracing::warn!(
-                "EVM settings are given, but this build has no EVM backend: EVM requests answer PAYMENT_VERIFICATION_FAILED"
-            );
-        }
         let master_key = wallets::resolve_master_key(&config)?;
         if master_key.is_none() {
             tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");
         }
-        let chains = Chains::none().with_solana(solana_backend(&config).await?);
+        let mut chains = Chains::none().with_solana(solana_backend(&config).await?);
+        for backend in evm_backends(&config).await? {
+            chains = chains.with_evm(backend);
+        }
         let mut state = Self::new(config, Arc::new(store), Arc::new(SystemClock)).with_chains(chains);
         state.master_key = master_key.map(Arc::new);
         Ok(state)
@@ -169,6 +167,30 @@ async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend
     }
     #[cfg(not(feature = "embedded-ledger"))]
     anyhow::bail!("no TOLLGATE_SOLANA_RPC_URL, and this build has no embedded ledger")
+}
+
+/// The configured EVM chains: `TOLLGATE_EVM_RPC_URL` (its chain id asked from the node) and each
+/// `[[evm]]` entry, whose node must report the configured chain id.
+async fn evm_backends(config: &Config) -> anyhow::Result<Vec<chains::evm::EvmBackend>> {
+    use chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
+    let mut backends = Vec::new();
+    let configured = config.evm.iter().map(|c| (Some(&c.network), c.rpc_url.as_str()));
+    for (expected, url) in config.evm_rpc_url.iter().map(|u| (None, u.as_str())).chain(configured) {
+        let rpc = EvmRpc::connect(url, DEFAULT_CALL_TIMEOUT)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the EVM RPC {url}: {e}"))?;
+        if let Some(expected) = expected
+            && expected != rpc.network()
+        {
+            anyhow::bail!("the EVM RPC {url} serves {}, not the configured {expected}", rpc.network());
+        }
+        tracing::info!(network = %rpc.network(), "EVM RPC connected");
+        let mut backend = chains::evm::EvmBackend::new(rpc);
+        backend.confirmations = config.limits.evm_confirmations;
+        backend.max_gas = config.limits.evm_max_gas;
+        backends.push(backend);
+    }
+    Ok(backends)
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then lets in-flight requests finish

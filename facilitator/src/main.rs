@@ -49,7 +49,7 @@ enum WalletsCommand {
         /// The key (`key_…`, from `keys list`) whose account owns the wallet.
         #[arg(long)]
         key: String,
-        /// solana (evm arrives with the EVM backend).
+        /// solana or evm.
         #[arg(long, value_parser = parse_family)]
         chain: ChainFamily,
     },

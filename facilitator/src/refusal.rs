@@ -41,6 +41,14 @@ pub enum Reason {
     NativeRecipientMismatch,
     NativeReceipt,
     FailedOnChain,
+    EvmTransaction,
+    EvmSignature,
+    EvmRecipientMismatch,
+    EvmValue,
+    EvmValidAfter,
+    EvmValidBefore,
+    EvmNonceUsed,
+    EvmSimulationFailed,
 }
 
 impl Reason {
@@ -80,6 +88,14 @@ impl Reason {
             Self::NativeRecipientMismatch => "invalid_exact_native_payload_recipient_mismatch",
             Self::NativeReceipt => "invalid_exact_native_payload_receipt",
             Self::FailedOnChain => "settle_exact_failed_onchain",
+            Self::EvmTransaction => "invalid_exact_evm_payload_transaction",
+            Self::EvmSignature => "invalid_exact_evm_payload_signature",
+            Self::EvmRecipientMismatch => "invalid_exact_evm_payload_recipient_mismatch",
+            Self::EvmValue => "invalid_exact_evm_payload_authorization_value",
+            Self::EvmValidAfter => "invalid_exact_evm_payload_authorization_valid_after",
+            Self::EvmValidBefore => "invalid_exact_evm_payload_authorization_valid_before",
+            Self::EvmNonceUsed => "invalid_exact_evm_payload_authorization_nonce_used",
+            Self::EvmSimulationFailed => "invalid_exact_evm_payload_simulation_failed",
         }
     }
 }

@@ -40,7 +40,8 @@ pub async fn send(
         Target::Network(n) if n.family() == ChainFamily::Solana => {
             hosted::solana::send(&state, &caller, &req, &target).await
         }
-        _ => Err(state.chains.unavailable(&target)),
+        Target::Network(_) => hosted::evm::send(&state, &caller, &req, &target).await,
+        Target::Family(_) => Err(state.chains.unavailable(&target)),
     }
 }
 
@@ -87,12 +88,7 @@ pub async fn receive(
         )));
     }
     let target = checked_receive(&state, &ReceiveFields::of_hosted(&req))?;
-    match &target {
-        Target::Network(n) if n.family() == ChainFamily::Solana => {
-            hosted::solana::receive(&state, &caller, &req, &target).await
-        }
-        _ => Err(state.chains.unavailable(&target)),
-    }
+    hosted::receive(&state, &caller, &req, &target).await
 }
 
 /// The fields hosted and local receive requests share.

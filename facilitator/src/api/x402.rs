@@ -13,18 +13,18 @@ use tollgate_protocol::x402::{
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::chains::Target;
+use crate::chains::{Backend, Target};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::proofs::{self, Terms, solana::FeePayer};
+use crate::proofs::{self, Price, Terms, solana::FeePayer};
 use crate::refusal::{ProofError, Reason, Refusal};
 use crate::settlement::engine::SettleError;
 
 /// A request checked far enough to settle, or the x402 reason it fails.
 struct Prepared {
-    backend: std::sync::Arc<crate::chains::SolanaBackend>,
+    backend: Backend,
     terms: Terms,
-    checked: proofs::solana::Checked,
+    checked: proofs::Checked,
     wait: Duration,
 }
 
@@ -67,35 +67,42 @@ async fn prepare(state: &AppState, req: &FacilitatorRequest) -> Result<Result<Pr
         );
     }
     let target = Target::Network(requirements.network.clone());
-    let Ok(backend) = state.chains.solana(&target) else {
+    let Ok(backend) = state.chains.backend(&target) else {
         return refuse(Reason::InvalidNetwork, format!("this facilitator does not settle on {}", requirements.network));
     };
     let offered_fee_payer = requirements.extra.as_ref().and_then(|e| e.get("feePayer")).and_then(|v| v.as_str());
-    if requirements.scheme == SCHEME_EXACT
-        && let Some(offered) = offered_fee_payer
-        && backend.fee_payer().map(|k| k.to_string()).as_deref() != Some(offered)
+    if let (Backend::Solana(solana), Some(offered)) = (&backend, offered_fee_payer)
+        && requirements.scheme == SCHEME_EXACT
+        && solana.fee_payer().map(|k| k.to_string()).as_deref() != Some(offered)
     {
         return refuse(
             Reason::InvalidPaymentRequirements,
             format!("extra.feePayer {offered} is not this facilitator's fee payer"),
         );
     }
-    let price = match proofs::solana::requirement_price(&requirements.scheme, requirements.amount) {
-        Ok(p) => p,
-        Err(r) => return Ok(Err(r)),
-    };
+    let price = Price::of_requirement(&requirements.scheme, requirements.amount);
     let terms = Terms {
         pay_to: requirements.pay_to,
         asset: Some(requirements.asset),
         price,
         resource: resource.map(|r| r.url).filter(|u| !u.is_empty()),
     };
-    if let Some(payment_id) = proofs::solana::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
         return refuse(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})"));
     }
-    let checked = match proofs::solana::check(&backend, &payload, &terms, FeePayer::Facilitator).await {
+    let checked = match &backend {
+        Backend::Solana(b) => proofs::solana::check(b, &payload, &terms, FeePayer::Facilitator).await,
+        Backend::Evm(b) => proofs::evm::check(b, &payload, &terms).await,
+    };
+    let checked = match checked {
         Ok(c) => c,
-        Err(ProofError::Refused(r)) => return Ok(Err(r)),
+        Err(ProofError::Refused(r)) => {
+            // A twin request may have settled this proof while it was being checked.
+            if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+                return refuse(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})"));
+            }
+            return Ok(Err(r));
+        }
         Err(ProofError::Chain(e)) => return Err(e.into()),
     };
     let wait = Duration::from_secs(requirements.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
@@ -149,7 +156,7 @@ pub async fn settle(
     // A proof used before: name its transaction to the account that settled it, so a retry after
     // a timeout can follow that transaction instead of paying again.
     let (payload, _, _) = req.parts();
-    if let Some(payment_id) = proofs::solana::claimed_by(&state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) = proofs::claimed_by(&state, &payload).await.map_err(ApiError::internal)? {
         let holder = state.store.get_payment(&payment_id).await.map_err(ApiError::internal)?;
         let holder = holder.filter(|h| h.visible_to(&caller.account_id));
         let (tx, payer) =
@@ -164,7 +171,7 @@ pub async fn settle(
         }
     };
     let payer = Some(p.checked.payer.to_string());
-    let settled = proofs::solana::settle(&state, &caller.account_id, &p.backend.rpc, p.checked, &p.terms, p.wait).await;
+    let settled = proofs::settle(&state, &caller.account_id, p.backend.ledger(), p.checked, &p.terms, p.wait).await;
     let stored = match settled {
         Ok(s) => s,
         Err(SettleError::AlreadyClaimed { payment_id }) => {
@@ -185,7 +192,7 @@ pub async fn settle(
         // caller follow it (`GET /payment/status/{id}`).
         _ => SettleResponse {
             success: false,
-            error_reason: Some(TIMED_OUT.to_owned()),
+            error_reason: Some(timed_out(&requirements.network).to_owned()),
             payer,
             transaction,
             network: network.clone(),
@@ -193,8 +200,14 @@ pub async fn settle(
     }))
 }
 
-/// x402's reason for a settlement broadcast but not confirmed within the wait.
-const TIMED_OUT: &str = "settle_exact_svm_transaction_confirmation_timed_out";
+/// The reason for a settlement broadcast but not confirmed within the wait (x402's on Solana,
+/// named alike on EVM).
+fn timed_out(network: &Network) -> &'static str {
+    match network.family() {
+        tollgate_protocol::ChainFamily::Solana => "settle_exact_svm_transaction_confirmation_timed_out",
+        tollgate_protocol::ChainFamily::Evm => "settle_exact_evm_transaction_confirmation_timed_out",
+    }
+}
 
 /// The (version, scheme, network) kinds this facilitator settles.
 #[utoipa::path(get, path = "/supported", tag = "x402",

@@ -6,6 +6,7 @@
 //! `502 PAYMENT_VERIFICATION_FAILED` "no chain backend configured for <network>"
 //! ([`Chains::unavailable`]), the same answer as for a network the operator did not configure.
 
+pub mod evm;
 pub mod solana;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,20 @@ pub struct ChainError(pub String);
 impl From<ChainError> for ApiError {
     fn from(e: ChainError) -> Self {
         Self::verification_failed(e.0)
+    }
+}
+
+/// Runs one call to a `chain` node with a deadline, mapping every failure to [`ChainError`].
+pub(crate) async fn bounded<T, E: std::fmt::Display>(
+    chain: &str,
+    limit: std::time::Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, ChainError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ChainError(format!("{chain} RPC {what} failed: {e}"))),
+        Err(_) => Err(ChainError(format!("{chain} RPC {what}: no answer within {limit:?}"))),
     }
 }
 
@@ -160,6 +175,27 @@ impl std::fmt::Display for Target {
 pub struct Chains {
     defaults: BTreeMap<ChainFamily, Network>,
     solana: BTreeMap<Network, Arc<SolanaBackend>>,
+    evm: BTreeMap<Network, Arc<evm::EvmBackend>>,
+}
+
+/// The backend of one served network.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A Solana cluster.
+    Solana(Arc<SolanaBackend>),
+    /// An EVM chain.
+    Evm(Arc<evm::EvmBackend>),
+}
+
+impl Backend {
+    /// Its ledger, for the settlement engine.
+    #[must_use]
+    pub fn ledger(&self) -> &dyn Ledger {
+        match self {
+            Self::Solana(b) => &b.rpc,
+            Self::Evm(b) => &b.rpc,
+        }
+    }
 }
 
 impl Chains {
@@ -178,6 +214,38 @@ impl Chains {
         self
     }
 
+    /// Adds an EVM chain; the first one added becomes the default for EVM addresses.
+    #[must_use]
+    pub fn with_evm(mut self, backend: evm::EvmBackend) -> Self {
+        let network = backend.rpc.network().clone();
+        self.defaults.entry(ChainFamily::Evm).or_insert_with(|| network.clone());
+        self.evm.insert(network, Arc::new(backend));
+        self
+    }
+
+    /// The EVM backend serving `target`.
+    ///
+    /// # Errors
+    /// 502 `PAYMENT_VERIFICATION_FAILED` when none does.
+    pub fn evm(&self, target: &Target) -> Result<Arc<evm::EvmBackend>, ApiError> {
+        match target {
+            Target::Network(n) => self.evm.get(n).cloned().ok_or_else(|| self.unavailable(target)),
+            Target::Family(_) => Err(self.unavailable(target)),
+        }
+    }
+
+    /// The backend serving `target`, whatever its chain.
+    ///
+    /// # Errors
+    /// 502 `PAYMENT_VERIFICATION_FAILED` when none does.
+    pub fn backend(&self, target: &Target) -> Result<Backend, ApiError> {
+        match target {
+            Target::Network(n) if n.family() == ChainFamily::Solana => self.solana(target).map(Backend::Solana),
+            Target::Network(_) => self.evm(target).map(Backend::Evm),
+            Target::Family(_) => Err(self.unavailable(target)),
+        }
+    }
+
     /// The Solana backend serving `target`.
     ///
     /// # Errors
@@ -192,7 +260,7 @@ impl Chains {
     /// The networks with a backend.
     #[must_use]
     pub fn served(&self) -> Vec<Network> {
-        self.solana.keys().cloned().collect()
+        self.solana.keys().chain(self.evm.keys()).cloned().collect()
     }
 
     /// The embedded development ledger, if this daemon runs one.
@@ -228,6 +296,16 @@ impl Chains {
             }
             if let Some(fee_payer) = fee_payer {
                 signers.insert(network.to_string(), serde_json::json!([fee_payer]));
+            }
+        }
+        for network in self.evm.keys() {
+            for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
+                kinds.push(SupportedKind {
+                    x402_version: version,
+                    scheme: SCHEME_EXACT_NATIVE.to_owned(),
+                    network: name,
+                    extra: None,
+                });
             }
         }
         Supported { kinds, extensions: Vec::new(), signers }

@@ -4,7 +4,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use chrono::Duration;
 use solana_sdk::signature::Signature;
-use solana_sdk::transaction::Transaction;
+use solana_sdk::transaction::{Transaction, VersionedTransaction};
 use tollgate_protocol::gateway::{
     LocalReceiveRequest, PaymentMode, PaymentStatus, SendPaymentRequest, UnsignedTransaction,
 };
@@ -16,9 +16,10 @@ use crate::chains::Target;
 use crate::chains::solana::build::{Transfer, pubkey};
 use crate::chains::solana::{spl, verify};
 use crate::error::ApiError;
-use crate::hosted::solana::{send_lamports, sol_payment};
-use crate::proofs::solana::{FeePayer, Settle};
-use crate::proofs::{self, Price, Terms};
+use crate::hosted::native_payment;
+use crate::hosted::solana::send_lamports;
+use crate::proofs::solana::FeePayer;
+use crate::proofs::{self, Price, Settle, Terms};
 use crate::settlement::engine::SettleError;
 use crate::settlement::state::ExpiryEvidence;
 use crate::settlement::{Event, advance};
@@ -67,7 +68,7 @@ pub async fn build(
         mode: PaymentMode::Local,
         expires_at: Some(expires_at),
         last_valid_block_height: Some(last_valid_block_height),
-        ..sol_payment(caller, rpc.network(), (&from, &to), amount, fee, req, now)
+        ..native_payment(caller, rpc.network(), (&from, &to), amount, AtomicAmount::from(fee), req, now)
     };
     state.store.insert_payment(&payment).await.map_err(ApiError::internal)?;
     Ok(UnsignedTransaction {
@@ -114,17 +115,18 @@ pub async fn receive(
         resource: req.resource.clone(),
     };
     let payload = validate::payment_proof(&req.payment_proof)?;
-    if let Some(payment_id) = proofs::solana::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
         return Err(ApiError::new(
             ErrorCode::InvalidPaymentProof,
             format!("proof already used (payment {payment_id})"),
         ));
     }
     let checked = proofs::solana::check(&backend, &payload, &terms, FeePayer::Seller(seller)).await?;
-    let Settle::Transaction { tx, horizon, complete } = &checked.settle else {
+    let Settle::Transaction { bytes, horizon, complete, .. } = &checked.settle else {
         return Err(ApiError::internal("a local receive checked a receipt"));
     };
-    let fee = checked.fee.unwrap_or_default();
+    let tx: VersionedTransaction = bincode::deserialize(bytes).map_err(ApiError::internal)?;
+    let fee = u64::try_from(checked.fee.unwrap_or_default()).unwrap_or(u64::MAX);
     if let Some(cap) = &req.priority_fee
         && !complete
     {
@@ -139,15 +141,8 @@ pub async fn receive(
         }
     }
     let expires_at = state.clock.now() + VALIDITY;
-    let recorded = proofs::solana::record_for_seller(
-        state,
-        &caller.account_id,
-        backend.rpc.network(),
-        &checked,
-        &terms,
-        expires_at,
-    )
-    .await;
+    let recorded =
+        proofs::record_for_seller(state, &caller.account_id, backend.rpc.network(), &checked, &terms, expires_at).await;
     let payment = match recorded {
         Ok(p) => p,
         Err(SettleError::AlreadyClaimed { payment_id }) => {
@@ -161,14 +156,14 @@ pub async fn receive(
     let native = ChainFamily::Solana.native_decimals();
     Ok(UnsignedTransaction {
         payment_id: payment.id,
-        transaction: STANDARD.encode(bincode::serialize(&**tx).map_err(ApiError::internal)?),
+        transaction: STANDARD.encode(bytes),
         encoding: "base64".into(),
         network: backend.rpc.network().clone(),
-        last_valid_block_height: *horizon,
+        last_valid_block_height: horizon.unwrap_or_default(),
         expires_at: expires_at.timestamp(),
         estimated_fee: DecimalAmount::from_atomic(AtomicAmount::from(fee), native),
         payer: Some(checked.payer.to_string()),
-        amount: Some(DecimalAmount::from_atomic(AtomicAmount::from(checked.amount), checked.decimals)),
+        amount: Some(DecimalAmount::from_atomic(AtomicAmount(checked.amount), checked.decimals)),
     })
 }
 

@@ -9,28 +9,22 @@
 //! The sponsor of an `exact` transaction is the facilitator's fee payer in hosted mode and x402,
 //! and the seller's wallet in local mode (`/transaction/receive`), where the seller signs later.
 
-use std::time::Duration;
-
 use solana_sdk::message::VersionedMessage;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 use solana_sdk::signer::Signer as _;
 use solana_sdk::transaction::VersionedTransaction;
-use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 use tollgate_protocol::x402::schemes::{ExactNativePayload, ExactSolanaPayload, NativeReceipt, receipt_message};
 use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
-use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
+use tollgate_protocol::{Address, ChainFamily, Network};
 
-use super::{Price, Terms};
-use crate::AppState;
+use super::{Checked, Settle, Terms};
 use crate::chains::SolanaBackend;
 use crate::chains::solana::build::pubkey;
 use crate::chains::solana::rpc::SolanaRpc;
 use crate::chains::solana::spl::{self, SponsorPolicy};
 use crate::chains::solana::verify;
 use crate::refusal::{ProofError, Reason, Refusal};
-use crate::settlement::engine::{SettleError, Settlement, record_confirmed, settle as settle_tx};
-use crate::store::{NewPayment, StoredPayment};
 
 /// Who pays the fee of an `exact` (sponsored) transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,45 +33,6 @@ pub enum FeePayer {
     Facilitator,
     /// The seller's wallet: the transaction goes back to the seller to sign (local mode).
     Seller(Pubkey),
-}
-
-/// How a checked proof settles.
-#[derive(Debug, Clone)]
-pub enum Settle {
-    /// Broadcast `tx` (complete unless the seller still has to sign it as fee payer); it cannot
-    /// land past block height `horizon`.
-    Transaction {
-        /// The transaction.
-        tx: Box<VersionedTransaction>,
-        /// Whether every signature is present.
-        complete: bool,
-        /// Last block height at which it can land.
-        horizon: u64,
-    },
-    /// The transfer is already confirmed: record it.
-    Confirmed {
-        /// Its signature.
-        tx_id: String,
-    },
-}
-
-/// A proof that passed every check.
-#[derive(Debug, Clone)]
-pub struct Checked {
-    /// How it settles.
-    pub settle: Settle,
-    /// Its identity, claimed once (`<network>:<payer's signature>`).
-    pub proof_id: String,
-    /// Who paid.
-    pub payer: Pubkey,
-    /// What with.
-    pub asset: Asset,
-    /// Base units paid.
-    pub amount: u64,
-    /// The asset's decimals.
-    pub decimals: u8,
-    /// Network fee, lamports, when known.
-    pub fee: Option<u64>,
 }
 
 fn refuse(reason: Reason, message: impl Into<String>) -> ProofError {
@@ -116,12 +71,7 @@ pub async fn check(
         .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
     terms.check_accepted(payload)?;
     let checked = check_scheme(backend, payload, terms, &pay_to, fee_payer).await?;
-    // A v2 payload names the asset it pays with; it must be the one the proof moves.
-    if let PaymentPayload::V2(p) = payload
-        && p.accepted.asset != checked.asset
-    {
-        return Err(refuse(Reason::InvalidPaymentRequirements, "the proof pays another asset than its requirement"));
-    }
+    super::check_accepted_asset(payload, &checked)?;
     Ok(checked)
 }
 
@@ -182,7 +132,7 @@ async fn signed_transfer(
     let tx = verify::decode(encoded)?;
     let checked = verify::check_signed_transfer(&tx, pay_to, 0)?;
     let decimals = ChainFamily::Solana.native_decimals();
-    terms.price.check(checked.transfer.lamports, decimals)?;
+    terms.price.check(u128::from(checked.transfer.lamports), decimals, Reason::SvmAmountMismatch)?;
     if !rpc.blockhash_valid(&checked.blockhash).await? {
         return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
     }
@@ -201,13 +151,18 @@ async fn signed_transfer(
     let (_, horizon) = rpc.latest_blockhash().await?;
     let signature = tx.signatures[0].to_string();
     Ok(Checked {
-        settle: Settle::Transaction { tx: Box::new(tx), complete: true, horizon },
+        settle: Settle::Transaction {
+            bytes: encode(&tx)?,
+            tx_id: signature.clone(),
+            complete: true,
+            horizon: Some(horizon),
+        },
         proof_id: proof_id(rpc.network(), &signature),
-        payer: source,
+        payer: Address::Solana(source.to_bytes()),
         asset: Asset::Native,
-        amount: checked.transfer.lamports,
+        amount: u128::from(checked.transfer.lamports),
         decimals,
-        fee: Some(fee),
+        fee: Some(u128::from(fee)),
     })
 }
 
@@ -248,15 +203,15 @@ async fn receipt(
     }
     let paid = verify::transferred(&confirmed.transaction, &from, pay_to);
     let decimals = ChainFamily::Solana.native_decimals();
-    terms.price.check(paid, decimals)?;
+    terms.price.check(u128::from(paid), decimals, Reason::SvmAmountMismatch)?;
     Ok(Checked {
         settle: Settle::Confirmed { tx_id: receipt.transaction.clone() },
         proof_id: proof_id(network, &receipt.transaction),
-        payer: from,
+        payer: Address::Solana(from.to_bytes()),
         asset: Asset::Native,
-        amount: paid,
+        amount: u128::from(paid),
         decimals,
-        fee: confirmed.fee,
+        fee: confirmed.fee.map(u128::from),
     })
 }
 
@@ -284,7 +239,7 @@ impl Sponsoring<'_> {
             _ => {}
         }
         let token = spl::check_token_accounts(rpc, t, pay_to, &self.sponsor).await?;
-        terms.price.check(t.amount, token.decimals)?;
+        terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
         if !rpc.blockhash_valid(&s.blockhash).await? {
             return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
         }
@@ -301,109 +256,20 @@ impl Sponsoring<'_> {
         let fee = fee_of(rpc, &tx.message).await?;
         let (_, horizon) = rpc.latest_blockhash().await?;
         Ok(Checked {
-            settle: Settle::Transaction { tx: Box::new(tx), complete, horizon },
+            settle: Settle::Transaction {
+                bytes: encode(&tx)?,
+                tx_id: tx.signatures[0].to_string(),
+                complete,
+                horizon: Some(horizon),
+            },
             proof_id: proof_id(rpc.network(), &s.payer_signature.to_string()),
-            payer: t.authority,
+            payer: Address::Solana(t.authority.to_bytes()),
             asset: Asset::Token(Address::Solana(t.mint.to_bytes())),
-            amount: t.amount,
+            amount: u128::from(t.amount),
             decimals: token.decimals,
-            fee: Some(fee),
+            fee: Some(u128::from(fee)),
         })
     }
-}
-
-/// The payment record of a checked proof, received by `owner_account`'s `terms.pay_to`.
-async fn payment(
-    state: &AppState,
-    owner_account: &str,
-    network: &Network,
-    checked: &Checked,
-    terms: &Terms,
-) -> Result<NewPayment, SettleError> {
-    let payer_account = state.store.get_wallet(&checked.payer.to_string()).await?.map(|w| w.account_id);
-    let horizon = match &checked.settle {
-        Settle::Transaction { horizon, .. } => Some(*horizon),
-        Settle::Confirmed { .. } => None,
-    };
-    Ok(NewPayment {
-        id: format!("pay_{}", ulid::Ulid::new()),
-        owner_account: owner_account.to_owned(),
-        counterparty_account: payer_account,
-        status: PaymentStatus::Verified,
-        mode: PaymentMode::Hosted,
-        network: network.clone(),
-        from: checked.payer.to_string(),
-        to: terms.pay_to.to_string(),
-        amount_atomic: AtomicAmount::from(checked.amount),
-        asset: match checked.asset {
-            Asset::Native => "native".to_owned(),
-            Asset::Token(mint) => mint.to_string(),
-        },
-        decimals: checked.decimals,
-        fee_atomic: checked.fee.map(AtomicAmount::from),
-        transaction: None,
-        resource: terms.resource.clone(),
-        metadata: None,
-        proof_id: Some(checked.proof_id.clone()),
-        expires_at: None,
-        last_valid_block_height: horizon,
-        created_at: state.clock.now(),
-    })
-}
-
-/// Settles a checked proof for `owner_account`: broadcasts its transaction once (waiting at most
-/// `wait` for a verdict) or records its confirmed transfer.
-///
-/// # Errors
-/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures.
-pub async fn settle(
-    state: &AppState,
-    owner_account: &str,
-    rpc: &SolanaRpc,
-    checked: Checked,
-    terms: &Terms,
-    wait: Duration,
-) -> Result<StoredPayment, SettleError> {
-    let payment = payment(state, owner_account, rpc.network(), &checked, terms).await?;
-    match checked.settle {
-        Settle::Transaction { tx, complete, .. } => {
-            debug_assert!(complete, "only complete transactions are broadcast");
-            let tx_id = tx.signatures[0].to_string();
-            let tx_bytes = bincode::serialize(&*tx).map_err(|e| SettleError::Encode(e.to_string()))?;
-            settle_tx(&*state.store, &*state.clock, rpc, Settlement { payment, tx_id, tx_bytes, wait }).await
-        }
-        Settle::Confirmed { tx_id } => {
-            let fee = checked.fee.map(AtomicAmount::from);
-            record_confirmed(&*state.store, &*state.clock, payment, &tx_id, fee).await
-        }
-    }
-}
-
-/// Records a checked proof as a local-mode payment (`built`) whose transaction the seller signs
-/// and broadcasts, claiming the proof so it is used once; `expires_at` bounds the offer.
-///
-/// # Errors
-/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures.
-pub async fn record_for_seller(
-    state: &AppState,
-    owner_account: &str,
-    network: &Network,
-    checked: &Checked,
-    terms: &Terms,
-    expires_at: chrono::DateTime<chrono::Utc>,
-) -> Result<NewPayment, SettleError> {
-    let payment = NewPayment {
-        status: PaymentStatus::Built,
-        mode: PaymentMode::Local,
-        expires_at: Some(expires_at),
-        ..payment(state, owner_account, network, checked, terms).await?
-    };
-    if !state.store.claim_proof(&checked.proof_id, &payment.id, state.clock.now()).await? {
-        let payment_id = state.store.proof_claim(&checked.proof_id).await?.unwrap_or_default();
-        return Err(SettleError::AlreadyClaimed { payment_id });
-    }
-    state.store.insert_payment(&payment).await?;
-    Ok(payment)
 }
 
 /// The identity a proof will be claimed under, read without the chain (`None` when the payload
@@ -428,26 +294,7 @@ pub fn proof_identity(payload: &PaymentPayload) -> Option<String> {
     }
 }
 
-/// The payment that claimed this proof already, if any. Asked before the chain is: a used
-/// proof's transaction may no longer simulate, and the answer must still be "used".
-///
-/// # Errors
-/// Storage failures.
-pub async fn claimed_by(state: &AppState, payload: &PaymentPayload) -> Result<Option<String>, SettleError> {
-    match proof_identity(payload) {
-        Some(id) => Ok(state.store.proof_claim(&id).await?),
-        None => Ok(None),
-    }
-}
-
-/// The price of an `exact-native` or `exact` requirement in base units: at least it for the
-/// former, exactly it for the latter.
-///
-/// # Errors
-/// [`Reason::InvalidPaymentRequirements`] for amounts beyond what Solana can move.
-pub fn requirement_price(scheme: &str, amount: AtomicAmount) -> Result<Price, Refusal> {
-    let n = u64::try_from(amount.get()).map_err(|_| {
-        Refusal::new(Reason::InvalidPaymentRequirements, "the amount is larger than a Solana transfer can move")
-    })?;
-    Ok(if scheme == SCHEME_EXACT { Price::Exactly(n) } else { Price::AtLeastAtomic(n) })
+/// The bytes a Solana transaction is broadcast as.
+fn encode(tx: &VersionedTransaction) -> Result<Vec<u8>, ProofError> {
+    bincode::serialize(tx).map_err(|e| refuse(Reason::SvmTransaction, format!("cannot encode the transaction: {e}")))
 }

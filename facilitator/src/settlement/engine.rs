@@ -62,20 +62,45 @@ pub async fn settle(
     ledger: &dyn Ledger,
     s: Settlement,
 ) -> Result<StoredPayment, SettleError> {
-    let id = s.payment.id.clone();
-    claim_and_record(store, clock, &s.payment, &s.tx_id).await?;
+    match submit(store, clock, ledger, &s).await? {
+        Submitted::Refused(failed) => Ok(*failed),
+        Submitted::Broadcast => Ok(wait_for_verdict(store, clock, ledger, &s.payment.id, &s.tx_id, s.wait).await?),
+    }
+}
 
+/// How [`submit`] ended.
+#[derive(Debug)]
+pub enum Submitted {
+    /// Broadcast (or possibly broadcast): wait for the verdict.
+    Broadcast,
+    /// The node refused it: the payment is `failed`.
+    Refused(Box<StoredPayment>),
+}
+
+/// Steps 1–3 of [`settle`] without the wait: claim, record, write the id ahead, broadcast. For
+/// callers that must hold a lock until the broadcast (an account's nonce) but not during the wait.
+///
+/// # Errors
+/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures otherwise.
+pub async fn submit(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    ledger: &dyn Ledger,
+    s: &Settlement,
+) -> Result<Submitted, SettleError> {
+    let id = &s.payment.id;
+    claim_and_record(store, clock, &s.payment, &s.tx_id).await?;
     match ledger.broadcast(&s.tx_bytes).await {
-        Ok(()) => {}
+        Ok(()) => Ok(Submitted::Broadcast),
         Err(SendError::Rejected(reason)) => {
             tracing::info!(payment_id = %id, %reason, "transaction refused by the node");
-            return Ok(advance(store, &id, &Event::Fail { reason }, clock.now()).await?);
+            Ok(Submitted::Refused(Box::new(advance(store, id, &Event::Fail { reason }, clock.now()).await?)))
         }
         Err(SendError::Uncertain(reason)) => {
             tracing::warn!(payment_id = %id, %reason, "broadcast outcome unknown; watching the chain");
+            Ok(Submitted::Broadcast)
         }
     }
-    Ok(wait_for_verdict(store, clock, ledger, &id, &s.tx_id, s.wait).await?)
 }
 
 /// Records a payment whose transaction the chain has already confirmed (a receipt): claims the

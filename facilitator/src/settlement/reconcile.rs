@@ -9,12 +9,11 @@
 //! crash between its insert and the write-ahead of its id: it was never broadcast, so it fails
 //! ("abandoned before broadcast") instead of hanging with its proof claimed.
 
-use tollgate_protocol::ChainFamily;
 use tollgate_protocol::gateway::PaymentStatus;
 
 use super::state::ExpiryEvidence;
 use super::{Event, advance};
-use crate::chains::{Chains, Ledger, Target, TxOutcome};
+use crate::chains::{Backend, Chains, Target, TxOutcome};
 use crate::clock::Clock;
 use crate::store::{Store, StoreError, StoredPayment};
 
@@ -82,21 +81,23 @@ async fn reconcile_payment(
         }
         return Ok(false);
     };
-    if p.network.family() != ChainFamily::Solana {
-        return Err(Skip::Unserved);
-    }
-    let backend = chains.solana(&Target::Network(p.network.clone())).map_err(|_| Skip::Unserved)?;
+    let backend = chains.backend(&Target::Network(p.network.clone())).map_err(|_| Skip::Unserved)?;
+    let ledger = backend.ledger();
     let chain = |e: crate::chains::ChainError| Skip::Failed(e.0);
-    let event = match Ledger::outcome(&backend.rpc, tx_id).await.map_err(chain)? {
+    let event = match ledger.outcome(tx_id).await.map_err(chain)? {
         Some(TxOutcome::Confirmed { fee }) => Event::Confirm { fee },
         Some(TxOutcome::Failed { reason }) => Event::Fail { reason },
         None => {
-            let height = backend.rpc.block_height().await.map_err(chain)?;
-            match p.last_valid_block_height {
+            // Solana transactions carry a horizon: past it, one the chain never saw cannot land.
+            let height = match (&backend, p.last_valid_block_height) {
+                (Backend::Solana(b), Some(_)) => Some(b.rpc.block_height().await.map_err(chain)?),
+                _ => None,
+            };
+            match (height, p.last_valid_block_height) {
                 // Past the horizon and still unknown to the chain: it can no longer land. Ask once
                 // more so a confirmation that raced the height check is not missed.
-                Some(last_valid) if height > last_valid => {
-                    match Ledger::outcome(&backend.rpc, tx_id).await.map_err(chain)? {
+                (Some(height), Some(last_valid)) if height > last_valid => {
+                    match ledger.outcome(tx_id).await.map_err(chain)? {
                         Some(TxOutcome::Confirmed { fee }) => Event::Confirm { fee },
                         Some(TxOutcome::Failed { reason }) => Event::Fail { reason },
                         None => Event::Expire {

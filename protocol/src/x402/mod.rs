@@ -346,6 +346,17 @@ impl PaymentPayload {
         }
     }
 
+    /// A v1 `exact-native` payload on `network`.
+    #[must_use]
+    pub fn exact_native_v1(network: &Network, payload: &schemes::ExactNativePayload) -> Self {
+        Self::V1(PaymentPayloadV1 {
+            x402_version: V1,
+            scheme: SCHEME_EXACT_NATIVE.to_owned(),
+            network: network.clone(),
+            payload: payload.to_value(),
+        })
+    }
+
     /// Decodes an `X-PAYMENT` (v1) or `PAYMENT-SIGNATURE` (v2) header value: either version is
     /// accepted in either header, the `x402Version` field decides.
     ///

@@ -6,8 +6,8 @@ use solana_sdk::message::Message;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signer::Signer as _;
+use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::x402::schemes::{ExactNativePayload, NativeReceipt, receipt_message};
-use tollgate_protocol::x402::{PaymentPayload, PaymentPayloadV1, SCHEME_EXACT_NATIVE, V1};
 use tollgate_protocol::{Address, Network};
 
 /// Compute units requested when a priority fee is set. A System transfer uses 150 and each
@@ -71,13 +71,7 @@ pub fn signed_receipt(
         signature: sender.sign_message(message.as_bytes()).to_string(),
         resource: resource.map(str::to_owned),
     };
-    let payload = PaymentPayload::V1(PaymentPayloadV1 {
-        x402_version: V1,
-        scheme: SCHEME_EXACT_NATIVE.to_owned(),
-        network: network.clone(),
-        payload: ExactNativePayload::Receipt(receipt).to_value(),
-    });
-    payload.to_header()
+    PaymentPayload::exact_native_v1(network, &ExactNativePayload::Receipt(receipt)).to_header()
 }
 
 #[cfg(test)]

@@ -286,11 +286,7 @@ async fn bounded<T, E: std::fmt::Display>(
     what: &str,
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ChainError(format!("Solana RPC {what} failed: {e}"))),
-        Err(_) => Err(ChainError(format!("Solana RPC {what}: no answer within {limit:?}"))),
-    }
+    crate::chains::bounded("Solana", limit, what, call).await
 }
 
 #[async_trait]

@@ -1,0 +1,349 @@
+//! EVM payments on a real chain: anvil (installed by `scripts/test` from the npm registry into
+//! `.tools/`, or named by `TOLLGATE_ANVIL`), started per test on 127.0.0.1 with a free port.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use alloy::node_bindings::{Anvil, AnvilInstance};
+use alloy::primitives::{Address, U256};
+use alloy::providers::Provider as _;
+use alloy::signers::local::PrivateKeySigner;
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
+use tollgate_facilitator::admin::{self, NewKey};
+use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::auth::plans::Plan;
+use tollgate_facilitator::chains::Chains;
+use tollgate_facilitator::chains::evm::EvmBackend;
+use tollgate_facilitator::chains::evm::build::{Transfer, sign};
+use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
+use tollgate_facilitator::clock::SystemClock;
+use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::store::SqlStore;
+use tollgate_facilitator::wallets::MasterKey;
+use tollgate_facilitator::{AppState, router};
+use tollgate_protocol::ChainFamily;
+use tower::ServiceExt as _;
+
+/// One ETH in wei.
+const ETH: u128 = 1_000_000_000_000_000_000;
+
+/// The anvil binary: `TOLLGATE_ANVIL`, or where `scripts/test` installs it.
+fn anvil_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("TOLLGATE_ANVIL") {
+        return PathBuf::from(path);
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../.tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
+    assert!(
+        path.exists(),
+        "anvil is not installed at {}: run scripts/test (it installs it), or set TOLLGATE_ANVIL",
+        path.display()
+    );
+    path
+}
+
+struct EvmApp {
+    app: Router,
+    state: AppState,
+    store: Arc<SqlStore>,
+    anvil: AnvilInstance,
+    _dir: tempfile::TempDir,
+}
+
+impl EvmApp {
+    async fn start() -> Self {
+        let anvil = Anvil::at(anvil_path()).host("127.0.0.1").try_spawn().expect("anvil starts");
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            database_url: DatabaseUrl::parse(dir.path().join("evm.db").to_str().unwrap()).unwrap(),
+            ..Config::default()
+        };
+        let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+        let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+        let chains = Chains::none().with_evm(EvmBackend::new(rpc));
+        let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
+            .with_chains(chains)
+            .with_master_key(MasterKey::generate().unwrap());
+        Self { app: router(state.clone()), state, store, anvil, _dir: dir }
+    }
+
+    fn backend(&self) -> Arc<EvmBackend> {
+        let target = tollgate_facilitator::chains::Target::Network(self.network());
+        self.state.chains.evm(&target).unwrap()
+    }
+
+    fn network(&self) -> tollgate_protocol::Network {
+        tollgate_protocol::Network::eip155(self.anvil.chain_id())
+    }
+
+    /// A key with a custodial EVM wallet: (key, wallet address).
+    async fn customer(&self) -> (String, String) {
+        let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Test };
+        let created = admin::create_key(&*self.store, new, chrono::Utc::now()).await.unwrap();
+        let master = self.state.master_key.as_ref().unwrap();
+        let wallet =
+            admin::create_wallet(&*self.store, master, &created.record.id, ChainFamily::Evm, chrono::Utc::now())
+                .await
+                .unwrap();
+        (created.secret.expose().to_owned(), wallet)
+    }
+
+    /// Sets an account's balance (anvil's own method).
+    async fn fund(&self, address: &str, wei: u128) {
+        let address: Address = address.parse().unwrap();
+        let _: Value = self
+            .backend()
+            .rpc
+            .provider()
+            .raw_request("anvil_setBalance".into(), (address, U256::from(wei)))
+            .await
+            .unwrap();
+    }
+
+    async fn balance(&self, address: &str) -> u128 {
+        u128::try_from(self.backend().rpc.balance(address.parse().unwrap()).await.unwrap()).unwrap()
+    }
+
+    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json");
+        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
+        let response = self.app.clone().oneshot(req).await.unwrap();
+        let status = response.status();
+        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// A signed EIP-1559 transfer by `signer`, as an `exact-native` X-PAYMENT value.
+    async fn signed_proof(&self, signer: &PrivateKeySigner, to: Address, wei: u128, chain_id: u64) -> String {
+        let rpc = &self.backend().rpc;
+        let nonce = rpc.pending_nonce(signer.address()).await.unwrap();
+        let fees = rpc.fees().await.unwrap();
+        let transfer = Transfer {
+            chain_id,
+            nonce,
+            to,
+            value: U256::from(wei),
+            gas_limit: 21_000,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+        };
+        let (raw, _) = sign(transfer.tx(), signer).unwrap();
+        tollgate_protocol::x402::header::encode(&json!({
+            "x402Version": 1, "scheme": "exact-native", "network": self.network().to_string(),
+            "payload": {"transaction": format!("0x{}", alloy::primitives::hex::encode(raw))}
+        }))
+        .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_eth_send_confirms_and_its_receipt_is_accepted_once() {
+    let t = EvmApp::start().await;
+    let (alice, alice_wallet) = t.customer().await;
+    let (bob, bob_wallet) = t.customer().await;
+    t.fund(&alice_wallet, ETH).await;
+
+    let resource = "https://seller.example/report";
+    let pay =
+        json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.01, "resource": resource});
+    let (s, paid) = t.call("POST", "/payment/send", &alice, Some(pay)).await;
+    assert_eq!(s, StatusCode::OK, "{paid}");
+    assert_eq!(paid["status"], "confirmed");
+    assert_eq!(paid["network"], t.network().to_string());
+    assert_eq!(paid["amountAtomic"], (ETH / 100).to_string());
+    assert_eq!(t.balance(&bob_wallet).await, ETH / 100);
+    assert!(t.balance(&alice_wallet).await < ETH - ETH / 100, "alice paid the amount and the gas");
+
+    let (_, sent) = t.call("GET", &format!("/payment/history/{alice_wallet}?type=sent"), &alice, None).await;
+    assert_eq!((sent["total"].as_u64(), sent["payments"][0]["direction"].as_str()), (Some(1), Some("sent")));
+    let (_, received) = t.call("GET", &format!("/payment/history/{bob_wallet}?type=received"), &bob, None).await;
+    assert_eq!(
+        (received["total"].as_u64(), received["payments"][0]["direction"].as_str()),
+        (Some(1), Some("received"))
+    );
+
+    // The receipt: accepted once, for its terms only.
+    let proof = paid["paymentProof"].as_str().unwrap();
+    let receive = |expected: Value, resource: &str| json!({"walletAddress": bob_wallet, "paymentProof": proof, "expectedAmount": expected, "resource": resource});
+    for (body, why) in [
+        (receive(json!(0.02), resource), "less than"),
+        (receive(json!(0.01), "https://seller.example/other"), "another resource"),
+    ] {
+        let (s, e) = t.call("POST", "/payment/receive", &bob, Some(body)).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")),
+            "{e}"
+        );
+        assert!(e["error"]["message"].as_str().unwrap().contains(why), "{e}");
+    }
+    let (s, got) = t.call("POST", "/payment/receive", &bob, Some(receive(json!(0.01), resource))).await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!((got["status"].as_str(), got["payer"].as_str()), (Some("confirmed"), Some(alice_wallet.as_str())));
+    assert_eq!(got["transaction"], paid["transaction"]);
+    let (s, again) = t.call("POST", "/payment/receive", &bob, Some(receive(json!(0.01), resource))).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{again}");
+    assert!(again["error"]["message"].as_str().unwrap().contains("already used"), "{again}");
+
+    // Not enough for value plus gas.
+    let (s, e) = t
+        .call(
+            "POST",
+            "/payment/send",
+            &bob,
+            Some(json!({"walletAddress": bob_wallet, "recipientAddress": alice_wallet, "amount": 0.01})),
+        )
+        .await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INSUFFICIENT_BALANCE")), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sends_from_one_wallet_take_consecutive_nonces() {
+    let t = EvmApp::start().await;
+    let (alice, alice_wallet) = t.customer().await;
+    let (_, bob_wallet) = t.customer().await;
+    t.fund(&alice_wallet, ETH).await;
+    let sends: Vec<_> = (0..5)
+        .map(|_| {
+            let app = t.app.clone();
+            let body =
+                json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.001}).to_string();
+            let key = alice.clone();
+            tokio::spawn(async move {
+                let req = Request::post("/payment/send")
+                    .header("authorization", format!("Bearer {key}"))
+                    .header("content-type", "application/json")
+                    .body(Body::from(body))
+                    .unwrap();
+                app.oneshot(req).await.unwrap().status()
+            })
+        })
+        .collect();
+    for s in sends {
+        assert_eq!(s.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(t.balance(&bob_wallet).await, 5 * ETH / 1000);
+    let rpc = &t.backend().rpc;
+    assert_eq!(rpc.mined_nonce(alice_wallet.parse().unwrap()).await.unwrap(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_transfer_settles_once_when_32_identical_requests_race() {
+    let t = EvmApp::start().await;
+    let (seller, seller_wallet) = t.customer().await;
+    let buyer = PrivateKeySigner::random();
+    t.fund(&buyer.address().to_string(), ETH).await;
+    let proof = t.signed_proof(&buyer, seller_wallet.parse().unwrap(), ETH / 100, t.anvil.chain_id()).await;
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01}).to_string();
+    let racers: Vec<_> = (0..32)
+        .map(|_| {
+            let (app, body, key) = (t.app.clone(), body.clone(), seller.clone());
+            tokio::spawn(async move {
+                let req = Request::post("/payment/receive")
+                    .header("authorization", format!("Bearer {key}"))
+                    .header("content-type", "application/json")
+                    .body(Body::from(body))
+                    .unwrap();
+                let response = app.oneshot(req).await.unwrap();
+                let status = response.status();
+                let body: Value =
+                    serde_json::from_slice(&to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap();
+                (status, body)
+            })
+        })
+        .collect();
+    let (mut settled, mut in_flight) = (Vec::new(), Vec::new());
+    for r in racers {
+        let (status, body) = r.await.unwrap();
+        match status {
+            StatusCode::OK => settled.push(body),
+            StatusCode::ACCEPTED => in_flight.push(body),
+            StatusCode::PAYMENT_REQUIRED => {
+                assert!(body["error"]["message"].as_str().unwrap().contains("already used"), "{body}")
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(settled.len(), 1, "exactly one settlement");
+    for body in &in_flight {
+        assert_eq!(body["paymentId"], settled[0]["paymentId"]);
+    }
+    assert_eq!(settled[0]["payer"], buyer.address().to_string());
+    assert_eq!(t.balance(&seller_wallet).await, ETH / 100, "paid once");
+    assert_eq!(t.backend().rpc.mined_nonce(buyer.address()).await.unwrap(), 1, "one transaction");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn underpaying_wrong_chain_and_wrong_recipient_transfers_are_refused() {
+    let t = EvmApp::start().await;
+    let (seller, seller_wallet) = t.customer().await;
+    let buyer = PrivateKeySigner::random();
+    t.fund(&buyer.address().to_string(), ETH).await;
+    let seller_address: Address = seller_wallet.parse().unwrap();
+    let chain = t.anvil.chain_id();
+    for (proof, why) in [
+        (t.signed_proof(&buyer, seller_address, ETH / 1000, chain).await, "less than"),
+        (t.signed_proof(&buyer, seller_address, ETH / 100, chain + 1).await, "signed for chain"),
+        (t.signed_proof(&buyer, Address::repeat_byte(9), ETH / 100, chain).await, "not"),
+    ] {
+        let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01});
+        let (s, e) = t.call("POST", "/payment/receive", &seller, Some(body)).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")),
+            "{e}"
+        );
+        assert!(e["error"]["message"].as_str().unwrap().contains(why), "{why}: {e}");
+    }
+    // A sender without the funds.
+    let poor = PrivateKeySigner::random();
+    let proof = t.signed_proof(&poor, seller_address, ETH / 100, chain).await;
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01});
+    let (s, e) = t.call("POST", "/payment/receive", &seller, Some(body)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("insufficient_funds"), "{e}");
+    assert_eq!(t.balance(&seller_wallet).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_mined_after_the_wait_is_pending_then_reconciled() {
+    let t = EvmApp::start().await;
+    let (seller, seller_wallet) = t.customer().await;
+    let buyer = PrivateKeySigner::random();
+    t.fund(&buyer.address().to_string(), ETH).await;
+    let provider = t.backend().rpc.provider().clone();
+    let _: Value = provider.raw_request("evm_setAutomine".into(), (false,)).await.unwrap();
+
+    let proof = t.signed_proof(&buyer, seller_wallet.parse().unwrap(), ETH / 100, t.anvil.chain_id()).await;
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01, "timeout": 1});
+    let (s, pending) = t.call("POST", "/payment/receive", &seller, Some(body)).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{pending}");
+    assert_eq!(pending["status"], "pending");
+    let hash = pending["transaction"].as_str().unwrap().to_owned();
+    assert!(hash.starts_with("0x") && hash.len() == 66, "{pending}");
+
+    // Still not mined: the reconciler leaves it pending.
+    let chains = t.state.chains.clone();
+    tollgate_facilitator::settlement::reconcile::reconcile_once(&*t.store, &SystemClock, &chains).await.unwrap();
+    let (_, still) =
+        t.call("GET", &format!("/payment/status/{}", pending["paymentId"].as_str().unwrap()), &seller, None).await;
+    assert_eq!(still["status"], "pending");
+
+    let _: Value = provider.raw_request("evm_mine".into(), ()).await.unwrap();
+    let pass =
+        tollgate_facilitator::settlement::reconcile::reconcile_once(&*t.store, &SystemClock, &chains).await.unwrap();
+    assert_eq!(pass.finished, 1);
+    let (_, done) =
+        t.call("GET", &format!("/payment/status/{}", pending["paymentId"].as_str().unwrap()), &seller, None).await;
+    assert_eq!((done["status"].as_str(), done["transaction"].as_str()), (Some("confirmed"), Some(hash.as_str())));
+    assert_eq!(t.balance(&seller_wallet).await, ETH / 100);
+}
