@@ -347,3 +347,77 @@ async fn a_transfer_mined_after_the_wait_is_pending_then_reconciled() {
     assert_eq!((done["status"].as_str(), done["transaction"].as_str()), (Some("confirmed"), Some(hash.as_str())));
     assert_eq!(t.balance(&seller_wallet).await, ETH / 100);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
+    use alloy::consensus::Transaction as _;
+    use base64::Engine as _;
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let payer = PrivateKeySigner::random();
+    let payer_wallet = payer.address().to_string();
+    t.fund(&payer_wallet, ETH).await;
+    let seller = Address::repeat_byte(0x42).to_string();
+    let rpc = &t.backend().rpc;
+
+    let body = json!({"walletAddress": payer_wallet, "recipientAddress": seller, "amount": 0.02});
+    let (s, built) = t.call("POST", "/transaction/send", &key, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    let head = rpc.block_number().await.unwrap();
+    assert_eq!(built["lastValidBlockHeight"].as_u64(), Some(head + 50));
+    assert!(built["expiresAt"].as_i64().unwrap() > chrono::Utc::now().timestamp() + 50);
+    let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    assert_eq!(bytes[0], 2, "an EIP-1559 signing payload");
+    let tx = <alloy::consensus::TxEip1559 as alloy::rlp::Decodable>::decode(&mut &bytes[1..]).unwrap();
+    assert_eq!(
+        (tx.chain_id, tx.nonce, tx.to(), tx.value()),
+        (t.anvil.chain_id(), 0, Some(seller.parse().unwrap()), U256::from(ETH / 50))
+    );
+
+    // Reported before it exists: nothing changes.
+    let id = built["paymentId"].as_str().unwrap();
+    let unseen = format!("0x{}", "ab".repeat(32));
+    let (s, same) =
+        t.call("POST", "/transaction/confirm", &key, Some(json!({"paymentId": id, "transaction": unseen}))).await;
+    assert_eq!((s, same["status"].as_str()), (StatusCode::OK, Some("built")), "{same}");
+
+    let (raw, hash) = sign(tx, &payer).unwrap();
+    let sent = rpc.send_raw(&raw).await.unwrap();
+    assert_eq!(sent, hash);
+    rpc.wait_for_outcome(hash, std::time::Duration::from_secs(10)).await.unwrap();
+    let (s, confirmed) = t
+        .call("POST", "/transaction/confirm", &key, Some(json!({"paymentId": id, "transaction": format!("{hash:#x}")})))
+        .await;
+    assert_eq!((s, confirmed["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{confirmed}");
+    assert_eq!(t.balance(&seller).await, ETH / 50);
+    let (_, history) = t.call("GET", &format!("/payment/history/{payer_wallet}?type=sent"), &key, None).await;
+    assert_eq!((history["total"].as_u64(), history["payments"][0]["mode"].as_str()), (Some(1), Some("local")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_receive_hands_the_checked_transfer_to_the_seller_once() {
+    use base64::Engine as _;
+    let t = EvmApp::start().await;
+    let (seller, seller_wallet) = t.customer().await;
+    let buyer = PrivateKeySigner::random();
+    t.fund(&buyer.address().to_string(), ETH).await;
+    let proof = t.signed_proof(&buyer, seller_wallet.parse().unwrap(), ETH / 100, t.anvil.chain_id()).await;
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01});
+    let (s, built) = t.call("POST", "/transaction/receive", &seller, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    assert_eq!(
+        (built["payer"].as_str(), built["amount"].as_f64()),
+        (Some(buyer.address().to_string().as_str()), Some(0.01))
+    );
+    let (s, again) = t.call("POST", "/transaction/receive", &seller, Some(body)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{again}");
+
+    let raw = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    let rpc = &t.backend().rpc;
+    let hash = rpc.send_raw(&raw).await.unwrap();
+    rpc.wait_for_outcome(hash, std::time::Duration::from_secs(10)).await.unwrap();
+    let confirm = json!({"paymentId": built["paymentId"], "transaction": format!("{hash:#x}")});
+    let (s, done) = t.call("POST", "/transaction/confirm", &seller, Some(confirm)).await;
+    assert_eq!((s, done["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{done}");
+    assert_eq!(t.balance(&seller_wallet).await, ETH / 100);
+}

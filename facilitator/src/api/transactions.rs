@@ -39,7 +39,8 @@ pub async fn send(
         Target::Network(n) if n.family() == ChainFamily::Solana => {
             Ok(Json(local::solana::build(&state, &caller, &req, &target).await?))
         }
-        _ => Err(state.chains.unavailable(&target)),
+        Target::Network(_) => Ok(Json(local::evm::build(&state, &caller, &req, &target).await?)),
+        Target::Family(_) => Err(state.chains.unavailable(&target)),
     }
 }
 
@@ -67,7 +68,8 @@ pub async fn receive(
         Target::Network(n) if n.family() == ChainFamily::Solana => {
             Ok(Json(local::solana::receive(&state, &caller, &req, &target).await?))
         }
-        _ => Err(state.chains.unavailable(&target)),
+        Target::Network(_) => Ok(Json(local::evm::receive(&state, &caller, &req, &target).await?)),
+        Target::Family(_) => Err(state.chains.unavailable(&target)),
     }
 }
 
@@ -99,8 +101,5 @@ pub async fn confirm(
             "only local-mode payments (from /transaction/send or /transaction/receive) are confirmed here",
         ));
     }
-    if payment.payment.network.family() != ChainFamily::Solana {
-        return Err(state.chains.unavailable(&Target::Network(payment.payment.network)));
-    }
-    Ok(Json(local::solana::confirm(&state, payment, &req.transaction).await?.to_record()))
+    Ok(Json(local::confirm(&state, payment, &req.transaction).await?.to_record()))
 }

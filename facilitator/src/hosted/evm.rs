@@ -30,7 +30,7 @@ fn eth(wei: U256) -> String {
 /// # Errors
 /// 400 `INVALID_RECIPIENT` for a contract that refuses the payment or needs too much gas; 502 on
 /// chain failures.
-pub(crate) async fn transfer_terms(
+pub async fn transfer_terms(
     backend: &EvmBackend,
     from: alloy::primitives::Address,
     to: alloy::primitives::Address,

@@ -2,7 +2,6 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use chrono::Duration;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::{Transaction, VersionedTransaction};
 use tollgate_protocol::gateway::{
@@ -10,6 +9,7 @@ use tollgate_protocol::gateway::{
 };
 use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, ErrorCode};
 
+use super::{Seen, VALIDITY};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::chains::Target;
@@ -21,14 +21,8 @@ use crate::hosted::solana::send_lamports;
 use crate::proofs::solana::FeePayer;
 use crate::proofs::{self, Price, Settle, Terms};
 use crate::settlement::engine::SettleError;
-use crate::settlement::state::ExpiryEvidence;
-use crate::settlement::{Event, advance};
-use crate::store::{NewPayment, StoredPayment};
+use crate::store::NewPayment;
 use crate::validate;
-
-/// How long an unsigned transaction is offered for (the chain's own limit, ~150 blocks, is
-/// about as long).
-pub const VALIDITY: Duration = Duration::seconds(60);
 
 /// Builds an unsigned transfer for the caller to sign, and records it as a `built` payment.
 ///
@@ -174,32 +168,18 @@ fn lamports_of(amount: &DecimalAmount) -> Result<u64, ApiError> {
     u64::try_from(atomic.get()).map_err(|_| ApiError::invalid_params("priorityFee is too large"))
 }
 
-/// Checks a reported transaction against a `built` payment on chain and records what it finds:
-/// `confirmed` / `failed` when the chain has it, `expired` when the chain is past the horizon
-/// without it, unchanged otherwise.
+/// What the Solana chain says about a transaction reported for `p`.
 ///
 /// # Errors
-/// 400 when the transaction does not pay this payment or was reported for another one; 502 on
-/// chain failures.
-pub async fn confirm(state: &AppState, payment: StoredPayment, transaction: &str) -> Result<StoredPayment, ApiError> {
-    if payment.payment.status.is_final() {
-        return Ok(payment);
-    }
-    let p = &payment.payment;
+/// 400 for a malformed signature; 502 on chain failures.
+pub async fn observe(state: &AppState, p: &NewPayment, transaction: &str) -> Result<(String, Seen), ApiError> {
     let backend = state.chains.solana(&Target::Network(p.network.clone()))?;
     let rpc = &backend.rpc;
     let signature: Signature =
         transaction.parse().map_err(|_| ApiError::invalid_params("transaction must be a Solana signature"))?;
-    let now = || state.clock.now();
     let Some(seen) = rpc.confirmed_transaction(&signature).await? else {
         let height = rpc.block_height().await?;
-        if p.status == PaymentStatus::Built && p.last_valid_block_height.is_some_and(|last| height > last) {
-            let reason = format!("block height {height} passed the transaction's last valid height without it");
-            let event = Event::Expire { evidence: ExpiryEvidence::Chain, reason };
-            return advance(&*state.store, &p.id, &event, now()).await.map_err(ApiError::internal);
-        }
-        // Not on chain (yet): nothing to record.
-        return Ok(payment);
+        return Ok((signature.to_string(), Seen::Absent { height }));
     };
     let (from, to) = match (p.from.parse(), p.to.parse()) {
         (Ok(f), Ok(t)) => (f, t),
@@ -211,29 +191,10 @@ pub async fn confirm(state: &AppState, payment: StoredPayment, transaction: &str
         let mint = p.asset.parse().map_err(|_| ApiError::internal("stored payment has an unreadable mint"))?;
         spl::token_transferred(&seen.transaction, &mint, &from, &to)
     };
-    if u128::from(paid) < p.amount_atomic.get() {
-        return Err(ApiError::invalid_params(
-            "that transaction does not pay this payment (payer, recipient or amount differ)",
-        ));
-    }
-    // One transaction settles one payment.
-    let proof = format!("{}:{signature}", p.network);
-    if !state.store.claim_proof(&proof, &p.id, now()).await.map_err(ApiError::internal)? {
-        let holder = state.store.proof_claim(&proof).await.map_err(ApiError::internal)?;
-        if holder.as_deref() != Some(&p.id) {
-            return Err(ApiError::invalid_params("that transaction was already reported for another payment"));
-        }
-    }
-    let mut current = payment;
-    if current.payment.status == PaymentStatus::Built {
-        current =
-            advance(&*state.store, &current.payment.id, &Event::Submit { transaction: signature.to_string() }, now())
-                .await
-                .map_err(ApiError::internal)?;
-    }
-    let event = match seen.error {
-        None => Event::Confirm { fee: seen.fee.map(AtomicAmount::from) },
-        Some(reason) => Event::Fail { reason },
+    let landed = Seen::Landed {
+        pays: u128::from(paid) >= p.amount_atomic.get(),
+        error: seen.error,
+        fee: seen.fee.map(AtomicAmount::from),
     };
-    advance(&*state.store, &current.payment.id, &event, now()).await.map_err(ApiError::internal)
+    Ok((signature.to_string(), landed))
 }

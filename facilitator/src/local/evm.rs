@@ -1,0 +1,191 @@
+//! Local-mode native ETH payments.
+
+use alloy::primitives::{B256, U256};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use tollgate_protocol::gateway::{
+    LocalReceiveRequest, PaymentMode, PaymentStatus, SendPaymentRequest, UnsignedTransaction,
+};
+use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, ErrorCode};
+
+use super::{Seen, VALIDITY};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::chains::Target;
+use crate::chains::evm::address;
+use crate::chains::evm::build::{Transfer, unsigned_bytes};
+use crate::error::ApiError;
+use crate::hosted::evm::transfer_terms;
+use crate::hosted::native_payment;
+use crate::proofs::{self, Price, Settle, Terms};
+use crate::settlement::engine::SettleError;
+use crate::store::NewPayment;
+use crate::validate;
+
+/// Blocks after building during which a local-mode transaction is expected to land; past them
+/// (with `expiresAt`, 60 s) the service treats it as expired when the chain does not have it.
+pub const HORIZON_BLOCKS: u64 = 50;
+
+fn wei_to_eth(wei: u128) -> DecimalAmount {
+    DecimalAmount::from_atomic(AtomicAmount(wei), ChainFamily::Evm.native_decimals())
+}
+
+/// Builds an unsigned EIP-1559 transfer for the caller to sign (its signing payload,
+/// `0x02 || rlp([...])`, base64), and records it as a `built` payment.
+///
+/// # Errors
+/// 402 `INSUFFICIENT_BALANCE` when the wallet cannot pay value plus the most gas can cost; 400
+/// `INVALID_RECIPIENT` for a contract that refuses the payment; 502 on chain failures.
+pub async fn build(
+    state: &AppState,
+    caller: &Caller,
+    req: &SendPaymentRequest,
+    target: &Target,
+) -> Result<UnsignedTransaction, ApiError> {
+    let backend = state.chains.evm(target)?;
+    let rpc = &backend.rpc;
+    let from = validate::address("walletAddress", &req.wallet_address)?;
+    let to = validate::recipient(&req.recipient_address, &from)?;
+    let (Some(from_key), Some(to_key)) = (address(&from), address(&to)) else {
+        return Err(ApiError::invalid_params("addresses must be EVM addresses"));
+    };
+    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Evm, None)?;
+    let priority_fee = match &req.priority_fee {
+        Some(f) => Some(validate::native_amount("priorityFee", f, ChainFamily::Evm, None)?.get()),
+        None => None,
+    };
+    let value = U256::from(amount.get());
+    let (gas_limit, max_fee_per_gas, max_priority_fee_per_gas) =
+        transfer_terms(&backend, from_key, to_key, value, priority_fee).await?;
+    let transfer = Transfer {
+        chain_id: rpc.chain_id(),
+        nonce: rpc.pending_nonce(from_key).await?,
+        to: to_key,
+        value,
+        gas_limit,
+        max_fee_per_gas,
+        max_priority_fee_per_gas,
+    };
+    if rpc.balance(from_key).await? < transfer.max_cost() {
+        return Err(ApiError::new(
+            ErrorCode::InsufficientBalance,
+            "the wallet cannot pay the amount plus the most the gas can cost",
+        ));
+    }
+    let horizon = rpc.block_number().await?.saturating_add(HORIZON_BLOCKS);
+    let now = state.clock.now();
+    let expires_at = now + VALIDITY;
+    let max_fee = u128::from(gas_limit).saturating_mul(max_fee_per_gas);
+    let payment = NewPayment {
+        status: PaymentStatus::Built,
+        mode: PaymentMode::Local,
+        expires_at: Some(expires_at),
+        last_valid_block_height: Some(horizon),
+        ..native_payment(caller, rpc.network(), (&from, &to), amount, AtomicAmount(max_fee), req, now)
+    };
+    state.store.insert_payment(&payment).await.map_err(ApiError::internal)?;
+    Ok(UnsignedTransaction {
+        payment_id: payment.id,
+        transaction: STANDARD.encode(unsigned_bytes(&transfer.tx())),
+        encoding: "base64".into(),
+        network: rpc.network().clone(),
+        last_valid_block_height: horizon,
+        expires_at: expires_at.timestamp(),
+        estimated_fee: wei_to_eth(max_fee),
+        payer: None,
+        amount: None,
+    })
+}
+
+/// Verifies a buyer's `exact-native` signed transfer for the seller's `walletAddress` and
+/// returns it (signed already; base64 of its EIP-2718 bytes) for the seller to broadcast,
+/// recorded as a `built` payment with the proof claimed. Receipts go to `/payment/receive`.
+///
+/// # Errors
+/// 402 `INVALID_PAYMENT_PROOF` for a proof that does not pay as required or was used before;
+/// 502 when the chain cannot be asked.
+pub async fn receive(
+    state: &AppState,
+    caller: &Caller,
+    req: &LocalReceiveRequest,
+    target: &Target,
+) -> Result<UnsignedTransaction, ApiError> {
+    let backend = state.chains.evm(target)?;
+    let rpc = &backend.rpc;
+    let terms = Terms {
+        pay_to: validate::address("walletAddress", &req.wallet_address)?,
+        asset: None,
+        price: Price::AtLeast(req.expected_amount.clone()),
+        resource: req.resource.clone(),
+    };
+    let payload = validate::payment_proof(&req.payment_proof)?;
+    let used = |payment_id: String| {
+        ApiError::new(ErrorCode::InvalidPaymentProof, format!("proof already used (payment {payment_id})"))
+    };
+    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+        return Err(used(payment_id));
+    }
+    let checked = proofs::evm::check(&backend, &payload, &terms).await?;
+    let Settle::Transaction { bytes, .. } = &checked.settle else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidPaymentProof,
+            "a receipt is for a transfer already on chain: present it to /payment/receive",
+        ));
+    };
+    let raw = bytes.clone();
+    let horizon = rpc.block_number().await?.saturating_add(HORIZON_BLOCKS);
+    let expires_at = state.clock.now() + VALIDITY;
+    let checked = proofs::Checked {
+        settle: Settle::Transaction {
+            bytes: raw.clone(),
+            tx_id: String::new(),
+            complete: true,
+            horizon: Some(horizon),
+        },
+        ..checked
+    };
+    let payment =
+        match proofs::record_for_seller(state, &caller.account_id, rpc.network(), &checked, &terms, expires_at).await {
+            Ok(p) => p,
+            Err(SettleError::AlreadyClaimed { payment_id }) => return Err(used(payment_id)),
+            Err(e) => return Err(ApiError::internal(e)),
+        };
+    Ok(UnsignedTransaction {
+        payment_id: payment.id,
+        transaction: STANDARD.encode(&raw),
+        encoding: "base64".into(),
+        network: rpc.network().clone(),
+        last_valid_block_height: horizon,
+        expires_at: expires_at.timestamp(),
+        estimated_fee: wei_to_eth(0),
+        payer: Some(checked.payer.to_string()),
+        amount: Some(DecimalAmount::from_atomic(AtomicAmount(checked.amount), checked.decimals)),
+    })
+}
+
+/// What the EVM chain says about a transaction reported for `p`.
+///
+/// # Errors
+/// 400 for a malformed hash; 502 on chain failures.
+pub async fn observe(state: &AppState, p: &NewPayment, transaction: &str) -> Result<(String, Seen), ApiError> {
+    let backend = state.chains.evm(&Target::Network(p.network.clone()))?;
+    let rpc = &backend.rpc;
+    let hash: B256 = transaction
+        .parse()
+        .map_err(|_| ApiError::invalid_params("transaction must be a transaction hash (0x + 64 hex digits)"))?;
+    let tx_id = format!("{hash:#x}");
+    let Some(mined) = rpc.mined(hash).await? else {
+        return Ok((tx_id, Seen::Absent { height: rpc.block_number().await? }));
+    };
+    let (from, to) = match (p.from.parse::<alloy::primitives::Address>(), p.to.parse::<alloy::primitives::Address>()) {
+        (Ok(f), Ok(t)) => (f, t),
+        _ => return Err(ApiError::internal("stored payment has unreadable addresses")),
+    };
+    let pays = p.asset == "native"
+        && mined.from == from
+        && mined.to == Some(to)
+        && mined.input.is_empty()
+        && u128::try_from(mined.value).is_ok_and(|v| v >= p.amount_atomic.get());
+    let error = (!mined.success).then(|| "the transaction reverted".to_owned());
+    Ok((tx_id, Seen::Landed { pays, error, fee: Some(AtomicAmount(mined.fee)) }))
+}
