@@ -153,6 +153,8 @@ pub struct Limits {
     pub evm_confirmations: u64,
     /// Most gas an EVM transaction built or accepted here may use.
     pub evm_max_gas: u64,
+    /// Highest max fee per gas of the facilitator's own EVM transactions, wei.
+    pub evm_max_fee_per_gas: u128,
 }
 
 impl Default for Limits {
@@ -167,6 +169,7 @@ impl Default for Limits {
             sponsor_max_compute_unit_price: sponsor.max_compute_unit_price,
             evm_confirmations: 1,
             evm_max_gas: 500_000,
+            evm_max_fee_per_gas: 500_000_000_000,
         }
     }
 }
@@ -189,6 +192,9 @@ pub struct Config {
     pub evm_rpc_url: Option<String>,
     /// Key encrypting custodial wallets at rest.
     pub master_key: Option<Secret>,
+    /// The facilitator's EVM account (hex private key) that sends x402 `exact` (EIP-3009)
+    /// settlements and pays their gas; `None` disables `exact` on EVM.
+    pub evm_signer_key: Option<Secret>,
     /// Token guarding the dashboard.
     pub admin_token: Option<Secret>,
     /// Serve `GET /supported` without an API key.
@@ -218,6 +224,7 @@ impl Default for Config {
             evm: Vec::new(),
             evm_rpc_url: None,
             master_key: None,
+            evm_signer_key: None,
             admin_token: None,
             public_supported: false,
             facilitator_allow_list: Vec::new(),
@@ -280,6 +287,7 @@ struct FileLimits {
     sponsor_max_compute_unit_price: Option<u64>,
     evm_confirmations: Option<u64>,
     evm_max_gas: Option<u64>,
+    evm_max_fee_per_gas: Option<u128>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -381,6 +389,7 @@ impl Config {
                 l.sponsor_max_compute_unit_price.unwrap_or(self.limits.sponsor_max_compute_unit_price);
             self.limits.evm_confirmations = l.evm_confirmations.unwrap_or(self.limits.evm_confirmations).max(1);
             self.limits.evm_max_gas = l.evm_max_gas.unwrap_or(self.limits.evm_max_gas);
+            self.limits.evm_max_fee_per_gas = l.evm_max_fee_per_gas.unwrap_or(self.limits.evm_max_fee_per_gas);
         }
         if let Some(p) = file.plans {
             for (plan, given) in
@@ -418,6 +427,9 @@ impl Config {
         }
         if let Some(v) = non_empty("TOLLGATE_MASTER_KEY") {
             self.master_key = Some(Secret::new(v));
+        }
+        if let Some(v) = non_empty("TOLLGATE_EVM_SIGNER_KEY") {
+            self.evm_signer_key = Some(Secret::new(v));
         }
         if let Some(v) = non_empty("TOLLGATE_ADMIN_TOKEN") {
             self.admin_token = Some(Secret::new(v));

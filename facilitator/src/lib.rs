@@ -188,6 +188,18 @@ async fn evm_backends(config: &Config) -> anyhow::Result<Vec<chains::evm::EvmBac
         let mut backend = chains::evm::EvmBackend::new(rpc);
         backend.confirmations = config.limits.evm_confirmations;
         backend.max_gas = config.limits.evm_max_gas;
+        backend.max_fee_per_gas = config.limits.evm_max_fee_per_gas;
+        if let Some(key) = &config.evm_signer_key {
+            let signer: alloy::signers::local::PrivateKeySigner = key
+                .expose()
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("TOLLGATE_EVM_SIGNER_KEY is not a hex secp256k1 private key"))?;
+            tracing::info!(network = %backend.rpc.network(), signer = %signer.address(), "x402 exact (EIP-3009) settles from this account");
+            backend = backend.with_signer(signer);
+        } else {
+            tracing::warn!(network = %backend.rpc.network(), "no TOLLGATE_EVM_SIGNER_KEY: x402 exact (EIP-3009) is disabled on this chain");
+        }
         backends.push(backend);
     }
     Ok(backends)

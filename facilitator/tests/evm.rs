@@ -38,7 +38,7 @@ fn anvil_path() -> PathBuf {
         return PathBuf::from(path);
     }
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
+        .join("../.tools/anvil/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
     assert!(
         path.exists(),
         "anvil is not installed at {}: run scripts/test (it installs it), or set TOLLGATE_ANVIL",
@@ -65,11 +65,16 @@ impl EvmApp {
         };
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
-        let chains = Chains::none().with_evm(EvmBackend::new(rpc));
+        // The facilitator's own account (x402 exact settlements), funded below.
+        let signer = PrivateKeySigner::random();
+        let signer_address = signer.address();
+        let chains = Chains::none().with_evm(EvmBackend::new(rpc).with_signer(signer));
         let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
             .with_chains(chains)
             .with_master_key(MasterKey::generate().unwrap());
-        Self { app: router(state.clone()), state, store, anvil, _dir: dir }
+        let app = Self { app: router(state.clone()), state, store, anvil, _dir: dir };
+        app.fund(&signer_address.to_string(), 10 * ETH).await;
+        app
     }
 
     fn backend(&self) -> Arc<EvmBackend> {
@@ -420,4 +425,247 @@ async fn local_receive_hands_the_checked_transfer_to_the_seller_once() {
     let (s, done) = t.call("POST", "/transaction/confirm", &seller, Some(confirm)).await;
     assert_eq!((s, done["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{done}");
     assert_eq!(t.balance(&seller_wallet).await, ETH / 100);
+}
+
+alloy::sol! {
+    /// The test token's own functions (beyond what the facilitator calls).
+    interface TestToken {
+        function mint(address to, uint256 value) external;
+        function balanceOf(address owner) external view returns (uint256);
+        function transferWithAuthorization(
+            address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, bytes signature
+        ) external;
+    }
+}
+
+/// The EIP-3009 token of `contracts/TollgateTestToken.sol`, deployed on the test's anvil.
+struct Token {
+    address: Address,
+    minter: PrivateKeySigner,
+}
+
+impl Token {
+    const NAME: &str = "Tollgate USD";
+    const DECIMALS: u8 = 6;
+
+    async fn deploy(t: &EvmApp) -> Self {
+        use alloy::sol_types::SolValue as _;
+        let minter = PrivateKeySigner::random();
+        t.fund(&minter.address().to_string(), ETH).await;
+        let bin = include_str!("contracts/build/TollgateTestToken_sol_TollgateTestToken.bin");
+        let mut code = alloy::primitives::hex::decode(bin.trim()).unwrap();
+        // uint8 is ABI-encoded as one 32-byte word, like uint256.
+        code.extend((Self::NAME.to_owned(), "TUSD".to_owned(), U256::from(Self::DECIMALS)).abi_encode_params());
+        let receipt = Self::send(t, &minter, alloy::primitives::TxKind::Create, code).await;
+        Self { address: receipt.contract_address.unwrap(), minter }
+    }
+
+    async fn send(
+        t: &EvmApp,
+        from: &PrivateKeySigner,
+        to: alloy::primitives::TxKind,
+        input: Vec<u8>,
+    ) -> alloy::rpc::types::TransactionReceipt {
+        let rpc = &t.backend().rpc;
+        let fees = rpc.fees().await.unwrap();
+        let tx = alloy::consensus::TxEip1559 {
+            chain_id: t.anvil.chain_id(),
+            nonce: rpc.pending_nonce(from.address()).await.unwrap(),
+            gas_limit: 3_000_000,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            to,
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: input.into(),
+        };
+        let (raw, hash) = sign(tx, from).unwrap();
+        rpc.send_raw(&raw).await.unwrap();
+        rpc.wait_for_outcome(hash, std::time::Duration::from_secs(10)).await.unwrap();
+        let receipt = rpc.receipt(hash).await.unwrap().unwrap();
+        assert!(receipt.status(), "{receipt:?}");
+        receipt
+    }
+
+    async fn mint(&self, t: &EvmApp, to: Address, value: u128) {
+        use alloy::sol_types::SolCall as _;
+        let data = TestToken::mintCall { to, value: U256::from(value) }.abi_encode();
+        Self::send(t, &self.minter, alloy::primitives::TxKind::Call(self.address), data).await;
+    }
+
+    async fn balance(&self, t: &EvmApp, owner: Address) -> u128 {
+        let rpc = &t.backend().rpc;
+        u128::try_from(tollgate_facilitator::chains::evm::erc20::balance_of(rpc, self.address, owner).await.unwrap())
+            .unwrap()
+    }
+
+    /// An EIP-3009 authorization signed by `payer`: (authorization JSON, signature hex).
+    fn authorize(
+        &self,
+        t: &EvmApp,
+        payer: &PrivateKeySigner,
+        to: Address,
+        value: u128,
+        (valid_after, valid_before): (u64, u64),
+        nonce: alloy::primitives::B256,
+    ) -> Value {
+        use alloy::signers::SignerSync as _;
+        use alloy::sol_types::SolStruct as _;
+        use tollgate_facilitator::chains::evm::erc20::TransferWithAuthorization;
+        let domain = alloy::sol_types::eip712_domain! {
+            name: Self::NAME,
+            version: "2",
+            chain_id: t.anvil.chain_id(),
+            verifying_contract: self.address,
+        };
+        let message = TransferWithAuthorization {
+            from: payer.address(),
+            to,
+            value: U256::from(value),
+            validAfter: U256::from(valid_after),
+            validBefore: U256::from(valid_before),
+            nonce,
+        };
+        let signature = payer.sign_hash_sync(&message.eip712_signing_hash(&domain)).unwrap();
+        json!({
+            "signature": format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
+            "authorization": {
+                "from": payer.address().to_string(), "to": to.to_string(), "value": value.to_string(),
+                "validAfter": valid_after.to_string(), "validBefore": valid_before.to_string(),
+                "nonce": format!("{nonce:#x}"),
+            }
+        })
+    }
+
+    /// The x402 v2 requirement for `amount` base units to `pay_to`.
+    fn requirement(&self, t: &EvmApp, pay_to: Address, amount: u128) -> Value {
+        json!({
+            "scheme": "exact", "network": t.network().to_string(), "amount": amount.to_string(),
+            "asset": self.address.to_string(), "payTo": pay_to.to_string(), "maxTimeoutSeconds": 30,
+            "extra": {"name": Self::NAME, "version": "2"}
+        })
+    }
+}
+
+/// An x402 v2 `/verify` / `/settle` body.
+fn x402_v2(requirement: &Value, payload: Value) -> Value {
+    json!({
+        "x402Version": 2,
+        "paymentPayload": {"x402Version": 2, "accepted": requirement, "payload": payload,
+                           "resource": {"url": "https://seller.example/report", "description": "", "mimeType": ""}},
+        "paymentRequirements": requirement,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong() {
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 5_000_000).await;
+    let seller = Address::repeat_byte(0x51);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let window = (now - 60, now + 300);
+    let requirement = token.requirement(&t, seller, 1_000_000);
+
+    // ERC-20 token info; an account without code is not a token.
+    let (s, info) = t.call("GET", &format!("/token/info/{}", token.address), &key, None).await;
+    assert_eq!(s, StatusCode::OK, "{info}");
+    assert_eq!(
+        (info["standard"].as_str(), info["name"].as_str(), info["symbol"].as_str()),
+        (Some("erc20"), Some("Tollgate USD"), Some("TUSD"))
+    );
+    assert_eq!((info["decimals"].as_u64(), info["supply"].as_str()), (Some(6), Some("5000000")));
+    let (s, _) = t.call("GET", &format!("/token/info/{seller}"), &key, None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    let nonce = alloy::primitives::B256::repeat_byte(1);
+    let good = x402_v2(&requirement, token.authorize(&t, &buyer, seller, 1_000_000, window, nonce));
+    let (s, v) = t.call("POST", "/verify", &key, Some(good.clone())).await;
+    assert_eq!((s, v["isValid"].as_bool()), (StatusCode::OK, Some(true)), "{v}");
+    assert_eq!(v["payer"], buyer.address().to_string());
+
+    let other = PrivateKeySigner::random();
+    let reason = |v: &Value| v["invalidReason"].as_str().unwrap_or_default().to_owned();
+    for (payload, why) in [
+        (token.authorize(&t, &buyer, seller, 999_999, window, nonce), "invalid_exact_evm_payload_authorization_value"),
+        (
+            token.authorize(&t, &buyer, Address::repeat_byte(9), 1_000_000, window, nonce),
+            "invalid_exact_evm_payload_recipient_mismatch",
+        ),
+        (
+            token.authorize(&t, &buyer, seller, 1_000_000, (now - 60, now + 3), nonce),
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
+        (
+            token.authorize(&t, &buyer, seller, 1_000_000, (now + 60, now + 300), nonce),
+            "invalid_exact_evm_payload_authorization_valid_after",
+        ),
+        (token.authorize(&t, &other, seller, 1_000_000, window, nonce), "invalid_exact_evm_payload_signature"),
+    ] {
+        let mut forged = payload;
+        if why.ends_with("signature") {
+            forged["authorization"]["from"] = json!(buyer.address().to_string()); // signed by someone else
+        }
+        let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, forged))).await;
+        assert_eq!(reason(&v), why, "{v}");
+    }
+    let rich = token.authorize(&t, &buyer, seller, 9_000_000, window, nonce);
+    let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&token.requirement(&t, seller, 9_000_000), rich))).await;
+    assert_eq!(reason(&v), "insufficient_funds");
+
+    let (s, settled) = t.call("POST", "/settle", &key, Some(good.clone())).await;
+    assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(true)), "{settled}");
+    assert_eq!(settled["payer"], buyer.address().to_string());
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
+    // The same authorization again: used.
+    let (_, again) = t.call("POST", "/settle", &key, Some(good.clone())).await;
+    assert_eq!(
+        (again["success"].as_bool(), again["errorReason"].as_str()),
+        (Some(false), Some("invalid_transaction_state"))
+    );
+    assert_eq!(again["transaction"], settled["transaction"]);
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+
+    // An authorization someone else already used on chain: its nonce is spent.
+    let nonce2 = alloy::primitives::B256::repeat_byte(2);
+    let spent = token.authorize(&t, &buyer, seller, 1_000_000, window, nonce2);
+    {
+        use alloy::sol_types::SolCall as _;
+        let a = &spent["authorization"];
+        let n = |f: &str| U256::from(a[f].as_str().unwrap().parse::<u128>().unwrap());
+        let data = TestToken::transferWithAuthorizationCall {
+            from: buyer.address(),
+            to: seller,
+            value: n("value"),
+            validAfter: n("validAfter"),
+            validBefore: n("validBefore"),
+            nonce: nonce2,
+            signature: alloy::primitives::hex::decode(spent["signature"].as_str().unwrap().trim_start_matches("0x"))
+                .unwrap()
+                .into(),
+        }
+        .abi_encode();
+        Token::send(&t, &token.minter, alloy::primitives::TxKind::Call(token.address), data).await;
+    }
+    let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, spent))).await;
+    assert_eq!(reason(&v), "invalid_exact_evm_payload_authorization_nonce_used", "{v}");
+
+    // The gateway's receive takes a v2 exact payload too; expectedAmount is in whole tokens.
+    let (seller_key, seller_wallet) = t.customer().await;
+    let seller_address: Address = seller_wallet.parse().unwrap();
+    let requirement = token.requirement(&t, seller_address, 500_000);
+    let payload = token.authorize(&t, &buyer, seller_address, 500_000, window, alloy::primitives::B256::repeat_byte(3));
+    let header = tollgate_protocol::x402::header::encode(&x402_v2(&requirement, payload)["paymentPayload"]).unwrap();
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": header, "expectedAmount": 0.5});
+    let (s, got) = t.call("POST", "/payment/receive", &seller_key, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!(
+        (got["asset"].as_str(), got["amountAtomic"].as_str()),
+        (Some(token.address.to_string().as_str()), Some("500000"))
+    );
+    let (s, _) = t.call("POST", "/payment/receive", &seller_key, Some(body)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(token.balance(&t, seller_address).await, 500_000);
 }

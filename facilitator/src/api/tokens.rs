@@ -7,6 +7,7 @@ use tollgate_protocol::Network;
 use tollgate_protocol::gateway::TokenInfo;
 
 use crate::AppState;
+use crate::chains::Backend;
 use crate::chains::solana::build::pubkey;
 use crate::chains::solana::token::token_info;
 use crate::error::ApiError;
@@ -39,10 +40,10 @@ pub async fn info(
 ) -> Result<Json<TokenInfo>, ApiError> {
     let address = validate::address("mintAddress", &mint)?;
     let target = state.chains.target(address.family(), query.network.as_ref())?;
-    let Some(key) = pubkey(&address) else { return Err(state.chains.unavailable(&target)) };
-    let backend = state.chains.solana(&target)?;
-    match token_info(&backend.rpc, &key).await? {
-        Some(info) => Ok(Json(info)),
-        None => Err(ApiError::not_found(format!("{address} is not a token mint on {}", backend.rpc.network()))),
-    }
+    let found = match (state.chains.backend(&target)?, pubkey(&address), crate::chains::evm::address(&address)) {
+        (Backend::Solana(b), Some(mint), _) => token_info(&b.rpc, &mint).await?,
+        (Backend::Evm(b), _, Some(contract)) => crate::chains::evm::erc20::token_info(&b.rpc, contract).await?,
+        _ => return Err(state.chains.unavailable(&target)),
+    };
+    found.map(Json).ok_or_else(|| ApiError::not_found(format!("{address} is not a token on {target}")))
 }

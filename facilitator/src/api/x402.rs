@@ -86,19 +86,24 @@ async fn prepare(state: &AppState, req: &FacilitatorRequest) -> Result<Result<Pr
         asset: Some(requirements.asset),
         price,
         resource: resource.map(|r| r.url).filter(|u| !u.is_empty()),
+        extra: requirements.extra.clone(),
     };
-    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) =
+        proofs::claimed_by(state, &payload, Some(requirements.asset)).await.map_err(ApiError::internal)?
+    {
         return refuse(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})"));
     }
     let checked = match &backend {
         Backend::Solana(b) => proofs::solana::check(b, &payload, &terms, FeePayer::Facilitator).await,
-        Backend::Evm(b) => proofs::evm::check(b, &payload, &terms).await,
+        Backend::Evm(b) => proofs::evm::check(b, &payload, &terms, state.clock.now().timestamp()).await,
     };
     let checked = match checked {
         Ok(c) => c,
         Err(ProofError::Refused(r)) => {
             // A twin request may have settled this proof while it was being checked.
-            if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+            if let Some(payment_id) =
+                proofs::claimed_by(state, &payload, Some(requirements.asset)).await.map_err(ApiError::internal)?
+            {
                 return refuse(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})"));
             }
             return Ok(Err(r));
@@ -156,7 +161,9 @@ pub async fn settle(
     // A proof used before: name its transaction to the account that settled it, so a retry after
     // a timeout can follow that transaction instead of paying again.
     let (payload, _, _) = req.parts();
-    if let Some(payment_id) = proofs::claimed_by(&state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) =
+        proofs::claimed_by(&state, &payload, Some(requirements.asset)).await.map_err(ApiError::internal)?
+    {
         let holder = state.store.get_payment(&payment_id).await.map_err(ApiError::internal)?;
         let holder = holder.filter(|h| h.visible_to(&caller.account_id));
         let (tx, payer) =
@@ -171,7 +178,7 @@ pub async fn settle(
         }
     };
     let payer = Some(p.checked.payer.to_string());
-    let settled = proofs::settle(&state, &caller.account_id, p.backend.ledger(), p.checked, &p.terms, p.wait).await;
+    let settled = proofs::settle(&state, &caller.account_id, &p.backend, p.checked, &p.terms, p.wait).await;
     let stored = match settled {
         Ok(s) => s,
         Err(SettleError::AlreadyClaimed { payment_id }) => {
@@ -180,7 +187,7 @@ pub async fn settle(
             let tx = holder.filter(|h| h.visible_to(&caller.account_id)).and_then(|h| h.payment.transaction);
             return Ok(Json(failure(Reason::AlreadyUsed, tx.unwrap_or_default(), payer)));
         }
-        Err(e) => return Err(ApiError::internal(e)),
+        Err(e) => return Err(e.into()),
     };
     let transaction = stored.payment.transaction.clone().unwrap_or_default();
     Ok(Json(match stored.payment.status {

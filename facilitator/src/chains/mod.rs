@@ -298,14 +298,24 @@ impl Chains {
                 signers.insert(network.to_string(), serde_json::json!([fee_payer]));
             }
         }
-        for network in self.evm.keys() {
+        for (network, backend) in &self.evm {
+            let signer = backend.signer.as_ref().map(|s| s.0.address().to_string());
             for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
-                kinds.push(SupportedKind {
-                    x402_version: version,
-                    scheme: SCHEME_EXACT_NATIVE.to_owned(),
-                    network: name,
-                    extra: None,
-                });
+                let mut schemes = vec![SCHEME_EXACT_NATIVE];
+                if signer.is_some() {
+                    schemes.push(SCHEME_EXACT);
+                }
+                for scheme in schemes {
+                    kinds.push(SupportedKind {
+                        x402_version: version,
+                        scheme: scheme.to_owned(),
+                        network: name.clone(),
+                        extra: None,
+                    });
+                }
+            }
+            if let Some(signer) = signer {
+                signers.insert(network.to_string(), serde_json::json!([signer]));
             }
         }
         Supported { kinds, extensions: Vec::new(), signers }

@@ -144,21 +144,22 @@ pub async fn receive(
         asset: None,
         price: Price::AtLeast(req.expected_amount.clone()),
         resource: req.resource.clone(),
+        extra: None,
     };
     let payload = validate::payment_proof(&req.payment_proof)?;
-    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) = proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
         return receive_outcome(state, caller, Err(SettleError::AlreadyClaimed { payment_id })).await;
     }
     let checked = match &backend {
         Backend::Solana(b) => proofs::solana::check(b, &payload, &terms, FeePayer::Facilitator).await,
-        Backend::Evm(b) => proofs::evm::check(b, &payload, &terms).await,
+        Backend::Evm(b) => proofs::evm::check(b, &payload, &terms, state.clock.now().timestamp()).await,
     };
     let checked = match checked {
         Ok(c) => c,
         // A twin of this request may have settled the proof while it was being checked (its
         // nonce is then used, its transaction no longer simulates): answer as for a used proof.
         Err(ProofError::Refused(refusal)) => {
-            return match proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+            return match proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
                 Some(payment_id) => {
                     receive_outcome(state, caller, Err(SettleError::AlreadyClaimed { payment_id })).await
                 }
@@ -168,7 +169,7 @@ pub async fn receive(
         Err(e) => return Err(e.into()),
     };
     let wait = Duration::from_secs(req.timeout.unwrap_or(validate::DEFAULT_TIMEOUT_SECS));
-    let settled = proofs::settle(state, &caller.account_id, backend.ledger(), checked, &terms, wait).await;
+    let settled = proofs::settle(state, &caller.account_id, &backend, checked, &terms, wait).await;
     receive_outcome(state, caller, settled).await
 }
 
@@ -193,7 +194,7 @@ pub async fn receive_outcome(
                 _ => return Err(invalid(format!("proof already used (payment {payment_id})"))),
             }
         }
-        Err(e) => return Err(ApiError::internal(e)),
+        Err(e) => return Err(e.into()),
     };
     let mut record = stored.to_record();
     record.payer = Some(record.from.clone());

@@ -117,15 +117,16 @@ pub async fn receive(
         asset: None,
         price: Price::AtLeast(req.expected_amount.clone()),
         resource: req.resource.clone(),
+        extra: None,
     };
     let payload = validate::payment_proof(&req.payment_proof)?;
     let used = |payment_id: String| {
         ApiError::new(ErrorCode::InvalidPaymentProof, format!("proof already used (payment {payment_id})"))
     };
-    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) = proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
         return Err(used(payment_id));
     }
-    let checked = proofs::evm::check(&backend, &payload, &terms).await?;
+    let checked = proofs::evm::check(&backend, &payload, &terms, state.clock.now().timestamp()).await?;
     let Settle::Transaction { bytes, .. } = &checked.settle else {
         return Err(ApiError::new(
             ErrorCode::InvalidPaymentProof,
@@ -148,7 +149,7 @@ pub async fn receive(
         match proofs::record_for_seller(state, &caller.account_id, rpc.network(), &checked, &terms, expires_at).await {
             Ok(p) => p,
             Err(SettleError::AlreadyClaimed { payment_id }) => return Err(used(payment_id)),
-            Err(e) => return Err(ApiError::internal(e)),
+            Err(e) => return Err(e.into()),
         };
     Ok(UnsignedTransaction {
         payment_id: payment.id,

@@ -107,9 +107,10 @@ pub async fn receive(
         asset: None,
         price: Price::AtLeast(req.expected_amount.clone()),
         resource: req.resource.clone(),
+        extra: None,
     };
     let payload = validate::payment_proof(&req.payment_proof)?;
-    if let Some(payment_id) = proofs::claimed_by(state, &payload).await.map_err(ApiError::internal)? {
+    if let Some(payment_id) = proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
         return Err(ApiError::new(
             ErrorCode::InvalidPaymentProof,
             format!("proof already used (payment {payment_id})"),

@@ -15,7 +15,7 @@ use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT};
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 use crate::AppState;
-use crate::chains::Ledger;
+use crate::chains::Backend;
 use crate::refusal::{Reason, Refusal};
 use crate::settlement::engine::{SettleError, Settlement, record_confirmed, settle as settle_tx};
 use crate::store::{NewPayment, StoredPayment};
@@ -81,6 +81,8 @@ pub struct Terms {
     pub price: Price,
     /// The resource paid for; a receipt must be bound to it.
     pub resource: Option<String>,
+    /// The requirement's scheme details (EVM `exact`: the token's EIP-712 `name` and `version`).
+    pub extra: Option<serde_json::Value>,
 }
 
 impl Terms {
@@ -121,6 +123,16 @@ pub enum Settle {
     Confirmed {
         /// Its id.
         tx_id: String,
+    },
+    /// A contract call the facilitator signs and sends from its own account (EIP-3009
+    /// `transferWithAuthorization`), with at most `gas_limit` gas.
+    Call {
+        /// The contract.
+        to: Address,
+        /// Call data.
+        data: Vec<u8>,
+        /// Gas limit (the estimate, with margin).
+        gas_limit: u64,
     },
 }
 
@@ -170,7 +182,7 @@ async fn payment(
     let payer_account = state.store.get_wallet(&checked.payer.to_string()).await?.map(|w| w.account_id);
     let horizon = match &checked.settle {
         Settle::Transaction { horizon, .. } => *horizon,
-        Settle::Confirmed { .. } => None,
+        Settle::Confirmed { .. } | Settle::Call { .. } => None,
     };
     Ok(NewPayment {
         id: format!("pay_{}", ulid::Ulid::new()),
@@ -198,19 +210,22 @@ async fn payment(
     })
 }
 
-/// Settles a checked proof for `owner_account` on `ledger`: broadcasts its transaction once
-/// (waiting at most `wait` for a verdict) or records its confirmed transfer.
+/// Settles a checked proof for `owner_account` on `backend`: broadcasts its transaction once
+/// (waiting at most `wait` for a verdict), records its confirmed transfer, or sends its contract
+/// call from the facilitator's account.
 ///
 /// # Errors
-/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures.
+/// [`SettleError::AlreadyClaimed`] for a proof used before; storage failures; chain failures
+/// before anything was broadcast.
 pub async fn settle(
     state: &AppState,
     owner_account: &str,
-    ledger: &dyn Ledger,
+    backend: &Backend,
     checked: Checked,
     terms: &Terms,
     wait: Duration,
 ) -> Result<StoredPayment, SettleError> {
+    let ledger = backend.ledger();
     let payment = payment(state, owner_account, ledger.network(), &checked, terms).await?;
     match checked.settle {
         Settle::Transaction { bytes, tx_id, complete, .. } => {
@@ -221,6 +236,10 @@ pub async fn settle(
             let fee = checked.fee.map(AtomicAmount);
             record_confirmed(&*state.store, &*state.clock, payment, &tx_id, fee).await
         }
+        Settle::Call { to, data, gas_limit } => match backend {
+            Backend::Evm(evm) => evm::send_call(state, evm, payment, (to, data, gas_limit), wait).await,
+            Backend::Solana(_) => Err(SettleError::Chain("a contract call cannot settle on Solana".into())),
+        },
     }
 }
 
@@ -251,15 +270,20 @@ pub async fn record_for_seller(
     Ok(payment)
 }
 
-/// The payment that claimed this proof already, if any. Asked before the chain is: a used
-/// proof's transaction may no longer simulate, and the answer must still be "used".
+/// The payment that claimed this proof already, if any (`asset`: the requirement's, which an
+/// EVM `exact` payload does not carry). Asked before the chain is: a used proof's transaction
+/// may no longer simulate, and the answer must still be "used".
 ///
 /// # Errors
 /// Storage failures.
-pub async fn claimed_by(state: &AppState, payload: &PaymentPayload) -> Result<Option<String>, SettleError> {
+pub async fn claimed_by(
+    state: &AppState,
+    payload: &PaymentPayload,
+    asset: Option<Asset>,
+) -> Result<Option<String>, SettleError> {
     let identity = match payload.network().family() {
         ChainFamily::Solana => solana::proof_identity(payload),
-        ChainFamily::Evm => evm::proof_identity(payload),
+        ChainFamily::Evm => evm::proof_identity(payload, asset),
     };
     match identity {
         Some(id) => Ok(state.store.proof_claim(&id).await?),

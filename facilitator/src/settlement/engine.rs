@@ -46,9 +46,26 @@ pub enum SettleError {
     /// The transaction could not be serialized for broadcasting.
     #[error("cannot encode the transaction: {0}")]
     Encode(String),
+    /// The chain could not be asked what building the transaction needs; nothing was sent.
+    #[error("{0}")]
+    Chain(String),
     /// The state machine refused a step (another writer moved the payment).
     #[error(transparent)]
     Advance(#[from] AdvanceError),
+}
+
+impl From<SettleError> for crate::error::ApiError {
+    /// 502 when the chain could not be asked, 402 for a used proof, 500 (no detail) otherwise.
+    fn from(e: SettleError) -> Self {
+        match e {
+            SettleError::Chain(message) => Self::verification_failed(message),
+            SettleError::AlreadyClaimed { payment_id } => Self::new(
+                tollgate_protocol::ErrorCode::InvalidPaymentProof,
+                format!("proof already used (payment {payment_id})"),
+            ),
+            other => Self::internal(other),
+        }
+    }
 }
 
 /// Settles `s` on `ledger`, returning the payment as it stands when the wait ends.

@@ -1,0 +1,113 @@
+//! ERC-20 and EIP-3009 (`transferWithAuthorization`) calls: encoding, reads, and token info.
+
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol_types::SolCall;
+use tollgate_protocol::AtomicAmount;
+use tollgate_protocol::gateway::{TokenInfo, TokenStandard};
+
+use super::rpc::EvmRpc;
+use crate::chains::ChainError;
+
+alloy::sol! {
+    /// The ERC-20 reads and the EIP-3009 functions the facilitator uses.
+    interface Erc3009 {
+        function name() external view returns (string);
+        function symbol() external view returns (string);
+        function decimals() external view returns (uint8);
+        function totalSupply() external view returns (uint256);
+        function balanceOf(address owner) external view returns (uint256);
+        function version() external view returns (string);
+        function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
+        function transferWithAuthorization(
+            address from,
+            address to,
+            uint256 value,
+            uint256 validAfter,
+            uint256 validBefore,
+            bytes32 nonce,
+            bytes signature
+        ) external;
+    }
+
+    /// EIP-1271: signature checks by contract accounts.
+    interface Erc1271 {
+        function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4);
+    }
+
+    /// The EIP-712 message of EIP-3009.
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// EIP-1271's "valid" answer.
+pub const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
+
+/// Calls a view function of `contract` and decodes its answer.
+///
+/// # Errors
+/// [`ChainError`] when the call reverts, the node fails, or the answer does not decode.
+pub async fn view<C: SolCall>(rpc: &EvmRpc, contract: Address, call: &C) -> Result<C::Return, ChainError> {
+    let request = TransactionRequest::default().to(contract).input(Bytes::from(call.abi_encode()).into());
+    let answer = rpc.call(request).await?;
+    C::abi_decode_returns(&answer).map_err(|e| ChainError(format!("{contract} answered {} badly: {e}", C::SIGNATURE)))
+}
+
+/// Base units of `token` held by `owner`.
+///
+/// # Errors
+/// [`ChainError`] when the token cannot be read.
+pub async fn balance_of(rpc: &EvmRpc, token: Address, owner: Address) -> Result<U256, ChainError> {
+    view(rpc, token, &Erc3009::balanceOfCall { owner }).await
+}
+
+/// Whether `authorizer` used the EIP-3009 `nonce` already.
+///
+/// # Errors
+/// [`ChainError`] when the token cannot be read.
+pub async fn authorization_used(
+    rpc: &EvmRpc,
+    token: Address,
+    authorizer: Address,
+    nonce: B256,
+) -> Result<bool, ChainError> {
+    view(rpc, token, &Erc3009::authorizationStateCall { authorizer, nonce }).await
+}
+
+/// Name, symbol, decimals and supply of an ERC-20 at `address`; `None` when there is no contract
+/// there or it does not answer as a token.
+///
+/// # Errors
+/// [`ChainError`] when the node fails.
+pub async fn token_info(rpc: &EvmRpc, address: Address) -> Result<Option<TokenInfo>, ChainError> {
+    if rpc.code(address).await?.is_empty() {
+        return Ok(None);
+    }
+    // A contract that reverts or answers garbage to these calls is not an ERC-20.
+    let (Ok(decimals), Ok(supply)) =
+        (view(rpc, address, &Erc3009::decimalsCall {}).await, view(rpc, address, &Erc3009::totalSupplyCall {}).await)
+    else {
+        return Ok(None);
+    };
+    let Ok(supply) = u128::try_from(supply) else { return Ok(None) };
+    // Name and symbol are optional in ERC-20.
+    let name = view(rpc, address, &Erc3009::nameCall {}).await.ok();
+    let symbol = view(rpc, address, &Erc3009::symbolCall {}).await.ok();
+    Ok(Some(TokenInfo {
+        address: super::protocol_address(address).to_string(),
+        network: rpc.network().clone(),
+        standard: TokenStandard::Erc20,
+        name,
+        symbol,
+        decimals,
+        supply: AtomicAmount(supply),
+        mint_authority: None,
+        freeze_authority: None,
+    }))
+}

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.37;
+
+/// @title A small ERC-20 with EIP-3009 transferWithAuthorization, for Tollgate's tests.
+/// @notice Mintable by its deployer. EIP-712 domain: name, version "2", chain id, this contract.
+///         Signatures from contract accounts are checked with EIP-1271.
+contract TollgateTestToken {
+    string public name;
+    string public symbol;
+    uint8 public immutable decimals;
+    uint256 public totalSupply;
+    address public immutable minter;
+
+    mapping(address => uint256) public balanceOf;
+    mapping(address => mapping(address => uint256)) public allowance;
+    mapping(address => mapping(bytes32 => bool)) private usedAuthorizations;
+
+    bytes32 public constant TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
+        "TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)"
+    );
+    bytes32 private constant DOMAIN_TYPEHASH =
+        keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)");
+
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    event Approval(address indexed owner, address indexed spender, uint256 value);
+    event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
+
+    constructor(string memory name_, string memory symbol_, uint8 decimals_) {
+        name = name_;
+        symbol = symbol_;
+        decimals = decimals_;
+        minter = msg.sender;
+    }
+
+    function version() external pure returns (string memory) {
+        return "2";
+    }
+
+    function DOMAIN_SEPARATOR() public view returns (bytes32) {
+        return keccak256(abi.encode(DOMAIN_TYPEHASH, keccak256(bytes(name)), keccak256("2"), block.chainid, address(this)));
+    }
+
+    function mint(address to, uint256 value) external {
+        require(msg.sender == minter, "only the minter mints");
+        totalSupply += value;
+        balanceOf[to] += value;
+        emit Transfer(address(0), to, value);
+    }
+
+    function transfer(address to, uint256 value) external returns (bool) {
+        _move(msg.sender, to, value);
+        return true;
+    }
+
+    function approve(address spender, uint256 value) external returns (bool) {
+        allowance[msg.sender][spender] = value;
+        emit Approval(msg.sender, spender, value);
+        return true;
+    }
+
+    function transferFrom(address from, address to, uint256 value) external returns (bool) {
+        uint256 allowed = allowance[from][msg.sender];
+        require(allowed >= value, "allowance exceeded");
+        if (allowed != type(uint256).max) {
+            allowance[from][msg.sender] = allowed - value;
+        }
+        _move(from, to, value);
+        return true;
+    }
+
+    function authorizationState(address authorizer, bytes32 nonce) external view returns (bool) {
+        return usedAuthorizations[authorizer][nonce];
+    }
+
+    /// EIP-3009 with a (v, r, s) signature.
+    function transferWithAuthorization(
+        address from,
+        address to,
+        uint256 value,
+        uint256 validAfter,
+        uint256 validBefore,
+        bytes32 nonce,
+        uint8 v,
+        bytes32 r,
+        bytes32 s
+    ) external {
+        _transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, abi.encodePacked(r, s, v));
+    }
+
+    /// EIP-3009 with a packed signature (65 bytes from an EOA; anything an EIP-1271 wallet accepts).
+    function transferWithAuthorization(
+        address from,
+        address to,
+        uint256 value,
+        uint256 validAfter,
+        uint256 validBefore,
+        bytes32 nonce,
+        bytes memory signature
+    ) external {
+        _transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, signature);
+    }
+
+    function _transferWithAuthorization(
+        address from,
+        address to,
+        uint256 value,
+        uint256 validAfter,
+        uint256 validBefore,
+        bytes32 nonce,
+        bytes memory signature
+    ) private {
+        require(block.timestamp > validAfter, "authorization is not yet valid");
+        require(block.timestamp < validBefore, "authorization is expired");
+        require(!usedAuthorizations[from][nonce], "authorization is used");
+        bytes32 structHash =
+            keccak256(abi.encode(TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce));
+        bytes32 digest = keccak256(abi.encodePacked("\x19\x01", DOMAIN_SEPARATOR(), structHash));
+        require(_validSignature(from, digest, signature), "invalid signature");
+        usedAuthorizations[from][nonce] = true;
+        emit AuthorizationUsed(from, nonce);
+        _move(from, to, value);
+    }
+
+    function _validSignature(address signer, bytes32 digest, bytes memory signature) private view returns (bool) {
+        if (signer.code.length > 0) {
+            (bool ok, bytes memory answer) =
+                signer.staticcall(abi.encodeWithSelector(0x1626ba7e, digest, signature));
+            return ok && answer.length == 32 && abi.decode(answer, (bytes4)) == bytes4(0x1626ba7e);
+        }
+        if (signature.length != 65) {
+            return false;
+        }
+        bytes32 r;
+        bytes32 s;
+        uint8 v;
+        assembly {
+            r := mload(add(signature, 32))
+            s := mload(add(signature, 64))
+            v := byte(0, mload(add(signature, 96)))
+        }
+        // Refuse malleable (high-s) signatures, as EIP-2 does for transactions.
+        if (uint256(s) > 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0) {
+            return false;
+        }
+        address recovered = ecrecover(digest, v, r, s);
+        return recovered != address(0) && recovered == signer;
+    }
+
+    function _move(address from, address to, uint256 value) private {
+        require(to != address(0), "transfer to the zero address");
+        uint256 held = balanceOf[from];
+        require(held >= value, "balance too low");
+        balanceOf[from] = held - value;
+        balanceOf[to] += value;
+        emit Transfer(from, to, value);
+    }
+}
