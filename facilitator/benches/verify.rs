@@ -1,6 +1,7 @@
 //! Benchmark: checking proofs without the chain — base64 decode, transaction decode, ed25519
 //! signature check, and the payment rules — for an `exact-native` signed transfer and an x402
-//! `exact` SPL transfer the facilitator would sponsor. One core.
+//! `exact` SPL transfer the facilitator would sponsor; and the EIP-712 digest and signer recovery
+//! of an x402 `exact` EIP-3009 authorization. One core.
 //!
 //! Run: `cargo bench -p tollgate-facilitator --bench verify`.
 
@@ -69,6 +70,34 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let tx = decode(std::hint::black_box(&encoded)).unwrap();
             spl::check_sponsored_transfer(&tx, &sponsor.pubkey(), &policy).unwrap()
+        });
+    });
+
+    // x402 `exact` on EVM: the EIP-712 digest of an EIP-3009 authorization and the signer's
+    // recovery (what `/verify` does before asking the chain).
+    use alloy::signers::SignerSync as _;
+    use alloy::sol_types::SolStruct as _;
+    use tollgate_facilitator::chains::evm::erc20::TransferWithAuthorization;
+    let evm_payer = alloy::signers::local::PrivateKeySigner::random();
+    let domain = alloy::sol_types::eip712_domain! {
+        name: "USD Coin",
+        version: "2",
+        chain_id: 8453,
+        verifying_contract: alloy::primitives::Address::repeat_byte(0x33),
+    };
+    let authorization = TransferWithAuthorization {
+        from: evm_payer.address(),
+        to: alloy::primitives::Address::repeat_byte(0x44),
+        value: alloy::primitives::U256::from(1_000_000u64),
+        validAfter: alloy::primitives::U256::ZERO,
+        validBefore: alloy::primitives::U256::from(2_000_000_000u64),
+        nonce: alloy::primitives::B256::repeat_byte(7),
+    };
+    let signature = evm_payer.sign_hash_sync(&authorization.eip712_signing_hash(&domain)).unwrap();
+    group.bench_function("EIP-3009: EIP-712 digest + signer recovery", |b| {
+        b.iter(|| {
+            let digest = std::hint::black_box(&authorization).eip712_signing_hash(&domain);
+            assert_eq!(signature.recover_address_from_prehash(&digest).unwrap(), evm_payer.address());
         });
     });
     group.finish();

@@ -580,6 +580,17 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
     let (s, _) = t.call("GET", &format!("/token/info/{seller}"), &key, None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 
+    // /supported lists exact on this chain, with the account that settles it.
+    let (_, supported) = t.call("GET", "/supported", &key, None).await;
+    let network = t.network().to_string();
+    let kinds = supported["kinds"].as_array().unwrap();
+    assert!(
+        kinds.iter().any(|k| k["scheme"] == "exact" && k["network"] == network && k["x402Version"] == 2),
+        "{supported}"
+    );
+    let signer = t.backend().signer.as_ref().unwrap().0.address().to_string();
+    assert_eq!(supported["signers"][&network], json!([signer]));
+
     let nonce = alloy::primitives::B256::repeat_byte(1);
     let good = x402_v2(&requirement, token.authorize(&t, &buyer, seller, 1_000_000, window, nonce));
     let (s, v) = t.call("POST", "/verify", &key, Some(good.clone())).await;
@@ -668,4 +679,89 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
     let (s, _) = t.call("POST", "/payment/receive", &seller_key, Some(body)).await;
     assert_eq!(s, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(token.balance(&t, seller_address).await, 500_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facilitator_account_keeps_settling_when_its_nonce_moves_elsewhere() {
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 5_000_000).await;
+    let seller = Address::repeat_byte(0x52);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let requirement = token.requirement(&t, seller, 1_000_000);
+    let settle = |byte: u8| {
+        let payload = token.authorize(
+            &t,
+            &buyer,
+            seller,
+            1_000_000,
+            (now - 60, now + 300),
+            alloy::primitives::B256::repeat_byte(byte),
+        );
+        t.call("POST", "/settle", &key, Some(x402_v2(&requirement, payload)))
+    };
+    let (_, first) = settle(1).await;
+    assert_eq!(first["success"], true, "{first}");
+
+    // The same account sends a transaction the facilitator does not know about (another
+    // process, an operator): the next settlement must not reuse that nonce.
+    let facilitator = t.backend().signer.as_ref().unwrap().0.clone();
+    Token::send(&t, &facilitator, alloy::primitives::TxKind::Call(seller), Vec::new()).await;
+    let (_, second) = settle(2).await;
+    assert_eq!(second["success"], true, "{second}");
+
+    // A restarted facilitator (a fresh nonce manager) starts from the chain.
+    let rpc = EvmRpc::connect(&t.anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let restarted = EvmBackend::new(rpc).with_signer(facilitator.clone());
+    let lease = restarted.nonces.lease(&restarted.rpc, facilitator.address()).await.unwrap();
+    assert_eq!(lease.nonce(), 3, "two settlements and the outside transaction");
+    drop(lease);
+    assert_eq!(token.balance(&t, seller).await, 2_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_receive_of_an_eip3009_authorization_is_sent_by_the_seller() {
+    use alloy::consensus::Transaction as _;
+    use base64::Engine as _;
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 5_000_000).await;
+    let seller = PrivateKeySigner::random();
+    t.fund(&seller.address().to_string(), ETH).await;
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let requirement = token.requirement(&t, seller.address(), 2_000_000);
+    let payload = token.authorize(
+        &t,
+        &buyer,
+        seller.address(),
+        2_000_000,
+        (now - 60, now + 300),
+        alloy::primitives::B256::repeat_byte(9),
+    );
+    let header = tollgate_protocol::x402::header::encode(&x402_v2(&requirement, payload)["paymentPayload"]).unwrap();
+    let body = json!({"walletAddress": seller.address().to_string(), "paymentProof": header, "expectedAmount": 2});
+    let (s, built) = t.call("POST", "/transaction/receive", &key, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    assert_eq!(
+        (built["payer"].as_str(), built["amount"].as_f64()),
+        (Some(buyer.address().to_string().as_str()), Some(2.0))
+    );
+    let (s, _) = t.call("POST", "/transaction/receive", &key, Some(body)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "the proof is claimed");
+
+    let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    let tx = <alloy::consensus::TxEip1559 as alloy::rlp::Decodable>::decode(&mut &bytes[1..]).unwrap();
+    assert_eq!(tx.to(), Some(token.address), "a call to the token, from the seller's account");
+    let (raw, hash) = sign(tx, &seller).unwrap();
+    let rpc = &t.backend().rpc;
+    rpc.send_raw(&raw).await.unwrap();
+    rpc.wait_for_outcome(hash, std::time::Duration::from_secs(10)).await.unwrap();
+    let confirm = json!({"paymentId": built["paymentId"], "transaction": format!("{hash:#x}")});
+    let (s, done) = t.call("POST", "/transaction/confirm", &key, Some(confirm)).await;
+    assert_eq!((s, done["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{done}");
+    assert_eq!(token.balance(&t, seller.address()).await, 2_000_000);
 }

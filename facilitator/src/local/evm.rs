@@ -17,6 +17,7 @@ use crate::chains::evm::build::{Transfer, unsigned_bytes};
 use crate::error::ApiError;
 use crate::hosted::evm::transfer_terms;
 use crate::hosted::native_payment;
+use crate::proofs::evm::Submitter;
 use crate::proofs::{self, Price, Settle, Terms};
 use crate::settlement::engine::SettleError;
 use crate::store::NewPayment;
@@ -97,9 +98,16 @@ pub async fn build(
     })
 }
 
-/// Verifies a buyer's `exact-native` signed transfer for the seller's `walletAddress` and
-/// returns it (signed already; base64 of its EIP-2718 bytes) for the seller to broadcast,
-/// recorded as a `built` payment with the proof claimed. Receipts go to `/payment/receive`.
+/// Verifies a buyer's proof for the seller's `walletAddress` and returns what settles it,
+/// recorded as a `built` payment with the proof claimed:
+///
+/// * an `exact-native` signed transfer: returned as is (base64 of its EIP-2718 bytes) for the
+///   seller to broadcast;
+/// * an x402 `exact` EIP-3009 authorization: an unsigned EIP-1559 transaction from the seller's
+///   account calling `transferWithAuthorization` (its signing payload, base64), simulated from
+///   that account.
+///
+/// Receipts are for transfers already on chain and go to `/payment/receive`.
 ///
 /// # Errors
 /// 402 `INVALID_PAYMENT_PROOF` for a proof that does not pay as required or was used before;
@@ -126,14 +134,37 @@ pub async fn receive(
     if let Some(payment_id) = proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
         return Err(used(payment_id));
     }
-    let checked = proofs::evm::check(&backend, &payload, &terms, state.clock.now().timestamp()).await?;
-    let Settle::Transaction { bytes, .. } = &checked.settle else {
-        return Err(ApiError::new(
-            ErrorCode::InvalidPaymentProof,
-            "a receipt is for a transfer already on chain: present it to /payment/receive",
-        ));
+    let seller =
+        address(&terms.pay_to).ok_or_else(|| ApiError::invalid_params("walletAddress must be an EVM address"))?;
+    let now = state.clock.now().timestamp();
+    let checked = proofs::evm::check_for(&backend, &payload, &terms, now, Submitter::Seller(seller)).await?;
+    let (raw, fee) = match &checked.settle {
+        // Signed already: the seller broadcasts it as it is.
+        Settle::Transaction { bytes, .. } => (bytes.clone(), 0),
+        // An EIP-3009 authorization: the seller sends the call from its own account.
+        Settle::Call { to, data, gas_limit } => {
+            let token = address(to).ok_or_else(|| ApiError::internal("the call's target is not an EVM address"))?;
+            let fees = rpc.fees().await?;
+            let tx = alloy::consensus::TxEip1559 {
+                chain_id: rpc.chain_id(),
+                nonce: rpc.pending_nonce(seller).await?,
+                gas_limit: *gas_limit,
+                max_fee_per_gas: fees.max_fee_per_gas,
+                max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+                to: alloy::primitives::TxKind::Call(token),
+                value: U256::ZERO,
+                access_list: Default::default(),
+                input: data.clone().into(),
+            };
+            (unsigned_bytes(&tx), u128::from(*gas_limit).saturating_mul(fees.max_fee_per_gas))
+        }
+        Settle::Confirmed { .. } => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPaymentProof,
+                "a receipt is for a transfer already on chain: present it to /payment/receive",
+            ));
+        }
     };
-    let raw = bytes.clone();
     let horizon = rpc.block_number().await?.saturating_add(HORIZON_BLOCKS);
     let expires_at = state.clock.now() + VALIDITY;
     let checked = proofs::Checked {
@@ -158,7 +189,7 @@ pub async fn receive(
         network: rpc.network().clone(),
         last_valid_block_height: horizon,
         expires_at: expires_at.timestamp(),
-        estimated_fee: wei_to_eth(0),
+        estimated_fee: wei_to_eth(fee),
         payer: Some(checked.payer.to_string()),
         amount: Some(DecimalAmount::from_atomic(AtomicAmount(checked.amount), checked.decimals)),
     })
@@ -182,11 +213,22 @@ pub async fn observe(state: &AppState, p: &NewPayment, transaction: &str) -> Res
         (Ok(f), Ok(t)) => (f, t),
         _ => return Err(ApiError::internal("stored payment has unreadable addresses")),
     };
-    let pays = p.asset == "native"
-        && mined.from == from
-        && mined.to == Some(to)
-        && mined.input.is_empty()
-        && u128::try_from(mined.value).is_ok_and(|v| v >= p.amount_atomic.get());
+    let pays = if p.asset == "native" {
+        mined.from == from
+            && mined.to == Some(to)
+            && mined.input.is_empty()
+            && u128::try_from(mined.value).is_ok_and(|v| v >= p.amount_atomic.get())
+    } else {
+        // A token payment (EIP-3009, sent by anyone): the token's Transfer event from the payer.
+        let token = p.asset.parse::<alloy::primitives::Address>().ok();
+        let paid = mined
+            .token_transfers
+            .iter()
+            .filter(|(t, f, r, _)| Some(*t) == token && *f == from && *r == to)
+            .map(|(_, _, _, v)| *v)
+            .fold(U256::ZERO, U256::saturating_add);
+        u128::try_from(paid).is_ok_and(|v| v >= p.amount_atomic.get())
+    };
     let error = (!mined.success).then(|| "the transaction reverted".to_owned());
     Ok((tx_id, Seen::Landed { pays, error, fee: Some(AtomicAmount(mined.fee)) }))
 }

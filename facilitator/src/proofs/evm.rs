@@ -45,6 +45,29 @@ pub async fn check(
     terms: &Terms,
     now: i64,
 ) -> Result<Checked, ProofError> {
+    check_for(backend, payload, terms, now, Submitter::Facilitator).await
+}
+
+/// Who sends an `exact` (EIP-3009) settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitter {
+    /// The facilitator's own account (hosted mode, x402).
+    Facilitator,
+    /// The seller's account (local mode): the call is simulated from it.
+    Seller(Address),
+}
+
+/// [`check`] with the account that will send an `exact` settlement.
+///
+/// # Errors
+/// As [`check`].
+pub async fn check_for(
+    backend: &EvmBackend,
+    payload: &PaymentPayload,
+    terms: &Terms,
+    now: i64,
+    submitter: Submitter,
+) -> Result<Checked, ProofError> {
     let network = backend.rpc.network();
     if payload.network() != network {
         return Err(refuse(Reason::InvalidNetwork, format!("the proof pays on {}, not {network}", payload.network())));
@@ -64,7 +87,7 @@ pub async fn check(
                 ExactNativePayload::Receipt(r) => receipt(backend, &r, &pay_to, terms).await?,
             }
         }
-        SCHEME_EXACT => authorization(backend, payload, terms, &pay_to, now).await?,
+        SCHEME_EXACT => authorization(backend, payload, terms, (&pay_to, now), submitter).await?,
         other => return Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
     };
     super::check_accepted_asset(payload, &checked)?;
@@ -238,16 +261,20 @@ async fn authorization(
     backend: &EvmBackend,
     payload: &PaymentPayload,
     terms: &Terms,
-    pay_to: &Address,
-    now: i64,
+    (pay_to, now): (&Address, i64),
+    submitter: Submitter,
 ) -> Result<Checked, ProofError> {
     let rpc = &backend.rpc;
-    let signer = backend.signer.as_ref().ok_or_else(|| {
-        refuse(
-            Reason::UnsupportedScheme,
-            format!("this facilitator has no account to settle x402 exact on {}", rpc.network()),
-        )
-    })?;
+    let sender = match (submitter, &backend.signer) {
+        (Submitter::Seller(seller), _) => seller,
+        (Submitter::Facilitator, Some(signer)) => signer.0.address(),
+        (Submitter::Facilitator, None) => {
+            return Err(refuse(
+                Reason::UnsupportedScheme,
+                format!("this facilitator has no account to settle x402 exact on {}", rpc.network()),
+            ));
+        }
+    };
     let p =
         ExactEvmPayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
     let token = exact_token(payload, terms)?;
@@ -323,8 +350,7 @@ async fn authorization(
         signature: signature.into(),
     }
     .abi_encode();
-    let request =
-        TransactionRequest::default().from(signer.0.address()).to(token).input(Bytes::from(data.clone()).into());
+    let request = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
     let gas = rpc
         .estimate_gas(request)
         .await

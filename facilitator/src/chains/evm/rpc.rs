@@ -54,6 +54,29 @@ pub struct MinedTx {
     pub fee: u128,
     /// Block it was mined in.
     pub block: u64,
+    /// ERC-20 `Transfer` events it emitted: (token, from, to, value).
+    pub token_transfers: Vec<(Address, Address, Address, U256)>,
+}
+
+/// `keccak256("Transfer(address,address,uint256)")`, the ERC-20 transfer event's topic.
+const TRANSFER_TOPIC: B256 =
+    alloy::primitives::b256!("ddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef");
+
+/// The ERC-20 `Transfer` events among a receipt's logs.
+fn token_transfers(receipt: &TransactionReceipt) -> Vec<(Address, Address, Address, U256)> {
+    receipt
+        .inner
+        .logs()
+        .iter()
+        .filter_map(|log| {
+            let topics = log.topics();
+            let [topic, from, to] = topics else { return None };
+            let value: [u8; 32] = log.data().data.as_ref().try_into().ok()?;
+            (*topic == TRANSFER_TOPIC).then(|| {
+                (log.address(), Address::from_word(*from), Address::from_word(*to), U256::from_be_bytes(value))
+            })
+        })
+        .collect()
 }
 
 impl EvmRpc {
@@ -218,6 +241,7 @@ impl EvmRpc {
             success: receipt.status(),
             fee: receipt.cost(),
             block: receipt.block_number.unwrap_or_default(),
+            token_transfers: token_transfers(&receipt),
         }))
     }
 
