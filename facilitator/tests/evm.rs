@@ -499,11 +499,24 @@ impl Token {
             .unwrap()
     }
 
-    /// An EIP-3009 authorization signed by `payer`: (authorization JSON, signature hex).
+    /// An EIP-3009 authorization from `payer`'s account, signed by `payer`.
     fn authorize(
         &self,
         t: &EvmApp,
         payer: &PrivateKeySigner,
+        to: Address,
+        value: u128,
+        window: (u64, u64),
+        nonce: alloy::primitives::B256,
+    ) -> Value {
+        self.authorize_as(t, (payer.address(), payer), to, value, window, nonce)
+    }
+
+    /// An EIP-3009 authorization from account `from`, signed by `key` (a contract wallet's owner).
+    fn authorize_as(
+        &self,
+        t: &EvmApp,
+        (from, key): (Address, &PrivateKeySigner),
         to: Address,
         value: u128,
         (valid_after, valid_before): (u64, u64),
@@ -519,18 +532,18 @@ impl Token {
             verifying_contract: self.address,
         };
         let message = TransferWithAuthorization {
-            from: payer.address(),
+            from,
             to,
             value: U256::from(value),
             validAfter: U256::from(valid_after),
             validBefore: U256::from(valid_before),
             nonce,
         };
-        let signature = payer.sign_hash_sync(&message.eip712_signing_hash(&domain)).unwrap();
+        let signature = key.sign_hash_sync(&message.eip712_signing_hash(&domain)).unwrap();
         json!({
             "signature": format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
             "authorization": {
-                "from": payer.address().to_string(), "to": to.to_string(), "value": value.to_string(),
+                "from": from.to_string(), "to": to.to_string(), "value": value.to_string(),
                 "validAfter": valid_after.to_string(), "validBefore": valid_before.to_string(),
                 "nonce": format!("{nonce:#x}"),
             }
@@ -764,4 +777,37 @@ async fn local_receive_of_an_eip3009_authorization_is_sent_by_the_seller() {
     let (s, done) = t.call("POST", "/transaction/confirm", &key, Some(confirm)).await;
     assert_eq!((s, done["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{done}");
     assert_eq!(token.balance(&t, seller.address()).await, 2_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_wallet_pays_with_an_eip1271_signature() {
+    use alloy::sol_types::SolValue as _;
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let owner = PrivateKeySigner::random();
+    let bin = include_str!("contracts/build/TollgateTestWallet_sol_TollgateTestWallet.bin");
+    let mut code = alloy::primitives::hex::decode(bin.trim()).unwrap();
+    code.extend(owner.address().abi_encode()); // one address argument: one word
+    let wallet =
+        Token::send(&t, &token.minter, alloy::primitives::TxKind::Create, code).await.contract_address.unwrap();
+    token.mint(&t, wallet, 3_000_000).await;
+    let seller = Address::repeat_byte(0x53);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let requirement = token.requirement(&t, seller, 1_000_000);
+    let nonce = alloy::primitives::B256::repeat_byte(4);
+
+    // Signed by someone who is not the wallet's owner: the wallet says no.
+    let stranger = PrivateKeySigner::random();
+    let forged = token.authorize_as(&t, (wallet, &stranger), seller, 1_000_000, (now - 60, now + 300), nonce);
+    let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, forged))).await;
+    assert_eq!(v["invalidReason"], "invalid_exact_evm_payload_signature", "{v}");
+
+    let signed = token.authorize_as(&t, (wallet, &owner), seller, 1_000_000, (now - 60, now + 300), nonce);
+    let body = x402_v2(&requirement, signed);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body.clone())).await;
+    assert_eq!((v["isValid"].as_bool(), v["payer"].as_str()), (Some(true), Some(wallet.to_string().as_str())), "{v}");
+    let (_, settled) = t.call("POST", "/settle", &key, Some(body)).await;
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }
