@@ -1,8 +1,58 @@
-//! `tollgate`: the seller layer.
+//! `tollgate`: the seller layer. A tower layer that makes the routes it wraps payable with
+//! HTTP 402, in the x402 protocol (v1 and v2).
 //!
-//! A tower layer that answers HTTP 402 with x402 payment requirements on protected routes and
-//! serves the handler only once a facilitator has settled the buyer's proof. The layer itself
-//! lands with its own issue; until then this crate only re-exports the shared wire types so that
-//! sellers can already depend on one crate name.
+//! * A request without payment gets **402**: an x402 v1 JSON body (`x402Version`, `error`,
+//!   `accepts`), the v2 `PAYMENT-REQUIRED` header, and a small HTML page for browsers.
+//! * A request with `X-PAYMENT` (v1) or `PAYMENT-SIGNATURE` (v2) is matched against what was
+//!   offered, then verified and settled by the facilitator ([`FacilitatorClient`]: Tollgate's
+//!   gateway, or any x402 facilitator). Only a definite success runs the handler, which finds a
+//!   [`Payment`] in its request extensions; the answer carries `X-PAYMENT-RESPONSE` /
+//!   `PAYMENT-RESPONSE`.
+//! * A payment broadcast but not yet confirmed answers **503** with `Retry-After`: the buyer
+//!   retries with the same proof and is not asked to pay again. A facilitator that cannot be
+//!   reached answers **502** (or **504**), and the handler does not run.
+//! * Verdicts are cached by proof (moka, bounded, with TTLs): a retry of an accepted proof for
+//!   the same resource is served without the facilitator; for another resource it is refused;
+//!   a refused proof is refused again without asking. Concurrent requests with one new proof
+//!   make one facilitator call and share one handler run.
+//!
+//! The layer never returns an error of its own: every refusal is a response.
+//!
+//! ```no_run
+//! use axum::{Extension, Router, routing::get};
+//! use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
+//!
+//! async fn report(Extension(payment): Extension<Payment>) -> String {
+//!     format!("paid by {:?} in {}", payment.payer, payment.transaction.unwrap_or_default())
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let seller = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".parse()?;
+//! let paywall = PaymentLayer::builder()
+//!     .facilitator(FacilitatorClient::new("http://127.0.0.1:8402", "tg_live_..."))
+//!     .accept(Price::native_sol("0.01")?.pay_to(seller))
+//!     .description("Daily report")
+//!     .build()?;
+//! let app: Router = Router::new().route("/report", get(report)).route_layer(paywall);
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Map: [`layer`] (the layer and its builder), [`service`] (the per-request flow), [`future`],
+//! [`price`], [`facilitator`], [`body`].
 
+pub mod body;
+mod cache;
+mod challenge;
+pub mod facilitator;
+pub mod future;
+pub mod layer;
+pub mod price;
+pub mod service;
+
+pub use facilitator::{FacilitatorClient, Payment, Verdict};
+pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
+pub use price::{Price, PriceError};
+pub use service::PaymentService;
 pub use tollgate_protocol as protocol;

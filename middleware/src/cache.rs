@@ -1,0 +1,121 @@
+//! What the layer remembers about proofs: a moka cache of verdicts (key: SHA-256 of the decoded
+//! payload), and the proofs being settled right now, so concurrent requests with one new proof
+//! make one facilitator call and share one handler run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
+use tollgate_protocol::x402::PaymentPayload;
+
+use crate::challenge::Buffered;
+use crate::facilitator::Payment;
+
+/// A verdict remembered for a proof.
+#[derive(Debug, Clone)]
+pub(crate) enum Known {
+    /// Settled for `resource`: a retry for it is served without the facilitator.
+    Accepted { resource: String, payment: Payment },
+    /// Refused: answered again without the facilitator while remembered.
+    Refused { reason: String },
+    /// Paid, not yet confirmed: a retry asks the facilitator how it ended.
+    Pending { resource: String, payment_id: Option<String> },
+}
+
+struct Ttl {
+    accepted: Duration,
+    refused: Duration,
+}
+
+impl moka::Expiry<String, Arc<Known>> for Ttl {
+    fn expire_after_create(&self, _key: &String, value: &Arc<Known>, _created_at: Instant) -> Option<Duration> {
+        Some(match **value {
+            Known::Refused { .. } => self.refused,
+            Known::Accepted { .. } | Known::Pending { .. } => self.accepted,
+        })
+    }
+
+    fn expire_after_update(
+        &self,
+        key: &String,
+        value: &Arc<Known>,
+        updated_at: Instant,
+        _duration_until_expiry: Option<Duration>,
+    ) -> Option<Duration> {
+        self.expire_after_create(key, value, updated_at)
+    }
+}
+
+/// The outcome of one settlement, shared with the requests that waited for it.
+pub(crate) type Shared = Option<Arc<Buffered>>;
+
+/// Proof verdicts and in-flight settlements.
+pub(crate) struct ProofCache {
+    known: moka::future::Cache<String, Arc<Known>>,
+    in_flight: Mutex<HashMap<String, watch::Receiver<Shared>>>,
+}
+
+/// Either this request settles the proof (and must [`Leader::finish`]), or it waits for the one
+/// that does.
+pub(crate) enum Flight {
+    /// This request goes first.
+    Leader(Leader),
+    /// Another request is settling this proof: wait for its outcome.
+    Follower(watch::Receiver<Shared>),
+}
+
+/// The request settling a proof; dropping it without finishing releases its followers (they
+/// start over).
+pub(crate) struct Leader {
+    key: String,
+    sender: watch::Sender<Shared>,
+    cache: Arc<ProofCache>,
+}
+
+impl Leader {
+    /// Hands the outcome to the followers and stops being in flight.
+    pub(crate) fn finish(self, outcome: Shared) {
+        self.sender.send_replace(outcome);
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.cache.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.key);
+    }
+}
+
+impl ProofCache {
+    pub(crate) fn new(capacity: u64, accepted: Duration, refused: Duration) -> Self {
+        let known =
+            moka::future::Cache::builder().max_capacity(capacity).expire_after(Ttl { accepted, refused }).build();
+        Self { known, in_flight: Mutex::new(HashMap::new()) }
+    }
+
+    /// The cache key of a proof: SHA-256 of its canonical JSON.
+    pub(crate) fn key(payload: &PaymentPayload) -> String {
+        let bytes = serde_json::to_vec(payload).unwrap_or_default();
+        Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub(crate) async fn get(&self, key: &str) -> Option<Arc<Known>> {
+        self.known.get(key).await
+    }
+
+    pub(crate) async fn put(&self, key: &str, known: Known) {
+        self.known.insert(key.to_owned(), Arc::new(known)).await;
+    }
+
+    /// Joins the settlement of `key` in flight, or becomes its leader.
+    pub(crate) fn fly(self: &Arc<Self>, key: &str) -> Flight {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(receiver) = in_flight.get(key) {
+            return Flight::Follower(receiver.clone());
+        }
+        let (sender, receiver) = watch::channel(None);
+        in_flight.insert(key.to_owned(), receiver);
+        Flight::Leader(Leader { key: key.to_owned(), sender, cache: self.clone() })
+    }
+}

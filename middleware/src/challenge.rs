@@ -1,0 +1,136 @@
+//! The answers the layer writes itself: the 402 challenge (x402 v1 JSON body, v2
+//! `PAYMENT-REQUIRED` header, a small HTML page for browsers), refusals, and failures.
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use tollgate_protocol::x402::header::PAYMENT_REQUIRED;
+use tollgate_protocol::x402::{Asset, PaymentRequiredV2, PaymentRequirements, ResourceInfo};
+use tollgate_protocol::{ChainFamily, DecimalAmount};
+
+use crate::body::PaymentBody;
+
+/// A response the layer buffers or builds: status, headers, body.
+#[derive(Debug, Clone)]
+pub(crate) struct Buffered {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Buffered {
+    pub(crate) fn into_response(self) -> Response<PaymentBody> {
+        let mut response = Response::new(PaymentBody::full(self.body));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers;
+        response
+    }
+}
+
+fn json(status: StatusCode, value: &serde_json::Value) -> Buffered {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Buffered { status, headers, body: Bytes::from(value.to_string()) }
+}
+
+/// Whether the client prefers HTML (a browser) to JSON.
+fn wants_html(request_headers: &HeaderMap) -> bool {
+    let accept = request_headers.get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let html = accept.find("text/html");
+    let json = accept.find("application/json");
+    matches!((html, json), (Some(_), None)) || matches!((html, json), (Some(h), Some(j)) if h < j)
+}
+
+/// How much, in whole units, for people.
+fn human(requirement: &PaymentRequirements, decimals: u8) -> String {
+    let amount = DecimalAmount::from_atomic(requirement.amount, decimals);
+    let unit = match (requirement.asset, requirement.network.family()) {
+        (Asset::Native, ChainFamily::Solana) => "SOL".to_owned(),
+        (Asset::Native, ChainFamily::Evm) => "ETH".to_owned(),
+        (Asset::Token(token), _) => format!("of token {token}"),
+    };
+    format!("{amount} {unit} on {} to {}", requirement.network, requirement.pay_to)
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The 402 challenge: the v1 JSON body (or HTML for browsers) and the v2 header, both listing
+/// every way to pay. `decimals` gives each requirement's asset decimals, for the HTML page.
+pub(crate) fn payment_required(
+    error: &str,
+    resource: &ResourceInfo,
+    accepts: &[(PaymentRequirements, u8)],
+    request_headers: &HeaderMap,
+) -> Buffered {
+    let message = PaymentRequiredV2::new(error, resource.clone(), accepts.iter().map(|(r, _)| r.clone()).collect());
+    let v2 = tollgate_protocol::x402::header::encode(&message).unwrap_or_default();
+    let mut out = if wants_html(request_headers) {
+        let items: String = accepts
+            .iter()
+            .map(|(r, d)| format!("<li><code>{}</code>: {}</li>", escape(&r.scheme), escape(&human(r, *d))))
+            .collect();
+        let page = format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>Payment required</title></head>\
+             <body style=\"font-family:sans-serif;max-width:40em;margin:3em auto\"><h1>402 Payment required</h1>\
+             <p>{}</p><p>{}</p><p>Pay one of:</p><ul>{items}</ul>\
+             <p>An x402 client (for example <code>tollgate-pay</code>) pays and retries this request with an \
+             <code>X-PAYMENT</code> or <code>PAYMENT-SIGNATURE</code> header.</p></body></html>",
+            escape(&resource.description),
+            escape(error),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+        Buffered { status: StatusCode::PAYMENT_REQUIRED, headers, body: Bytes::from(page) }
+    } else {
+        json(StatusCode::PAYMENT_REQUIRED, &serde_json::to_value(message.to_v1()).unwrap_or_default())
+    };
+    if let Ok(value) = HeaderValue::from_str(&v2) {
+        out.headers.insert(PAYMENT_REQUIRED, value);
+    }
+    out
+}
+
+/// A malformed payment header: 400 with the reason, in the x402 body shape.
+pub(crate) fn bad_request(reason: &str) -> Buffered {
+    json(StatusCode::BAD_REQUEST, &serde_json::json!({"x402Version": 1, "error": reason, "accepts": []}))
+}
+
+/// Paid but not yet confirmed: 503 with `Retry-After` and the transaction, so the buyer retries
+/// with the same proof instead of paying again.
+pub(crate) fn pending(payment_id: Option<&str>, transaction: Option<&str>, retry_after_secs: u64) -> Buffered {
+    let mut out = json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &serde_json::json!({
+            "error": "payment pending: retry with the same payment header",
+            "paymentId": payment_id,
+            "transaction": transaction,
+        }),
+    );
+    out.headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    out
+}
+
+/// The facilitator could not be asked: 502, or 504 when it did not answer in time.
+pub(crate) fn unavailable(timed_out: bool) -> Buffered {
+    let status = if timed_out { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
+    json(
+        status,
+        &serde_json::json!({"error": "the payment facilitator is unavailable; nothing was charged by this request"}),
+    )
+}
+
+/// The base64 settlement header value (`X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`).
+pub(crate) fn settlement_header(payment: &crate::Payment, v1: bool) -> Option<HeaderValue> {
+    let network = if v1 { payment.network.v1_name_or_caip2() } else { payment.network.to_string() };
+    let value = serde_json::json!({
+        "success": true,
+        "transaction": payment.transaction.clone().unwrap_or_default(),
+        "network": network,
+        "payer": payment.payer,
+    });
+    let encoded = base64::engine::general_purpose::STANDARD.encode(value.to_string());
+    HeaderValue::from_str(&encoded).ok()
+}

@@ -1,0 +1,288 @@
+//! [`PaymentLayer`] and its builder.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Layer;
+
+use crate::cache::ProofCache;
+use crate::facilitator::FacilitatorClient;
+use crate::price::Price;
+use crate::service::PaymentService;
+
+/// Prices chosen per request: `None` lets the request through unpaid.
+pub type PriceFn =
+    Arc<dyn Fn(&http::request::Parts) -> Pin<Box<dyn Future<Output = Option<Vec<Price>>> + Send>> + Send + Sync>;
+
+/// When the facilitator settles relative to the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SettlementOrder {
+    /// Settle, then run the handler (one gateway call). The default.
+    #[default]
+    SettleBefore,
+    /// Verify, run the handler, and settle only if it answered below 400 (the x402 reference
+    /// order); the response is held until settlement succeeds.
+    VerifyThenSettle,
+}
+
+/// How the resource URL in requirements is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ResourceUrl {
+    /// This URL.
+    Fixed(String),
+    /// From the request: `base` (or `http://<Host>`) plus its path.
+    FromRequest { base: Option<String> },
+}
+
+/// Why a layer cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// No facilitator was given.
+    #[error("a facilitator is required (PaymentLayerBuilder::facilitator)")]
+    NoFacilitator,
+    /// Neither prices nor a pricing function was given.
+    #[error("at least one price (accept) or a pricing function is required")]
+    NoPrice,
+    /// A price has no recipient.
+    #[error("price {0} has no pay_to address")]
+    NoRecipient(usize),
+    /// A price's recipient is of another chain family than its asset.
+    #[error("price {0} pays a {1} address for an asset of another chain")]
+    WrongRecipient(usize, tollgate_protocol::ChainFamily),
+    /// A price names a network of another family than its asset.
+    #[error("price {0} names a network of another chain family")]
+    WrongNetwork(usize),
+    /// A bound is zero.
+    #[error("{0} must be more than zero")]
+    Zero(&'static str),
+    /// Settling after the handler needs x402 `/verify` + `/settle` semantics with a gateway too.
+    #[error("the resource URL must be an absolute http(s) URL: {0}")]
+    ResourceUrl(String),
+}
+
+/// The layer's settings, shared by every clone.
+pub(crate) struct Config {
+    pub facilitator: FacilitatorClient,
+    pub prices: Vec<Price>,
+    pub pricing: Option<PriceFn>,
+    pub description: String,
+    pub mime_type: String,
+    pub resource: ResourceUrl,
+    pub order: SettlementOrder,
+    pub max_timeout_seconds: u64,
+    pub max_buffered_body: usize,
+    pub retry_after_secs: u64,
+    pub cache: Arc<ProofCache>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("facilitator", &self.facilitator)
+            .field("prices", &self.prices)
+            .field("dynamic_pricing", &self.pricing.is_some())
+            .field("order", &self.order)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PaymentLayer {
+    pub(crate) config: Arc<Config>,
+}
+
+impl PaymentLayer {
+    /// Starts a builder.
+    pub fn builder() -> PaymentLayerBuilder {
+        PaymentLayerBuilder::default()
+    }
+}
+
+impl<S> Layer<S> for PaymentLayer {
+    type Service = PaymentService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PaymentService::new(inner, self.config.clone())
+    }
+}
+
+/// Builds a [`PaymentLayer`]; invalid settings fail at [`PaymentLayerBuilder::build`].
+#[must_use]
+pub struct PaymentLayerBuilder {
+    facilitator: Option<FacilitatorClient>,
+    prices: Vec<Price>,
+    pricing: Option<PriceFn>,
+    description: String,
+    mime_type: String,
+    resource: ResourceUrl,
+    order: SettlementOrder,
+    max_timeout_seconds: u64,
+    max_buffered_body: usize,
+    retry_after_secs: u64,
+    cache_capacity: u64,
+    accepted_ttl: Duration,
+    refused_ttl: Duration,
+}
+
+impl Default for PaymentLayerBuilder {
+    fn default() -> Self {
+        Self {
+            facilitator: None,
+            prices: Vec::new(),
+            pricing: None,
+            description: String::new(),
+            mime_type: "application/json".into(),
+            resource: ResourceUrl::FromRequest { base: None },
+            order: SettlementOrder::SettleBefore,
+            max_timeout_seconds: 60,
+            max_buffered_body: 16 * 1024 * 1024,
+            retry_after_secs: 2,
+            cache_capacity: 100_000,
+            accepted_ttl: Duration::from_secs(600),
+            refused_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+impl std::fmt::Debug for PaymentLayerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentLayerBuilder").field("prices", &self.prices).finish_non_exhaustive()
+    }
+}
+
+impl PaymentLayerBuilder {
+    /// The facilitator that verifies and settles (required).
+    pub fn facilitator(mut self, facilitator: FacilitatorClient) -> Self {
+        self.facilitator = Some(facilitator);
+        self
+    }
+
+    /// One accepted way to pay; call again for more.
+    pub fn accept(mut self, price: Price) -> Self {
+        self.prices.push(price);
+        self
+    }
+
+    /// Prices per request, computed by an async function of the request head; `None` serves the
+    /// request without payment. Replaces the prices given with [`Self::accept`].
+    pub fn pricing<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<Vec<Price>>> + Send + 'static,
+    {
+        self.pricing = Some(Arc::new(move |parts| Box::pin(f(parts))));
+        self
+    }
+
+    /// What the buyer gets (shown in the 402).
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// MIME type of the paid response (default `application/json`).
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.mime_type = mime_type.into();
+        self
+    }
+
+    /// The resource URL in requirements; by default `http://<Host><path>` of each request.
+    pub fn resource(mut self, url: impl Into<String>) -> Self {
+        self.resource = ResourceUrl::Fixed(url.into());
+        self
+    }
+
+    /// The base URL (scheme and authority, e.g. behind a proxy) that request paths are appended
+    /// to for the resource URL.
+    pub fn resource_base(mut self, base: impl Into<String>) -> Self {
+        self.resource = ResourceUrl::FromRequest { base: Some(base.into().trim_end_matches('/').to_owned()) };
+        self
+    }
+
+    /// When to settle (default [`SettlementOrder::SettleBefore`]).
+    pub fn settlement_order(mut self, order: SettlementOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// How long a proof may take to settle (`maxTimeoutSeconds`, default 60).
+    pub fn max_timeout_seconds(mut self, seconds: u64) -> Self {
+        self.max_timeout_seconds = seconds;
+        self
+    }
+
+    /// Seconds a buyer is told to wait before retrying a pending payment (default 2).
+    pub fn retry_after_secs(mut self, seconds: u64) -> Self {
+        self.retry_after_secs = seconds;
+        self
+    }
+
+    /// Largest paid response held in memory (default 16 MiB); paid responses are buffered so
+    /// concurrent requests with one proof share one handler run.
+    pub fn max_buffered_body(mut self, bytes: usize) -> Self {
+        self.max_buffered_body = bytes;
+        self
+    }
+
+    /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
+    /// min), refused ones `refused_ttl` (default 10 s).
+    pub fn cache(mut self, capacity: u64, accepted_ttl: Duration, refused_ttl: Duration) -> Self {
+        self.cache_capacity = capacity;
+        self.accepted_ttl = accepted_ttl;
+        self.refused_ttl = refused_ttl;
+        self
+    }
+
+    /// Checks the settings and builds the layer.
+    ///
+    /// # Errors
+    /// [`BuildError`] for missing or inconsistent settings.
+    pub fn build(self) -> Result<PaymentLayer, BuildError> {
+        let facilitator = self.facilitator.ok_or(BuildError::NoFacilitator)?;
+        if self.prices.is_empty() && self.pricing.is_none() {
+            return Err(BuildError::NoPrice);
+        }
+        for (i, price) in self.prices.iter().enumerate() {
+            let pay_to = price.pay_to.ok_or(BuildError::NoRecipient(i))?;
+            if pay_to.family() != price.family {
+                return Err(BuildError::WrongRecipient(i, pay_to.family()));
+            }
+            if price.network.as_ref().is_some_and(|n| n.family() != price.family) {
+                return Err(BuildError::WrongNetwork(i));
+            }
+        }
+        if let ResourceUrl::Fixed(url) | ResourceUrl::FromRequest { base: Some(url) } = &self.resource
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(BuildError::ResourceUrl(url.clone()));
+        }
+        for (value, name) in [
+            (self.max_timeout_seconds, "max_timeout_seconds"),
+            (self.cache_capacity, "cache capacity"),
+            (u64::try_from(self.max_buffered_body).unwrap_or(u64::MAX), "max_buffered_body"),
+        ] {
+            if value == 0 {
+                return Err(BuildError::Zero(name));
+            }
+        }
+        let cache = Arc::new(ProofCache::new(self.cache_capacity, self.accepted_ttl, self.refused_ttl));
+        Ok(PaymentLayer {
+            config: Arc::new(Config {
+                facilitator,
+                prices: self.prices,
+                pricing: self.pricing,
+                description: self.description,
+                mime_type: self.mime_type,
+                resource: self.resource,
+                order: self.order,
+                max_timeout_seconds: self.max_timeout_seconds,
+                max_buffered_body: self.max_buffered_body,
+                retry_after_secs: self.retry_after_secs,
+                cache,
+            }),
+        })
+    }
+}

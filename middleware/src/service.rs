@@ -1,0 +1,364 @@
+//! [`PaymentService`]: what the layer does to one request.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::BodyExt as _;
+use tollgate_protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
+use tollgate_protocol::x402::{PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_EXACT};
+use tollgate_protocol::{ChainFamily, Network};
+use tower::Service;
+
+use crate::body::{BoxError, PaymentBody};
+use crate::cache::{Flight, Known, ProofCache};
+use crate::challenge::{self, Buffered};
+use crate::facilitator::{Payment, Verdict};
+use crate::future::ResponseFuture;
+use crate::layer::{Config, ResourceUrl, SettlementOrder};
+use crate::price::Price;
+
+/// The service [`crate::PaymentLayer`] wraps around a route.
+#[derive(Debug)]
+pub struct PaymentService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S: Clone> Clone for PaymentService<S> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone(), config: self.config.clone() }
+    }
+}
+
+impl<S> PaymentService<S> {
+    pub(crate) const fn new(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The wrapped service.
+    pub const fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub const fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for PaymentService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<PaymentBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The service polled ready is the one that must be called: keep it, leave a clone.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(Box::pin(handle(self.config.clone(), inner, request)))
+    }
+}
+
+/// A requirement offered for this request, with the decimals of its asset.
+type Offer = (PaymentRequirements, u8);
+
+/// The whole flow for one request.
+async fn handle<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    request: Request<ReqBody>,
+) -> Result<Response<PaymentBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let (parts, body) = request.into_parts();
+    let prices = match &config.pricing {
+        Some(pricing) => pricing(&parts).await,
+        None => Some(config.prices.clone()),
+    };
+    let Some(prices) = prices.filter(|p| !p.is_empty()) else {
+        // Free for this request.
+        let response = inner.call(Request::from_parts(parts, body)).await?;
+        return Ok(response.map(PaymentBody::stream));
+    };
+    let resource = resource_info(&config, &parts);
+    let offers = match offers(&config, &prices).await {
+        Ok(o) => o,
+        Err(buffered) => return Ok(buffered.into_response()),
+    };
+    let challenge =
+        |error: &str| challenge::payment_required(error, &resource, &offers, &parts.headers).into_response();
+
+    // Which header, in which version.
+    let (header, v1) = match (parts.headers.get(PAYMENT_SIGNATURE), parts.headers.get(X_PAYMENT)) {
+        (Some(v), _) => (v, false),
+        (None, Some(v)) => (v, true),
+        (None, None) => return Ok(challenge("payment required: send an X-PAYMENT or PAYMENT-SIGNATURE header")),
+    };
+    let Ok(header) = header.to_str().map(str::to_owned) else {
+        return Ok(challenge::bad_request("the payment header is not ASCII").into_response());
+    };
+    let payload = match PaymentPayload::from_header(&header) {
+        Ok(p) => p,
+        Err(e) => return Ok(challenge::bad_request(&format!("malformed payment header: {e}")).into_response()),
+    };
+    let Some((requirement, decimals)) = matching(&offers, &payload) else {
+        return Ok(challenge("the payment does not match any accepted way to pay this resource"));
+    };
+    let key = ProofCache::key(&payload);
+    let paid = Paid {
+        config: &config,
+        requirement: &requirement,
+        decimals,
+        header: &header,
+        payload: &payload,
+        resource: &resource,
+    };
+
+    loop {
+        // Known already?
+        match config.cache.get(&key).await.as_deref() {
+            Some(Known::Accepted { resource: r, payment }) if *r == resource.url => {
+                let payment = payment.clone();
+                return serve(&config, inner, Request::from_parts(parts, body), payment, v1).await;
+            }
+            Some(Known::Accepted { .. }) => return Ok(challenge("this payment was made for another resource")),
+            Some(Known::Pending { resource: r, .. }) if *r != resource.url => {
+                return Ok(challenge("this payment was made for another resource"));
+            }
+            Some(Known::Refused { reason }) => return Ok(challenge(reason)),
+            Some(Known::Pending { .. }) | None => {}
+        }
+        match config.cache.fly(&key) {
+            Flight::Follower(mut receiver) => {
+                // Another request is settling this proof: share its outcome.
+                if receiver.changed().await.is_ok() {
+                    let shared = receiver.borrow().clone();
+                    return Ok(match shared {
+                        Some(buffered) => (*buffered).clone().into_response(),
+                        None => challenge::unavailable(false).into_response(),
+                    });
+                }
+                // Its request went away before finishing: start over.
+            }
+            Flight::Leader(leader) => {
+                let verdict = paid.settle(&key).await;
+                let outcome = match verdict {
+                    Verdict::Paid(payment) => {
+                        config
+                            .cache
+                            .put(&key, Known::Accepted { resource: resource.url.clone(), payment: payment.clone() })
+                            .await;
+                        let response = serve(&config, inner, Request::from_parts(parts, body), payment, v1).await?;
+                        let (head, body) = response.into_parts();
+                        let bytes = match body.collect().await {
+                            Ok(c) => c.to_bytes(),
+                            Err(_) => {
+                                leader.finish(None);
+                                return Ok(challenge::unavailable(false).into_response());
+                            }
+                        };
+                        Buffered { status: head.status, headers: head.headers, body: bytes }
+                    }
+                    Verdict::Pending { payment_id, transaction } => {
+                        let known = Known::Pending { resource: resource.url.clone(), payment_id: payment_id.clone() };
+                        config.cache.put(&key, known).await;
+                        challenge::pending(payment_id.as_deref(), transaction.as_deref(), config.retry_after_secs)
+                    }
+                    Verdict::Refused { reason } => {
+                        config.cache.put(&key, Known::Refused { reason: reason.clone() }).await;
+                        challenge::payment_required(&reason, &resource, &offers, &parts.headers)
+                    }
+                    Verdict::Unavailable { timed_out, reason } => {
+                        tracing::warn!(%reason, "payment facilitator unavailable");
+                        challenge::unavailable(timed_out)
+                    }
+                };
+                leader.finish(Some(Arc::new(outcome.clone())));
+                return Ok(outcome.into_response());
+            }
+        }
+    }
+}
+
+/// What to settle, and how.
+struct Paid<'a> {
+    config: &'a Config,
+    requirement: &'a PaymentRequirements,
+    decimals: u8,
+    header: &'a str,
+    payload: &'a PaymentPayload,
+    resource: &'a ResourceInfo,
+}
+
+impl Paid<'_> {
+    /// Asks the facilitator (settle-before order), or follows a pending payment.
+    async fn settle(&self, key: &str) -> Verdict {
+        let facilitator = &self.config.facilitator;
+        if let Some(known) = self.config.cache.get(key).await
+            && let Known::Pending { payment_id: Some(id), .. } = &*known
+            && facilitator.is_gateway()
+        {
+            return facilitator.status(id, self.requirement).await;
+        }
+        match (facilitator.is_gateway(), self.config.order) {
+            (true, SettlementOrder::SettleBefore) => {
+                facilitator.receive(self.requirement, self.decimals, self.header, &self.resource.url).await
+            }
+            _ => match facilitator.verify(self.payload, self.requirement, self.resource).await {
+                Verdict::Paid(_) => facilitator.settle(self.payload, self.requirement, self.resource).await,
+                other => other,
+            },
+        }
+    }
+}
+
+/// Runs the handler for a paid request: `Payment` in its extensions, the settlement header on
+/// its answer.
+async fn serve<S, ReqBody, ResBody>(
+    config: &Config,
+    mut inner: S,
+    mut request: Request<ReqBody>,
+    payment: Payment,
+    v1: bool,
+) -> Result<Response<PaymentBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let header = challenge::settlement_header(&payment, v1);
+    request.extensions_mut().insert(payment);
+    let mut response = inner.call(request).await?;
+    if let Some(value) = header {
+        let name = if v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE };
+        response.headers_mut().insert(name, value);
+    }
+    let limit = config.max_buffered_body;
+    Ok(response.map(|b| PaymentBody::stream(http_body_util::Limited::new(b, limit))))
+}
+
+/// The resource of this request.
+fn resource_info(config: &Config, parts: &http::request::Parts) -> ResourceInfo {
+    let url = match &config.resource {
+        ResourceUrl::Fixed(url) => url.clone(),
+        ResourceUrl::FromRequest { base } => {
+            let base = base.clone().unwrap_or_else(|| {
+                let host = parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+                format!("http://{host}")
+            });
+            format!("{base}{}", parts.uri.path())
+        }
+    };
+    ResourceInfo { url, description: config.description.clone(), mime_type: config.mime_type.clone() }
+}
+
+/// The requirements for `prices`: each price's network (or the facilitator's for its chain),
+/// and for Solana `exact` the facilitator's fee payer.
+async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offer>, Buffered> {
+    let needs_supported =
+        prices.iter().any(|p| p.network.is_none() || (p.scheme == SCHEME_EXACT && p.family == ChainFamily::Solana));
+    let supported = if needs_supported {
+        match config.facilitator.supported().await {
+            Ok(s) => Some(s),
+            Err(Verdict::Unavailable { timed_out, reason }) => {
+                tracing::warn!(%reason, "payment facilitator unavailable");
+                return Err(challenge::unavailable(timed_out));
+            }
+            Err(_) => return Err(challenge::unavailable(false)),
+        }
+    } else {
+        None
+    };
+    let kinds = supported.as_ref().map(|s| s.kinds.as_slice()).unwrap_or_default();
+    let mut out = Vec::with_capacity(prices.len());
+    for price in prices {
+        let network = price.network.clone().or_else(|| {
+            kinds
+                .iter()
+                .filter(|k| k.x402_version == 2 && k.scheme == price.scheme)
+                .filter_map(|k| k.network.parse::<Network>().ok())
+                .find(|n| n.family() == price.family)
+        });
+        let Some(network) = network else {
+            tracing::warn!(scheme = price.scheme, family = %price.family, "the facilitator settles no such payment; price left out");
+            continue;
+        };
+        let mut extra = price.extra.clone();
+        if price.scheme == SCHEME_EXACT && price.family == ChainFamily::Solana {
+            let fee_payer = kinds
+                .iter()
+                .find(|k| k.x402_version == 2 && k.scheme == SCHEME_EXACT && k.network == network.to_string())
+                .and_then(|k| k.extra.as_ref())
+                .and_then(|e| e.get("feePayer"))
+                .cloned();
+            let Some(fee_payer) = fee_payer else {
+                tracing::warn!(%network, "the facilitator has no Solana fee payer; exact price left out");
+                continue;
+            };
+            let mut map = extra.and_then(|e| e.as_object().cloned()).unwrap_or_default();
+            map.insert("feePayer".into(), fee_payer);
+            extra = Some(serde_json::Value::Object(map));
+        }
+        let Some(pay_to) = price.pay_to else { continue };
+        out.push((
+            PaymentRequirements {
+                scheme: price.scheme.to_owned(),
+                network,
+                amount: price.amount,
+                asset: price.asset,
+                pay_to,
+                max_timeout_seconds: config.max_timeout_seconds,
+                extra,
+            },
+            price.decimals,
+        ));
+    }
+    if out.is_empty() {
+        return Err(challenge::unavailable(false));
+    }
+    Ok(out)
+}
+
+/// The offered requirement a payload pays: v2 must name one exactly (its `accepted`); v1 names
+/// scheme and network.
+fn matching(offers: &[Offer], payload: &PaymentPayload) -> Option<Offer> {
+    offers
+        .iter()
+        .find(|(r, _)| match payload {
+            PaymentPayload::V2(p) => {
+                let a = &p.accepted;
+                a.scheme == r.scheme
+                    && a.network == r.network
+                    && a.amount == r.amount
+                    && a.asset == r.asset
+                    && a.pay_to == r.pay_to
+            }
+            PaymentPayload::V1(p) => p.scheme == r.scheme && p.network == r.network,
+        })
+        .cloned()
+}

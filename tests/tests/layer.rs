@@ -1,0 +1,268 @@
+//! The seller layer against a real facilitator in process (embedded Solana ledger, SQLite):
+//! buyer → seller app behind `PaymentLayer` → facilitator over HTTP → ledger.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use base64::Engine as _;
+use serde_json::{Value, json};
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer as _;
+use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
+use tollgate_facilitator::admin::{self, NewKey};
+use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::auth::plans::Plan;
+use tollgate_facilitator::chains::solana::build::Transfer;
+use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::{AppState, router};
+
+/// A facilitator served on 127.0.0.1, counting `/payment/receive` calls.
+struct Facilitator {
+    url: String,
+    key: String,
+    state: AppState,
+    receives: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+impl Facilitator {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            database_url: DatabaseUrl::parse(dir.path().join("f.db").to_str().unwrap()).unwrap(),
+            ..Config::default()
+        };
+        let state = AppState::from_config(config).await.unwrap();
+        let created = admin::create_key(
+            &*state.store,
+            NewKey { plan: Plan::Enterprise, rpm: Some(100_000), label: None, account: None, env: KeyEnv::Test },
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+        let receives = Arc::new(AtomicUsize::new(0));
+        let counter = receives.clone();
+        let app = router(state.clone()).layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                if req.uri().path() == "/payment/receive" {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                next.run(req)
+            },
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, key: created.secret.expose().to_owned(), state, receives, _dir: dir }
+    }
+
+    fn network(&self) -> String {
+        self.state.chains.embedded_solana().unwrap().rpc.network().to_string()
+    }
+
+    async fn airdrop(&self, to: &Pubkey, sol: u64) {
+        let answer = reqwest::Client::new()
+            .post(format!("{}/dev/airdrop", self.url))
+            .bearer_auth(&self.key)
+            .json(&json!({"address": to.to_string(), "amount": sol}))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success());
+    }
+
+    /// A fresh `exact-native` proof: `buyer` pays `lamports` to `seller`.
+    async fn proof(&self, buyer: &Keypair, seller: &Pubkey, lamports: u64) -> String {
+        let rpc = &self.state.chains.embedded_solana().unwrap().rpc;
+        let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+        let message = Transfer { from: buyer.pubkey(), to: *seller, lamports, priority_fee: None }.message(&blockhash);
+        let tx = solana_sdk::transaction::Transaction::new(&[buyer], message, blockhash);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+        tollgate_protocol::x402::header::encode(&json!({
+            "x402Version": 1, "scheme": "exact-native", "network": self.network(),
+            "payload": {"transaction": encoded}
+        }))
+        .unwrap()
+    }
+}
+
+/// The seller: two paid routes behind one layer, counting handler runs.
+async fn seller(facilitator: &Facilitator, pay_to: Pubkey, runs: Arc<AtomicUsize>) -> String {
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&facilitator.url, &facilitator.key))
+        .accept(Price::native_sol("0.01").unwrap().pay_to(pay_to.to_string().parse().unwrap()))
+        .description("A daily report")
+        .build()
+        .unwrap();
+    let handler = move |Extension(payment): Extension<Payment>| {
+        let runs = runs.clone();
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            axum::Json(json!({"report": "42", "payer": payment.payer, "transaction": payment.transaction}))
+        }
+    };
+    let app = Router::new().route("/report", get(handler.clone())).route("/other", get(handler)).route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+async fn get_with(url: &str, header: Option<(&str, &str)>) -> (u16, http::HeaderMap, Value) {
+    let mut request = reqwest::Client::new().get(url);
+    if let Some((name, value)) = header {
+        request = request.header(name, value);
+    }
+    let answer = request.send().await.unwrap();
+    let (status, headers) = (answer.status().as_u16(), answer.headers().clone());
+    (status, headers, answer.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paid_route_answers_402_then_serves_once_paid_and_caches_the_proof() {
+    let f = Facilitator::start().await;
+    let pay_to = Pubkey::new_unique();
+    f.airdrop(&pay_to, 1).await; // an existing account can receive any amount
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = seller(&f, pay_to, runs.clone()).await;
+    let report = format!("{shop}/report");
+
+    // 402: the v1 body and the v2 header, as the x402 spec names their fields.
+    let (status, headers, body) = get_with(&report, None).await;
+    assert_eq!(status, 402);
+    assert_eq!(body["x402Version"], 1);
+    assert!(body["error"].as_str().unwrap().contains("payment required"));
+    let offer = &body["accepts"][0];
+    assert_eq!(offer["scheme"], "exact-native");
+    assert_eq!(offer["network"], f.network());
+    assert_eq!(offer["maxAmountRequired"], "10000000");
+    assert_eq!(offer["asset"], "native");
+    assert_eq!(offer["payTo"], pay_to.to_string());
+    assert_eq!(offer["resource"], report);
+    assert_eq!(
+        (offer["description"].as_str(), offer["mimeType"].as_str()),
+        (Some("A daily report"), Some("application/json"))
+    );
+    assert_eq!(offer["maxTimeoutSeconds"], 60);
+    let v2: Value =
+        tollgate_protocol::x402::header::decode(headers.get("payment-required").unwrap().to_str().unwrap()).unwrap();
+    assert_eq!(v2["x402Version"], 2);
+    assert_eq!(v2["resource"]["url"], report);
+    assert_eq!(
+        (v2["accepts"][0]["amount"].as_str(), v2["accepts"][0]["network"].as_str()),
+        (Some("10000000"), Some(f.network().as_str()))
+    );
+    // A browser gets a page.
+    let page = reqwest::Client::new().get(&report).header("accept", "text/html").send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 402);
+    assert!(page.text().await.unwrap().contains("0.01 SOL"));
+
+    // Pay: served, with the settlement header, and the handler sees the payment.
+    let buyer = Keypair::new();
+    f.airdrop(&buyer.pubkey(), 1).await;
+    let proof = f.proof(&buyer, &pay_to, 10_000_000).await;
+    let (status, headers, body) = get_with(&report, Some(("X-PAYMENT", &proof))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["payer"], buyer.pubkey().to_string());
+    let settled: Value =
+        tollgate_protocol::x402::header::decode(headers.get("x-payment-response").unwrap().to_str().unwrap()).unwrap();
+    assert_eq!(
+        (settled["success"].as_bool(), settled["transaction"].clone()),
+        (Some(true), body["transaction"].clone())
+    );
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 1));
+
+    // The same proof for the same resource: served from the cache, no facilitator call.
+    let (status, _, _) = get_with(&report, Some(("X-PAYMENT", &proof))).await;
+    assert_eq!(status, 200);
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 2));
+    // For another resource: refused.
+    let (status, _, body) = get_with(&format!("{shop}/other"), Some(("X-PAYMENT", &proof))).await;
+    assert_eq!(status, 402);
+    assert!(body["error"].as_str().unwrap().contains("another resource"), "{body}");
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 2));
+
+    // 16 concurrent requests with one new proof: one facilitator call, one handler run.
+    let proof = f.proof(&buyer, &pay_to, 10_000_000).await;
+    let racers: Vec<_> = (0..16)
+        .map(|_| {
+            let (url, proof) = (report.clone(), proof.clone());
+            tokio::spawn(async move { get_with(&url, Some(("X-PAYMENT", &proof))).await })
+        })
+        .collect();
+    let mut bodies = Vec::new();
+    for r in racers {
+        let (status, _, body) = r.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        bodies.push(body);
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "one answer shared");
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (2, 3));
+
+    // Bad headers: 400 or 402, never the facilitator, never the handler.
+    let wrong_network = tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact-native", "network": "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
+        "payload": {"transaction": "AQID"}
+    }))
+    .unwrap();
+    let oversize = "A".repeat(17 * 1024);
+    let not_json = base64::engine::general_purpose::STANDARD.encode("hello");
+    for (header, value, expected) in [
+        ("X-PAYMENT", "%%%not base64%%%", 400),
+        ("X-PAYMENT", not_json.as_str(), 400),
+        ("PAYMENT-SIGNATURE", oversize.as_str(), 400),
+        ("X-PAYMENT", wrong_network.as_str(), 402),
+    ] {
+        let (status, _, body) = get_with(&report, Some((header, value))).await;
+        assert_eq!(status, expected, "{header}: {body}");
+    }
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (2, 3));
+
+    // A proof that underpays: refused by the facilitator once, then from the cache.
+    let cheap = f.proof(&buyer, &pay_to, 1_000_000).await;
+    for _ in 0..3 {
+        let (status, _, body) = get_with(&report, Some(("X-PAYMENT", &cheap))).await;
+        assert_eq!(status, 402, "{body}");
+    }
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (3, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_facilitator_gives_502_and_the_handler_does_not_run() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let network: tollgate_protocol::Network = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1".parse().unwrap();
+    let pay_to = Pubkey::new_unique();
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&gone, "tg_test_x"))
+        .accept(Price::native_sol("0.01").unwrap().pay_to(pay_to.to_string().parse().unwrap()).on(network.clone()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = Router::new()
+        .route(
+            "/report",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "paid content" }
+            }),
+        )
+        .route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shop = format!("http://{}/report", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let proof = tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact-native", "network": network.to_string(), "payload": {"transaction": "AQID"}
+    }))
+    .unwrap();
+    let (status, _, _) = get_with(&shop, Some(("X-PAYMENT", &proof))).await;
+    assert_eq!(status, 502);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
