@@ -165,42 +165,90 @@ where
                 // Its request went away before finishing: start over.
             }
             Flight::Leader(leader) => {
-                let verdict = paid.settle(&key).await;
-                let outcome = match verdict {
-                    Verdict::Paid(payment) => {
-                        config
-                            .cache
-                            .put(&key, Known::Accepted { resource: resource.url.clone(), payment: payment.clone() })
-                            .await;
-                        let response = serve(&config, inner, Request::from_parts(parts, body), payment, v1).await?;
-                        let (head, body) = response.into_parts();
-                        let bytes = match body.collect().await {
-                            Ok(c) => c.to_bytes(),
-                            Err(_) => {
-                                leader.finish(None);
-                                return Ok(challenge::unavailable(false).into_response());
+                let request = Request::from_parts(parts, body);
+                let outcome = match config.order {
+                    SettlementOrder::SettleBefore => match paid.settle_before(&key).await {
+                        Verdict::Paid(payment) => {
+                            config
+                                .cache
+                                .put(&key, Known::Accepted { resource: resource.url.clone(), payment: payment.clone() })
+                                .await;
+                            match run_buffered(&config, inner, request, payment.clone()).await? {
+                                Some(mut buffered) => {
+                                    add_settlement_header(&mut buffered, &payment, v1);
+                                    buffered
+                                }
+                                None => challenge::unavailable(false),
                             }
-                        };
-                        Buffered { status: head.status, headers: head.headers, body: bytes }
-                    }
-                    Verdict::Pending { payment_id, transaction } => {
-                        let known = Known::Pending { resource: resource.url.clone(), payment_id: payment_id.clone() };
-                        config.cache.put(&key, known).await;
-                        challenge::pending(payment_id.as_deref(), transaction.as_deref(), config.retry_after_secs)
-                    }
-                    Verdict::Refused { reason } => {
-                        config.cache.put(&key, Known::Refused { reason: reason.clone() }).await;
-                        challenge::payment_required(&reason, &resource, &offers, &parts.headers)
-                    }
-                    Verdict::Unavailable { timed_out, reason } => {
-                        tracing::warn!(%reason, "payment facilitator unavailable");
-                        challenge::unavailable(timed_out)
+                        }
+                        other => paid.not_paid(&key, other, &offers, request.headers()).await,
+                    },
+                    SettlementOrder::VerifyThenSettle => {
+                        let headers = request.headers().clone();
+                        match paid.verify().await {
+                            Verdict::Paid(verified) => match run_buffered(&config, inner, request, verified).await? {
+                                // The handler failed: nothing is settled, the buyer keeps the money.
+                                Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
+                                Some(mut buffered) => match paid.settle().await {
+                                    Verdict::Paid(payment) => {
+                                        config
+                                            .cache
+                                            .put(
+                                                &key,
+                                                Known::Accepted {
+                                                    resource: resource.url.clone(),
+                                                    payment: payment.clone(),
+                                                },
+                                            )
+                                            .await;
+                                        add_settlement_header(&mut buffered, &payment, v1);
+                                        buffered
+                                    }
+                                    other => paid.not_paid(&key, other, &offers, &headers).await,
+                                },
+                                None => challenge::unavailable(false),
+                            },
+                            other => paid.not_paid(&key, other, &offers, &headers).await,
+                        }
                     }
                 };
                 leader.finish(Some(Arc::new(outcome.clone())));
                 return Ok(outcome.into_response());
             }
         }
+    }
+}
+
+/// Runs the handler with `payment` in the request's extensions and holds its answer in memory
+/// (so requests waiting on the same proof can share it); `None` when the body fails or is over
+/// the configured size.
+async fn run_buffered<S, ReqBody, ResBody>(
+    config: &Config,
+    mut inner: S,
+    mut request: Request<ReqBody>,
+    payment: Payment,
+) -> Result<Option<Buffered>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    request.extensions_mut().insert(payment);
+    let (head, body) = inner.call(request).await?.into_parts();
+    match http_body_util::Limited::new(body, config.max_buffered_body).collect().await {
+        Ok(collected) => Ok(Some(Buffered { status: head.status, headers: head.headers, body: collected.to_bytes() })),
+        Err(e) => {
+            tracing::warn!(error = %e, "the paid response could not be read");
+            Ok(None)
+        }
+    }
+}
+
+/// Adds `X-PAYMENT-RESPONSE` (v1) or `PAYMENT-RESPONSE` (v2).
+fn add_settlement_header(buffered: &mut Buffered, payment: &Payment, v1: bool) {
+    if let Some(value) = challenge::settlement_header(payment, v1) {
+        buffered.headers.insert(if v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE }, value);
     }
 }
 
@@ -215,8 +263,9 @@ struct Paid<'a> {
 }
 
 impl Paid<'_> {
-    /// Asks the facilitator (settle-before order), or follows a pending payment.
-    async fn settle(&self, key: &str) -> Verdict {
+    /// Settle-before order: the gateway's one call, or x402 verify then settle; a pending
+    /// payment remembered for this proof is followed instead.
+    async fn settle_before(&self, key: &str) -> Verdict {
         let facilitator = &self.config.facilitator;
         if let Some(known) = self.config.cache.get(key).await
             && let Known::Pending { payment_id: Some(id), .. } = &*known
@@ -224,14 +273,42 @@ impl Paid<'_> {
         {
             return facilitator.status(id, self.requirement).await;
         }
-        match (facilitator.is_gateway(), self.config.order) {
-            (true, SettlementOrder::SettleBefore) => {
-                facilitator.receive(self.requirement, self.decimals, self.header, &self.resource.url).await
+        if facilitator.is_gateway() {
+            return facilitator.receive(self.requirement, self.decimals, self.header, &self.resource.url).await;
+        }
+        match self.verify().await {
+            Verdict::Paid(_) => self.settle().await,
+            other => other,
+        }
+    }
+
+    /// x402 `/verify`.
+    async fn verify(&self) -> Verdict {
+        self.config.facilitator.verify(self.payload, self.requirement, self.resource).await
+    }
+
+    /// x402 `/settle`.
+    async fn settle(&self) -> Verdict {
+        self.config.facilitator.settle(self.payload, self.requirement, self.resource).await
+    }
+
+    /// The answer, and what is remembered, for anything but a definite success.
+    async fn not_paid(&self, key: &str, verdict: Verdict, offers: &[Offer], headers: &http::HeaderMap) -> Buffered {
+        match verdict {
+            Verdict::Paid(_) => challenge::unavailable(false), // not reached: callers handle success
+            Verdict::Pending { payment_id, transaction } => {
+                let known = Known::Pending { resource: self.resource.url.clone(), payment_id: payment_id.clone() };
+                self.config.cache.put(key, known).await;
+                challenge::pending(payment_id.as_deref(), transaction.as_deref(), self.config.retry_after_secs)
             }
-            _ => match facilitator.verify(self.payload, self.requirement, self.resource).await {
-                Verdict::Paid(_) => facilitator.settle(self.payload, self.requirement, self.resource).await,
-                other => other,
-            },
+            Verdict::Refused { reason } => {
+                self.config.cache.put(key, Known::Refused { reason: reason.clone() }).await;
+                challenge::payment_required(&reason, self.resource, offers, headers)
+            }
+            Verdict::Unavailable { timed_out, reason } => {
+                tracing::warn!(%reason, "payment facilitator unavailable");
+                challenge::unavailable(timed_out)
+            }
         }
     }
 }

@@ -266,3 +266,66 @@ async fn a_stopped_facilitator_gives_502_and_the_handler_does_not_run() {
     assert_eq!(status, 502);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verify_then_settle_charges_only_when_the_handler_succeeds() {
+    let f = Facilitator::start().await;
+    let pay_to = Pubkey::new_unique();
+    f.airdrop(&pay_to, 1).await;
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::x402(&f.url).with_api_key(&f.key))
+        .accept(Price::native_sol("0.01").unwrap().pay_to(pay_to.to_string().parse().unwrap()))
+        .settlement_order(tollgate::SettlementOrder::VerifyThenSettle)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/ok", get(|| async { "paid content" }))
+        .route("/broken", get(|| async { (http::StatusCode::INTERNAL_SERVER_ERROR, "the handler failed") }))
+        .route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shop = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let rpc = &f.state.chains.embedded_solana().unwrap().rpc;
+    let buyer = Keypair::new();
+    f.airdrop(&buyer.pubkey(), 1).await;
+
+    // The handler fails: the proof is verified but not settled; nothing moves.
+    let proof = f.proof(&buyer, &pay_to, 10_000_000).await;
+    let answer = reqwest::Client::new().get(format!("{shop}/broken")).header("X-PAYMENT", &proof).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 500);
+    assert!(answer.headers().get("x-payment-response").is_none());
+    assert_eq!(rpc.balance(&pay_to).await.unwrap(), 1_000_000_000);
+
+    // The handler succeeds: settled after it, with the settlement header.
+    let answer = reqwest::Client::new().get(format!("{shop}/ok")).header("X-PAYMENT", &proof).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    let settled: Value =
+        tollgate_protocol::x402::header::decode(answer.headers().get("x-payment-response").unwrap().to_str().unwrap())
+            .unwrap();
+    assert_eq!(settled["success"], true);
+    assert_eq!(answer.text().await.unwrap(), "paid content");
+    assert_eq!(rpc.balance(&pay_to).await.unwrap(), 1_010_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_spl_price_offers_the_facilitators_fee_payer() {
+    let f = Facilitator::start().await;
+    let mint: tollgate_protocol::Address = Pubkey::new_unique().to_string().parse().unwrap();
+    let pay_to: tollgate_protocol::Address = Pubkey::new_unique().to_string().parse().unwrap();
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&f.url, &f.key))
+        .accept(Price::token(mint, "1.5", 6).unwrap().pay_to(pay_to))
+        .build()
+        .unwrap();
+    let app = Router::new().route("/data", get(|| async { "data" })).route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shop = format!("http://{}/data", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (status, _, body) = get_with(&shop, None).await;
+    assert_eq!(status, 402);
+    let offer = &body["accepts"][0];
+    assert_eq!((offer["scheme"].as_str(), offer["maxAmountRequired"].as_str()), (Some("exact"), Some("1500000")));
+    assert_eq!(offer["asset"], mint.to_string());
+    let fee_payer = f.state.chains.embedded_solana().unwrap().fee_payer().unwrap().to_string();
+    assert_eq!(offer["extra"]["feePayer"], fee_payer);
+}
