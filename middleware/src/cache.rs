@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use http::HeaderValue;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 use tollgate_protocol::x402::PaymentPayload;
@@ -15,13 +16,24 @@ use crate::facilitator::Payment;
 
 /// A verdict remembered for a proof.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "kept behind an Arc in the cache, never moved around")]
 pub(crate) enum Known {
-    /// Settled for `resource`: a retry for it is served without the facilitator.
-    Accepted { resource: String, payment: Payment },
+    /// Settled for `resource`: a retry for it is served without the facilitator. `headers` are
+    /// its settlement header values for v1 and v2 requests, made once.
+    Accepted { resource: String, payment: Payment, headers: (Option<HeaderValue>, Option<HeaderValue>) },
     /// Refused: answered again without the facilitator while remembered.
     Refused { reason: String },
     /// Paid, not yet confirmed: a retry asks the facilitator how it ended.
     Pending { resource: String, payment_id: Option<String> },
+}
+
+impl Known {
+    /// An accepted proof, with its settlement headers.
+    pub(crate) fn accepted(resource: &str, payment: &Payment) -> Self {
+        let headers =
+            (crate::challenge::settlement_header(payment, true), crate::challenge::settlement_header(payment, false));
+        Self::Accepted { resource: resource.to_owned(), payment: payment.clone(), headers }
+    }
 }
 
 struct Ttl {

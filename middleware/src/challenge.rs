@@ -35,7 +35,7 @@ fn json(status: StatusCode, value: &serde_json::Value) -> Buffered {
 }
 
 /// Whether the client prefers HTML (a browser) to JSON.
-fn wants_html(request_headers: &HeaderMap) -> bool {
+pub(crate) fn wants_html(request_headers: &HeaderMap) -> bool {
     let accept = request_headers.get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let html = accept.find("text/html");
     let json = accept.find("application/json");

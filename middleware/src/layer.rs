@@ -75,6 +75,14 @@ pub(crate) struct Config {
     pub max_buffered_body: usize,
     pub retry_after_secs: u64,
     pub cache: Arc<ProofCache>,
+    /// The requirements when they are the same for every request (fixed prices on named
+    /// networks, nothing asked of `/supported`): built once.
+    pub static_offers: Option<Arc<Vec<crate::service::Offer>>>,
+    /// 402 answers to requests without payment, per (resource, HTML or not), when offers are
+    /// static.
+    pub challenges: moka::sync::Cache<(String, bool), Arc<crate::challenge::Buffered>>,
+    /// Payment headers already decoded and matched, when offers are static.
+    pub decoded: moka::sync::Cache<String, Arc<crate::service::Decoded>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -269,6 +277,23 @@ impl PaymentLayerBuilder {
             }
         }
         let cache = Arc::new(ProofCache::new(self.cache_capacity, self.accepted_ttl, self.refused_ttl));
+        let fixed = self.pricing.is_none()
+            && self.prices.iter().all(|p| {
+                p.network.is_some()
+                    && !(p.scheme == tollgate_protocol::x402::SCHEME_EXACT
+                        && p.family == tollgate_protocol::ChainFamily::Solana)
+            });
+        let static_offers = fixed.then(|| {
+            Arc::new(
+                self.prices
+                    .iter()
+                    .filter_map(|p| {
+                        let network = p.network.clone()?;
+                        crate::service::offer(p, network, p.extra.clone(), self.max_timeout_seconds)
+                    })
+                    .collect(),
+            )
+        });
         Ok(PaymentLayer {
             config: Arc::new(Config {
                 facilitator,
@@ -282,6 +307,12 @@ impl PaymentLayerBuilder {
                 max_buffered_body: self.max_buffered_body,
                 retry_after_secs: self.retry_after_secs,
                 cache,
+                static_offers,
+                challenges: moka::sync::Cache::new(1_000),
+                decoded: moka::sync::Cache::builder()
+                    .max_capacity(self.cache_capacity.min(10_000))
+                    .time_to_live(self.accepted_ttl)
+                    .build(),
             }),
         })
     }

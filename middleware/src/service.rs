@@ -80,7 +80,18 @@ where
 }
 
 /// A requirement offered for this request, with the decimals of its asset.
-type Offer = (PaymentRequirements, u8);
+pub(crate) type Offer = (PaymentRequirements, u8);
+
+/// A payment header decoded and matched: its cache key, the offer it pays, the payload.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    key: String,
+    offer: usize,
+    payload: PaymentPayload,
+}
+
+/// The challenge's message when no payment header came.
+const NO_PAYMENT: &str = "payment required: send an X-PAYMENT or PAYMENT-SIGNATURE header";
 
 /// The whole flow for one request.
 async fn handle<S, ReqBody, ResBody>(
@@ -95,20 +106,25 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let (parts, body) = request.into_parts();
-    let prices = match &config.pricing {
-        Some(pricing) => pricing(&parts).await,
-        None => Some(config.prices.clone()),
-    };
-    let Some(prices) = prices.filter(|p| !p.is_empty()) else {
-        // Free for this request.
-        let response = inner.call(Request::from_parts(parts, body)).await?;
-        return Ok(response.map(PaymentBody::stream));
+    let offers = match &config.static_offers {
+        Some(offers) => offers.clone(),
+        None => {
+            let prices = match &config.pricing {
+                Some(pricing) => pricing(&parts).await,
+                None => Some(config.prices.clone()),
+            };
+            let Some(prices) = prices.filter(|p| !p.is_empty()) else {
+                // Free for this request.
+                let response = inner.call(Request::from_parts(parts, body)).await?;
+                return Ok(response.map(PaymentBody::stream));
+            };
+            match offers(&config, &prices).await {
+                Ok(o) => Arc::new(o),
+                Err(buffered) => return Ok(buffered.into_response()),
+            }
+        }
     };
     let resource = resource_info(&config, &parts);
-    let offers = match offers(&config, &prices).await {
-        Ok(o) => o,
-        Err(buffered) => return Ok(buffered.into_response()),
-    };
     let challenge =
         |error: &str| challenge::payment_required(error, &resource, &offers, &parts.headers).into_response();
 
@@ -116,34 +132,53 @@ where
     let (header, v1) = match (parts.headers.get(PAYMENT_SIGNATURE), parts.headers.get(X_PAYMENT)) {
         (Some(v), _) => (v, false),
         (None, Some(v)) => (v, true),
-        (None, None) => return Ok(challenge("payment required: send an X-PAYMENT or PAYMENT-SIGNATURE header")),
+        (None, None) if config.static_offers.is_some() => {
+            // The same challenge for every request to this resource: built once.
+            let html = challenge::wants_html(&parts.headers);
+            let cached = config.challenges.get_with((resource.url.clone(), html), || {
+                Arc::new(challenge::payment_required(NO_PAYMENT, &resource, &offers, &parts.headers))
+            });
+            return Ok((*cached).clone().into_response());
+        }
+        (None, None) => return Ok(challenge(NO_PAYMENT)),
     };
-    let Ok(header) = header.to_str().map(str::to_owned) else {
+    // A cheap (reference-counted) copy, so the request can move on while the text is used.
+    let header_value = header.clone();
+    let Ok(header) = header_value.to_str() else {
         return Ok(challenge::bad_request("the payment header is not ASCII").into_response());
     };
-    let payload = match PaymentPayload::from_header(&header) {
-        Ok(p) => p,
-        Err(e) => return Ok(challenge::bad_request(&format!("malformed payment header: {e}")).into_response()),
+    // A header seen before (with the same offers) is not decoded again.
+    let known_header = config.static_offers.as_ref().and_then(|_| config.decoded.get(header));
+    let decoded = match known_header {
+        Some(d) => d,
+        None => {
+            let payload = match PaymentPayload::from_header(header) {
+                Ok(p) => p,
+                Err(e) => {
+                    return Ok(challenge::bad_request(&format!("malformed payment header: {e}")).into_response());
+                }
+            };
+            let Some(offer) = matching(&offers, &payload) else {
+                return Ok(challenge("the payment does not match any accepted way to pay this resource"));
+            };
+            let decoded = Arc::new(Decoded { key: ProofCache::key(&payload), offer, payload });
+            if config.static_offers.is_some() {
+                config.decoded.insert(header.to_owned(), decoded.clone());
+            }
+            decoded
+        }
     };
-    let Some((requirement, decimals)) = matching(&offers, &payload) else {
-        return Ok(challenge("the payment does not match any accepted way to pay this resource"));
-    };
-    let key = ProofCache::key(&payload);
-    let paid = Paid {
-        config: &config,
-        requirement: &requirement,
-        decimals,
-        header: &header,
-        payload: &payload,
-        resource: &resource,
-    };
+    let (key, payload) = (&decoded.key, &decoded.payload);
+    let (requirement, decimals) = &offers[decoded.offer];
+    let paid = Paid { config: &config, requirement, decimals: *decimals, header, payload, resource: &resource };
 
     loop {
         // Known already?
-        match config.cache.get(&key).await.as_deref() {
-            Some(Known::Accepted { resource: r, payment }) if *r == resource.url => {
+        match config.cache.get(key).await.as_deref() {
+            Some(Known::Accepted { resource: r, payment, headers }) if *r == resource.url => {
+                let header = if v1 { headers.0.clone() } else { headers.1.clone() };
                 let payment = payment.clone();
-                return serve(&config, inner, Request::from_parts(parts, body), payment, v1).await;
+                return serve(&config, inner, Request::from_parts(parts, body), payment, (v1, header)).await;
             }
             Some(Known::Accepted { .. }) => return Ok(challenge("this payment was made for another resource")),
             Some(Known::Pending { resource: r, .. }) if *r != resource.url => {
@@ -152,7 +187,7 @@ where
             Some(Known::Refused { reason }) => return Ok(challenge(reason)),
             Some(Known::Pending { .. }) | None => {}
         }
-        match config.cache.fly(&key) {
+        match config.cache.fly(key) {
             Flight::Follower(mut receiver) => {
                 // Another request is settling this proof: share its outcome.
                 if receiver.changed().await.is_ok() {
@@ -167,12 +202,9 @@ where
             Flight::Leader(leader) => {
                 let request = Request::from_parts(parts, body);
                 let outcome = match config.order {
-                    SettlementOrder::SettleBefore => match paid.settle_before(&key).await {
+                    SettlementOrder::SettleBefore => match paid.settle_before(key).await {
                         Verdict::Paid(payment) => {
-                            config
-                                .cache
-                                .put(&key, Known::Accepted { resource: resource.url.clone(), payment: payment.clone() })
-                                .await;
+                            config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
                             match run_buffered(&config, inner, request, payment.clone()).await? {
                                 Some(mut buffered) => {
                                     add_settlement_header(&mut buffered, &payment, v1);
@@ -181,7 +213,7 @@ where
                                 None => challenge::unavailable(false),
                             }
                         }
-                        other => paid.not_paid(&key, other, &offers, request.headers()).await,
+                        other => paid.not_paid(key, other, &offers, request.headers()).await,
                     },
                     SettlementOrder::VerifyThenSettle => {
                         let headers = request.headers().clone();
@@ -191,24 +223,15 @@ where
                                 Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
                                 Some(mut buffered) => match paid.settle().await {
                                     Verdict::Paid(payment) => {
-                                        config
-                                            .cache
-                                            .put(
-                                                &key,
-                                                Known::Accepted {
-                                                    resource: resource.url.clone(),
-                                                    payment: payment.clone(),
-                                                },
-                                            )
-                                            .await;
+                                        config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
                                         add_settlement_header(&mut buffered, &payment, v1);
                                         buffered
                                     }
-                                    other => paid.not_paid(&key, other, &offers, &headers).await,
+                                    other => paid.not_paid(key, other, &offers, &headers).await,
                                 },
                                 None => challenge::unavailable(false),
                             },
-                            other => paid.not_paid(&key, other, &offers, &headers).await,
+                            other => paid.not_paid(key, other, &offers, &headers).await,
                         }
                     }
                 };
@@ -320,7 +343,7 @@ async fn serve<S, ReqBody, ResBody>(
     mut inner: S,
     mut request: Request<ReqBody>,
     payment: Payment,
-    v1: bool,
+    (v1, header): (bool, Option<http::HeaderValue>),
 ) -> Result<Response<PaymentBody>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
@@ -328,7 +351,6 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let header = challenge::settlement_header(&payment, v1);
     request.extensions_mut().insert(payment);
     let mut response = inner.call(request).await?;
     if let Some(value) = header {
@@ -401,19 +423,9 @@ async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offer>, Buffere
             map.insert("feePayer".into(), fee_payer);
             extra = Some(serde_json::Value::Object(map));
         }
-        let Some(pay_to) = price.pay_to else { continue };
-        out.push((
-            PaymentRequirements {
-                scheme: price.scheme.to_owned(),
-                network,
-                amount: price.amount,
-                asset: price.asset,
-                pay_to,
-                max_timeout_seconds: config.max_timeout_seconds,
-                extra,
-            },
-            price.decimals,
-        ));
+        if let Some(offer) = offer(price, network, extra, config.max_timeout_seconds) {
+            out.push(offer);
+        }
     }
     if out.is_empty() {
         return Err(challenge::unavailable(false));
@@ -421,21 +433,39 @@ async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offer>, Buffere
     Ok(out)
 }
 
+/// The requirement of one price on `network`.
+pub(crate) fn offer(
+    price: &Price,
+    network: Network,
+    extra: Option<serde_json::Value>,
+    max_timeout_seconds: u64,
+) -> Option<Offer> {
+    Some((
+        PaymentRequirements {
+            scheme: price.scheme.to_owned(),
+            network,
+            amount: price.amount,
+            asset: price.asset,
+            pay_to: price.pay_to?,
+            max_timeout_seconds,
+            extra,
+        },
+        price.decimals,
+    ))
+}
+
 /// The offered requirement a payload pays: v2 must name one exactly (its `accepted`); v1 names
 /// scheme and network.
-fn matching(offers: &[Offer], payload: &PaymentPayload) -> Option<Offer> {
-    offers
-        .iter()
-        .find(|(r, _)| match payload {
-            PaymentPayload::V2(p) => {
-                let a = &p.accepted;
-                a.scheme == r.scheme
-                    && a.network == r.network
-                    && a.amount == r.amount
-                    && a.asset == r.asset
-                    && a.pay_to == r.pay_to
-            }
-            PaymentPayload::V1(p) => p.scheme == r.scheme && p.network == r.network,
-        })
-        .cloned()
+fn matching(offers: &[Offer], payload: &PaymentPayload) -> Option<usize> {
+    offers.iter().position(|(r, _)| match payload {
+        PaymentPayload::V2(p) => {
+            let a = &p.accepted;
+            a.scheme == r.scheme
+                && a.network == r.network
+                && a.amount == r.amount
+                && a.asset == r.asset
+                && a.pay_to == r.pay_to
+        }
+        PaymentPayload::V1(p) => p.scheme == r.scheme && p.network == r.network,
+    })
 }
