@@ -155,3 +155,39 @@ fn invalid_configuration_fails_at_build() {
         Err(BuildError::ResourceUrl(_))
     ));
 }
+
+#[tokio::test]
+async fn plain_hyper_serves_the_layer_over_http() {
+    let (url, _) = stub("confirmed").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    // A hyper service with hyper's own request body type; no axum anywhere.
+    let handler = tower::service_fn(move |_request: Request<hyper::body::Incoming>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"paid content")))) }
+    });
+    let service = layer(&url).layer(handler);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shop = format!("http://{}/report", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+            );
+        }
+    });
+    let client = reqwest::Client::new();
+    let answer = client.get(&shop).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 402);
+    assert!(answer.headers().contains_key("payment-required"));
+    // Pending first (the stand-in says so), then served on the retry.
+    let answer = client.get(&shop).header("X-PAYMENT", proof()).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 503);
+    let answer = client.get(&shop).header("X-PAYMENT", proof()).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    assert_eq!(answer.text().await.unwrap(), "paid content");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

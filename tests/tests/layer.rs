@@ -329,3 +329,41 @@ async fn an_spl_price_offers_the_facilitators_fee_payer() {
     let fee_payer = f.state.chains.embedded_solana().unwrap().fee_payer().unwrap().to_string();
     assert_eq!(offer["extra"]["feePayer"], fee_payer);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_v2_payment_signature_must_name_an_offered_requirement() {
+    let f = Facilitator::start().await;
+    let pay_to = Pubkey::new_unique();
+    f.airdrop(&pay_to, 1).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = seller(&f, pay_to, runs.clone()).await;
+    let report = format!("{shop}/report");
+    let (_, headers, _) = get_with(&report, None).await;
+    let offered: Value =
+        tollgate_protocol::x402::header::decode(headers.get("payment-required").unwrap().to_str().unwrap()).unwrap();
+    let accepted = offered["accepts"][0].clone();
+
+    let buyer = Keypair::new();
+    f.airdrop(&buyer.pubkey(), 1).await;
+    let v1: Value = tollgate_protocol::x402::header::decode(&f.proof(&buyer, &pay_to, 10_000_000).await).unwrap();
+    let v2 = |accepted: &Value| {
+        tollgate_protocol::x402::header::encode(&json!({
+            "x402Version": 2, "accepted": accepted, "payload": v1["payload"], "resource": offered["resource"]
+        }))
+        .unwrap()
+    };
+    // A cheaper "accepted" than offered: not a match, no facilitator call.
+    let mut cheaper = accepted.clone();
+    cheaper["amount"] = json!("1");
+    let (status, _, body) = get_with(&report, Some(("PAYMENT-SIGNATURE", &v2(&cheaper)))).await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(f.receives.load(Ordering::SeqCst), 0);
+
+    let (status, headers, body) = get_with(&report, Some(("PAYMENT-SIGNATURE", &v2(&accepted)))).await;
+    assert_eq!(status, 200, "{body}");
+    let settled: Value =
+        tollgate_protocol::x402::header::decode(headers.get("payment-response").unwrap().to_str().unwrap()).unwrap();
+    assert_eq!((settled["success"].as_bool(), settled["network"].as_str()), (Some(true), Some(f.network().as_str())));
+    assert!(headers.get("x-payment-response").is_none(), "a v2 request gets the v2 header");
+    assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 1));
+}
