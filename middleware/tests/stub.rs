@@ -191,3 +191,38 @@ async fn plain_hyper_serves_the_layer_over_http() {
     assert_eq!(answer.text().await.unwrap(), "paid content");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn dynamic_pricing_can_let_a_request_through_or_price_it() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new("http://127.0.0.1:9", "k"))
+        .pricing(|parts: &http::request::Parts| {
+            let free = parts.uri.path() == "/free";
+            let dear = parts.uri.query() == Some("size=large");
+            async move {
+                let amount = if dear { "0.05" } else { "0.01" };
+                (!free).then(|| {
+                    vec![
+                        Price::native_sol(amount).unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()),
+                    ]
+                })
+            }
+        })
+        .build()
+        .unwrap();
+    let service = layer.layer(plain(runs.clone()));
+    let get = |uri: &str| Request::get(uri).body(String::new()).unwrap();
+    let free = service.clone().oneshot(get("http://shop.example/free")).await.unwrap();
+    assert_eq!(free.status(), StatusCode::OK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    for (uri, amount) in
+        [("http://shop.example/report", "10000000"), ("http://shop.example/report?size=large", "50000000")]
+    {
+        let answer = service.clone().oneshot(get(uri)).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::PAYMENT_REQUIRED);
+        let body: Value = serde_json::from_slice(&answer.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(body["accepts"][0]["maxAmountRequired"], amount);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
