@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -115,16 +117,7 @@ impl EvmApp {
     }
 
     async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Bearer {key}"))
-            .header("content-type", "application/json");
-        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
-        let response = self.app.clone().oneshot(req).await.unwrap();
-        let status = response.status();
-        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        common::call(&self.app, method, path, key, body).await
     }
 
     /// A signed EIP-1559 transfer by `signer`, as an `exact-native` X-PAYMENT value.

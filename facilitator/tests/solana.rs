@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
@@ -67,16 +69,7 @@ impl SolanaApp {
     }
 
     async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Bearer {key}"))
-            .header("content-type", "application/json");
-        let req = req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).unwrap();
-        let response = self.app.clone().oneshot(req).await.unwrap();
-        let status = response.status();
-        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        common::call(&self.app, method, path, key, body).await
     }
 
     async fn lamports(&self, address: &str) -> u64 {

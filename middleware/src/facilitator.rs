@@ -225,35 +225,17 @@ impl FacilitatorClient {
         }
     }
 
-    /// x402 `POST /verify`: `Ok(payer)` when the payload would settle.
+    /// x402 `POST /verify`: [`Verdict::Paid`] (without a transaction) when the payload would settle.
     pub async fn verify(
         &self,
         payload: &PaymentPayload,
         requirement: &PaymentRequirements,
         resource: &ResourceInfo,
     ) -> Verdict {
-        let body = facilitator_request(payload, requirement, resource);
-        let answer = match self.request(reqwest::Method::POST, "/verify").json(&body).send().await {
-            Ok(a) if a.status().is_success() => a,
-            Ok(a) => {
-                return Verdict::Unavailable {
-                    timed_out: false,
-                    reason: format!("POST /verify answered {}", a.status()),
-                };
-            }
-            Err(e) => return unavailable(e),
-        };
-        match answer.json::<VerifyResponse>().await {
-            Ok(v) if v.is_valid => Verdict::Paid(Payment {
-                payer: v.payer,
-                amount: requirement.amount,
-                asset: requirement.asset,
-                network: requirement.network.clone(),
-                transaction: None,
-                payment_id: None,
-            }),
+        match self.post_x402::<VerifyResponse>("/verify", payload, requirement, resource).await {
+            Ok(v) if v.is_valid => Verdict::Paid(paid(requirement, v.payer, None)),
             Ok(v) => Verdict::Refused { reason: v.invalid_reason.unwrap_or_else(|| "invalid payment".into()) },
-            Err(e) => unavailable(e),
+            Err(unavailable) => unavailable,
         }
     }
 
@@ -264,33 +246,46 @@ impl FacilitatorClient {
         requirement: &PaymentRequirements,
         resource: &ResourceInfo,
     ) -> Verdict {
-        let body = facilitator_request(payload, requirement, resource);
-        let answer = match self.request(reqwest::Method::POST, "/settle").json(&body).send().await {
-            Ok(a) if a.status().is_success() => a,
-            Ok(a) => {
-                return Verdict::Unavailable {
-                    timed_out: false,
-                    reason: format!("POST /settle answered {}", a.status()),
-                };
-            }
-            Err(e) => return unavailable(e),
-        };
-        match answer.json::<SettleResponse>().await {
-            Ok(s) if s.success => Verdict::Paid(Payment {
-                payer: s.payer,
-                amount: requirement.amount,
-                asset: requirement.asset,
-                network: requirement.network.clone(),
-                transaction: Some(s.transaction).filter(|t| !t.is_empty()),
-                payment_id: None,
-            }),
+        match self.post_x402::<SettleResponse>("/settle", payload, requirement, resource).await {
+            Ok(s) if s.success => Verdict::Paid(paid(requirement, s.payer, Some(s.transaction))),
             // Broadcast without a verdict yet: not a refusal.
             Ok(s) if s.error_reason.as_deref().is_some_and(|r| r.ends_with("confirmation_timed_out")) => {
                 Verdict::Pending { payment_id: None, transaction: Some(s.transaction).filter(|t| !t.is_empty()) }
             }
             Ok(s) => Verdict::Refused { reason: s.error_reason.unwrap_or_else(|| "settlement failed".into()) },
-            Err(e) => unavailable(e),
+            Err(unavailable) => unavailable,
         }
+    }
+
+    /// Posts an x402 request body (in the payload's version) and reads the answer.
+    async fn post_x402<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        payload: &PaymentPayload,
+        requirement: &PaymentRequirements,
+        resource: &ResourceInfo,
+    ) -> Result<T, Verdict> {
+        let body = facilitator_request(payload, requirement, resource);
+        let answer = self.request(reqwest::Method::POST, path).json(&body).send().await.map_err(unavailable)?;
+        if !answer.status().is_success() {
+            return Err(Verdict::Unavailable {
+                timed_out: false,
+                reason: format!("POST {path} answered {}", answer.status()),
+            });
+        }
+        answer.json::<T>().await.map_err(unavailable)
+    }
+}
+
+/// A payment of what `requirement` asks, as an x402 facilitator reports it.
+fn paid(requirement: &PaymentRequirements, payer: Option<String>, transaction: Option<String>) -> Payment {
+    Payment {
+        payer,
+        amount: requirement.amount,
+        asset: requirement.asset,
+        network: requirement.network.clone(),
+        transaction: transaction.filter(|t| !t.is_empty()),
+        payment_id: None,
     }
 }
 
