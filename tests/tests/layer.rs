@@ -367,3 +367,50 @@ async fn a_v2_payment_signature_must_name_an_offered_requirement() {
     assert!(headers.get("x-payment-response").is_none(), "a v2 request gets the v2 header");
     assert_eq!((f.receives.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_buyer_client_pays_the_402_and_gets_the_content_twice_with_two_payments() {
+    use tollgate_client::{Buyer, Cap, PayError};
+    let f = Facilitator::start().await;
+    let pay_to = Pubkey::new_unique();
+    f.airdrop(&pay_to, 1).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = seller(&f, pay_to, runs.clone()).await;
+    let report = format!("{shop}/report");
+    let rpc_url = f.state.chains.embedded_solana().unwrap().embedded.as_ref().unwrap().rpc_url().to_owned();
+    let keypair = Keypair::new();
+    f.airdrop(&keypair.pubkey(), 1).await;
+    let buyer_key = keypair.pubkey();
+
+    // Over the cap: nothing is paid.
+    let stingy = Buyer::new()
+        .with_solana(Keypair::try_from(keypair.to_bytes().as_slice()).unwrap(), &rpc_url)
+        .with_cap(Cap::whole("0.005").unwrap());
+    assert!(matches!(stingy.get(&report).await, Err(PayError::OverCap { .. })));
+    assert_eq!(f.receives.load(Ordering::SeqCst), 0);
+
+    let buyer = Buyer::new().with_solana(keypair, &rpc_url).with_cap(Cap::whole("0.01").unwrap());
+    let mut transactions = Vec::new();
+    for round in 1..=2 {
+        let paid = buyer.get(&report).await.unwrap();
+        assert_eq!(paid.status, 200);
+        let body: Value = serde_json::from_slice(&paid.body).unwrap();
+        assert_eq!(body["report"], "42");
+        let made = paid.payment.unwrap();
+        assert_eq!((made.amount.get(), made.whole.to_string()), (10_000_000, "0.01".to_owned()));
+        let settlement = paid.settlement.unwrap();
+        assert!(settlement.success);
+        assert_eq!(made.transaction.as_deref(), Some(settlement.transaction.as_str()));
+        transactions.push(settlement.transaction);
+        assert_eq!(f.receives.load(Ordering::SeqCst), round, "a new proof each time");
+    }
+    assert_ne!(transactions[0], transactions[1]);
+    let rpc = &f.state.chains.embedded_solana().unwrap().rpc;
+    assert_eq!(rpc.balance(&pay_to).await.unwrap(), 1_000_000_000 + 20_000_000);
+    assert!(rpc.balance(&buyer_key).await.unwrap() < 1_000_000_000 - 20_000_000, "two payments and their fees");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // No key for this kind of payment.
+    let keyless = Buyer::new();
+    assert!(matches!(keyless.get(&report).await, Err(PayError::NoOption(_))));
+}
