@@ -296,8 +296,11 @@ impl Buyer {
             &solana_sdk::pubkey::Pubkey::new_from_array(to),
             lamports,
         );
+        // Two payments of the same amount to the same seller within one blockhash would be the
+        // same transaction (signatures are deterministic): a memo makes each one unique.
+        let memo = solana_sdk::instruction::Instruction::new_with_bytes(MEMO_PROGRAM, unique_memo().as_bytes(), vec![]);
         let tx = solana_sdk::transaction::Transaction::new_signed_with_payer(
-            &[transfer],
+            &[transfer, memo],
             Some(&keypair.pubkey()),
             &[keypair],
             blockhash,
@@ -328,6 +331,18 @@ impl Buyer {
         };
         Ok((name, header, made))
     }
+}
+
+/// SPL Memo program (v2).
+const MEMO_PROGRAM: solana_sdk::pubkey::Pubkey =
+    solana_sdk::pubkey::Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
+
+/// A memo no other payment from this process carries: the time and a counter.
+fn unique_memo() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("tollgate:{nanos}:{n}")
 }
 
 /// The seller's payment request: the v2 header when present (richer), else the v1 body.

@@ -169,7 +169,7 @@ pub async fn wait_for_verdict(
     wait: Duration,
 ) -> Result<StoredPayment, AdvanceError> {
     if wait.is_zero() {
-        return advance(store, id, &Event::WaitTimedOut, clock.now()).await;
+        return advance_or_settled(store, id, &Event::WaitTimedOut, clock.now()).await;
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
@@ -181,7 +181,7 @@ pub async fn wait_for_verdict(
             }
         }
         if tokio::time::Instant::now() + POLL_INTERVAL > deadline {
-            return advance(store, id, &Event::WaitTimedOut, clock.now()).await;
+            return advance_or_settled(store, id, &Event::WaitTimedOut, clock.now()).await;
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
@@ -197,5 +197,74 @@ async fn record(
         TxOutcome::Confirmed { fee } => Event::Confirm { fee },
         TxOutcome::Failed { reason } => Event::Fail { reason },
     };
-    advance(store, id, &event, clock.now()).await
+    advance_or_settled(store, id, &event, clock.now()).await
+}
+
+/// [`advance`], except that a payment another writer (the reconciler, a twin request) moved on
+/// meanwhile is returned as it stands instead of failing: once broadcast, whoever records the
+/// chain's verdict first wins, and the others report that verdict.
+async fn advance_or_settled(
+    store: &dyn Store,
+    id: &str,
+    event: &Event,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<StoredPayment, AdvanceError> {
+    match advance(store, id, event, at).await {
+        Err(AdvanceError::Transition(e)) => {
+            let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+            tracing::debug!(payment_id = %id, error = %e, status = current.payment.status.as_str(), "moved on by another writer");
+            Ok(current)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use tollgate_protocol::gateway::PaymentStatus;
+    use tollgate_protocol::{AtomicAmount, Network};
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::suite::{TestDb, payment};
+
+    /// A chain that has confirmed everything.
+    struct Confirmed;
+
+    #[async_trait]
+    impl Ledger for Confirmed {
+        fn network(&self) -> &Network {
+            static DEVNET: std::sync::OnceLock<Network> = std::sync::OnceLock::new();
+            DEVNET.get_or_init(Network::solana_devnet)
+        }
+        async fn broadcast(&self, _tx: &[u8]) -> Result<(), SendError> {
+            Ok(())
+        }
+        async fn outcome(&self, _tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
+            Ok(Some(TxOutcome::Confirmed { fee: Some(AtomicAmount(5000)) }))
+        }
+    }
+
+    /// The reconciler may record the verdict while the settling request waits for it; the
+    /// request then reports that verdict instead of failing.
+    #[tokio::test]
+    async fn a_verdict_recorded_by_another_writer_is_reported_not_failed() {
+        let db = TestDb::sqlite().await;
+        let store: Arc<dyn Store> = db.store.clone();
+        let t0 = chrono::DateTime::from_timestamp(1_790_000_000, 0).unwrap();
+        let clock = ManualClock::new(t0);
+        store.insert_payment(&payment("pay_1", "acct", "f", "t", t0)).await.unwrap();
+        advance(&*store, "pay_1", &Event::Submit { transaction: "sig".into() }, t0).await.unwrap();
+        // The reconciler gets there first.
+        advance(&*store, "pay_1", &Event::Confirm { fee: None }, t0).await.unwrap();
+        let seen = wait_for_verdict(&*store, &clock, &Confirmed, "pay_1", "sig", Duration::from_secs(1)).await.unwrap();
+        assert_eq!(seen.payment.status, PaymentStatus::Confirmed);
+        // Same when only the wait ran out.
+        let seen = wait_for_verdict(&*store, &clock, &Confirmed, "pay_1", "sig", Duration::ZERO).await.unwrap();
+        assert_eq!(seen.payment.status, PaymentStatus::Confirmed);
+        db.cleanup().await;
+    }
 }

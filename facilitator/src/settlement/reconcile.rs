@@ -111,7 +111,12 @@ async fn reconcile_payment(
             }
         }
     };
-    let after = advance(store, &p.id, &event, clock.now()).await.map_err(|e| Skip::Failed(e.to_string()))?;
+    let after = match advance(store, &p.id, &event, clock.now()).await {
+        Ok(after) => after,
+        // The settlement that broadcast it recorded the verdict first: nothing left to do.
+        Err(super::AdvanceError::Transition(_)) => return Ok(false),
+        Err(e) => return Err(Skip::Failed(e.to_string())),
+    };
     tracing::info!(payment_id = %p.id, status = after.payment.status.as_str(), "reconciled");
     Ok(after.payment.status.is_final())
 }

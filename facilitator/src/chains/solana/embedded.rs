@@ -30,6 +30,23 @@ impl EmbeddedLedger {
     /// # Errors
     /// [`ChainError`] when the ledger cannot start.
     pub async fn start() -> Result<Self, ChainError> {
+        // Surfnet picks free ports, then binds them: another process (or a parallel test) can
+        // take a port in between. Such a start fails with "address in use" and is retried.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once().await {
+                Err(ChainError(e))
+                    if attempt < 5 && (e.contains("AddrInUse") || e.contains("Address already in use")) =>
+                {
+                    tracing::debug!(attempt, error = %e, "embedded ledger ports were taken; starting again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once() -> Result<Self, ChainError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("embedded-ledger-start".into())
