@@ -30,7 +30,7 @@ fn eth(wei: U256) -> String {
 /// # Errors
 /// 400 `INVALID_RECIPIENT` for a contract that refuses the payment or needs too much gas; 502 on
 /// chain failures.
-pub async fn transfer_terms(
+async fn transfer_terms(
     backend: &EvmBackend,
     from: alloy::primitives::Address,
     to: alloy::primitives::Address,
@@ -58,6 +58,63 @@ pub async fn transfer_terms(
     Ok((gas_limit, max_fee, tip))
 }
 
+/// A native transfer a send request asks for, planned but not yet given a nonce.
+pub(crate) struct Planned {
+    /// Payer, as given.
+    pub from: tollgate_protocol::Address,
+    /// Recipient, as given.
+    pub to: tollgate_protocol::Address,
+    /// The payer's key address.
+    pub from_key: alloy::primitives::Address,
+    /// Wei, exact.
+    pub amount: AtomicAmount,
+    /// The transfer; [`plan`] prices its gas, the caller sets its nonce.
+    pub transfer: Transfer,
+}
+
+/// Checks a send request's addresses and amounts (no chain call yet).
+///
+/// # Errors
+/// 400 for non-EVM addresses or bad amounts.
+pub(crate) fn parse(req: &SendPaymentRequest) -> Result<(Planned, Option<u128>), ApiError> {
+    let from = validate::address("walletAddress", &req.wallet_address)?;
+    let to = validate::recipient(&req.recipient_address, &from)?;
+    let (Some(from_key), Some(to_key)) = (address(&from), address(&to)) else {
+        return Err(ApiError::invalid_recipient("recipientAddress must be an EVM address"));
+    };
+    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Evm, None)?;
+    let priority_fee = match &req.priority_fee {
+        Some(f) => Some(validate::native_amount("priorityFee", f, ChainFamily::Evm, None)?.get()),
+        None => None,
+    };
+    let transfer = Transfer {
+        chain_id: 0,
+        nonce: 0,
+        to: to_key,
+        value: U256::from(amount.get()),
+        gas_limit: 0,
+        max_fee_per_gas: 0,
+        max_priority_fee_per_gas: 0,
+    };
+    Ok((Planned { from, to, from_key, amount, transfer }, priority_fee))
+}
+
+/// Prices a parsed transfer's gas on `backend`'s chain (the nonce stays for the caller to set).
+///
+/// # Errors
+/// `INVALID_RECIPIENT` for a contract that refuses the payment; 502 on chain failures.
+pub(crate) async fn plan(
+    backend: &EvmBackend,
+    (planned, priority_fee): (Planned, Option<u128>),
+) -> Result<Planned, ApiError> {
+    let t = planned.transfer;
+    let (gas_limit, max_fee_per_gas, max_priority_fee_per_gas) =
+        transfer_terms(backend, planned.from_key, t.to, t.value, priority_fee).await?;
+    let transfer =
+        Transfer { chain_id: backend.rpc.chain_id(), gas_limit, max_fee_per_gas, max_priority_fee_per_gas, ..t };
+    Ok(Planned { transfer, ..planned })
+}
+
 /// Pays `req.amount` ETH from a custodial wallet to `req.recipientAddress` and waits for the
 /// verdict within the configured budget. The wallet's nonce is held from reading it until the
 /// broadcast, so concurrent sends from one wallet take consecutive nonces.
@@ -73,33 +130,14 @@ pub async fn send(
 ) -> Result<SendOutcome, ApiError> {
     let backend = state.chains.evm(target)?;
     let rpc = &backend.rpc;
-    let from = validate::address("walletAddress", &req.wallet_address)?;
-    let to = validate::recipient(&req.recipient_address, &from)?;
-    let (Some(from_key), Some(to_key)) = (address(&from), address(&to)) else {
-        return Err(ApiError::invalid_recipient("recipientAddress must be an EVM address"));
-    };
-    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Evm, None)?;
-    let priority_fee = match &req.priority_fee {
-        Some(f) => Some(validate::native_amount("priorityFee", f, ChainFamily::Evm, None)?.get()),
-        None => None,
-    };
-    let secret = super::custodial_secret(state, caller, &from, ChainFamily::Evm).await?;
+    let parsed = parse(req)?;
+    let secret = super::custodial_secret(state, caller, &parsed.0.from, ChainFamily::Evm).await?;
     let signer = PrivateKeySigner::from_slice(&secret)
         .map_err(|_| ApiError::internal("stored wallet key is not a secp256k1 key"))?;
-    let value = U256::from(amount.get());
-    let (gas_limit, max_fee_per_gas, max_priority_fee_per_gas) =
-        transfer_terms(&backend, from_key, to_key, value, priority_fee).await?;
-
+    let Planned { from, to, from_key, amount, transfer } = plan(&backend, parsed).await?;
     let lease = backend.nonces.lease(rpc, from_key).await?;
-    let transfer = Transfer {
-        chain_id: rpc.chain_id(),
-        nonce: lease.nonce(),
-        to: to_key,
-        value,
-        gas_limit,
-        max_fee_per_gas,
-        max_priority_fee_per_gas,
-    };
+    let transfer = Transfer { nonce: lease.nonce(), ..transfer };
+    let value = transfer.value;
     let balance = rpc.balance(from_key).await?;
     if balance < transfer.max_cost() {
         return Err(ApiError::new(
@@ -117,7 +155,7 @@ pub async fn send(
     let tx_id = format!("{hash:#x}");
     let recipient_account =
         state.store.get_wallet(&to.to_string()).await.map_err(ApiError::internal)?.map(|w| w.account_id);
-    let max_fee = AtomicAmount(u128::from(gas_limit).saturating_mul(max_fee_per_gas));
+    let max_fee = AtomicAmount(u128::from(transfer.gas_limit).saturating_mul(transfer.max_fee_per_gas));
     let payment = crate::store::NewPayment {
         counterparty_account: recipient_account,
         ..super::native_payment(caller, rpc.network(), (&from, &to), amount, max_fee, req, state.clock.now())

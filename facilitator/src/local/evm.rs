@@ -15,7 +15,7 @@ use crate::chains::Target;
 use crate::chains::evm::address;
 use crate::chains::evm::build::{Transfer, unsigned_bytes};
 use crate::error::ApiError;
-use crate::hosted::evm::transfer_terms;
+use crate::hosted::evm::{Planned, parse, plan};
 use crate::hosted::native_payment;
 use crate::proofs::evm::Submitter;
 use crate::proofs::{self, Price, Settle, Terms};
@@ -45,28 +45,8 @@ pub async fn build(
 ) -> Result<UnsignedTransaction, ApiError> {
     let backend = state.chains.evm(target)?;
     let rpc = &backend.rpc;
-    let from = validate::address("walletAddress", &req.wallet_address)?;
-    let to = validate::recipient(&req.recipient_address, &from)?;
-    let (Some(from_key), Some(to_key)) = (address(&from), address(&to)) else {
-        return Err(ApiError::invalid_params("addresses must be EVM addresses"));
-    };
-    let amount = validate::native_amount("amount", &req.amount, ChainFamily::Evm, None)?;
-    let priority_fee = match &req.priority_fee {
-        Some(f) => Some(validate::native_amount("priorityFee", f, ChainFamily::Evm, None)?.get()),
-        None => None,
-    };
-    let value = U256::from(amount.get());
-    let (gas_limit, max_fee_per_gas, max_priority_fee_per_gas) =
-        transfer_terms(&backend, from_key, to_key, value, priority_fee).await?;
-    let transfer = Transfer {
-        chain_id: rpc.chain_id(),
-        nonce: rpc.pending_nonce(from_key).await?,
-        to: to_key,
-        value,
-        gas_limit,
-        max_fee_per_gas,
-        max_priority_fee_per_gas,
-    };
+    let Planned { from, to, from_key, amount, transfer } = plan(&backend, parse(req)?).await?;
+    let transfer = Transfer { nonce: rpc.pending_nonce(from_key).await?, ..transfer };
     if rpc.balance(from_key).await? < transfer.max_cost() {
         return Err(ApiError::new(
             ErrorCode::InsufficientBalance,
@@ -76,7 +56,7 @@ pub async fn build(
     let horizon = rpc.block_number().await?.saturating_add(HORIZON_BLOCKS);
     let now = state.clock.now();
     let expires_at = now + VALIDITY;
-    let max_fee = u128::from(gas_limit).saturating_mul(max_fee_per_gas);
+    let max_fee = u128::from(transfer.gas_limit).saturating_mul(transfer.max_fee_per_gas);
     let payment = NewPayment {
         status: PaymentStatus::Built,
         mode: PaymentMode::Local,
@@ -128,11 +108,8 @@ pub async fn receive(
         extra: None,
     };
     let payload = validate::payment_proof(&req.payment_proof)?;
-    let used = |payment_id: String| {
-        ApiError::new(ErrorCode::InvalidPaymentProof, format!("proof already used (payment {payment_id})"))
-    };
     if let Some(payment_id) = proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
-        return Err(used(payment_id));
+        return Err(SettleError::AlreadyClaimed { payment_id }.into());
     }
     let seller =
         address(&terms.pay_to).ok_or_else(|| ApiError::invalid_params("walletAddress must be an EVM address"))?;
@@ -177,11 +154,7 @@ pub async fn receive(
         ..checked
     };
     let payment =
-        match proofs::record_for_seller(state, &caller.account_id, rpc.network(), &checked, &terms, expires_at).await {
-            Ok(p) => p,
-            Err(SettleError::AlreadyClaimed { payment_id }) => return Err(used(payment_id)),
-            Err(e) => return Err(e.into()),
-        };
+        proofs::record_for_seller(state, &caller.account_id, rpc.network(), &checked, &terms, expires_at).await?;
     Ok(UnsignedTransaction {
         payment_id: payment.id,
         transaction: STANDARD.encode(&raw),

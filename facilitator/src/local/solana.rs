@@ -111,10 +111,7 @@ pub async fn receive(
     };
     let payload = validate::payment_proof(&req.payment_proof)?;
     if let Some(payment_id) = proofs::claimed_by(state, &payload, None).await.map_err(ApiError::internal)? {
-        return Err(ApiError::new(
-            ErrorCode::InvalidPaymentProof,
-            format!("proof already used (payment {payment_id})"),
-        ));
+        return Err(SettleError::AlreadyClaimed { payment_id }.into());
     }
     let checked = proofs::solana::check(&backend, &payload, &terms, FeePayer::Seller(seller)).await?;
     let Settle::Transaction { bytes, horizon, complete, .. } = &checked.settle else {
@@ -136,18 +133,9 @@ pub async fn receive(
         }
     }
     let expires_at = state.clock.now() + VALIDITY;
-    let recorded =
-        proofs::record_for_seller(state, &caller.account_id, backend.rpc.network(), &checked, &terms, expires_at).await;
-    let payment = match recorded {
-        Ok(p) => p,
-        Err(SettleError::AlreadyClaimed { payment_id }) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidPaymentProof,
-                format!("proof already used (payment {payment_id})"),
-            ));
-        }
-        Err(e) => return Err(ApiError::internal(e)),
-    };
+    let payment =
+        proofs::record_for_seller(state, &caller.account_id, backend.rpc.network(), &checked, &terms, expires_at)
+            .await?;
     let native = ChainFamily::Solana.native_decimals();
     Ok(UnsignedTransaction {
         payment_id: payment.id,
