@@ -6,8 +6,16 @@
 //! It never pays twice for one request: a `503` ("payment pending") is retried with the same
 //! proof, honouring `Retry-After`, a bounded number of times.
 //!
-//! Payment kinds so far: `exact-native` SOL (a signed System transfer; needs a Solana RPC for the
-//! recent blockhash).
+//! What it pays, each with a key of that chain and an RPC of the same network:
+//!
+//! * `exact-native` SOL: a System transfer it signs (and pays the fee of);
+//! * x402 `exact` SPL tokens: a `TransferChecked` from its associated token account, the fee paid
+//!   by the seller's facilitator (`extra.feePayer`);
+//! * `exact-native` ETH: an EIP-1559 transfer it signs; the facilitator broadcasts it;
+//! * x402 `exact` EVM tokens: an EIP-3009 `transferWithAuthorization` it signs off chain.
+//!
+//! Offers are tried in the seller's order; the first one its keys can pay within the cap wins.
+//! The cap is compared in the asset's own units (decimals read from the chain for tokens).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), tollgate_client::PayError> {
@@ -21,19 +29,20 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use solana_sdk::signature::Keypair;
-use solana_sdk::signer::Signer as _;
 use tollgate_protocol::x402::header::{
     PAYMENT_REQUIRED, PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE,
 };
-use tollgate_protocol::x402::schemes::ExactNativePayload;
 use tollgate_protocol::x402::{
-    Asset, PaymentPayload, PaymentPayloadV2, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT_NATIVE,
-    SettleResponse, V2,
+    Asset, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequired, PaymentRequirements, ResourceInfo,
+    SCHEME_EXACT_NATIVE, SettleResponse, V1, V2,
 };
-use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
+use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, Network};
 
+mod evm;
+mod solana;
+
+pub use alloy::signers::local::PrivateKeySigner;
 pub use tollgate_protocol as protocol;
 
 /// Why a paid request did not succeed.
@@ -153,23 +162,42 @@ impl Paid {
 #[derive(Debug, Default)]
 pub struct Buyer {
     http: reqwest::Client,
-    solana: Option<(Keypair, String)>,
+    solana: Option<solana::SolanaWallet>,
+    evm: Option<evm::EvmWallet>,
     cap: Option<Cap>,
     max_pending_retries: u32,
+}
+
+/// The offer chosen, with the decimals of its asset.
+struct Choice {
+    requirement: PaymentRequirements,
+    resource: ResourceInfo,
+    decimals: u8,
 }
 
 impl Buyer {
     /// A buyer without keys (it can only fetch free content).
     #[must_use]
     pub fn new() -> Self {
-        Self { http: reqwest::Client::new(), solana: None, cap: None, max_pending_retries: 5 }
+        Self { http: reqwest::Client::new(), solana: None, evm: None, cap: None, max_pending_retries: 5 }
     }
 
-    /// Pays on Solana with `keypair`, reading recent blockhashes from `rpc_url`.
+    /// Pays on Solana with `keypair`, reading the cluster, recent blockhashes and token mints
+    /// from `rpc_url`. Only offers on that RPC's cluster are paid.
     #[must_use]
     pub fn with_solana(mut self, keypair: Keypair, rpc_url: impl Into<String>) -> Self {
-        self.solana = Some((keypair, rpc_url.into()));
+        self.solana = Some(solana::SolanaWallet::new(keypair, rpc_url.into()));
         self
+    }
+
+    /// Pays on an EVM chain with `signer`, reading the chain id, nonces, fees and tokens from
+    /// `rpc_url`. Only offers on that node's chain are paid.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when `rpc_url` is not a URL.
+    pub fn with_evm(mut self, signer: PrivateKeySigner, rpc_url: &str) -> Result<Self, PayError> {
+        self.evm = Some(evm::EvmWallet::new(signer, rpc_url)?);
+        Ok(self)
     }
 
     /// Never pays more than `cap` for one request.
@@ -186,6 +214,18 @@ impl Buyer {
         self
     }
 
+    /// The buyer's Solana address, when it has a Solana key.
+    #[must_use]
+    pub fn solana_address(&self) -> Option<String> {
+        self.solana.as_ref().map(solana::SolanaWallet::address)
+    }
+
+    /// The buyer's EVM address (checksummed), when it has an EVM key.
+    #[must_use]
+    pub fn evm_address(&self) -> Option<String> {
+        self.evm.as_ref().map(evm::EvmWallet::address)
+    }
+
     /// `GET url`, paying a 402 once if one comes.
     ///
     /// # Errors
@@ -200,12 +240,30 @@ impl Buyer {
         let v2_header = first.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
         let body = first.bytes().await?;
         let challenge = read_challenge(v2_header.as_deref(), &body)?;
-        let (requirement, resource) = self.choose(&challenge)?;
-        let (header_name, header_value, made) = self.pay(&challenge, &requirement, &resource).await?;
+        let choice = self.choose(&challenge).await?;
+        let (header_name, header_value, made) = self.pay(&challenge, &choice).await?;
+        let outcome = self.send_paid(url, header_name, &header_value, made).await;
+        if outcome.is_err()
+            && choice.requirement.network.family() == ChainFamily::Evm
+            && choice.requirement.scheme == SCHEME_EXACT_NATIVE
+            && let Some(evm) = &self.evm
+        {
+            evm.forget_nonce().await;
+        }
+        outcome
+    }
 
+    /// Sends the request again with the proof, retrying while the seller answers "pending".
+    async fn send_paid(
+        &self,
+        url: &str,
+        header_name: &str,
+        header_value: &str,
+        made: PaymentMade,
+    ) -> Result<Paid, PayError> {
         let mut retries = 0;
         loop {
-            let answer = self.http.get(url).header(header_name, &header_value).send().await?;
+            let answer = self.http.get(url).header(header_name, header_value).send().await?;
             let status = answer.status().as_u16();
             if status == 503 && retries < self.max_pending_retries {
                 retries += 1;
@@ -244,79 +302,72 @@ impl Buyer {
         }
     }
 
-    /// The first offer this buyer can pay, within the cap.
-    fn choose(&self, challenge: &PaymentRequired) -> Result<(PaymentRequirements, ResourceInfo), PayError> {
-        let offers = challenge.requirements();
-        let payable: Vec<_> = offers
-            .iter()
-            .filter(|(r, _)| {
-                r.scheme == SCHEME_EXACT_NATIVE
-                    && r.asset == Asset::Native
-                    && r.network.family() == ChainFamily::Solana
-                    && self.solana.is_some()
-            })
-            .collect();
-        let Some((requirement, resource)) = payable.first() else {
-            let offered: Vec<String> = offers.iter().map(|(r, _)| format!("{} on {}", r.scheme, r.network)).collect();
-            return Err(PayError::NoOption(offered.join(", ")));
-        };
-        let decimals = requirement.network.family().native_decimals();
-        if let Some(cap) = &self.cap
-            && !cap.allows(requirement.amount, decimals)
-        {
-            return Err(PayError::OverCap {
-                price: DecimalAmount::from_atomic(requirement.amount, decimals).to_string(),
-                cap: cap.0.to_string(),
-            });
+    /// The decimals of `requirement`'s asset when one of this buyer's wallets can pay it.
+    async fn payable(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+        match requirement.network.family() {
+            ChainFamily::Solana => match &self.solana {
+                Some(wallet) => wallet.decimals(requirement).await,
+                None => Ok(None),
+            },
+            ChainFamily::Evm => match &self.evm {
+                Some(wallet) => wallet.decimals(requirement).await,
+                None => Ok(None),
+            },
         }
-        Ok(((*requirement).clone(), (*resource).clone()))
+    }
+
+    /// The first offer, in the seller's order, that this buyer can pay within the cap.
+    async fn choose(&self, challenge: &PaymentRequired) -> Result<Choice, PayError> {
+        let offers = challenge.requirements();
+        let mut over_cap = None;
+        for (requirement, resource) in &offers {
+            let Some(decimals) = self.payable(requirement).await? else { continue };
+            if let Some(cap) = &self.cap
+                && !cap.allows(requirement.amount, decimals)
+            {
+                over_cap.get_or_insert_with(|| PayError::OverCap {
+                    price: DecimalAmount::from_atomic(requirement.amount, decimals).to_string(),
+                    cap: cap.0.to_string(),
+                });
+                continue;
+            }
+            return Ok(Choice { requirement: requirement.clone(), resource: resource.clone(), decimals });
+        }
+        Err(over_cap.unwrap_or_else(|| {
+            let offered: Vec<String> = offers.iter().map(|(r, _)| describe(r)).collect();
+            PayError::NoOption(offered.join(", "))
+        }))
     }
 
     /// Builds and signs the proof; the header to send it in, and what it pays.
     async fn pay(
         &self,
         challenge: &PaymentRequired,
-        requirement: &PaymentRequirements,
-        resource: &ResourceInfo,
+        choice: &Choice,
     ) -> Result<(&'static str, String, PaymentMade), PayError> {
-        let (keypair, rpc_url) = self.solana.as_ref().ok_or_else(|| PayError::NoOption("no Solana key".into()))?;
-        let Address::Solana(to) = requirement.pay_to else {
-            return Err(PayError::Build("payTo is not a Solana address".into()));
+        let requirement = &choice.requirement;
+        let missing = || PayError::NoOption(describe(requirement));
+        let (proof, transaction) = match requirement.network.family() {
+            ChainFamily::Solana => self.solana.as_ref().ok_or_else(missing)?.pay(requirement).await?,
+            ChainFamily::Evm => self.evm.as_ref().ok_or_else(missing)?.pay(requirement).await?,
         };
-        let lamports =
-            u64::try_from(requirement.amount.get()).map_err(|_| PayError::Build("amount too large".into()))?;
-        let rpc = solana_rpc_client::nonblocking::rpc_client::RpcClient::new_with_timeout_and_commitment(
-            rpc_url.clone(),
-            Duration::from_secs(10),
-            solana_commitment_config::CommitmentConfig::confirmed(),
-        );
-        let blockhash = rpc.get_latest_blockhash().await.map_err(|e| PayError::Build(e.to_string()))?;
-        let transfer = solana_system_interface::instruction::transfer(
-            &keypair.pubkey(),
-            &solana_sdk::pubkey::Pubkey::new_from_array(to),
-            lamports,
-        );
-        // Two payments of the same amount to the same seller within one blockhash would be the
-        // same transaction (signatures are deterministic): a memo makes each one unique.
-        let memo = solana_sdk::instruction::Instruction::new_with_bytes(MEMO_PROGRAM, unique_memo().as_bytes(), vec![]);
-        let tx = solana_sdk::transaction::Transaction::new_signed_with_payer(
-            &[transfer, memo],
-            Some(&keypair.pubkey()),
-            &[keypair],
-            blockhash,
-        );
-        let encoded = base64::engine::general_purpose::STANDARD
-            .encode(bincode::serialize(&tx).map_err(|e| PayError::Build(e.to_string()))?);
-        let native = ExactNativePayload::Transaction(encoded);
         let (name, payload) = match challenge {
-            PaymentRequired::V1(_) => (X_PAYMENT, PaymentPayload::exact_native_v1(&requirement.network, &native)),
+            PaymentRequired::V1(_) => (
+                X_PAYMENT,
+                PaymentPayload::V1(PaymentPayloadV1 {
+                    x402_version: V1,
+                    scheme: requirement.scheme.clone(),
+                    network: requirement.network.clone(),
+                    payload: proof,
+                }),
+            ),
             PaymentRequired::V2(_) => (
                 PAYMENT_SIGNATURE,
                 PaymentPayload::V2(Box::new(PaymentPayloadV2 {
                     x402_version: V2,
-                    resource: Some(resource.clone()),
+                    resource: Some(choice.resource.clone()),
                     accepted: requirement.clone(),
-                    payload: native.to_value(),
+                    payload: proof,
                     extensions: serde_json::Map::new(),
                 })),
             ),
@@ -324,21 +375,26 @@ impl Buyer {
         let header = payload.to_header().map_err(|e| PayError::Build(e.to_string()))?;
         let made = PaymentMade {
             amount: requirement.amount,
-            whole: DecimalAmount::from_atomic(requirement.amount, requirement.network.family().native_decimals()),
+            whole: DecimalAmount::from_atomic(requirement.amount, choice.decimals),
             asset: requirement.asset,
             network: requirement.network.clone(),
-            transaction: tx.signatures.first().map(ToString::to_string),
+            transaction,
         };
         Ok((name, header, made))
     }
 }
 
-/// SPL Memo program (v2).
-const MEMO_PROGRAM: solana_sdk::pubkey::Pubkey =
-    solana_sdk::pubkey::Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
+/// One offer, for people: "exact-native of 1000 atomic SOL on solana:…".
+fn describe(r: &PaymentRequirements) -> String {
+    let asset = match r.asset {
+        Asset::Native => r.network.family().native_symbol().to_owned(),
+        Asset::Token(t) => t.to_string(),
+    };
+    format!("{} of {} atomic {asset} on {}", r.scheme, r.amount, r.network)
+}
 
 /// A memo no other payment from this process carries: the time and a counter.
-fn unique_memo() -> String {
+pub(crate) fn unique_memo() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());

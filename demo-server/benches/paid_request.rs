@@ -19,9 +19,7 @@ fn bench(c: &mut Criterion) {
         .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let demo = runtime
-        .block_on(tollgate_demo::start(dir.path(), "127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()))
-        .unwrap();
+    let demo = runtime.block_on(tollgate_demo::start(&tollgate_demo::Options::new(dir.path()))).unwrap();
     let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
     let buyer = tollgate_client::Buyer::new().with_solana(key, &demo.solana_rpc_url);
     let quote = format!("{}/quote", demo.shop_url);

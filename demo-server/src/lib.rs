@@ -1,45 +1,105 @@
 //! `tollgate-demo`: the whole flow in one process, offline.
 //!
 //! [`start`] runs the facilitator on the embedded Solana ledger with SQLite (in a data folder),
-//! a seller app with three priced routes behind [`tollgate::PaymentLayer`], and a funded demo
-//! buyer whose keypair file it writes, then returns what a newcomer needs: the URLs and a
-//! `tollgate-pay` command that works.
+//! a seller app ("the shop") with three priced routes behind [`tollgate::PaymentLayer`], a web
+//! page that pays through the facilitator's hosted mode, and funded demo buyers, then returns
+//! what a newcomer needs: the URLs and a `tollgate-pay` command that works.
+//!
+//! Given the JSON-RPC of a local EVM development node (anvil), the shop also takes ETH and an
+//! EIP-3009 token there: the demo funds its accounts with `anvil_setBalance` and deploys the
+//! token itself.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use axum::routing::get;
-use axum::{Extension, Json, Router};
-use serde_json::json;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signer::Signer as _;
-use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::Plan;
-use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::config::{Config, DatabaseUrl, EvmChainConfig, Secret};
+use tollgate_facilitator::devnet::SplDevToken;
+use tollgate_protocol::{Address, ChainFamily};
 
-/// SOL each demo wallet (buyer, seller) starts with.
+mod evm;
+mod page;
+mod shop;
+
+pub use shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL};
+
+/// SOL each demo wallet (the command-line buyer, the page's hosted buyer, the seller) starts with.
 pub const DEMO_FUNDING_SOL: u64 = 10;
+/// Demo tokens (whole units) each buyer starts with, on each chain.
+pub const DEMO_FUNDING_TOKENS: u64 = 100;
+
+/// What to start, and where.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Data folder: SQLite database, master key, demo key files.
+    pub data_dir: PathBuf,
+    /// Where the facilitator listens (port 0: any free port).
+    pub facilitator_addr: SocketAddr,
+    /// Where the shop listens (port 0: any free port).
+    pub shop_addr: SocketAddr,
+    /// JSON-RPC of a local EVM development node (anvil), for ETH and EIP-3009 prices.
+    pub evm_rpc_url: Option<String>,
+}
+
+impl Options {
+    /// Everything on free ports of 127.0.0.1, data in `data_dir`, Solana only.
+    #[must_use]
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            facilitator_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            shop_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            evm_rpc_url: None,
+        }
+    }
+}
+
+/// The demo's EVM side, when a development node was given.
+#[derive(Debug, Clone)]
+pub struct EvmDemo {
+    /// The node's JSON-RPC.
+    pub rpc_url: String,
+    /// Its chain id.
+    pub chain_id: u64,
+    /// The command-line buyer's key file (hex private key, mode 0600).
+    pub buyer_key_file: PathBuf,
+    /// The buyer's address.
+    pub buyer: String,
+    /// The seller's address.
+    pub seller: String,
+    /// The demo EIP-3009 token.
+    pub token: String,
+}
 
 /// A running demo.
 #[derive(Debug)]
 pub struct Demo {
-    /// The seller app (paid routes).
+    /// The seller app (paid routes and the demo page).
     pub shop_url: String,
     /// The facilitator.
     pub facilitator_url: String,
     /// The embedded ledger's JSON-RPC.
     pub solana_rpc_url: String,
-    /// The demo buyer's keypair file.
+    /// The command-line buyer's keypair file.
     pub buyer_key_file: PathBuf,
-    /// The demo buyer's address.
+    /// The command-line buyer's address.
     pub buyer: String,
+    /// The web page's buyer: a custodial wallet the facilitator holds (hosted mode).
+    pub page_buyer: String,
     /// The seller's address (paid by the routes).
     pub seller: String,
+    /// The demo SPL token's mint.
+    pub spl_token: String,
     /// The shop's API key at the facilitator (it sees the shop's payments).
     pub seller_api_key: String,
+    /// EVM, when a development node was given.
+    pub evm: Option<EvmDemo>,
     /// The facilitator's state (the ledger lives as long as it does).
     pub state: AppState,
 }
@@ -55,32 +115,22 @@ impl Demo {
             self.shop_url
         )
     }
+
+    /// A `tollgate-pay` command that pays with ETH or the EIP-3009 token, when EVM is on.
+    #[must_use]
+    pub fn evm_pay_command(&self, path: &str) -> Option<String> {
+        let evm = self.evm.as_ref()?;
+        Some(format!(
+            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max 0.1 {}{path}",
+            evm.buyer_key_file.display(),
+            evm.rpc_url,
+            self.shop_url
+        ))
+    }
 }
 
-async fn quote(Extension(payment): Extension<Payment>) -> Json<serde_json::Value> {
-    Json(json!({
-        "quote": {"pair": "SOL/USD", "price": "142.17", "at": chrono::Utc::now().to_rfc3339()},
-        "paidBy": payment.payer, "transaction": payment.transaction,
-    }))
-}
-
-async fn report(Extension(payment): Extension<Payment>) -> Json<serde_json::Value> {
-    Json(json!({
-        "report": "Daily report: 1,284 paid requests, 0 double spends, median settlement 0.4 s.",
-        "paidBy": payment.payer, "transaction": payment.transaction,
-    }))
-}
-
-async fn words(Extension(payment): Extension<Payment>, uri: axum::http::Uri) -> Json<serde_json::Value> {
-    Json(json!({
-        "words": uri.query().unwrap_or_default(),
-        "paidBy": payment.payer, "transaction": payment.transaction,
-    }))
-}
-
-/// Writes a keypair as the Solana CLI does (a JSON array of its 64 bytes), readable by its owner only.
-fn write_keypair(path: &Path, keypair: &Keypair) -> anyhow::Result<()> {
-    let text = serde_json::to_string(&keypair.to_bytes().to_vec())?;
+/// Writes `text` readable by its owner only.
+pub(crate) fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     #[cfg(unix)]
     {
         use std::io::Write as _;
@@ -93,18 +143,34 @@ fn write_keypair(path: &Path, keypair: &Keypair) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts everything: the facilitator on `facilitator_addr`, the shop on `shop_addr`, with data
-/// in `data_dir`.
+/// Writes a keypair as the Solana CLI does (a JSON array of its 64 bytes), readable by its owner only.
+fn write_keypair(path: &Path, keypair: &Keypair) -> anyhow::Result<()> {
+    write_private(path, &serde_json::to_string(&keypair.to_bytes().to_vec())?)
+}
+
+/// Starts everything.
 ///
 /// # Errors
-/// When the ledger, the database or a listener cannot start.
-pub async fn start(data_dir: &Path, facilitator_addr: SocketAddr, shop_addr: SocketAddr) -> anyhow::Result<Demo> {
+/// When the ledger, the database, the EVM node or a listener cannot start.
+pub async fn start(options: &Options) -> anyhow::Result<Demo> {
+    let data_dir = &options.data_dir;
     std::fs::create_dir_all(data_dir)?;
-    let db = data_dir.join("tollgate.db");
-    let config = Config {
-        database_url: DatabaseUrl::parse(&db.to_string_lossy())?,
-        listen: facilitator_addr,
+    let evm_signer = alloy::signers::local::PrivateKeySigner::random();
+    let mut config = Config {
+        database_url: DatabaseUrl::parse(&data_dir.join("tollgate.db").to_string_lossy())?,
+        listen: options.facilitator_addr,
         ..Config::default()
+    };
+    let evm_chain = match &options.evm_rpc_url {
+        Some(url) => {
+            let chain_id = evm::chain_id(url).await?;
+            config
+                .evm
+                .push(EvmChainConfig { network: tollgate_protocol::Network::eip155(chain_id), rpc_url: url.clone() });
+            config.evm_signer_key = Some(Secret::new(alloy::hex::encode(evm_signer.to_bytes())));
+            Some(chain_id)
+        }
+        None => None,
     };
     let state = AppState::from_config(config).await?;
     let backend = state.chains.embedded_solana().ok_or_else(|| anyhow::anyhow!("no embedded ledger"))?;
@@ -113,68 +179,61 @@ pub async fn start(data_dir: &Path, facilitator_addr: SocketAddr, shop_addr: Soc
         .as_ref()
         .map(|l| l.rpc_url().to_owned())
         .ok_or_else(|| anyhow::anyhow!("no embedded ledger"))?;
+    let rpc = &backend.rpc;
 
-    // The seller's API key (enterprise: the demo page may poll).
-    let key = admin::create_key(
-        &*state.store,
-        NewKey {
-            plan: Plan::Enterprise,
-            rpm: Some(100_000),
-            label: Some("demo seller".into()),
-            account: None,
-            env: KeyEnv::Test,
-        },
-        chrono::Utc::now(),
-    )
-    .await?;
+    // The shop's API key (enterprise: the demo page polls its history).
+    let seller_key = new_key(&state, "demo seller").await?;
+    // The page's buyer: an account with a custodial Solana wallet (hosted mode).
+    let page_key = new_key(&state, "demo page buyer").await?;
+    let master = state.master_key.as_ref().ok_or_else(|| anyhow::anyhow!("no master key for custodial wallets"))?;
+    let page_buyer =
+        admin::create_wallet(&*state.store, master, &page_key.record.id, ChainFamily::Solana, chrono::Utc::now())
+            .await?;
 
     // Wallets: the seller's receiving address and the buyer's key, both funded on the ledger.
-    let (buyer, seller) = (Keypair::new(), Keypair::new());
+    let (buyer, seller, treasury) = (Keypair::new(), Keypair::new(), Keypair::new());
     let buyer_key_file = data_dir.join("demo-buyer.json");
     write_keypair(&buyer_key_file, &buyer)?;
     write_keypair(&data_dir.join("demo-seller.json"), &seller)?;
-    for who in [&buyer, &seller] {
-        let signature = backend.rpc.request_airdrop(&who.pubkey(), DEMO_FUNDING_SOL * 1_000_000_000).await?;
-        backend.rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await?;
+    let page_buyer_key: solana_sdk::pubkey::Pubkey = page_buyer.parse()?;
+    for who in [&buyer.pubkey(), &seller.pubkey(), &treasury.pubkey(), &page_buyer_key] {
+        let signature = rpc.request_airdrop(who, DEMO_FUNDING_SOL * 1_000_000_000).await?;
+        rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await?;
     }
+    // A stablecoin-like SPL token: the buyer holds some, the seller has an account for it.
+    let token = SplDevToken::create(rpc, treasury, DEMO_TOKEN_DECIMALS).await?;
+    let whole = 10u64.pow(u32::from(DEMO_TOKEN_DECIMALS));
+    token.fund(rpc, &buyer.pubkey(), DEMO_FUNDING_TOKENS * whole).await?;
+    token.fund(rpc, &seller.pubkey(), 0).await?;
 
-    let listener = tokio::net::TcpListener::bind(facilitator_addr).await?;
+    let evm = match (&options.evm_rpc_url, evm_chain) {
+        (Some(url), Some(chain_id)) => Some(evm::prepare(&state, url, chain_id, data_dir, &evm_signer).await?),
+        _ => None,
+    };
+
+    let listener = tokio::net::TcpListener::bind(options.facilitator_addr).await?;
     let facilitator_url = format!("http://{}", listener.local_addr()?);
     // The demo runs until the process ends.
     tokio::spawn(tollgate_facilitator::run(listener, state.clone(), std::future::pending()));
 
-    let seller_address: tollgate_protocol::Address = seller.pubkey().to_string().parse()?;
-    let facilitator = FacilitatorClient::new(&facilitator_url, key.secret.expose());
-    let priced = |amount: &str, description: &str| -> anyhow::Result<PaymentLayer> {
-        Ok(PaymentLayer::builder()
-            .facilitator(facilitator.clone())
-            .accept(Price::native_sol(amount)?.pay_to(seller_address))
-            .description(description)
-            .build()?)
-    };
-    // Dynamic: a penny per word asked for, at least one.
-    let per_word = PaymentLayer::builder()
-        .facilitator(facilitator.clone())
-        .pricing(move |parts| {
-            let words = parts.uri.query().unwrap_or_default().split('+').filter(|w| !w.is_empty()).count().max(1);
-            let amount = format!("0.00{}", words.min(9));
-            async move { Some(vec![Price::native_sol(&amount).ok()?.pay_to(seller_address)]) }
-        })
-        .description("Words, priced per word (0.001 SOL each, up to 9)")
-        .build()?;
-    let shop = Router::new()
-        .route("/quote", get(quote).route_layer(priced("0.001", "A SOL/USD quote")?))
-        .route("/report", get(report).route_layer(priced("0.01", "The daily report")?))
-        .route("/words", get(words).route_layer(per_word))
-        .route(
-            "/",
-            get(|| async {
-                "Tollgate demo shop: GET /quote (0.001 SOL), /report (0.01 SOL), /words?a+b (0.001 SOL a word)\n"
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind(shop_addr).await?;
+    let listener = tokio::net::TcpListener::bind(options.shop_addr).await?;
     let shop_url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, shop).await });
+    let seller_address: Address = seller.pubkey().to_string().parse()?;
+    let catalog = shop::Catalog::new(seller_address, token.mint.to_string().parse()?, evm.as_ref())?;
+    let facilitator = tollgate::FacilitatorClient::new(&facilitator_url, seller_key.secret.expose());
+    let page = Arc::new(page::Page {
+        http: reqwest::Client::new(),
+        shop_url: shop_url.clone(),
+        facilitator_url: facilitator_url.clone(),
+        buyer_api_key: page_key.secret.expose().to_owned(),
+        buyer_wallet: page_buyer.clone(),
+        seller_api_key: seller_key.secret.expose().to_owned(),
+        seller: seller.pubkey().to_string(),
+        evm_seller: evm.as_ref().map(|e| e.seller.clone()),
+        catalog: catalog.clone(),
+    });
+    let app = shop::router(&catalog, &facilitator)?.merge(page::router(page));
+    tokio::spawn(async move { axum::serve(listener, app).await });
 
     Ok(Demo {
         shop_url,
@@ -182,8 +241,27 @@ pub async fn start(data_dir: &Path, facilitator_addr: SocketAddr, shop_addr: Soc
         solana_rpc_url,
         buyer_key_file,
         buyer: buyer.pubkey().to_string(),
+        page_buyer,
         seller: seller.pubkey().to_string(),
-        seller_api_key: key.secret.expose().to_owned(),
+        spl_token: token.mint.to_string(),
+        seller_api_key: seller_key.secret.expose().to_owned(),
+        evm,
         state,
     })
+}
+
+/// A test-environment enterprise key of a new account.
+async fn new_key(state: &AppState, label: &str) -> anyhow::Result<admin::CreatedKey> {
+    Ok(admin::create_key(
+        &*state.store,
+        NewKey {
+            plan: Plan::Enterprise,
+            rpm: Some(100_000),
+            label: Some(label.into()),
+            account: None,
+            env: KeyEnv::Test,
+        },
+        chrono::Utc::now(),
+    )
+    .await?)
 }

@@ -9,36 +9,61 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "tollgate-demo", version)]
 struct Args {
-    /// Where the shop listens.
+    /// Where the shop (and its demo page) listens.
     #[arg(long, env = "TOLLGATE_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Where the facilitator listens.
     #[arg(long, env = "TOLLGATE_DEMO_FACILITATOR", default_value = "127.0.0.1:8402")]
     facilitator: SocketAddr,
-    /// Data folder (SQLite database, demo keypairs).
+    /// Data folder (SQLite database, demo keys).
     #[arg(long, env = "TOLLGATE_DEMO_DATA", default_value = "demo-data")]
     data: PathBuf,
+    /// JSON-RPC of a local EVM development node (e.g. `anvil`): adds ETH and EIP-3009 prices.
+    #[arg(long, env = "TOLLGATE_DEMO_EVM_RPC_URL")]
+    evm_rpc: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(std::env::var("TOLLGATE_LOG").unwrap_or_else(|_| "warn".into())).init();
     let args = Args::parse();
-    let demo = tollgate_demo::start(&args.data, args.facilitator, args.listen).await?;
+    let options = tollgate_demo::Options {
+        data_dir: args.data,
+        facilitator_addr: args.facilitator,
+        shop_addr: args.listen,
+        evm_rpc_url: args.evm_rpc,
+    };
+    let demo = tollgate_demo::start(&options).await?;
     println!("Tollgate demo is running (offline, embedded Solana ledger).");
     println!();
-    println!("  shop         {}   (/quote 0.001 SOL, /report 0.01 SOL, /words?a+b per word)", demo.shop_url);
+    println!("  demo page    {}/", demo.shop_url);
+    println!("  shop         {}   (/quote, /report, /words?a+b)", demo.shop_url);
     println!("  facilitator  {}", demo.facilitator_url);
     println!("  solana rpc   {}", demo.solana_rpc_url);
     println!(
-        "  demo buyer   {}  (key: {}, funded with {} SOL)",
+        "  demo buyer   {}  (key: {}, {} SOL and {} {})",
         demo.buyer,
         demo.buyer_key_file.display(),
-        tollgate_demo::DEMO_FUNDING_SOL
+        tollgate_demo::DEMO_FUNDING_SOL,
+        tollgate_demo::DEMO_FUNDING_TOKENS,
+        tollgate_demo::DEMO_TOKEN_SYMBOL
     );
+    if let Some(evm) = &demo.evm {
+        println!(
+            "  evm chain    {} (chain id {}), token {} at {}",
+            evm.rpc_url,
+            evm.chain_id,
+            tollgate_demo::DEMO_TOKEN_SYMBOL,
+            evm.token
+        );
+        println!("  evm buyer    {}  (key: {})", evm.buyer, evm.buyer_key_file.display());
+    }
     println!();
     println!("Without paying:  curl -i {}/quote", demo.shop_url);
     println!("Paying:          {}", demo.pay_command());
+    if let Some(command) = demo.evm_pay_command("/report") {
+        println!("Paying on EVM:   {command}");
+    }
     println!();
     println!("Ctrl-C to stop.");
     tokio::signal::ctrl_c().await?;

@@ -9,8 +9,7 @@ use std::time::Instant;
 async fn the_demo_starts_and_its_buyer_pays_twice() {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let demo =
-        tollgate_demo::start(dir.path(), "127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
     println!("demo ready in {:?}", started.elapsed());
     assert!(demo.pay_command().contains(&demo.buyer_key_file.display().to_string()));
 

@@ -20,6 +20,7 @@ pub mod auth;
 pub mod chains;
 pub mod clock;
 pub mod config;
+pub mod devnet;
 pub mod error;
 pub mod extract;
 pub mod hosted;

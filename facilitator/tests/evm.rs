@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use alloy::node_bindings::{Anvil, AnvilInstance};
@@ -25,6 +24,7 @@ use tollgate_facilitator::chains::evm::build::{Transfer, sign};
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
 use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::devnet::{self, Erc3009DevToken};
 use tollgate_facilitator::store::SqlStore;
 use tollgate_facilitator::wallets::MasterKey;
 use tollgate_facilitator::{AppState, router};
@@ -33,21 +33,6 @@ use tower::ServiceExt as _;
 
 /// One ETH in wei.
 const ETH: u128 = 1_000_000_000_000_000_000;
-
-/// The anvil binary: `TOLLGATE_ANVIL`, or where `scripts/test` installs it.
-fn anvil_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("TOLLGATE_ANVIL") {
-        return PathBuf::from(path);
-    }
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.tools/anvil/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
-    assert!(
-        path.exists(),
-        "anvil is not installed at {}: run scripts/test (it installs it), or set TOLLGATE_ANVIL",
-        path.display()
-    );
-    path
-}
 
 struct EvmApp {
     app: Router,
@@ -59,7 +44,7 @@ struct EvmApp {
 
 impl EvmApp {
     async fn start() -> Self {
-        let anvil = Anvil::at(anvil_path()).host("127.0.0.1").try_spawn().expect("anvil starts");
+        let anvil = Anvil::at(devnet::anvil_binary()).host("127.0.0.1").try_spawn().expect("anvil starts");
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("evm.db").to_str().unwrap()).unwrap(),
@@ -442,15 +427,12 @@ impl Token {
     const DECIMALS: u8 = 6;
 
     async fn deploy(t: &EvmApp) -> Self {
-        use alloy::sol_types::SolValue as _;
         let minter = PrivateKeySigner::random();
         t.fund(&minter.address().to_string(), ETH).await;
-        let bin = include_str!("contracts/build/TollgateTestToken_sol_TollgateTestToken.bin");
-        let mut code = alloy::primitives::hex::decode(bin.trim()).unwrap();
-        // uint8 is ABI-encoded as one 32-byte word, like uint256.
-        code.extend((Self::NAME.to_owned(), "TUSD".to_owned(), U256::from(Self::DECIMALS)).abi_encode_params());
-        let receipt = Self::send(t, &minter, alloy::primitives::TxKind::Create, code).await;
-        Self { address: receipt.contract_address.unwrap(), minter }
+        let token = Erc3009DevToken::deploy(&t.backend().rpc, minter.clone(), (Self::NAME, "TUSD", Self::DECIMALS))
+            .await
+            .unwrap();
+        Self { address: token.address, minter }
     }
 
     async fn send(
@@ -458,26 +440,8 @@ impl Token {
         from: &PrivateKeySigner,
         to: alloy::primitives::TxKind,
         input: Vec<u8>,
-    ) -> alloy::rpc::types::TransactionReceipt {
-        let rpc = &t.backend().rpc;
-        let fees = rpc.fees().await.unwrap();
-        let tx = alloy::consensus::TxEip1559 {
-            chain_id: t.anvil.chain_id(),
-            nonce: rpc.pending_nonce(from.address()).await.unwrap(),
-            gas_limit: 3_000_000,
-            max_fee_per_gas: fees.max_fee_per_gas,
-            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-            to,
-            value: U256::ZERO,
-            access_list: Default::default(),
-            input: input.into(),
-        };
-        let (raw, hash) = sign(tx, from).unwrap();
-        rpc.send_raw(&raw).await.unwrap();
-        rpc.wait_for_outcome(hash, std::time::Duration::from_secs(10)).await.unwrap();
-        let receipt = rpc.receipt(hash).await.unwrap().unwrap();
-        assert!(receipt.status(), "{receipt:?}");
-        receipt
+    ) -> Option<Address> {
+        devnet::send_evm(&t.backend().rpc, from, to, input).await.unwrap()
     }
 
     async fn mint(&self, t: &EvmApp, to: Address, value: u128) {
@@ -779,11 +743,9 @@ async fn a_contract_wallet_pays_with_an_eip1271_signature() {
     let (key, _) = t.customer().await;
     let token = Token::deploy(&t).await;
     let owner = PrivateKeySigner::random();
-    let bin = include_str!("contracts/build/TollgateTestWallet_sol_TollgateTestWallet.bin");
-    let mut code = alloy::primitives::hex::decode(bin.trim()).unwrap();
+    let mut code = alloy::primitives::hex::decode(devnet::TEST_WALLET_BYTECODE.trim()).unwrap();
     code.extend(owner.address().abi_encode()); // one address argument: one word
-    let wallet =
-        Token::send(&t, &token.minter, alloy::primitives::TxKind::Create, code).await.contract_address.unwrap();
+    let wallet = Token::send(&t, &token.minter, alloy::primitives::TxKind::Create, code).await.unwrap();
     token.mint(&t, wallet, 3_000_000).await;
     let seller = Address::repeat_byte(0x53);
     let now = chrono::Utc::now().timestamp().unsigned_abs();

@@ -526,10 +526,10 @@ mod spl_fixture {
     use solana_sdk::signature::Keypair;
     use solana_sdk::signer::Signer as _;
     use solana_sdk::transaction::Transaction;
-    use tollgate_facilitator::chains::TxOutcome;
     use tollgate_facilitator::chains::solana::rpc::SolanaRpc;
-    use tollgate_facilitator::chains::solana::spl::{ASSOCIATED_TOKEN_PROGRAM, associated_token_address};
+    use tollgate_facilitator::chains::solana::spl::associated_token_address;
     use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
+    use tollgate_facilitator::devnet::SplDevToken;
 
     pub const DECIMALS: u8 = 6;
 
@@ -537,16 +537,7 @@ mod spl_fixture {
     pub struct Fixture {
         pub funder: Keypair,
         pub mint: Pubkey,
-    }
-
-    pub async fn send(rpc: &SolanaRpc, payer: &Keypair, signers: &[&Keypair], ixs: &[Instruction]) {
-        let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
-        let mut all = vec![payer];
-        all.extend_from_slice(signers);
-        let tx = Transaction::new_signed_with_payer(ixs, Some(&payer.pubkey()), &all, blockhash);
-        let sig = rpc.send(&tx).await.unwrap();
-        let outcome = rpc.wait_for_outcome(&sig, std::time::Duration::from_secs(30)).await.unwrap();
-        assert!(matches!(outcome, Some(TxOutcome::Confirmed { .. })), "{outcome:?}");
+        token: SplDevToken,
     }
 
     impl Fixture {
@@ -554,54 +545,13 @@ mod spl_fixture {
             let funder = Keypair::new();
             let sig = rpc.request_airdrop(&funder.pubkey(), 10_000_000_000).await.unwrap();
             rpc.wait_for_outcome(&sig, std::time::Duration::from_secs(30)).await.unwrap();
-            let mint = Keypair::new();
-            let create = solana_system_interface::instruction::create_account(
-                &funder.pubkey(),
-                &mint.pubkey(),
-                10_000_000,
-                82,
-                &TOKEN_PROGRAM,
-            );
-            // InitializeMint2: tag 20, decimals, mint authority, no freeze authority.
-            let mut data = vec![20, DECIMALS];
-            data.extend_from_slice(funder.pubkey().as_ref());
-            data.push(0);
-            let init = Instruction::new_with_bytes(TOKEN_PROGRAM, &data, vec![AccountMeta::new(mint.pubkey(), false)]);
-            send(rpc, &funder, &[&mint], &[create, init]).await;
-            Self { funder, mint: mint.pubkey() }
+            let token = SplDevToken::create(rpc, funder.insecure_clone(), DECIMALS).await.unwrap();
+            Self { funder, mint: token.mint, token }
         }
 
         /// Creates `owner`'s associated token account (idempotent) and mints `amount` into it.
         pub async fn account(&self, rpc: &SolanaRpc, owner: &Pubkey, amount: u64) -> Pubkey {
-            let ata = associated_token_address(owner, &self.mint, &TOKEN_PROGRAM);
-            let create = Instruction::new_with_bytes(
-                ASSOCIATED_TOKEN_PROGRAM,
-                &[1],
-                vec![
-                    AccountMeta::new(self.funder.pubkey(), true),
-                    AccountMeta::new(ata, false),
-                    AccountMeta::new_readonly(*owner, false),
-                    AccountMeta::new_readonly(self.mint, false),
-                    AccountMeta::new_readonly(solana_system_interface::program::ID, false),
-                    AccountMeta::new_readonly(TOKEN_PROGRAM, false),
-                ],
-            );
-            let mut ixs = vec![create];
-            if amount > 0 {
-                let mut data = vec![7];
-                data.extend_from_slice(&amount.to_le_bytes());
-                ixs.push(Instruction::new_with_bytes(
-                    TOKEN_PROGRAM,
-                    &data,
-                    vec![
-                        AccountMeta::new(self.mint, false),
-                        AccountMeta::new(ata, false),
-                        AccountMeta::new_readonly(self.funder.pubkey(), true),
-                    ],
-                ));
-            }
-            send(rpc, &self.funder, &[], &ixs).await;
-            ata
+            self.token.fund(rpc, owner, amount).await.unwrap()
         }
 
         /// Base units held by a token account.

@@ -20,6 +20,12 @@ struct Args {
     /// Solana JSON-RPC for recent blockhashes.
     #[arg(long, env = "TOLLGATE_SOLANA_RPC_URL", default_value = "http://127.0.0.1:8899")]
     solana_rpc: String,
+    /// EVM private key, hex (prefer the environment variable: arguments are visible to other users).
+    #[arg(long, env = "TOLLGATE_EVM_KEY", hide_env_values = true)]
+    evm_key: Option<String>,
+    /// EVM JSON-RPC for the chain id, nonces, fees and token details.
+    #[arg(long, env = "TOLLGATE_EVM_RPC_URL", default_value = "http://127.0.0.1:8545")]
+    evm_rpc: String,
     /// Most to pay for this request, in whole units of the asset paid (e.g. 0.05 SOL).
     #[arg(long)]
     max: Option<String>,
@@ -41,6 +47,11 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.solana_key {
         buyer = buyer.with_solana(read_keypair(path)?, &args.solana_rpc);
     }
+    if let Some(key) = &args.evm_key {
+        let signer: tollgate_client::PrivateKeySigner =
+            key.trim().parse().map_err(|_| anyhow::anyhow!("--evm-key is not a hex secp256k1 private key"))?;
+        buyer = buyer.with_evm(signer, &args.evm_rpc)?;
+    }
     if let Some(max) = &args.max {
         buyer = buyer.with_cap(Cap::whole(max)?);
     }
@@ -54,7 +65,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     tollgate_client::protocol::ChainFamily::Solana => "SOL".to_owned(),
                     tollgate_client::protocol::ChainFamily::Evm => "ETH".to_owned(),
                 },
-                tollgate_client::protocol::x402::Asset::Token(t) => format!("of {t}"),
+                tollgate_client::protocol::x402::Asset::Token(t) => format!("of token {t}"),
             },
             p.network,
             p.transaction.as_deref().unwrap_or("unknown")

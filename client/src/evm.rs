@@ -1,0 +1,268 @@
+//! Paying on EVM chains: `exact-native` ETH (an EIP-1559 transfer the buyer signs; the
+//! facilitator broadcasts it) and x402 `exact` tokens (an EIP-3009 `transferWithAuthorization`
+//! the buyer signs off chain; the facilitator submits it and pays the gas).
+
+use std::collections::HashMap;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use alloy::consensus::{SignableTransaction as _, TxEip1559, TxEnvelope};
+use alloy::eips::eip2718::Encodable2718 as _;
+use alloy::network::TxSignerSync as _;
+use alloy::primitives::{Address as EvmAddress, B256, Bytes, TxKind, U256};
+use alloy::providers::{Provider as _, RootProvider};
+use alloy::rpc::types::TransactionRequest;
+use alloy::signers::SignerSync as _;
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::{Eip712Domain, SolStruct as _};
+use rand::TryRngCore as _;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, OnceCell};
+use tollgate_protocol::x402::schemes::ExactNativePayload;
+use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::{Address, ChainFamily, Network};
+
+use crate::PayError;
+
+alloy::sol! {
+    /// What the buyer reads of a token before signing for it.
+    interface Token {
+        function name() external view returns (string);
+        function version() external view returns (string);
+        function decimals() external view returns (uint8);
+    }
+
+    /// The EIP-712 message of EIP-3009.
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// Gas of a plain transfer to an account without code.
+const TRANSFER_GAS: u64 = 21_000;
+/// Deadline of one RPC call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How far back an authorization's `validAfter` is set, against clocks a little apart.
+const VALID_AFTER_SLACK_SECS: u64 = 60;
+/// Shortest validity window asked for, whatever the offer's `maxTimeoutSeconds`.
+const MIN_VALIDITY_SECS: u64 = 60;
+
+/// A token's EIP-712 domain fields and decimals.
+#[derive(Debug, Clone)]
+struct TokenFacts {
+    name: Option<String>,
+    version: Option<String>,
+    decimals: u8,
+}
+
+/// An EVM key and the node it reads chain id, nonces, fees and tokens from.
+pub(crate) struct EvmWallet {
+    signer: PrivateKeySigner,
+    provider: RootProvider,
+    network: OnceCell<(Network, u64)>,
+    /// The next nonce this process will use, so that payments in quick succession do not collide
+    /// while the earlier ones are still pending.
+    next_nonce: Mutex<Option<u64>>,
+    tokens: Mutex<HashMap<EvmAddress, TokenFacts>>,
+}
+
+impl std::fmt::Debug for EvmWallet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvmWallet").field("address", &self.signer.address()).finish_non_exhaustive()
+    }
+}
+
+fn build_error(e: impl std::fmt::Display) -> PayError {
+    PayError::Build(e.to_string())
+}
+
+/// Awaits an RPC call under [`CALL_TIMEOUT`].
+async fn bounded<T, E: std::fmt::Display>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, PayError> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(build_error(format!("{what}: {e}"))),
+        Err(_) => Err(build_error(format!("{what}: no answer within {} s", CALL_TIMEOUT.as_secs()))),
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl EvmWallet {
+    pub(crate) fn new(signer: PrivateKeySigner, rpc_url: &str) -> Result<Self, PayError> {
+        let url = rpc_url.parse().map_err(|e| build_error(format!("EVM RPC URL {rpc_url:?}: {e}")))?;
+        Ok(Self {
+            signer,
+            provider: RootProvider::new_http(url),
+            network: OnceCell::new(),
+            next_nonce: Mutex::new(None),
+            tokens: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub(crate) fn address(&self) -> String {
+        self.signer.address().to_checksum(None)
+    }
+
+    /// The chain the node serves (asked once).
+    async fn network(&self) -> Result<&(Network, u64), PayError> {
+        self.network
+            .get_or_try_init(|| async {
+                let id = bounded("eth_chainId", self.provider.get_chain_id().into_future()).await?;
+                Ok((Network::eip155(id), id))
+            })
+            .await
+    }
+
+    /// The decimals of what `requirement` asks for when this wallet can pay it, `None` when it
+    /// cannot (another chain, another scheme).
+    pub(crate) async fn decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+        if requirement.network.family() != ChainFamily::Evm
+            || !matches!(requirement.pay_to, Address::Evm(_))
+            || requirement.network != self.network().await?.0
+        {
+            return Ok(None);
+        }
+        match (requirement.scheme.as_str(), requirement.asset) {
+            (SCHEME_EXACT_NATIVE, Asset::Native) => Ok(Some(ChainFamily::Evm.native_decimals())),
+            (SCHEME_EXACT, Asset::Token(Address::Evm(token))) => {
+                Ok(Some(self.token(EvmAddress::from(token)).await?.decimals))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn view<C: alloy::sol_types::SolCall>(&self, token: EvmAddress, call: &C) -> Result<C::Return, PayError> {
+        let request = TransactionRequest::default().to(token).input(Bytes::from(call.abi_encode()).into());
+        let answer = bounded(C::SIGNATURE, self.provider.call(request).into_future()).await?;
+        C::abi_decode_returns(&answer).map_err(|e| build_error(format!("{token} answered {} badly: {e}", C::SIGNATURE)))
+    }
+
+    /// What this client needs of a token: decimals (for the cap) and, when it publishes them,
+    /// the name and version of its EIP-712 domain.
+    async fn token(&self, token: EvmAddress) -> Result<TokenFacts, PayError> {
+        if let Some(known) = self.tokens.lock().await.get(&token) {
+            return Ok(known.clone());
+        }
+        let decimals = self.view(token, &Token::decimalsCall {}).await?;
+        let facts = TokenFacts {
+            name: self.view(token, &Token::nameCall {}).await.ok(),
+            version: self.view(token, &Token::versionCall {}).await.ok(),
+            decimals,
+        };
+        self.tokens.lock().await.insert(token, facts.clone());
+        Ok(facts)
+    }
+
+    /// Builds and signs the proof for `requirement` (which [`Self::decimals`] accepted): the
+    /// scheme payload and, for a transfer, its transaction hash.
+    pub(crate) async fn pay(&self, requirement: &PaymentRequirements) -> Result<(Value, Option<String>), PayError> {
+        let Address::Evm(to) = requirement.pay_to else {
+            return Err(build_error("payTo is not an EVM address"));
+        };
+        let to = EvmAddress::from(to);
+        let value = U256::from(requirement.amount.get());
+        let chain_id = self.network().await?.1;
+        match requirement.asset {
+            Asset::Token(Address::Evm(token)) => self.authorize(requirement, EvmAddress::from(token), to, value).await,
+            _ => self.transfer(chain_id, to, value).await,
+        }
+    }
+
+    /// Forgets the nonce this process would use next, so the next transfer asks the node again:
+    /// called when a signed transfer was refused (it will never be mined, and a gap would leave
+    /// every later transfer stuck).
+    pub(crate) async fn forget_nonce(&self) {
+        *self.next_nonce.lock().await = None;
+    }
+
+    /// A signed EIP-1559 transfer of `value` wei to `to`.
+    async fn transfer(&self, chain_id: u64, to: EvmAddress, value: U256) -> Result<(Value, Option<String>), PayError> {
+        let fees = bounded("eth_feeHistory", self.provider.estimate_eip1559_fees()).await?;
+        let mut next = self.next_nonce.lock().await;
+        let pending = bounded(
+            "eth_getTransactionCount",
+            self.provider.get_transaction_count(self.signer.address()).pending().into_future(),
+        )
+        .await?;
+        let nonce = next.map_or(pending, |n| n.max(pending));
+        let mut tx = TxEip1559 {
+            chain_id,
+            nonce,
+            gas_limit: TRANSFER_GAS,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            to: TxKind::Call(to),
+            value,
+            access_list: Default::default(),
+            input: Bytes::new(),
+        };
+        let signature = self.signer.sign_transaction_sync(&mut tx).map_err(build_error)?;
+        let envelope = TxEnvelope::from(tx.into_signed(signature));
+        *next = Some(nonce + 1);
+        let raw = format!("0x{}", alloy::hex::encode(envelope.encoded_2718()));
+        let hash = format!("{:#x}", envelope.tx_hash());
+        Ok((ExactNativePayload::Transaction(raw).to_value(), Some(hash)))
+    }
+
+    /// A signed EIP-3009 authorization for `value` of `token` to `to`, valid from a minute ago
+    /// for the offer's `maxTimeoutSeconds` (at least a minute).
+    async fn authorize(
+        &self,
+        requirement: &PaymentRequirements,
+        token: EvmAddress,
+        to: EvmAddress,
+        value: U256,
+    ) -> Result<(Value, Option<String>), PayError> {
+        let facts = self.token(token).await?;
+        let given = |field: &str| {
+            requirement.extra.as_ref().and_then(|e| e.get(field)).and_then(Value::as_str).map(str::to_owned)
+        };
+        let name = given("name").or(facts.name).ok_or_else(|| build_error("the token's EIP-712 name is unknown"))?;
+        let version =
+            given("version").or(facts.version).ok_or_else(|| build_error("the token's EIP-712 version is unknown"))?;
+        let domain = Eip712Domain::new(
+            Some(name.into()),
+            Some(version.into()),
+            Some(U256::from(self.network().await?.1)),
+            Some(token),
+            None,
+        );
+        let mut nonce = [0u8; 32];
+        rand::rngs::OsRng.try_fill_bytes(&mut nonce).map_err(build_error)?;
+        let now = now_secs();
+        let message = TransferWithAuthorization {
+            from: self.signer.address(),
+            to,
+            value,
+            validAfter: U256::from(now.saturating_sub(VALID_AFTER_SLACK_SECS)),
+            validBefore: U256::from(now + requirement.max_timeout_seconds.max(MIN_VALIDITY_SECS)),
+            nonce: B256::from(nonce),
+        };
+        let digest = message.eip712_signing_hash(&domain);
+        let signature = self.signer.sign_hash_sync(&digest).map_err(build_error)?;
+        Ok((
+            json!({
+                "signature": format!("0x{}", alloy::hex::encode(signature.as_bytes())),
+                "authorization": {
+                    "from": message.from.to_checksum(None),
+                    "to": message.to.to_checksum(None),
+                    "value": message.value.to_string(),
+                    "validAfter": message.validAfter.to_string(),
+                    "validBefore": message.validBefore.to_string(),
+                    "nonce": format!("{:#x}", message.nonce),
+                },
+            }),
+            None,
+        ))
+    }
+}

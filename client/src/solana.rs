@@ -1,0 +1,205 @@
+//! Paying on Solana: `exact-native` SOL (a System transfer the buyer signs and pays the fee of)
+//! and x402 `exact` SPL tokens (a `TransferChecked` whose fee the seller's facilitator pays: the
+//! buyer signs as the token owner, the fee payer named in `extra.feePayer` signs later).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_sdk::instruction::{AccountMeta, Instruction};
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer as _;
+use solana_sdk::transaction::Transaction;
+use tokio::sync::{Mutex, OnceCell};
+use tollgate_protocol::x402::schemes::ExactNativePayload;
+use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::{Address, ChainFamily, Network};
+
+use crate::PayError;
+
+/// SPL Token program.
+const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA");
+/// SPL Token-2022 program.
+const TOKEN_2022_PROGRAM: Pubkey = Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb");
+/// Associated Token Account program.
+const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
+/// SPL Memo program (v2).
+const MEMO_PROGRAM: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
+/// Token program instruction tag of `TransferChecked`.
+const TRANSFER_CHECKED: u8 = 12;
+/// Size of a mint account's base state; its decimals are at byte 44, `is_initialized` at 45.
+const MINT_LEN: usize = 82;
+/// Compute units asked for a sponsored token transfer (transfer + memo + budget: ~10,000 used).
+const SPONSORED_COMPUTE_UNITS: u32 = 40_000;
+/// Priority fee asked of the sponsor, micro-lamports per unit (the minimum that is not zero).
+const SPONSORED_COMPUTE_UNIT_PRICE: u64 = 1;
+
+/// A Solana key and the RPC it reads blockhashes and mints from.
+pub(crate) struct SolanaWallet {
+    keypair: Keypair,
+    rpc: solana_rpc_client::nonblocking::rpc_client::RpcClient,
+    network: OnceCell<Network>,
+    /// Mint → (token program, decimals); a mint's decimals never change.
+    mints: Mutex<HashMap<Pubkey, (Pubkey, u8)>>,
+}
+
+impl std::fmt::Debug for SolanaWallet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SolanaWallet").field("address", &self.keypair.pubkey()).finish_non_exhaustive()
+    }
+}
+
+fn build_error(e: impl std::fmt::Display) -> PayError {
+    PayError::Build(e.to_string())
+}
+
+impl SolanaWallet {
+    pub(crate) fn new(keypair: Keypair, rpc_url: String) -> Self {
+        let rpc = solana_rpc_client::nonblocking::rpc_client::RpcClient::new_with_timeout_and_commitment(
+            rpc_url,
+            Duration::from_secs(10),
+            solana_commitment_config::CommitmentConfig::confirmed(),
+        );
+        Self { keypair, rpc, network: OnceCell::new(), mints: Mutex::new(HashMap::new()) }
+    }
+
+    pub(crate) fn address(&self) -> String {
+        self.keypair.pubkey().to_string()
+    }
+
+    /// The cluster the RPC serves, from its genesis hash (asked once).
+    async fn network(&self) -> Result<&Network, PayError> {
+        self.network
+            .get_or_try_init(|| async {
+                let genesis = self.rpc.get_genesis_hash().await.map_err(build_error)?;
+                Ok(Network::solana_from_genesis(&genesis.to_string()))
+            })
+            .await
+    }
+
+    /// The decimals of what `requirement` asks for when this wallet can pay it, `None` when it
+    /// cannot (another chain or cluster, another scheme, an `exact` offer without fee payer).
+    pub(crate) async fn decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+        if requirement.network.family() != ChainFamily::Solana
+            || !matches!(requirement.pay_to, Address::Solana(_))
+            || &requirement.network != self.network().await?
+        {
+            return Ok(None);
+        }
+        match (requirement.scheme.as_str(), requirement.asset) {
+            (SCHEME_EXACT_NATIVE, Asset::Native) => Ok(Some(ChainFamily::Solana.native_decimals())),
+            (SCHEME_EXACT, Asset::Token(Address::Solana(mint))) if fee_payer(requirement).is_some() => {
+                Ok(Some(self.mint(&Pubkey::new_from_array(mint)).await?.1))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The token program that owns `mint`, and its decimals.
+    async fn mint(&self, mint: &Pubkey) -> Result<(Pubkey, u8), PayError> {
+        if let Some(known) = self.mints.lock().await.get(mint) {
+            return Ok(*known);
+        }
+        let account = self.rpc.get_account(mint).await.map_err(|e| build_error(format!("mint {mint}: {e}")))?;
+        if (account.owner != TOKEN_PROGRAM && account.owner != TOKEN_2022_PROGRAM)
+            || account.data.len() < MINT_LEN
+            || account.data[45] != 1
+        {
+            return Err(build_error(format!("{mint} is not an SPL token mint")));
+        }
+        let found = (account.owner, account.data[44]);
+        self.mints.lock().await.insert(*mint, found);
+        Ok(found)
+    }
+
+    /// Builds and signs the proof for `requirement` (which [`Self::decimals`] accepted): the
+    /// scheme payload and the transaction's id.
+    pub(crate) async fn pay(&self, requirement: &PaymentRequirements) -> Result<(Value, Option<String>), PayError> {
+        let Address::Solana(to) = requirement.pay_to else {
+            return Err(build_error("payTo is not a Solana address"));
+        };
+        let to = Pubkey::new_from_array(to);
+        let amount = u64::try_from(requirement.amount.get()).map_err(|_| build_error("amount too large"))?;
+        let blockhash = self.rpc.get_latest_blockhash().await.map_err(build_error)?;
+        let me = self.keypair.pubkey();
+        // Two payments of the same amount to the same seller within one blockhash would be the
+        // same transaction (signatures are deterministic): a memo makes each one unique.
+        let memo = Instruction::new_with_bytes(MEMO_PROGRAM, crate::unique_memo().as_bytes(), vec![]);
+
+        if let Asset::Token(Address::Solana(mint)) = requirement.asset {
+            let mint = Pubkey::new_from_array(mint);
+            let fee_payer = fee_payer(requirement).ok_or_else(|| build_error("extra.feePayer is missing"))?;
+            let (program, decimals) = self.mint(&mint).await?;
+            let transfer = transfer_checked(
+                &program,
+                &associated_token_address(&me, &mint, &program),
+                &mint,
+                &associated_token_address(&to, &mint, &program),
+                &me,
+                amount,
+                decimals,
+            );
+            let instructions = [
+                ComputeBudgetInstruction::set_compute_unit_limit(SPONSORED_COMPUTE_UNITS),
+                ComputeBudgetInstruction::set_compute_unit_price(SPONSORED_COMPUTE_UNIT_PRICE),
+                transfer,
+                memo,
+            ];
+            // The fee payer's signature slot stays empty: the facilitator fills it when it settles.
+            let mut tx = Transaction::new_with_payer(&instructions, Some(&fee_payer));
+            tx.try_partial_sign(&[&self.keypair], blockhash).map_err(build_error)?;
+            let id = tx.signatures.get(1).map(ToString::to_string);
+            return Ok((json!({ "transaction": encode(&tx)? }), id));
+        }
+
+        let transfer = solana_system_interface::instruction::transfer(&me, &to, amount);
+        let tx = Transaction::new_signed_with_payer(&[transfer, memo], Some(&me), &[&self.keypair], blockhash);
+        let id = tx.signatures.first().map(ToString::to_string);
+        Ok((ExactNativePayload::Transaction(encode(&tx)?).to_value(), id))
+    }
+}
+
+/// Base64 of the transaction's wire form.
+fn encode(tx: &Transaction) -> Result<String, PayError> {
+    Ok(base64::engine::general_purpose::STANDARD.encode(bincode::serialize(tx).map_err(build_error)?))
+}
+
+/// The fee payer an `exact` offer names in `extra.feePayer`.
+fn fee_payer(requirement: &PaymentRequirements) -> Option<Pubkey> {
+    requirement.extra.as_ref()?.get("feePayer")?.as_str()?.parse().ok()
+}
+
+/// The associated token account of `owner` for `mint` under `program`.
+fn associated_token_address(owner: &Pubkey, mint: &Pubkey, program: &Pubkey) -> Pubkey {
+    Pubkey::find_program_address(&[owner.as_ref(), program.as_ref(), mint.as_ref()], &ASSOCIATED_TOKEN_PROGRAM).0
+}
+
+/// `TransferChecked` of `amount` (`decimals` as the mint has them) from `source` to `destination`,
+/// authorised by `owner`.
+fn transfer_checked(
+    program: &Pubkey,
+    source: &Pubkey,
+    mint: &Pubkey,
+    destination: &Pubkey,
+    owner: &Pubkey,
+    amount: u64,
+    decimals: u8,
+) -> Instruction {
+    let mut data = Vec::with_capacity(10);
+    data.push(TRANSFER_CHECKED);
+    data.extend_from_slice(&amount.to_le_bytes());
+    data.push(decimals);
+    Instruction::new_with_bytes(
+        *program,
+        &data,
+        vec![
+            AccountMeta::new(*source, false),
+            AccountMeta::new_readonly(*mint, false),
+            AccountMeta::new(*destination, false),
+            AccountMeta::new_readonly(*owner, true),
+        ],
+    )
+}

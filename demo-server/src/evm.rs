@@ -1,0 +1,56 @@
+//! The demo's EVM side on a local development node (anvil): funded accounts and an EIP-3009
+//! token, made with `anvil_setBalance` and a real deployment.
+
+use std::path::Path;
+
+use alloy::primitives::U256;
+use alloy::signers::local::PrivateKeySigner;
+use tollgate_facilitator::AppState;
+use tollgate_facilitator::chains::Target;
+use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
+use tollgate_facilitator::devnet::{Erc3009DevToken, set_evm_balance};
+
+use crate::shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL};
+use crate::{DEMO_FUNDING_TOKENS, EvmDemo};
+
+/// One ETH in wei.
+const ETH: u128 = 1_000_000_000_000_000_000;
+
+/// The chain id the node at `url` reports.
+pub(crate) async fn chain_id(url: &str) -> anyhow::Result<u64> {
+    let rpc = EvmRpc::connect(url, DEFAULT_CALL_TIMEOUT)
+        .await
+        .map_err(|e| anyhow::anyhow!("the EVM node at {url} does not answer: {e}"))?;
+    Ok(rpc.chain_id())
+}
+
+/// Funds the facilitator's signer and a new buyer, deploys the demo token and gives the buyer
+/// some; the buyer's key is written to `data_dir`.
+pub(crate) async fn prepare(
+    state: &AppState,
+    url: &str,
+    chain_id: u64,
+    data_dir: &Path,
+    facilitator_signer: &PrivateKeySigner,
+) -> anyhow::Result<EvmDemo> {
+    let backend = state.chains.evm(&Target::Network(tollgate_protocol::Network::eip155(chain_id)))?;
+    let rpc = &backend.rpc;
+    let (buyer, seller, minter) = (PrivateKeySigner::random(), PrivateKeySigner::random(), PrivateKeySigner::random());
+    let dev_node = |e| anyhow::anyhow!("{url} is not a development node that funds accounts (anvil): {e}");
+    for (who, eth) in [(facilitator_signer, 100), (&buyer, 10), (&minter, 1)] {
+        set_evm_balance(rpc, who.address(), U256::from(eth * ETH)).await.map_err(dev_node)?;
+    }
+    let token = Erc3009DevToken::deploy(rpc, minter, (DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, DEMO_TOKEN_DECIMALS)).await?;
+    let whole = U256::from(10u64.pow(u32::from(DEMO_TOKEN_DECIMALS)));
+    token.mint(rpc, buyer.address(), U256::from(DEMO_FUNDING_TOKENS) * whole).await?;
+    let buyer_key_file = data_dir.join("demo-buyer-evm.key");
+    crate::write_private(&buyer_key_file, &format!("0x{}\n", alloy::hex::encode(buyer.to_bytes())))?;
+    Ok(EvmDemo {
+        rpc_url: url.to_owned(),
+        chain_id,
+        buyer_key_file,
+        buyer: buyer.address().to_checksum(None),
+        seller: seller.address().to_checksum(None),
+        token: token.address.to_checksum(None),
+    })
+}

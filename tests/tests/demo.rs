@@ -1,0 +1,129 @@
+//! End to end on the demo: `tollgate-client` → the demo shop (`PaymentLayer`) → the facilitator
+//! over HTTP → a real chain. Solana on the embedded ledger (native SOL and SPL `exact`), EVM on
+//! a real anvil (native ETH and EIP-3009 `exact`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use alloy::node_bindings::Anvil;
+use alloy::primitives::{Address, U256};
+use solana_sdk::signer::Signer as _;
+use tollgate_client::{Buyer, Cap, PayError, PrivateKeySigner};
+use tollgate_demo::{Demo, Options};
+use tollgate_facilitator::chains::Target;
+use tollgate_facilitator::chains::solana::spl::associated_token_address;
+use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
+use tollgate_facilitator::devnet;
+
+/// What the shop's account sees of `wallet`'s payments in one direction.
+async fn history(demo: &Demo, wallet: &str, direction: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("{}/payment/history/{wallet}?type={direction}", demo.facilitator_url))
+        .bearer_auth(&demo.seller_api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_solana_buyer_pays_native_sol_and_spl_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&Options::new(dir.path())).await.unwrap();
+    let backend = demo.state.chains.embedded_solana().unwrap();
+    let rpc = &backend.rpc;
+    let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
+    let buyer_key = key.pubkey();
+    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).with_cap(Cap::whole("0.05").unwrap());
+    let seller: solana_sdk::pubkey::Pubkey = demo.seller.parse().unwrap();
+    let sol_before = rpc.balance(&seller).await.unwrap();
+
+    // /quote: 0.001 SOL, a System transfer the buyer signs.
+    let paid = buyer.get(&format!("{}/quote", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let made = paid.payment.unwrap();
+    assert_eq!((made.amount.get(), made.whole.to_string()), (1_000_000, "0.001".to_owned()));
+    let settlement = paid.settlement.expect("a settlement header");
+    assert!(settlement.success);
+    assert_eq!(made.transaction.as_deref(), Some(settlement.transaction.as_str()));
+    assert_eq!(rpc.balance(&seller).await.unwrap(), sol_before + 1_000_000);
+
+    // /report: the SPL token comes first in the shop's offers; the facilitator pays the fee.
+    let mint: solana_sdk::pubkey::Pubkey = demo.spl_token.parse().unwrap();
+    let token_balance = |owner| async move {
+        let ata = associated_token_address(&owner, &mint, &TOKEN_PROGRAM);
+        let (_, data) = rpc.account(&ata).await.unwrap().unwrap();
+        u64::from_le_bytes(data[64..72].try_into().unwrap())
+    };
+    let (buyer_tokens, buyer_sol) = (token_balance(buyer_key).await, rpc.balance(&buyer_key).await.unwrap());
+    let paid = buyer.get(&format!("{}/report", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let made = paid.payment.unwrap();
+    assert_eq!(made.asset, tollgate_protocol::x402::Asset::Token(demo.spl_token.parse().unwrap()));
+    assert_eq!(made.whole.to_string(), "0.05");
+    assert_eq!(token_balance(seller).await, 50_000);
+    assert_eq!(token_balance(buyer_key).await, buyer_tokens - 50_000);
+    assert_eq!(rpc.balance(&buyer_key).await.unwrap(), buyer_sol, "the buyer pays no fee for a token payment");
+    let body: serde_json::Value = serde_json::from_slice(&paid.body).unwrap();
+    assert_eq!(body["transaction"].as_str(), made.transaction.as_deref());
+
+    // Both are in the buyer's history, newest first.
+    let sent = history(&demo, &demo.buyer, "sent").await;
+    assert_eq!(sent["total"], 2, "{sent}");
+    assert_eq!(sent["payments"][0]["asset"], demo.spl_token.as_str());
+    assert_eq!(sent["payments"][1]["asset"], "native");
+
+    // A cap below every price: refused before anything is signed.
+    let frugal = Buyer::new()
+        .with_solana(
+            tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap(),
+            &demo.solana_rpc_url,
+        )
+        .with_cap(Cap::whole("0.0001").unwrap());
+    let refused = frugal.get(&format!("{}/quote", demo.shop_url)).await.unwrap_err();
+    assert!(matches!(refused, PayError::OverCap { .. }), "{refused}");
+    assert_eq!(history(&demo, &demo.buyer, "sent").await["total"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
+    let anvil = Anvil::at(devnet::anvil_binary()).host("127.0.0.1").try_spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { evm_rpc_url: Some(anvil.endpoint()), ..Options::new(dir.path()) };
+    let demo = tollgate_demo::start(&options).await.unwrap();
+    let evm = demo.evm.clone().unwrap();
+    let backend = demo.state.chains.evm(&Target::Network(tollgate_protocol::Network::eip155(evm.chain_id))).unwrap();
+    let rpc = &backend.rpc;
+    let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap();
+    let signer: PrivateKeySigner = key.trim().parse().unwrap();
+    assert_eq!(signer.address().to_checksum(None), evm.buyer);
+    // An EVM key only: the Solana offers are not this buyer's to pay.
+    let buyer = Buyer::new().with_evm(signer, &evm.rpc_url).unwrap().with_cap(Cap::whole("0.1").unwrap());
+    let seller: Address = evm.seller.parse().unwrap();
+
+    // /quote: 0.0001 ETH, an EIP-1559 transfer the buyer signs and the facilitator broadcasts.
+    let paid = buyer.get(&format!("{}/quote", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let made = paid.payment.unwrap();
+    assert_eq!(made.whole.to_string(), "0.0001");
+    assert_eq!(rpc.balance(seller).await.unwrap(), U256::from(100_000_000_000_000u128));
+    // Twice in a row: the client's nonces follow each other.
+    assert_eq!(buyer.get(&format!("{}/quote", demo.shop_url)).await.unwrap().status, 200);
+    assert_eq!(rpc.balance(seller).await.unwrap(), U256::from(200_000_000_000_000u128));
+
+    // /report: the EIP-3009 token; the buyer signs off chain, the facilitator submits and pays gas.
+    let token: Address = evm.token.parse().unwrap();
+    let eth_before = rpc.balance(evm.buyer.parse().unwrap()).await.unwrap();
+    let paid = buyer.get(&format!("{}/report", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let made = paid.payment.unwrap();
+    assert_eq!(made.whole.to_string(), "0.05");
+    assert!(made.transaction.as_deref().is_some_and(|t| t.starts_with("0x")), "{made:?}");
+    let seller_tokens = tollgate_facilitator::chains::evm::erc20::balance_of(rpc, token, seller).await.unwrap();
+    assert_eq!(seller_tokens, U256::from(50_000));
+    assert_eq!(rpc.balance(evm.buyer.parse().unwrap()).await.unwrap(), eth_before, "no gas paid by the buyer");
+
+    let sent = history(&demo, &evm.buyer, "sent").await;
+    assert_eq!(sent["total"], 3, "{sent}");
+}
