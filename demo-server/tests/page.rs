@@ -1,0 +1,51 @@
+//! The demo page in a real browser: headless Chromium (Debian's) driven by playwright-core
+//! (`tests/browser/pay-and-fetch.mjs`; `scripts/test` installs both). "Pay & fetch" pays in
+//! hosted mode and shows the content and the transaction; the live feed lists the payment.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::path::Path;
+use std::process::Command;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pay_and_fetch_in_a_headless_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/pay-and-fetch.mjs");
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-page.png");
+    let url = format!("{}/", demo.shop_url);
+    let output = tokio::task::spawn_blocking(move || Command::new("node").arg(&script).arg(&url).arg(&screenshot).output())
+        .await
+        .unwrap()
+        .expect("node runs (scripts/test installs what the browser test needs)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the browser script failed: {stderr}");
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    println!("screenshot: {}", Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-page.png").display());
+
+    // The page showed the paid content and the transaction that paid it.
+    let transaction = seen["transaction"].as_str().unwrap();
+    assert!(!transaction.is_empty(), "{seen}");
+    assert_eq!(seen["content"]["quote"]["pair"], "SOL/USD", "{seen}");
+    assert_eq!(seen["content"]["transaction"], transaction, "the handler saw the same payment");
+    assert_eq!(seen["content"]["paidBy"], demo.page_buyer.as_str());
+    assert!(seen["feedTransactions"].as_array().unwrap().iter().any(|t| t == transaction), "{seen}");
+
+    // The transaction is on the ledger, and the payment is the page buyer's, confirmed.
+    let backend = demo.state.chains.embedded_solana().unwrap();
+    let signature = transaction.parse().unwrap();
+    let outcome = backend.rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(5)).await.unwrap();
+    assert!(matches!(outcome, Some(tollgate_facilitator::chains::TxOutcome::Confirmed { .. })), "{outcome:?}");
+    let history: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/payment/history/{}?type=received", demo.facilitator_url, demo.seller))
+        .bearer_auth(&demo.seller_api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(history["total"], 1, "{history}");
+    assert_eq!(history["payments"][0]["status"], "confirmed");
+    assert_eq!(history["payments"][0]["from"], demo.page_buyer.as_str());
+}
