@@ -14,10 +14,11 @@ async fn pay_and_fetch_in_a_headless_browser() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/pay-and-fetch.mjs");
     let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-page.png");
     let url = format!("{}/", demo.shop_url);
-    let output = tokio::task::spawn_blocking(move || Command::new("node").arg(&script).arg(&url).arg(&screenshot).output())
-        .await
-        .unwrap()
-        .expect("node runs (scripts/test installs what the browser test needs)");
+    let output =
+        tokio::task::spawn_blocking(move || Command::new("node").arg(&script).arg(&url).arg(&screenshot).output())
+            .await
+            .unwrap()
+            .expect("node runs (scripts/test installs what the browser test needs)");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the browser script failed: {stderr}");
     let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();

@@ -1,0 +1,99 @@
+//! `tollgate-pay`, the binary, against the demo: the command the demo prints pays and prints the
+//! content; a second run pays again; a cap below the price exits 1 without paying.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::process::{Command, Output};
+
+/// Runs `tollgate-pay` with the arguments of a printed command (what follows `--`).
+async fn run(args: Vec<String>, env: Vec<(&'static str, String)>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_tollgate-pay")).args(args).envs(env).output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// The arguments after `--` of a printed `cargo run … -- …` command.
+fn printed_args(command: &str) -> Vec<String> {
+    let (_, args) = command.split_once(" -- ").unwrap();
+    args.split_whitespace().map(str::to_owned).collect()
+}
+
+async fn sent_history(demo: &tollgate_demo::Demo, wallet: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("{}/payment/history/{wallet}?type=sent", demo.facilitator_url))
+        .bearer_auth(&demo.seller_api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_printed_command_pays_and_a_second_run_pays_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
+    let args = printed_args(&demo.pay_command());
+
+    let mut transactions = Vec::new();
+    for _ in 0..2 {
+        let out = run(args.clone(), vec![]).await;
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stderr}");
+        let body: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(body["quote"]["pair"], "SOL/USD");
+        assert!(stderr.starts_with("paid 0.001 SOL on solana:"), "{stderr}");
+        let transaction = body["transaction"].as_str().unwrap().to_owned();
+        assert!(stderr.contains(&transaction), "stderr names the transaction: {stderr}");
+        transactions.push(transaction);
+    }
+    assert_ne!(transactions[0], transactions[1], "a new proof each run");
+    let history = sent_history(&demo, &demo.buyer).await;
+    assert_eq!(history["total"], 2, "{history}");
+    let listed: Vec<&str> =
+        history["payments"].as_array().unwrap().iter().map(|p| p["transaction"].as_str().unwrap()).collect();
+    assert_eq!(listed, [transactions[1].as_str(), transactions[0].as_str()]);
+
+    // Over the cap: exit 1, the reason on stderr, nothing paid.
+    let mut frugal = args.clone();
+    let max = frugal.iter().position(|a| a == "--max").unwrap();
+    frugal[max + 1] = "0.0005".into();
+    let out = run(frugal, vec![]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the price 0.001 is above the spending cap of 0.0005"), "{stderr}");
+    assert_eq!(sent_history(&demo, &demo.buyer).await["total"], 2);
+
+    // No key at all: exit 1 with what was offered.
+    let out = run(vec![format!("{}/quote", demo.shop_url)], vec![]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no offered way to pay fits this buyer"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
+    let anvil = alloy::node_bindings::Anvil::at(tollgate_facilitator::devnet::anvil_binary())
+        .host("127.0.0.1")
+        .try_spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options =
+        tollgate_demo::Options { evm_rpc_url: Some(anvil.endpoint()), ..tollgate_demo::Options::new(dir.path()) };
+    let demo = tollgate_demo::start(&options).await.unwrap();
+    let evm = demo.evm.clone().unwrap();
+    let command = demo.evm_pay_command("/report").unwrap();
+    assert!(command.starts_with(&format!("TOLLGATE_EVM_KEY=$(cat {})", evm.buyer_key_file.display())));
+    let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().to_owned();
+
+    let out = run(printed_args(&command), vec![("TOLLGATE_EVM_KEY", key)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.starts_with(&format!("paid 0.05 of token {} on eip155:{}", evm.token, evm.chain_id)), "{stderr}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(body["report"].as_str().unwrap().starts_with("Daily report"));
+    assert_eq!(sent_history(&demo, &evm.buyer).await["total"], 1);
+}
