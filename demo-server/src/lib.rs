@@ -232,7 +232,16 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         evm_seller: evm.as_ref().map(|e| e.seller.clone()),
         catalog: catalog.clone(),
     });
-    let app = shop::router(&catalog, &facilitator)?.merge(page::router(page));
+    let (live, _) = tokio::sync::broadcast::channel(256);
+    let followed: Vec<String> =
+        std::iter::once(seller.pubkey().to_string()).chain(evm.as_ref().map(|e| e.seller.clone())).collect();
+    tokio::spawn(page::follow(
+        format!("{}/ws", facilitator_url.replacen("http://", "ws://", 1)),
+        seller_key.secret.expose().to_owned(),
+        followed,
+        live.clone(),
+    ));
+    let app = shop::router(&catalog, &facilitator)?.merge(page::router(page, live));
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     Ok(Demo {

@@ -4,7 +4,10 @@
 //! The button pays the way a custodial wallet service would, through the facilitator's hosted
 //! mode: the page's server side meets the 402, asks the facilitator to send the price from the
 //! page buyer's custodial wallet (`POST /payment/send`), and retries the resource with the
-//! `paymentProof` it gets back as `X-PAYMENT`. The feed polls the shop's received history.
+//! `paymentProof` it gets back as `X-PAYMENT`. The feed lists the shop's received history,
+//! refreshed on every event of the facilitator's WebSocket feed (relayed to the page as
+//! server-sent events, so the shop's API key never reaches the browser) and every 10 s in case
+//! the stream drops.
 //!
 //! The page buyer's API key stays on the server. Anyone who can reach the shop can spend the
 //! page buyer's demo SOL on the shop's own routes (and nothing else): the demo listens on
@@ -14,10 +17,12 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 use tollgate_protocol::gateway::{PaymentRecord, SendPaymentRequest};
 use tollgate_protocol::x402::header::{PAYMENT_REQUIRED, X_PAYMENT};
 use tollgate_protocol::x402::{Asset, PaymentRequired, SCHEME_EXACT_NATIVE};
@@ -39,8 +44,58 @@ pub(crate) struct Page {
     pub catalog: Catalog,
 }
 
-pub(crate) fn router(page: Arc<Page>) -> Router {
-    Router::new().route("/", get(index)).route("/demo/pay", post(pay)).route("/demo/feed", get(feed)).with_state(page)
+pub(crate) fn router(page: Arc<Page>, live: broadcast::Sender<String>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/demo/pay", post(pay))
+        .route("/demo/feed", get(feed))
+        .with_state(page)
+        .route("/demo/events", get(move || events(live.subscribe())))
+}
+
+/// Follows the shop's wallets on the facilitator's WebSocket feed (with the shop's key, which
+/// stays on the server) and forwards each `payment.updated` message to `live`. Reconnects after
+/// a second when the connection drops.
+pub(crate) async fn follow(ws_url: String, api_key: String, wallets: Vec<String>, live: broadcast::Sender<String>) {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    loop {
+        let connected = async {
+            let mut request = ws_url.as_str().into_client_request()?;
+            request.headers_mut().insert("authorization", format!("Bearer {api_key}").parse()?);
+            let (mut socket, _) = tokio_tungstenite::connect_async(request).await?;
+            let subscribe = json!({"method": "subscribeWallet", "keys": wallets}).to_string();
+            socket.send(Message::Text(subscribe.into())).await?;
+            while let Some(message) = socket.next().await {
+                if let Message::Text(text) = message?
+                    && text.contains("\"payment.updated\"")
+                {
+                    let _ = live.send(text.to_string());
+                }
+            }
+            anyhow::Ok(())
+        };
+        if let Err(e) = connected.await {
+            tracing::warn!(error = %e, "the demo's live feed lost the facilitator; reconnecting");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// `GET /demo/events`: the live feed as server-sent events (one `payment.updated` per event).
+async fn events(receiver: broadcast::Receiver<String>) -> impl IntoResponse {
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(text) => return Some((Ok::<_, std::convert::Infallible>(Event::default().data(text)), receiver)),
+                // A page that fell behind just refreshes its list on the next event.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 const TEMPLATE: &str = include_str!("page.html");

@@ -155,6 +155,13 @@ pub struct Limits {
     pub evm_max_gas: u64,
     /// Highest max fee per gas of the facilitator's own EVM transactions, wei.
     pub evm_max_fee_per_gas: u128,
+    /// Most wallets and payments one WebSocket connection may follow.
+    pub ws_max_subscriptions: usize,
+    /// Largest WebSocket message accepted from a client, bytes.
+    pub ws_max_message_bytes: usize,
+    /// How often the server pings a WebSocket client, seconds; one that stays silent for three
+    /// of these is disconnected.
+    pub ws_ping_secs: u64,
 }
 
 impl Default for Limits {
@@ -170,6 +177,9 @@ impl Default for Limits {
             evm_confirmations: 1,
             evm_max_gas: 500_000,
             evm_max_fee_per_gas: 500_000_000_000,
+            ws_max_subscriptions: 100,
+            ws_max_message_bytes: 16 * 1024,
+            ws_ping_secs: 30,
         }
     }
 }
@@ -288,6 +298,9 @@ struct FileLimits {
     evm_confirmations: Option<u64>,
     evm_max_gas: Option<u64>,
     evm_max_fee_per_gas: Option<u128>,
+    ws_max_subscriptions: Option<usize>,
+    ws_max_message_bytes: Option<usize>,
+    ws_ping_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -390,6 +403,9 @@ impl Config {
             self.limits.evm_confirmations = l.evm_confirmations.unwrap_or(self.limits.evm_confirmations).max(1);
             self.limits.evm_max_gas = l.evm_max_gas.unwrap_or(self.limits.evm_max_gas);
             self.limits.evm_max_fee_per_gas = l.evm_max_fee_per_gas.unwrap_or(self.limits.evm_max_fee_per_gas);
+            self.limits.ws_max_subscriptions = l.ws_max_subscriptions.unwrap_or(self.limits.ws_max_subscriptions);
+            self.limits.ws_max_message_bytes = l.ws_max_message_bytes.unwrap_or(self.limits.ws_max_message_bytes);
+            self.limits.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.limits.ws_ping_secs).max(1);
         }
         if let Some(p) = file.plans {
             for (plan, given) in

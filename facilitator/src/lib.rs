@@ -22,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod devnet;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod hosted;
 pub mod idempotency;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub chains: Arc<Chains>,
     /// Seals custodial wallet keys; `None` disables custodial wallets.
     pub master_key: Option<Arc<MasterKey>>,
+    /// This instance's payment changes, for the WebSocket feed.
+    pub events: events::EventBus,
 }
 
 impl std::fmt::Debug for AppState {
@@ -75,6 +78,9 @@ impl AppState {
     /// A state over an existing store, with the given clock and no chain backend.
     #[must_use]
     pub fn new(config: Config, store: Arc<dyn Store>, clock: SharedClock) -> Self {
+        // Every payment change made through this state is published to its WebSocket listeners.
+        let events = events::EventBus::default();
+        let store: Arc<dyn Store> = Arc::new(events::PublishingStore::new(store, events.clone()));
         let auth = Authenticator::new(
             store.clone(),
             config.plans.clone(),
@@ -89,6 +95,7 @@ impl AppState {
             clock,
             chains: Arc::new(Chains::none()),
             master_key: None,
+            events,
         }
     }
 

@@ -56,3 +56,8 @@ pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
 pub use price::{Price, PriceError};
 pub use service::PaymentService;
 pub use tollgate_protocol as protocol;
+
+/// The README's Rust code, compiled as doctests so that it keeps compiling.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -1,33 +1,326 @@
-//! `GET /ws`: the live event feed's entry point.
+//! `GET /ws`: live payment events over WebSocket.
 //!
-//! Authentication (`Authorization: Bearer` or `?api-key=`) and the plan check happen in the
-//! route guard before any upgrade. The subscription protocol and the event bus it reads from are
-//! delivered with the live-events work; until then a request here is refused with an explicit
-//! reason rather than upgraded into a socket that would never carry an event.
+//! Authentication (`Authorization: Bearer` or `?api-key=`) and the plan check happen in the route
+//! guard, before any upgrade: a refused caller gets the usual JSON error, never a socket.
+//!
+//! The client sends `{"method": "subscribeWallet" | "subscribePayment" | "unsubscribeWallet" |
+//! "unsubscribePayment", "keys": [...]}`. The server answers `{"event": "subscribed" |
+//! "unsubscribed", "method", "keys"}`, then sends `{"event": "payment.updated", "payment": <record>}`
+//! for every change of a followed wallet's or payment's payments that the caller's account owns,
+//! and `{"event": "error", "code", "message"}` for a message it cannot accept (the connection stays
+//! up). A wallet that is another account's custodial wallet, and a payment the account cannot see,
+//! are refused.
+//!
+//! Bounds: `[limits] ws_max_subscriptions` per connection, `ws_max_message_bytes` per message,
+//! a ping every `ws_ping_secs` (a client silent for three of them is closed), a send that takes
+//! more than [`SEND_TIMEOUT`] closes the connection, and a client that falls behind the event bus
+//! (see [`crate::events`]) is closed with the reason instead of being buffered for.
 
-use axum::extract::Request;
+use std::collections::HashSet;
+use std::time::Duration;
 
+use axum::Extension;
+use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tollgate_protocol::ErrorCode;
+
+use crate::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::events::PaymentEvent;
+
+/// Longest a single send to a client may take before the connection is closed.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Live payment events over WebSocket.
 #[utoipa::path(get, path = "/ws", tag = "events",
     params(("api-key" = Option<String>, Query, description = "API key, for clients that cannot set headers")),
     responses(
+        (status = 101, description = "Upgraded: send subscribe messages, receive `payment.updated` events"),
         (status = 400, description = "INVALID_PARAMETERS: not a WebSocket upgrade", body = tollgate_protocol::ErrorEnvelope),
+        (status = 401, description = "UNAUTHORIZED", body = tollgate_protocol::ErrorEnvelope),
         (status = 403, description = "FORBIDDEN: plan without the event feed", body = tollgate_protocol::ErrorEnvelope),
-        (status = 502, description = "PAYMENT_VERIFICATION_FAILED: no event source yet", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]
-pub async fn ws(req: Request) -> ApiError {
-    let upgrade = req
-        .headers()
-        .get(http::header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    if upgrade {
-        ApiError::verification_failed(
-            "no payment event source is configured: payment events are produced by chain backends",
+pub async fn ws(
+    State(state): State<AppState>,
+    Extension(caller): Extension<std::sync::Arc<Caller>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let Ok(upgrade) = upgrade else {
+        return ApiError::invalid_params(
+            "GET /ws expects a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)",
         )
-    } else {
-        ApiError::invalid_params("GET /ws expects a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)")
+        .into_response();
+    };
+    let limit = state.config.limits.ws_max_message_bytes;
+    upgrade
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| Connection::new(state, (*caller).clone()).run(socket))
+}
+
+/// What a client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    SubscribeWallet,
+    SubscribePayment,
+    UnsubscribeWallet,
+    UnsubscribePayment,
+}
+
+impl Method {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "subscribeWallet" => Self::SubscribeWallet,
+            "subscribePayment" => Self::SubscribePayment,
+            "unsubscribeWallet" => Self::UnsubscribeWallet,
+            "unsubscribePayment" => Self::UnsubscribePayment,
+            _ => return None,
+        })
+    }
+
+    const fn name(self) -> &'static str {
+        match self {
+            Self::SubscribeWallet => "subscribeWallet",
+            Self::SubscribePayment => "subscribePayment",
+            Self::UnsubscribeWallet => "unsubscribeWallet",
+            Self::UnsubscribePayment => "unsubscribePayment",
+        }
+    }
+}
+
+/// An `error` event.
+fn error_event(code: ErrorCode, message: impl Into<String>) -> Value {
+    json!({"event": "error", "code": code.as_str(), "message": message.into()})
+}
+
+/// One client's connection: who it is and what it follows.
+struct Connection {
+    state: AppState,
+    caller: Caller,
+    wallets: HashSet<String>,
+    payments: HashSet<String>,
+}
+
+/// Why a connection ends.
+enum End {
+    /// The client left or the socket failed.
+    Gone,
+    /// The server closes it, with a code and reason.
+    Close(u16, String),
+}
+
+impl Connection {
+    fn new(state: AppState, caller: Caller) -> Self {
+        Self { state, caller, wallets: HashSet::new(), payments: HashSet::new() }
+    }
+
+    fn wants(&self, event: &PaymentEvent) -> bool {
+        event.visible_to(&self.caller.account_id)
+            && (self.payments.contains(&event.payment_id) || event.wallets.iter().any(|w| self.wallets.contains(w)))
+    }
+
+    async fn run(mut self, mut socket: WebSocket) {
+        let mut events = self.state.events.subscribe();
+        let ping_every = Duration::from_secs(self.state.config.limits.ws_ping_secs);
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_heard = tokio::time::Instant::now();
+        let end = loop {
+            tokio::select! {
+                // Events first: what was published before a client's message is sent before the
+                // answer to it, and a busy feed is not slowed by chatty clients.
+                biased;
+                event = events.recv() => match event {
+                    Ok(event) if self.wants(&event) => {
+                        let text = Utf8Bytes::from(event.message.to_string());
+                        if let Err(end) = send(&mut socket, Message::Text(text)).await {
+                            break end;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(missed)) => {
+                        break End::Close(
+                            close_code::AGAIN,
+                            format!("too slow: {missed} events were missed; reconnect and resubscribe"),
+                        );
+                    }
+                    Err(RecvError::Closed) => break End::Close(close_code::AWAY, "the server is shutting down".into()),
+                },
+                incoming = socket.recv() => {
+                    last_heard = tokio::time::Instant::now();
+                    let reply = match incoming {
+                        None | Some(Err(_) | Ok(Message::Close(_))) => break End::Gone,
+                        Some(Ok(Message::Text(text))) => self.handle(&text).await,
+                        Some(Ok(Message::Binary(_))) => {
+                            error_event(ErrorCode::InvalidParameters, "send JSON text messages, not binary ones")
+                        }
+                        // Pings are answered by the library; pongs only prove the client is there.
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    };
+                    if let Err(end) = send(&mut socket, Message::Text(reply.to_string().into())).await {
+                        break end;
+                    }
+                }
+                _ = ping.tick() => {
+                    if silent_for_too_long(last_heard.elapsed(), ping_every) {
+                        break End::Close(close_code::POLICY, "no answer to pings".into());
+                    }
+                    if let Err(end) = send(&mut socket, Message::Ping(Default::default())).await {
+                        break end;
+                    }
+                }
+            }
+        };
+        if let End::Close(code, reason) = end {
+            tracing::debug!(code, %reason, "closing a WebSocket connection");
+            let frame = CloseFrame { code, reason: reason.into() };
+            let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
+        }
+    }
+
+    /// Applies one client message; the reply to send.
+    async fn handle(&mut self, text: &str) -> Value {
+        let request: Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => return error_event(ErrorCode::InvalidParameters, format!("not JSON: {e}")),
+        };
+        let Some(method) = request.get("method").and_then(Value::as_str) else {
+            return error_event(ErrorCode::InvalidParameters, "method is required");
+        };
+        let Some(method) = Method::parse(method) else {
+            return error_event(
+                ErrorCode::InvalidParameters,
+                format!(
+                    "unknown method {method:?}: expected subscribeWallet, subscribePayment, unsubscribeWallet or unsubscribePayment"
+                ),
+            );
+        };
+        let Some(keys) = request.get("keys").and_then(Value::as_array) else {
+            return error_event(ErrorCode::InvalidParameters, "keys must be an array of strings");
+        };
+        let Some(keys) = keys.iter().map(Value::as_str).collect::<Option<Vec<_>>>() else {
+            return error_event(ErrorCode::InvalidParameters, "keys must be an array of strings");
+        };
+        let limit = self.state.config.limits.ws_max_subscriptions;
+        if keys.is_empty() || keys.len() > limit {
+            return error_event(ErrorCode::InvalidParameters, format!("keys must hold 1 to {limit} entries"));
+        }
+        let result = match method {
+            Method::SubscribeWallet => self.subscribe_wallets(&keys).await,
+            Method::SubscribePayment => self.subscribe_payments(&keys).await,
+            Method::UnsubscribeWallet => Ok(keys.iter().map(|k| canonical_wallet(k)).collect()),
+            Method::UnsubscribePayment => Ok(keys.iter().map(|k| (*k).to_owned()).collect()),
+        };
+        let keys = match result {
+            Ok(keys) => keys,
+            Err(e) => return e,
+        };
+        let event = match method {
+            Method::UnsubscribeWallet => {
+                keys.iter().for_each(|k| _ = self.wallets.remove(k));
+                "unsubscribed"
+            }
+            Method::UnsubscribePayment => {
+                keys.iter().for_each(|k| _ = self.payments.remove(k));
+                "unsubscribed"
+            }
+            _ => "subscribed",
+        };
+        json!({"event": event, "method": method.name(), "keys": keys})
+    }
+
+    /// Room for `adding` more subscriptions, or the error event.
+    fn room_for(&self, adding: &[String], already: &HashSet<String>) -> Result<(), Value> {
+        let new = adding.iter().filter(|k| !already.contains(*k)).count();
+        let limit = self.state.config.limits.ws_max_subscriptions;
+        if self.wallets.len() + self.payments.len() + new > limit {
+            return Err(error_event(
+                ErrorCode::InvalidParameters,
+                format!("at most {limit} wallets and payments may be followed on one connection"),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn subscribe_wallets(&mut self, keys: &[&str]) -> Result<Vec<String>, Value> {
+        let mut wallets = Vec::with_capacity(keys.len());
+        for key in keys {
+            let address: tollgate_protocol::Address = key.parse().map_err(|e| {
+                error_event(ErrorCode::InvalidParameters, format!("{key} is not a wallet address: {e}"))
+            })?;
+            let address = address.to_string();
+            let custodial = self.state.store.get_wallet(&address).await.map_err(|e| {
+                tracing::error!(error = %e, "reading a wallet for a WebSocket subscription");
+                error_event(ErrorCode::InternalError, "storage failed")
+            })?;
+            if custodial.is_some_and(|w| w.account_id != self.caller.account_id) {
+                return Err(error_event(ErrorCode::Forbidden, format!("{address} is another account's wallet")));
+            }
+            wallets.push(address);
+        }
+        self.room_for(&wallets, &self.wallets)?;
+        self.wallets.extend(wallets.iter().cloned());
+        Ok(wallets)
+    }
+
+    async fn subscribe_payments(&mut self, keys: &[&str]) -> Result<Vec<String>, Value> {
+        for key in keys {
+            let payment = self.state.store.get_payment(key).await.map_err(|e| {
+                tracing::error!(error = %e, "reading a payment for a WebSocket subscription");
+                error_event(ErrorCode::InternalError, "storage failed")
+            })?;
+            if !payment.is_some_and(|p| p.visible_to(&self.caller.account_id)) {
+                return Err(error_event(ErrorCode::NotFound, format!("no payment {key}")));
+            }
+        }
+        let ids: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+        self.room_for(&ids, &self.payments)?;
+        self.payments.extend(ids.iter().cloned());
+        Ok(ids)
+    }
+}
+
+/// Whether a client silent for `silence` has missed three pings sent every `ping_every`.
+fn silent_for_too_long(silence: Duration, ping_every: Duration) -> bool {
+    silence > ping_every * 3
+}
+
+/// A wallet key as events name it (canonical address text), or as given when it is not one.
+fn canonical_wallet(key: &str) -> String {
+    key.parse::<tollgate_protocol::Address>().map_or_else(|_| key.to_owned(), |a| a.to_string())
+}
+
+/// Sends one message within [`SEND_TIMEOUT`].
+async fn send(socket: &mut WebSocket, message: Message) -> Result<(), End> {
+    match tokio::time::timeout(SEND_TIMEOUT, socket.send(message)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(End::Gone),
+        Err(_) => Err(End::Close(close_code::AGAIN, "too slow: a send timed out".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_unanswered_pings_end_a_connection() {
+        let every = Duration::from_secs(30);
+        assert!(!silent_for_too_long(Duration::from_secs(89), every));
+        assert!(!silent_for_too_long(Duration::from_secs(90), every));
+        assert!(silent_for_too_long(Duration::from_secs(91), every));
+    }
+
+    #[test]
+    fn methods_are_read_by_name() {
+        for name in ["subscribeWallet", "subscribePayment", "unsubscribeWallet", "unsubscribePayment"] {
+            assert_eq!(Method::parse(name).map(Method::name), Some(name));
+        }
+        assert_eq!(Method::parse("subscribe"), None);
     }
 }

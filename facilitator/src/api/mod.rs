@@ -4,6 +4,7 @@
 //! route also goes through the `Idempotency-Key` layer. Anything the router does not know, and any
 //! failure anywhere, answers in the error envelope.
 
+pub mod dashboard;
 pub mod dev;
 pub mod events;
 pub mod payments;
@@ -96,6 +97,11 @@ pub fn router(state: AppState) -> Router {
         .route("/settle", guard_post(Endpoint::Settle, post(x402::settle)))
         .route("/supported", supported)
         .route("/ws", guard(Endpoint::Ws, get(events::ws)))
+        .route("/dashboard", get(dashboard::show))
+        .route("/dashboard/login", post(dashboard::login))
+        .route("/dashboard/logout", post(dashboard::logout))
+        .route("/dashboard/keys", post(dashboard::generate))
+        .route("/dashboard/keys/{id}/delete", post(dashboard::delete))
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(system::openapi))

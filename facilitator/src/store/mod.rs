@@ -293,6 +293,8 @@ pub trait Store: Send + Sync + 'static {
     /// Payments the reconciler looks at, oldest first: every `verified` one (it may have been
     /// abandoned), and those `submitted` or `pending` on `networks` (the chain can tell).
     async fn unfinished_payments(&self, networks: &[Network], limit: u32) -> StoreResult<Vec<StoredPayment>>;
+    /// The latest `limit` payments of every account, newest first (the operator's dashboard).
+    async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>>;
     /// A page of a wallet's payments visible to `account`, newest first.
     async fn history(
         &self,

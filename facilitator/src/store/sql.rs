@@ -363,6 +363,12 @@ impl Store for SqlStore {
         Ok(StoredPayment { payment: p.clone(), seq, updated_at: p.created_at, confirmed_at: None, error: None })
     }
 
+    async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>> {
+        let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments ORDER BY seq DESC LIMIT ?");
+        let rows = sqlx::query(&self.sql(&sql)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(payment_from_row).collect()
+    }
+
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>> {
         let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = ?");
         let row = sqlx::query(&self.sql(&sql)).bind(id).fetch_optional(&self.pool).await?;

@@ -1,0 +1,465 @@
+//! `GET /dashboard`: the operator's page — API keys (list, generate, delete) and recent payments.
+//!
+//! Off unless `TOLLGATE_ADMIN_TOKEN` is set. Signing in with that token sets a session cookie
+//! (`HttpOnly`, `SameSite=Strict`, path `/dashboard`, 12 hours): `<expiry>.<HMAC-SHA256 of the
+//! expiry under a key derived from the admin token>`, so any instance with the same token accepts
+//! it and changing the token signs everyone out. Every form carries a CSRF token (an HMAC of the
+//! session) that is checked on submit, on top of `SameSite=Strict`. A new key is shown once, in
+//! the answer to the form that made it; the list shows id, label, plan, the last four characters,
+//! created and last used — never a secret.
+
+use axum::Form;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac as _};
+use serde::Deserialize;
+use sha2::Sha256;
+use subtle::ConstantTimeEq as _;
+
+use crate::AppState;
+use crate::admin::{self, NewKey};
+use crate::auth::keys::KeyEnv;
+use crate::auth::plans::Plan;
+use crate::error::ApiError;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "tollgate_session";
+/// How long a sign-in lasts, seconds.
+pub const SESSION_SECS: i64 = 12 * 3600;
+/// Payments listed.
+const RECENT_PAYMENTS: u32 = 20;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The dashboard's secret: the admin token, or `None` when the dashboard is off.
+fn admin_token(state: &AppState) -> Option<&str> {
+    state.config.admin_token.as_ref().map(|t| t.expose()).filter(|t| !t.is_empty())
+}
+
+/// HMAC-SHA256 of `message` under a key derived from the admin token, hex.
+fn sign(token: &str, message: &str) -> String {
+    let mut mac = HmacSha256::new_from_slice(format!("tollgate-dashboard:{token}").as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(message.as_bytes());
+    hex(&mac.finalize().into_bytes())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn equal(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// A new session value, valid until `now` + [`SESSION_SECS`].
+fn new_session(token: &str, now: DateTime<Utc>) -> String {
+    let expiry = now.timestamp() + SESSION_SECS;
+    format!("{expiry}.{}", sign(token, &format!("session:{expiry}")))
+}
+
+/// Whether `session` was made with `token` and has not expired.
+fn session_valid(token: &str, session: &str, now: DateTime<Utc>) -> bool {
+    let Some((expiry, mac)) = session.split_once('.') else { return false };
+    let Ok(at) = expiry.parse::<i64>() else { return false };
+    at > now.timestamp() && equal(mac, &sign(token, &format!("session:{expiry}")))
+}
+
+/// The CSRF token of a session.
+fn csrf_for(token: &str, session: &str) -> String {
+    sign(token, &format!("csrf:{session}"))
+}
+
+/// The request's session cookie, if any.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find_map(|(name, value)| (name == SESSION_COOKIE).then_some(value))
+}
+
+/// Why a dashboard request is not served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Denied {
+    /// No admin token is configured.
+    Off,
+    /// No valid session: the sign-in form.
+    SignIn,
+    /// The form's CSRF token does not match the session.
+    Forged,
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Off => off(),
+            Self::SignIn => page(StatusCode::UNAUTHORIZED, login_page(None)),
+            Self::Forged => {
+                page(StatusCode::FORBIDDEN, message_page("This form has expired. Reload the dashboard and try again."))
+            }
+        }
+    }
+}
+
+/// The admin token and the signed-in session.
+fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<(String, String), Denied> {
+    let token = admin_token(state).ok_or(Denied::Off)?;
+    match session_cookie(headers) {
+        Some(session) if session_valid(token, session, state.clock.now()) => Ok((token.to_owned(), session.to_owned())),
+        _ => Err(Denied::SignIn),
+    }
+}
+
+/// The dashboard is off: 404 in the API's error shape.
+fn off() -> Response {
+    ApiError::not_found("the dashboard is off").with_remedy("Set TOLLGATE_ADMIN_TOKEN to turn it on").into_response()
+}
+
+/// An HTML answer with headers that keep it out of frames and caches.
+fn page(status: StatusCode, body: String) -> Response {
+    let mut response = (status, Html(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
+}
+
+/// `GET /dashboard`.
+pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match signed_in(&state, &headers) {
+        Ok((token, session)) => render(&state, &csrf_for(&token, &session), None).await,
+        Err(denied) => denied.into_response(),
+    }
+}
+
+/// The sign-in form.
+#[derive(Debug, Deserialize)]
+pub struct Login {
+    #[serde(default)]
+    token: String,
+}
+
+/// `POST /dashboard/login`.
+pub async fn login(State(state): State<AppState>, Form(form): Form<Login>) -> Response {
+    let Some(token) = admin_token(&state) else { return off() };
+    if !equal(form.token.trim(), token) {
+        return page(StatusCode::UNAUTHORIZED, login_page(Some("That is not the admin token.")));
+    }
+    let session = new_session(token, state.clock.now());
+    let cookie =
+        format!("{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_SECS}");
+    let mut response = Redirect::to("/dashboard").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// A form that only carries the CSRF token.
+#[derive(Debug, Deserialize)]
+pub struct Csrf {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /dashboard/logout`.
+pub async fn logout(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Csrf>) -> Response {
+    if let Err(denied) = checked(&state, &headers, &form.csrf) {
+        return denied.into_response();
+    }
+    let mut response = Redirect::to("/dashboard").into_response();
+    let cookie = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// A signed-in session whose form carried its CSRF token; the token for the next forms.
+fn checked(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<String, Denied> {
+    let (token, session) = signed_in(state, headers)?;
+    let expected = csrf_for(&token, &session);
+    if !equal(csrf, &expected) {
+        return Err(Denied::Forged);
+    }
+    Ok(expected)
+}
+
+/// The "Generate New Key" form.
+#[derive(Debug, Deserialize)]
+pub struct Generate {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    label: String,
+    #[serde(default)]
+    plan: String,
+    #[serde(default)]
+    env: String,
+}
+
+/// `POST /dashboard/keys`: makes a key for a new account and shows it once.
+pub async fn generate(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Generate>) -> Response {
+    let csrf = match checked(&state, &headers, &form.csrf) {
+        Ok(csrf) => csrf,
+        Err(denied) => return denied.into_response(),
+    };
+    let Ok(plan) = form.plan.parse::<Plan>() else {
+        return render(&state, &csrf, Some(Notice::Error(format!("Unknown plan {:?}.", form.plan)))).await;
+    };
+    let label = form.label.trim();
+    let new = NewKey {
+        plan,
+        rpm: None,
+        label: (!label.is_empty()).then(|| label.to_owned()),
+        account: None,
+        env: if form.env == "live" { KeyEnv::Live } else { KeyEnv::Test },
+    };
+    match admin::create_key(&*state.store, new, state.clock.now()).await {
+        Ok(created) => {
+            let notice = Notice::NewKey { id: created.record.id.clone(), secret: created.secret.expose().to_owned() };
+            render(&state, &csrf, Some(notice)).await
+        }
+        Err(e) => render(&state, &csrf, Some(Notice::Error(e.to_string()))).await,
+    }
+}
+
+/// `POST /dashboard/keys/{id}/delete`: deletes a key; the API refuses it at once.
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<Csrf>,
+) -> Response {
+    let csrf = match checked(&state, &headers, &form.csrf) {
+        Ok(csrf) => csrf,
+        Err(denied) => return denied.into_response(),
+    };
+    let notice = match state.store.delete_api_key(&id).await {
+        Ok(true) => {
+            state.auth.forget_cached_keys();
+            Notice::Done(format!("Key {id} deleted. Requests with it now get 401."))
+        }
+        Ok(false) => Notice::Error(format!("There is no key {id}.")),
+        Err(e) => {
+            tracing::error!(error = %e, "deleting a key from the dashboard");
+            Notice::Error("Storage failed; nothing was deleted.".into())
+        }
+    };
+    render(&state, &csrf, Some(notice)).await
+}
+
+/// Something to tell the operator at the top of the page.
+enum Notice {
+    /// A key was made: its secret, shown this once.
+    NewKey { id: String, secret: String },
+    /// Something was done.
+    Done(String),
+    /// Something failed.
+    Error(String),
+}
+
+/// Text safe inside HTML elements and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn when(at: Option<DateTime<Utc>>) -> String {
+    at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+}
+
+const STYLE: &str = include_str!("dashboard.css");
+
+fn shell(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title>\
+         <style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+}
+
+fn login_page(error: Option<&str>) -> String {
+    let error = error.map(|e| format!("<p class=\"notice error\">{}</p>", escape(e))).unwrap_or_default();
+    shell(
+        "Sign in · Tollgate",
+        &format!(
+            "<main class=\"narrow\"><h1>Tollgate dashboard</h1>{error}\
+             <form method=\"post\" action=\"/dashboard/login\" class=\"card\">\
+             <label for=\"token\">Admin token</label>\
+             <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required autofocus>\
+             <button type=\"submit\">Sign in</button></form></main>"
+        ),
+    )
+}
+
+fn message_page(message: &str) -> String {
+    shell(
+        "Tollgate dashboard",
+        &format!(
+            "<main class=\"narrow\"><p class=\"notice error\">{}</p><a href=\"/dashboard\">Back</a></main>",
+            escape(message)
+        ),
+    )
+}
+
+/// The signed-in page.
+async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Response {
+    let keys = match state.store.list_api_keys().await {
+        Ok(keys) => keys,
+        Err(e) => return ApiError::internal(e).into_response(),
+    };
+    let payments = match state.store.recent_payments(RECENT_PAYMENTS).await {
+        Ok(payments) => payments,
+        Err(e) => return ApiError::internal(e).into_response(),
+    };
+    let csrf = escape(csrf);
+    let notice = match notice {
+        None => String::new(),
+        Some(Notice::NewKey { id, secret }) => format!(
+            "<div class=\"notice new-key\"><strong>New key {id}</strong> — copy it now: it is not shown again.\
+             <div class=\"secret\"><code id=\"new-key\">{secret}</code>\
+             <button type=\"button\" id=\"copy\" onclick=\"copyKey()\">Copy</button></div></div>",
+            id = escape(&id),
+            secret = escape(&secret)
+        ),
+        Some(Notice::Done(text)) => format!("<p class=\"notice done\">{}</p>", escape(&text)),
+        Some(Notice::Error(text)) => format!("<p class=\"notice error\">{}</p>", escape(&text)),
+    };
+    let key_rows: String = keys
+        .iter()
+        .map(|k| {
+            format!(
+                "<tr data-key=\"{id}\"><td><code>{id}</code></td><td>{label}</td><td>{plan}</td><td><code>…{hint}</code></td>\
+                 <td>{created}</td><td>{used}</td><td>\
+                 <form method=\"post\" action=\"/dashboard/keys/{id}/delete\" \
+                 onsubmit=\"return confirm('Delete key {id}? Applications using it will get 401.')\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button class=\"danger\" type=\"submit\">Delete</button></form></td></tr>",
+                id = escape(&k.id),
+                label = escape(k.label.as_deref().unwrap_or("—")),
+                plan = k.plan.as_str(),
+                hint = escape(&k.hint),
+                created = when(Some(k.created_at)),
+                used = when(k.last_used_at),
+            )
+        })
+        .collect();
+    let key_rows = if key_rows.is_empty() {
+        "<tr><td colspan=\"7\" class=\"empty\">No keys yet.</td></tr>".into()
+    } else {
+        key_rows
+    };
+    let payment_rows: String = payments
+        .iter()
+        .map(|p| {
+            let r = p.to_record();
+            format!(
+                "<tr><td><code>{id}</code></td><td>{created}</td><td>{amount} {asset}</td><td>{network}</td>\
+                 <td class=\"status status-{status}\">{status}</td><td><code title=\"{tx}\">{tx_short}</code></td></tr>",
+                id = escape(&r.payment_id),
+                created = when(Some(r.created_at)),
+                amount = r.amount,
+                asset = escape(&r.asset),
+                network = escape(&r.network.to_string()),
+                status = r.status.as_str(),
+                tx = escape(r.transaction.as_deref().unwrap_or("")),
+                tx_short = escape(&short(r.transaction.as_deref().unwrap_or("—"))),
+            )
+        })
+        .collect();
+    let payment_rows = if payment_rows.is_empty() {
+        "<tr><td colspan=\"6\" class=\"empty\">No payments yet.</td></tr>".into()
+    } else {
+        payment_rows
+    };
+    let plans: String = [Plan::Standard, Plan::Premium, Plan::Enterprise]
+        .iter()
+        .map(|p| format!("<option value=\"{0}\">{0}</option>", p.as_str()))
+        .collect();
+    let body = format!(
+        "<header><h1>Tollgate dashboard</h1><form method=\"post\" action=\"/dashboard/logout\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button class=\"quiet\" type=\"submit\">Sign out</button></form></header>\
+         <main>{notice}\
+         <section><h2>API Keys</h2>\
+         <form method=\"post\" action=\"/dashboard/keys\" class=\"generate card\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <label>Label <input name=\"label\" maxlength=\"100\" placeholder=\"e.g. production shop\"></label>\
+         <label>Plan <select name=\"plan\">{plans}</select></label>\
+         <label>Environment <select name=\"env\"><option value=\"test\">test</option><option value=\"live\">live</option></select></label>\
+         <button type=\"submit\" id=\"generate\">Generate New Key</button></form>\
+         <div class=\"card\"><table id=\"keys\"><thead><tr><th>Id</th><th>Label</th><th>Plan</th><th>Key</th><th>Created</th><th>Last used</th><th></th></tr></thead>\
+         <tbody>{key_rows}</tbody></table></div></section>\
+         <section><h2>Recent payments</h2><div class=\"card\"><table id=\"payments\"><thead><tr><th>Payment</th><th>Created</th>\
+         <th>Amount</th><th>Network</th><th>Status</th><th>Transaction</th></tr></thead><tbody>{payment_rows}</tbody></table></div></section>\
+         </main>\
+         <script>function copyKey() {{\
+           const text = document.getElementById('new-key').textContent;\
+           const done = () => {{ document.getElementById('copy').textContent = 'Copied'; }};\
+           if (navigator.clipboard) {{ navigator.clipboard.writeText(text).then(done, () => {{}}); }}\
+         }}</script>"
+    );
+    page(StatusCode::OK, shell("Tollgate dashboard", &body))
+}
+
+fn short(text: &str) -> String {
+    if text.chars().count() > 20 {
+        let head: String = text.chars().take(10).collect();
+        let tail: String = text.chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+        format!("{head}…{tail}")
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_and_csrf_tokens_are_bound_to_the_admin_token_and_expire() {
+        let now = Utc::now();
+        let session = new_session("secret", now);
+        assert!(session_valid("secret", &session, now));
+        assert!(!session_valid("another", &session, now), "a new token signs everyone out");
+        assert!(!session_valid("secret", &session, now + chrono::Duration::seconds(SESSION_SECS + 1)));
+        let (expiry, mac) = session.split_once('.').unwrap();
+        let later = format!("{}.{mac}", expiry.parse::<i64>().unwrap() + 3600);
+        assert!(!session_valid("secret", &later, now), "the expiry is signed");
+        assert!(!session_valid("secret", "garbage", now));
+        assert_ne!(
+            csrf_for("secret", &session),
+            csrf_for("secret", &new_session("secret", now + chrono::Duration::seconds(1)))
+        );
+    }
+
+    #[test]
+    fn text_is_escaped_and_cookies_are_found() {
+        assert_eq!(escape("<a href=\"x\">'&'</a>"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("a=1; tollgate_session=123.abc; b=2"));
+        assert_eq!(session_cookie(&headers), Some("123.abc"));
+        assert_eq!(session_cookie(&HeaderMap::new()), None);
+    }
+}

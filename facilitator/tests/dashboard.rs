@@ -1,0 +1,164 @@
+//! The dashboard: over HTTP (sign-in, cookie, CSRF, off without a token) and in headless
+//! Chromium (`tests/browser/dashboard.mjs`: generate a key, read it once, use it, delete it).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use tollgate_facilitator::clock::SystemClock;
+use tollgate_facilitator::config::{Config, DatabaseUrl, Secret};
+use tollgate_facilitator::store::SqlStore;
+use tollgate_facilitator::{AppState, router};
+
+const ADMIN: &str = "correct horse battery staple";
+
+/// A facilitator (no chains) served on 127.0.0.1; its URL.
+async fn serve(admin_token: Option<&str>) -> (String, AppState, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        database_url: DatabaseUrl::parse(dir.path().join("d.db").to_str().unwrap()).unwrap(),
+        admin_token: admin_token.map(Secret::new),
+        ..Config::default()
+    };
+    let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+    let state = AppState::new(config, store, Arc::new(SystemClock));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, state, dir)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+/// Signs in; the session cookie (`name=value`).
+async fn sign_in(url: &str) -> String {
+    let answer = client().post(format!("{url}/dashboard/login")).form(&[("token", ADMIN)]).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 303);
+    let cookie = answer.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/dashboard"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+/// The CSRF token of the signed-in page.
+fn csrf_of(page: &str) -> String {
+    let (_, rest) = page.split_once("name=\"csrf\" value=\"").unwrap();
+    rest.split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn sign_in_csrf_and_key_management_over_http() {
+    let (url, state, _dir) = serve(Some(ADMIN)).await;
+    let http = client();
+
+    // Not signed in: the sign-in form, and no key listing.
+    let answer = http.get(format!("{url}/dashboard")).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 401);
+    assert!(answer.headers()["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    assert!(answer.text().await.unwrap().contains("Admin token"));
+    let wrong = http.post(format!("{url}/dashboard/login")).form(&[("token", "guess")]).send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+
+    let cookie = sign_in(&url).await;
+    let page = http.get(format!("{url}/dashboard")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains("<h2>API Keys</h2>") && page.contains("Generate New Key") && page.contains("Recent payments")
+    );
+    let csrf = csrf_of(&page);
+
+    // A form without the right CSRF token does nothing.
+    for forged in ["", "0123"] {
+        let answer = http
+            .post(format!("{url}/dashboard/keys"))
+            .header("cookie", &cookie)
+            .form(&[("csrf", forged), ("plan", "premium"), ("label", "forged")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 403);
+    }
+    assert!(state.store.list_api_keys().await.unwrap().is_empty());
+    // Nor does a right token without the session.
+    let answer = http
+        .post(format!("{url}/dashboard/keys"))
+        .form(&[("csrf", csrf.as_str()), ("plan", "premium")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 401);
+
+    // Generate: shown once, stored hashed, listed without its secret.
+    let made = http
+        .post(format!("{url}/dashboard/keys"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str()), ("plan", "premium"), ("label", "<b>shop</b>")])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (_, rest) = made.split_once("<code id=\"new-key\">").unwrap();
+    let secret = rest.split('<').next().unwrap().to_owned();
+    assert!(secret.starts_with("tg_test_"), "{secret}");
+    assert!(made.contains("&lt;b&gt;shop&lt;/b&gt;") && !made.contains("<b>shop</b>"), "labels are escaped");
+    let keys = state.store.list_api_keys().await.unwrap();
+    assert_eq!(keys.len(), 1);
+    assert_ne!(keys[0].hash, secret);
+    let again =
+        http.get(format!("{url}/dashboard")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    assert!(!again.contains(&secret), "a key is shown once");
+    assert!(again.contains(&keys[0].id));
+
+    // Sign out: the cookie is cleared.
+    let out = http
+        .post(format!("{url}/dashboard/logout"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+}
+
+#[tokio::test]
+async fn the_dashboard_is_off_without_an_admin_token() {
+    let (url, _state, _dir) = serve(None).await;
+    let answer = client().get(format!("{url}/dashboard")).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 404);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "NOT_FOUND", "{body}");
+    let login = client().post(format!("{url}/dashboard/login")).form(&[("token", "")]).send().await.unwrap();
+    assert_eq!(login.status().as_u16(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_use_and_delete_a_key_in_a_headless_browser() {
+    let (url, _state, _dir) = serve(Some(ADMIN)).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.mjs");
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    let shot = screenshot.clone();
+    let output =
+        tokio::task::spawn_blocking(move || Command::new("node").arg(&script).arg(&url).arg(ADMIN).arg(&shot).output())
+            .await
+            .unwrap()
+            .expect("node runs (scripts/test installs what the browser test needs)");
+    assert!(output.status.success(), "the browser script failed: {}", String::from_utf8_lossy(&output.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    println!("screenshot: {}", screenshot.display());
+    assert!(seen["key"].as_str().unwrap().starts_with("tg_"), "{seen}");
+    assert_eq!(seen["listed"], true, "{seen}");
+    assert_eq!(seen["statusBefore"], 200, "the new key works: {seen}");
+    assert_eq!(seen["shownAgain"], false, "{seen}");
+    assert_eq!(seen["gone"], true, "{seen}");
+    assert_eq!(seen["statusAfter"], 401, "a deleted key is refused at once: {seen}");
+}
