@@ -393,12 +393,16 @@ fn describe(r: &PaymentRequirements) -> String {
     format!("{} of {} atomic {asset} on {}", r.scheme, r.amount, r.network)
 }
 
-/// A memo no other payment from this process carries: the time and a counter.
-pub(crate) fn unique_memo() -> String {
+/// A number in `0..spread` that the next `spread` calls in this process do not repeat: a counter
+/// from a starting point drawn from the clock at first use (so two processes rarely agree).
+pub(crate) fn unique_below(spread: u32) -> u32 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let start = *START.get_or_init(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos().into())
+    });
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("tollgate:{nanos}:{n}")
+    u32::try_from(start.wrapping_add(n) % u64::from(spread.max(1))).unwrap_or(0)
 }
 
 /// The seller's payment request: the v2 header when present (richer), else the v1 body.
@@ -423,6 +427,13 @@ mod tests {
         assert!(fine.allows(AtomicAmount(1), 9), "rounded down to 1 lamport");
         assert!(!fine.allows(AtomicAmount(2), 9));
         assert!(Cap::whole("abc").is_err());
+    }
+
+    #[test]
+    fn unique_numbers_do_not_repeat_within_their_spread() {
+        let seen: std::collections::HashSet<u32> = (0..1_000).map(|_| unique_below(1_000)).collect();
+        assert_eq!(seen.len(), 1_000);
+        assert!(seen.iter().all(|n| *n < 1_000));
     }
 
     #[test]

@@ -26,14 +26,17 @@ const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFX
 const TOKEN_2022_PROGRAM: Pubkey = Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb");
 /// Associated Token Account program.
 const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
-/// SPL Memo program (v2).
-const MEMO_PROGRAM: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 /// Token program instruction tag of `TransferChecked`.
 const TRANSFER_CHECKED: u8 = 12;
 /// Size of a mint account's base state; its decimals are at byte 44, `is_initialized` at 45.
 const MINT_LEN: usize = 82;
-/// Compute units asked for a sponsored token transfer (transfer + memo + budget: ~10,000 used).
+/// Least compute units asked for a sponsored token transfer (it uses ~10,000 with Token-2022).
 const SPONSORED_COMPUTE_UNITS: u32 = 40_000;
+/// Least compute units asked for a native transfer (it uses ~300).
+const NATIVE_COMPUTE_UNITS: u32 = 1_000;
+/// How far above those a payment's own limit may be (what makes each payment unique; the
+/// sponsor's cap of 200,000 units stays clear).
+const UNIQUE_UNITS_SPREAD: u32 = 100_000;
 /// Priority fee asked of the sponsor, micro-lamports per unit (the minimum that is not zero).
 const SPONSORED_COMPUTE_UNIT_PRICE: u64 = 1;
 
@@ -126,8 +129,10 @@ impl SolanaWallet {
         let blockhash = self.rpc.get_latest_blockhash().await.map_err(build_error)?;
         let me = self.keypair.pubkey();
         // Two payments of the same amount to the same seller within one blockhash would be the
-        // same transaction (signatures are deterministic): a memo makes each one unique.
-        let memo = Instruction::new_with_bytes(MEMO_PROGRAM, crate::unique_memo().as_bytes(), vec![]);
+        // same transaction (signatures are deterministic). A compute-unit limit of its own makes
+        // each one unique: the budget program is built in, so this costs the ledger next to
+        // nothing (a memo, which runs a program, doubles the embedded ledger's time per payment),
+        // and without a unit price it does not change the fee.
 
         if let Asset::Token(Address::Solana(mint)) = requirement.asset {
             let mint = Pubkey::new_from_array(mint);
@@ -142,11 +147,11 @@ impl SolanaWallet {
                 amount,
                 decimals,
             );
+            let units = SPONSORED_COMPUTE_UNITS + crate::unique_below(UNIQUE_UNITS_SPREAD);
             let instructions = [
-                ComputeBudgetInstruction::set_compute_unit_limit(SPONSORED_COMPUTE_UNITS),
+                ComputeBudgetInstruction::set_compute_unit_limit(units),
                 ComputeBudgetInstruction::set_compute_unit_price(SPONSORED_COMPUTE_UNIT_PRICE),
                 transfer,
-                memo,
             ];
             // The fee payer's signature slot stays empty: the facilitator fills it when it settles.
             let mut tx = Transaction::new_with_payer(&instructions, Some(&fee_payer));
@@ -156,7 +161,10 @@ impl SolanaWallet {
         }
 
         let transfer = solana_system_interface::instruction::transfer(&me, &to, amount);
-        let tx = Transaction::new_signed_with_payer(&[transfer, memo], Some(&me), &[&self.keypair], blockhash);
+        let units = ComputeBudgetInstruction::set_compute_unit_limit(
+            NATIVE_COMPUTE_UNITS + crate::unique_below(UNIQUE_UNITS_SPREAD),
+        );
+        let tx = Transaction::new_signed_with_payer(&[units, transfer], Some(&me), &[&self.keypair], blockhash);
         let id = tx.signatures.first().map(ToString::to_string);
         Ok((ExactNativePayload::Transaction(encode(&tx)?).to_value(), id))
     }

@@ -40,8 +40,9 @@ pub struct PaymentEvent {
     pub wallets: [String; 2],
     /// Its new status.
     pub status: PaymentStatus,
-    /// `{"event": "payment.updated", "payment": <record>}`, serialized once.
-    pub message: Arc<str>,
+    /// `{"event": "payment.updated", "payment": <record>}`, serialized once; every connection
+    /// sends the same bytes (a clone is a reference count).
+    pub message: axum::extract::ws::Utf8Bytes,
     /// When it was published (for delivery-latency measurements).
     pub published: std::time::Instant,
 }
@@ -62,7 +63,7 @@ impl PaymentEvent {
             counterparty_account: p.counterparty_account.clone(),
             wallets: [p.from.clone(), p.to.clone()],
             status: p.status,
-            message: message.into(),
+            message: axum::extract::ws::Utf8Bytes::from(message),
             published: std::time::Instant::now(),
         }
     }

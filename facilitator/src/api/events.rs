@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::Extension;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
@@ -32,6 +32,9 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::events::PaymentEvent;
+
+/// Bytes read from a client's socket at a time.
+const READ_BUFFER: usize = 4 * 1024;
 
 /// Longest a single send to a client may take before the connection is closed.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,6 +63,10 @@ pub async fn ws(
     upgrade
         .max_message_size(limit)
         .max_frame_size(limit)
+        // Clients send small messages and every send is flushed at once: small buffers keep a
+        // connection's memory to a few KiB (the defaults are 128 KiB each).
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
         .on_upgrade(move |socket| Connection::new(state, (*caller).clone()).run(socket))
 }
 
@@ -137,8 +144,7 @@ impl Connection {
                 biased;
                 event = events.recv() => match event {
                     Ok(event) if self.wants(&event) => {
-                        let text = Utf8Bytes::from(event.message.to_string());
-                        if let Err(end) = send(&mut socket, Message::Text(text)).await {
+                        if let Err(end) = send(&mut socket, Message::Text(event.message.clone())).await {
                             break end;
                         }
                     }

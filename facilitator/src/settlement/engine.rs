@@ -15,7 +15,8 @@ use crate::chains::{ChainError, Ledger, SendError, TxOutcome};
 use crate::clock::Clock;
 use crate::store::{NewPayment, Store, StoreError, StoredPayment};
 
-/// How often the chain is asked for a verdict while waiting.
+/// The longest pause between two asks for a verdict while waiting (the first ones are shorter: see
+/// [`crate::chains::poll_delay`]).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What to settle.
@@ -172,7 +173,7 @@ pub async fn wait_for_verdict(
         return advance_or_settled(store, id, &Event::WaitTimedOut, clock.now()).await;
     }
     let deadline = tokio::time::Instant::now() + wait;
-    loop {
+    for attempt in 0.. {
         match ledger.outcome(tx_id).await {
             Ok(Some(outcome)) => return record(store, clock, id, outcome).await,
             Ok(None) => {}
@@ -180,11 +181,13 @@ pub async fn wait_for_verdict(
                 tracing::warn!(payment_id = %id, error = %e, "cannot read the transaction's status yet")
             }
         }
-        if tokio::time::Instant::now() + POLL_INTERVAL > deadline {
-            return advance_or_settled(store, id, &Event::WaitTimedOut, clock.now()).await;
+        let delay = crate::chains::poll_delay(attempt, POLL_INTERVAL);
+        if tokio::time::Instant::now() + delay > deadline {
+            break;
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(delay).await;
     }
+    advance_or_settled(store, id, &Event::WaitTimedOut, clock.now()).await
 }
 
 async fn record(

@@ -251,15 +251,16 @@ impl EvmRpc {
     /// [`ChainError`] when the node fails or times out.
     pub async fn wait_for_outcome(&self, hash: B256, budget: Duration) -> Result<Option<TxOutcome>, ChainError> {
         let deadline = tokio::time::Instant::now() + budget;
-        loop {
+        for attempt in 0.. {
             if let Some(outcome) = self.outcome_of(hash).await? {
                 return Ok(Some(outcome));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(crate::chains::poll_delay(attempt, Duration::from_millis(50))).await;
         }
+        Ok(None)
     }
 
     async fn outcome_of(&self, hash: B256) -> Result<Option<TxOutcome>, ChainError> {

@@ -257,15 +257,16 @@ impl SolanaRpc {
         budget: Duration,
     ) -> Result<Option<TxOutcome>, ChainError> {
         let deadline = tokio::time::Instant::now() + budget;
-        loop {
+        for attempt in 0.. {
             if let Some(outcome) = self.outcome(signature).await? {
                 return Ok(Some(outcome));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(crate::chains::poll_delay(attempt, Duration::from_millis(50))).await;
         }
+        Ok(None)
     }
 }
 
