@@ -119,6 +119,21 @@ async fn sign_in_csrf_and_key_management_over_http() {
     assert!(!again.contains(&secret), "a key is shown once");
     assert!(again.contains(&keys[0].id));
 
+    // Rotation: a second key for the same account.
+    let account = keys[0].account_id.clone();
+    assert!(again.contains(&format!("<option value=\"{account}\">")), "accounts are offered");
+    let rotated = http
+        .post(format!("{url}/dashboard/keys"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str()), ("plan", "premium"), ("label", "shop v2"), ("account", account.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rotated.status().as_u16(), 200);
+    let keys = state.store.list_api_keys().await.unwrap();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.iter().all(|k| k.account_id == account), "both keys of one account");
+
     // Sign out: the cookie is cleared.
     let out = http
         .post(format!("{url}/dashboard/logout"))

@@ -208,9 +208,14 @@ pub struct Generate {
     plan: String,
     #[serde(default)]
     env: String,
+    /// An existing account (rotation: its payments stay visible to the new key), or empty for a
+    /// new account.
+    #[serde(default)]
+    account: String,
 }
 
-/// `POST /dashboard/keys`: makes a key for a new account and shows it once.
+/// `POST /dashboard/keys`: makes a key (for a new account, or another key of an existing one)
+/// and shows it once.
 pub async fn generate(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Generate>) -> Response {
     let csrf = match checked(&state, &headers, &form.csrf) {
         Ok(csrf) => csrf,
@@ -224,7 +229,7 @@ pub async fn generate(State(state): State<AppState>, headers: HeaderMap, Form(fo
         plan,
         rpm: None,
         label: (!label.is_empty()).then(|| label.to_owned()),
-        account: None,
+        account: Some(form.account.trim()).filter(|a| !a.is_empty()).map(str::to_owned),
         env: if form.env == "live" { KeyEnv::Live } else { KeyEnv::Test },
     };
     match admin::create_key(&*state.store, new, state.clock.now()).await {
@@ -398,6 +403,21 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
         .iter()
         .map(|p| format!("<option value=\"{0}\">{0}</option>", p.as_str()))
         .collect();
+    // Accounts, each named by its keys' labels, for adding a key to one (rotation).
+    let mut accounts: Vec<(&str, Vec<&str>)> = Vec::new();
+    for k in &keys {
+        let label = k.label.as_deref().unwrap_or(k.id.as_str());
+        match accounts.iter_mut().find(|(a, _)| *a == k.account_id) {
+            Some((_, labels)) => labels.push(label),
+            None => accounts.push((k.account_id.as_str(), vec![label])),
+        }
+    }
+    let accounts: String = accounts
+        .iter()
+        .map(|(id, labels)| {
+            format!("<option value=\"{}\">{} ({})</option>", escape(id), escape(id), escape(&labels.join(", ")))
+        })
+        .collect();
     let body = format!(
         "<header><h1>Tollgate dashboard</h1><form method=\"post\" action=\"/dashboard/logout\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button class=\"quiet\" type=\"submit\">Sign out</button></form></header>\
@@ -408,6 +428,7 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
          <label>Label <input name=\"label\" maxlength=\"100\" placeholder=\"e.g. production shop\"></label>\
          <label>Plan <select name=\"plan\">{plans}</select></label>\
          <label>Environment <select name=\"env\"><option value=\"test\">test</option><option value=\"live\">live</option></select></label>\
+         <label>Account <select name=\"account\"><option value=\"\">a new account</option>{accounts}</select></label>\
          <button type=\"submit\" id=\"generate\">Generate New Key</button></form>\
          <div class=\"card\"><table id=\"keys\"><thead><tr><th>Id</th><th>Label</th><th>Plan</th><th>Key</th><th>Created</th><th>Last used</th><th></th></tr></thead>\
          <tbody>{key_rows}</tbody></table></div></section>\
