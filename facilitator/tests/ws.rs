@@ -217,6 +217,19 @@ async fn bad_messages_get_error_events_and_the_connection_stays_up() {
     send_json(&mut socket, json!({"method": "subscribeWallet", "keys": [wallet(2), wallet(3)]})).await;
     assert_eq!(next_json(&mut socket).await["event"], "subscribed", "one new, one already followed: 3 in all");
 
+    // Too many messages at once: the extra ones are answered with RATE_LIMIT and ignored.
+    let burst = json!({"method": "unsubscribeWallet", "keys": [wallet(9)]}).to_string();
+    for _ in 0..40 {
+        socket.send(Message::Text(burst.clone().into())).await.unwrap();
+    }
+    let mut limited = 0;
+    for _ in 0..40 {
+        if next_json(&mut socket).await["code"] == "RATE_LIMIT" {
+            limited += 1;
+        }
+    }
+    assert!(limited >= 10, "{limited} of 40 were limited");
+
     // A message over the size limit closes the connection (1009).
     let huge = "x".repeat(20 * 1024);
     let _ = socket.send(Message::Text(huge.into())).await;

@@ -12,6 +12,7 @@
 //! are refused.
 //!
 //! Bounds: `[limits] ws_max_subscriptions` per connection, `ws_max_message_bytes` per message,
+//! [`MESSAGES_PER_SECOND`] messages a second,
 //! a ping every `ws_ping_secs` (a client silent for three of them is closed), a send that takes
 //! more than [`SEND_TIMEOUT`] closes the connection, and a client that falls behind the event bus
 //! (see [`crate::events`]) is closed with the reason instead of being buffered for.
@@ -32,6 +33,9 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::events::PaymentEvent;
+
+/// Most messages a client may send in one second; more get a `RATE_LIMIT` error event.
+pub const MESSAGES_PER_SECOND: u32 = 20;
 
 /// Bytes read from a client's socket at a time.
 const READ_BUFFER: usize = 4 * 1024;
@@ -111,6 +115,8 @@ struct Connection {
     caller: Caller,
     wallets: HashSet<String>,
     payments: HashSet<String>,
+    /// Messages read in the current one-second window, and when it opened.
+    window: (tokio::time::Instant, u32),
 }
 
 /// Why a connection ends.
@@ -123,7 +129,24 @@ enum End {
 
 impl Connection {
     fn new(state: AppState, caller: Caller) -> Self {
-        Self { state, caller, wallets: HashSet::new(), payments: HashSet::new() }
+        Self {
+            state,
+            caller,
+            wallets: HashSet::new(),
+            payments: HashSet::new(),
+            window: (tokio::time::Instant::now(), 0),
+        }
+    }
+
+    /// Counts a client message; false when it is over [`MESSAGES_PER_SECOND`] (each message may
+    /// cost storage reads, so their rate is bounded as well as their size).
+    fn admit(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if now.duration_since(self.window.0) >= std::time::Duration::from_secs(1) {
+            self.window = (now, 0);
+        }
+        self.window.1 += 1;
+        self.window.1 <= MESSAGES_PER_SECOND
     }
 
     fn wants(&self, event: &PaymentEvent) -> bool {
@@ -161,6 +184,10 @@ impl Connection {
                     last_heard = tokio::time::Instant::now();
                     let reply = match incoming {
                         None | Some(Err(_) | Ok(Message::Close(_))) => break End::Gone,
+                        Some(Ok(Message::Text(_))) if !self.admit() => error_event(
+                            ErrorCode::RateLimit,
+                            format!("at most {MESSAGES_PER_SECOND} messages a second; this one was ignored"),
+                        ),
                         Some(Ok(Message::Text(text))) => self.handle(&text).await,
                         Some(Ok(Message::Binary(_))) => {
                             error_event(ErrorCode::InvalidParameters, "send JSON text messages, not binary ones")
