@@ -134,6 +134,16 @@ async fn sign_in_csrf_and_key_management_over_http() {
     assert_eq!(keys.len(), 2);
     assert!(keys.iter().all(|k| k.account_id == account), "both keys of one account");
 
+    // Behind a TLS proxy that says so, the cookie is Secure.
+    let proxied = http
+        .post(format!("{url}/dashboard/login"))
+        .header("x-forwarded-proto", "https")
+        .form(&[("token", ADMIN)])
+        .send()
+        .await
+        .unwrap();
+    assert!(proxied.headers()["set-cookie"].to_str().unwrap().ends_with("; Secure"));
+
     // Sign out: the cookie is cleared.
     let out = http
         .post(format!("{url}/dashboard/logout"))

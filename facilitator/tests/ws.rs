@@ -172,9 +172,14 @@ async fn a_wallet_subscriber_sees_a_hosted_payment_in_order_up_to_confirmed() {
     send_json(&mut other, json!({"method": "unsubscribeWallet", "keys": [payee]})).await;
     assert_eq!(next_json(&mut other).await["event"], "unsubscribed");
 
-    // Following the payment itself works for its owner, not for others.
+    // Following the payment itself works for its owner, not for others; its current state follows.
     send_json(&mut socket, json!({"method": "subscribePayment", "keys": [id]})).await;
     assert_eq!(next_json(&mut socket).await["event"], "subscribed");
+    let current = next_json(&mut socket).await;
+    assert_eq!(
+        (current["event"].as_str(), current["payment"]["status"].as_str()),
+        (Some("payment.updated"), Some("confirmed"))
+    );
     send_json(&mut other, json!({"method": "subscribePayment", "keys": [id]})).await;
     assert_eq!(next_json(&mut other).await["code"], "NOT_FOUND");
 }

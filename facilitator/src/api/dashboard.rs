@@ -152,14 +152,18 @@ pub struct Login {
 }
 
 /// `POST /dashboard/login`.
-pub async fn login(State(state): State<AppState>, Form(form): Form<Login>) -> Response {
+pub async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Login>) -> Response {
     let Some(token) = admin_token(&state) else { return off() };
     if !equal(form.token.trim(), token) {
         return page(StatusCode::UNAUTHORIZED, login_page(Some("That is not the admin token.")));
     }
     let session = new_session(token, state.clock.now());
-    let cookie =
-        format!("{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_SECS}");
+    // Behind a TLS-terminating proxy that says so, the cookie is also marked Secure.
+    let https = headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let secure = if https { "; Secure" } else { "" };
+    let cookie = format!(
+        "{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_SECS}{secure}"
+    );
     let mut response = Redirect::to("/dashboard").into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);

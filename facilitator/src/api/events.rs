@@ -9,7 +9,8 @@
 //! for every change of a followed wallet's or payment's payments that the caller's account owns,
 //! and `{"event": "error", "code", "message"}` for a message it cannot accept (the connection stays
 //! up). A wallet that is another account's custodial wallet, and a payment the account cannot see,
-//! are refused.
+//! are refused. `subscribePayment` is followed by each payment's current state (as a
+//! `payment.updated` event), so a change made just before subscribing is not missed.
 //!
 //! Bounds: `[limits] ws_max_subscriptions` per connection, `ws_max_message_bytes` per message,
 //! [`MESSAGES_PER_SECOND`] messages a second,
@@ -117,6 +118,8 @@ struct Connection {
     payments: HashSet<String>,
     /// Messages read in the current one-second window, and when it opened.
     window: (tokio::time::Instant, u32),
+    /// Events to send right after the answer being prepared.
+    then_send: Vec<Value>,
 }
 
 /// Why a connection ends.
@@ -135,6 +138,7 @@ impl Connection {
             wallets: HashSet::new(),
             payments: HashSet::new(),
             window: (tokio::time::Instant::now(), 0),
+            then_send: Vec::new(),
         }
     }
 
@@ -195,7 +199,14 @@ impl Connection {
                         // Pings are answered by the library; pongs only prove the client is there.
                         Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                     };
-                    if let Err(end) = send(&mut socket, Message::Text(reply.to_string().into())).await {
+                    let mut failed = None;
+                    for message in std::iter::once(reply).chain(std::mem::take(&mut self.then_send)) {
+                        if let Err(end) = send(&mut socket, Message::Text(message.to_string().into())).await {
+                            failed = Some(end);
+                            break;
+                        }
+                    }
+                    if let Some(end) = failed {
                         break end;
                     }
                 }
@@ -302,18 +313,24 @@ impl Connection {
     }
 
     async fn subscribe_payments(&mut self, keys: &[&str]) -> Result<Vec<String>, Value> {
+        let mut current = Vec::with_capacity(keys.len());
         for key in keys {
             let payment = self.state.store.get_payment(key).await.map_err(|e| {
                 tracing::error!(error = %e, "reading a payment for a WebSocket subscription");
                 error_event(ErrorCode::InternalError, "storage failed")
             })?;
-            if !payment.is_some_and(|p| p.visible_to(&self.caller.account_id)) {
-                return Err(error_event(ErrorCode::NotFound, format!("no payment {key}")));
+            match payment {
+                Some(p) if p.visible_to(&self.caller.account_id) => current.push(p),
+                _ => return Err(error_event(ErrorCode::NotFound, format!("no payment {key}"))),
             }
         }
         let ids: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
         self.room_for(&ids, &self.payments)?;
         self.payments.extend(ids.iter().cloned());
+        // Each payment's state as of now follows the answer, so a change made just before the
+        // subscription is not missed; later changes come as they happen.
+        self.then_send
+            .extend(current.iter().map(|p| json!({"event": crate::events::PAYMENT_UPDATED, "payment": p.to_record()})));
         Ok(ids)
     }
 }
