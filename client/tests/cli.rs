@@ -20,18 +20,6 @@ fn printed_args(command: &str) -> Vec<String> {
     args.split_whitespace().map(str::to_owned).collect()
 }
 
-async fn sent_history(demo: &tollgate_demo::Demo, wallet: &str) -> serde_json::Value {
-    reqwest::Client::new()
-        .get(format!("{}/payment/history/{wallet}?type=sent", demo.facilitator_url))
-        .bearer_auth(&demo.seller_api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_printed_command_pays_and_a_second_run_pays_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,7 +39,7 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
         transactions.push(transaction);
     }
     assert_ne!(transactions[0], transactions[1], "a new proof each run");
-    let history = sent_history(&demo, &demo.buyer).await;
+    let history = demo.history(&demo.buyer, "sent").await.unwrap();
     assert_eq!(history["total"], 2, "{history}");
     let listed: Vec<&str> =
         history["payments"].as_array().unwrap().iter().map(|p| p["transaction"].as_str().unwrap()).collect();
@@ -66,7 +54,7 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the price 0.001 is above the spending cap of 0.0005"), "{stderr}");
-    assert_eq!(sent_history(&demo, &demo.buyer).await["total"], 2);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 
     // No key at all: exit 1 with what was offered.
     let out = run(vec![format!("{}/quote", demo.shop_url)], vec![]).await;
@@ -76,7 +64,7 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
-    let anvil = alloy::node_bindings::Anvil::at(tollgate_facilitator::devnet::anvil_binary())
+    let anvil = alloy::node_bindings::Anvil::at(tollgate_facilitator::devnet::anvil_binary().unwrap())
         .host("127.0.0.1")
         .try_spawn()
         .unwrap();
@@ -95,5 +83,5 @@ async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
     assert!(stderr.starts_with(&format!("paid 0.05 of token {} on eip155:{}", evm.token, evm.chain_id)), "{stderr}");
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(body["report"].as_str().unwrap().starts_with("Daily report"));
-    assert_eq!(sent_history(&demo, &evm.buyer).await["total"], 1);
+    assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 1);
 }

@@ -116,6 +116,21 @@ impl Demo {
         )
     }
 
+    /// A page of `wallet`'s payments (`direction`: `sent`, `received` or `all`) as the shop's
+    /// account sees them, from the facilitator's `GET /payment/history`.
+    ///
+    /// # Errors
+    /// When the facilitator cannot be reached or refuses.
+    pub async fn history(&self, wallet: &str, direction: &str) -> anyhow::Result<serde_json::Value> {
+        let answer = reqwest::Client::new()
+            .get(format!("{}/payment/history/{wallet}?type={direction}", self.facilitator_url))
+            .bearer_auth(&self.seller_api_key)
+            .send()
+            .await?;
+        anyhow::ensure!(answer.status().is_success(), "history of {wallet}: {}", answer.status());
+        Ok(answer.json().await?)
+    }
+
     /// A `tollgate-pay` command that pays with ETH or the EIP-3009 token, when EVM is on.
     #[must_use]
     pub fn evm_pay_command(&self, path: &str) -> Option<String> {

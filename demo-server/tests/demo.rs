@@ -28,15 +28,7 @@ async fn the_demo_starts_and_its_buyer_pays_twice() {
         assert!(paid.payment.is_some());
     }
     // Every payment is in the buyer's history (as the shop's account sees it).
-    let history: serde_json::Value = reqwest::Client::new()
-        .get(format!("{}/payment/history/{}?type=sent", demo.facilitator_url, demo.buyer))
-        .bearer_auth(&demo.seller_api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = demo.history(&demo.buyer, "sent").await.unwrap();
     assert_eq!(history["total"], 3, "{history}");
     let amounts: Vec<&str> =
         history["payments"].as_array().unwrap().iter().map(|p| p["amountAtomic"].as_str().unwrap()).collect();

@@ -37,15 +37,7 @@ async fn pay_and_fetch_in_a_headless_browser() {
     let signature = transaction.parse().unwrap();
     let outcome = backend.rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(5)).await.unwrap();
     assert!(matches!(outcome, Some(tollgate_facilitator::chains::TxOutcome::Confirmed { .. })), "{outcome:?}");
-    let history: serde_json::Value = reqwest::Client::new()
-        .get(format!("{}/payment/history/{}?type=received", demo.facilitator_url, demo.seller))
-        .bearer_auth(&demo.seller_api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = demo.history(&demo.seller, "received").await.unwrap();
     assert_eq!(history["total"], 1, "{history}");
     assert_eq!(history["payments"][0]["status"], "confirmed");
     assert_eq!(history["payments"][0]["from"], demo.page_buyer.as_str());

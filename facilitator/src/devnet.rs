@@ -42,22 +42,21 @@ alloy::sol! {
 /// The anvil binary for tests and the demo: `TOLLGATE_ANVIL`, or where `scripts/test` installs
 /// it (`.tools/anvil/` at the workspace root, from the npm package `@foundry-rs/anvil-linux-amd64`).
 ///
-/// # Panics
-/// When neither exists, with how to install it: only tests and development tools call this.
-#[must_use]
-#[allow(clippy::panic)] // test tooling: the message says what to do
-pub fn anvil_binary() -> std::path::PathBuf {
+/// # Errors
+/// When neither exists, saying how to install it.
+pub fn anvil_binary() -> Result<std::path::PathBuf, ChainError> {
     if let Some(path) = std::env::var_os("TOLLGATE_ANVIL") {
-        return std::path::PathBuf::from(path);
+        return Ok(std::path::PathBuf::from(path));
     }
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../.tools/anvil/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
-    assert!(
-        path.exists(),
-        "anvil is not installed at {}: run scripts/test (it installs it), or set TOLLGATE_ANVIL",
-        path.display()
-    );
-    path
+    if !path.exists() {
+        return Err(ChainError(format!(
+            "anvil is not installed at {}: run scripts/test (it installs it), or set TOLLGATE_ANVIL",
+            path.display()
+        )));
+    }
+    Ok(path)
 }
 
 fn failed(what: &str, outcome: Option<TxOutcome>) -> ChainError {

@@ -44,7 +44,7 @@ struct EvmApp {
 
 impl EvmApp {
     async fn start() -> Self {
-        let anvil = Anvil::at(devnet::anvil_binary()).host("127.0.0.1").try_spawn().expect("anvil starts");
+        let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("evm.db").to_str().unwrap()).unwrap(),

@@ -8,24 +8,11 @@ use alloy::node_bindings::Anvil;
 use alloy::primitives::{Address, U256};
 use solana_sdk::signer::Signer as _;
 use tollgate_client::{Buyer, Cap, PayError, PrivateKeySigner};
-use tollgate_demo::{Demo, Options};
+use tollgate_demo::Options;
 use tollgate_facilitator::chains::Target;
 use tollgate_facilitator::chains::solana::spl::associated_token_address;
 use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
 use tollgate_facilitator::devnet;
-
-/// What the shop's account sees of `wallet`'s payments in one direction.
-async fn history(demo: &Demo, wallet: &str, direction: &str) -> serde_json::Value {
-    reqwest::Client::new()
-        .get(format!("{}/payment/history/{wallet}?type={direction}", demo.facilitator_url))
-        .bearer_auth(&demo.seller_api_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_solana_buyer_pays_native_sol_and_spl_tokens() {
@@ -69,7 +56,7 @@ async fn a_solana_buyer_pays_native_sol_and_spl_tokens() {
     assert_eq!(body["transaction"].as_str(), made.transaction.as_deref());
 
     // Both are in the buyer's history, newest first.
-    let sent = history(&demo, &demo.buyer, "sent").await;
+    let sent = demo.history(&demo.buyer, "sent").await.unwrap();
     assert_eq!(sent["total"], 2, "{sent}");
     assert_eq!(sent["payments"][0]["asset"], demo.spl_token.as_str());
     assert_eq!(sent["payments"][1]["asset"], "native");
@@ -83,12 +70,12 @@ async fn a_solana_buyer_pays_native_sol_and_spl_tokens() {
         .with_cap(Cap::whole("0.0001").unwrap());
     let refused = frugal.get(&format!("{}/quote", demo.shop_url)).await.unwrap_err();
     assert!(matches!(refused, PayError::OverCap { .. }), "{refused}");
-    assert_eq!(history(&demo, &demo.buyer, "sent").await["total"], 2);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
-    let anvil = Anvil::at(devnet::anvil_binary()).host("127.0.0.1").try_spawn().unwrap();
+    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let options = Options { evm_rpc_url: Some(anvil.endpoint()), ..Options::new(dir.path()) };
     let demo = tollgate_demo::start(&options).await.unwrap();
@@ -124,6 +111,6 @@ async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
     assert_eq!(seller_tokens, U256::from(50_000));
     assert_eq!(rpc.balance(evm.buyer.parse().unwrap()).await.unwrap(), eth_before, "no gas paid by the buyer");
 
-    let sent = history(&demo, &evm.buyer, "sent").await;
+    let sent = demo.history(&evm.buyer, "sent").await.unwrap();
     assert_eq!(sent["total"], 3, "{sent}");
 }
