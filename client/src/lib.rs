@@ -405,13 +405,9 @@ pub(crate) fn unique_below(spread: u32) -> u32 {
     u32::try_from(start.wrapping_add(n) % u64::from(spread.max(1))).unwrap_or(0)
 }
 
-/// The seller's payment request: the v2 header when present (richer), else the v1 body.
+/// The seller's payment request (see [`PaymentRequired::from_answer`]).
 fn read_challenge(v2_header: Option<&str>, body: &[u8]) -> Result<PaymentRequired, PayError> {
-    if let Some(header) = v2_header {
-        return tollgate_protocol::x402::header::decode::<PaymentRequired>(header)
-            .map_err(|e| PayError::Challenge(e.to_string()));
-    }
-    serde_json::from_slice::<PaymentRequired>(body).map_err(|e| PayError::Challenge(e.to_string()))
+    PaymentRequired::from_answer(v2_header, body).map_err(PayError::Challenge)
 }
 
 #[cfg(test)]

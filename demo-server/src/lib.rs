@@ -122,13 +122,7 @@ impl Demo {
     /// # Errors
     /// When the facilitator cannot be reached or refuses.
     pub async fn history(&self, wallet: &str, direction: &str) -> anyhow::Result<serde_json::Value> {
-        let answer = reqwest::Client::new()
-            .get(format!("{}/payment/history/{wallet}?type={direction}", self.facilitator_url))
-            .bearer_auth(&self.seller_api_key)
-            .send()
-            .await?;
-        anyhow::ensure!(answer.status().is_success(), "history of {wallet}: {}", answer.status());
-        Ok(answer.json().await?)
+        history(&reqwest::Client::new(), &self.facilitator_url, &self.seller_api_key, wallet, direction).await
     }
 
     /// A `tollgate-pay` command that pays with ETH or the EIP-3009 token, when EVM is on.
@@ -142,6 +136,23 @@ impl Demo {
             self.shop_url
         ))
     }
+}
+
+/// A page of `wallet`'s payments in `direction` as `api_key`'s account sees them.
+pub(crate) async fn history(
+    http: &reqwest::Client,
+    facilitator_url: &str,
+    api_key: &str,
+    wallet: &str,
+    direction: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let answer = http
+        .get(format!("{facilitator_url}/payment/history/{wallet}?type={direction}"))
+        .bearer_auth(api_key)
+        .send()
+        .await?;
+    anyhow::ensure!(answer.status().is_success(), "history of {wallet}: {}", answer.status());
+    Ok(answer.json().await?)
 }
 
 /// Writes `text` readable by its owner only.

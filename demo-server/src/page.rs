@@ -132,10 +132,8 @@ async fn pay_hosted(page: &Page, path: &str) -> anyhow::Result<Value> {
     let first = page.http.get(&url).send().await?;
     anyhow::ensure!(first.status().as_u16() == 402, "the shop answered {} instead of 402", first.status());
     let header = first.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
-    let challenge: PaymentRequired = match header {
-        Some(h) => tollgate_protocol::x402::header::decode(&h)?,
-        None => serde_json::from_slice(&first.bytes().await?)?,
-    };
+    let challenge =
+        PaymentRequired::from_answer(header.as_deref(), &first.bytes().await?).map_err(anyhow::Error::msg)?;
     let (requirement, resource) = challenge
         .requirements()
         .into_iter()
@@ -185,13 +183,7 @@ async fn pay_hosted(page: &Page, path: &str) -> anyhow::Result<Value> {
 async fn feed(State(page): State<Arc<Page>>) -> Response {
     let mut payments = Vec::new();
     for seller in std::iter::once(&page.seller).chain(page.evm_seller.as_ref()) {
-        let url = format!("{}/payment/history/{seller}?type=received&limit=10", page.facilitator_url);
-        let answer = match page.http.get(url).bearer_auth(&page.seller_api_key).send().await {
-            Ok(a) if a.status().is_success() => a.json::<Value>().await,
-            Ok(a) => return fail(StatusCode::BAD_GATEWAY, format!("history: {}", a.status())),
-            Err(e) => return fail(StatusCode::BAD_GATEWAY, e.to_string()),
-        };
-        match answer {
+        match crate::history(&page.http, &page.facilitator_url, &page.seller_api_key, seller, "received").await {
             Ok(history) => payments.extend(history["payments"].as_array().cloned().unwrap_or_default()),
             Err(e) => return fail(StatusCode::BAD_GATEWAY, e.to_string()),
         }

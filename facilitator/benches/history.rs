@@ -26,7 +26,7 @@ use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
 use tollgate_facilitator::store::{NewPayment, SqlStore, Store};
 use tollgate_facilitator::{AppState, router};
-use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
+use tollgate_protocol::gateway::{Direction, PaymentStatus};
 use tollgate_protocol::{Address, AtomicAmount, Network};
 use tower::ServiceExt as _;
 
@@ -40,25 +40,18 @@ fn wallet(i: u32) -> String {
 
 fn payment(n: u64, from: String, to: String, at: DateTime<Utc>) -> NewPayment {
     NewPayment {
-        id: format!("pay_bench_{n:08}"),
-        owner_account: ACCOUNT.into(),
-        counterparty_account: None,
         status: PaymentStatus::Confirmed,
-        mode: PaymentMode::Hosted,
-        network: Network::solana_devnet(),
-        from,
-        to,
-        amount_atomic: AtomicAmount(10_000_000 + u128::from(n)),
-        asset: "native".into(),
-        decimals: 9,
         fee_atomic: Some(AtomicAmount(5000)),
         transaction: Some(format!("sig{n}")),
         resource: Some("https://seller.example/report".into()),
-        metadata: None,
-        proof_id: None,
-        expires_at: None,
-        last_valid_block_height: None,
-        created_at: at,
+        ..NewPayment::native(
+            format!("pay_bench_{n:08}"),
+            ACCOUNT,
+            Network::solana_devnet(),
+            (from, to),
+            AtomicAmount(10_000_000 + u128::from(n)),
+            at,
+        )
     }
 }
 

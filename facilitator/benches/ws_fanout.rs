@@ -24,7 +24,7 @@ use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
 use tollgate_facilitator::store::{NewPayment, PaymentUpdate, SqlStore};
 use tollgate_facilitator::{AppState, router};
-use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+use tollgate_protocol::gateway::PaymentStatus;
 
 #[derive(serde::Deserialize)]
 struct Event<'a> {
@@ -116,27 +116,14 @@ fn main() {
         let mut delays = Vec::with_capacity(subscribers * rounds * 3);
         for round in 0..rounds {
             let id = format!("pay_bench_{round}");
-            let payment = NewPayment {
-                id: id.clone(),
-                owner_account: account.clone(),
-                counterparty_account: None,
-                status: PaymentStatus::Verified,
-                mode: PaymentMode::Hosted,
-                network: tollgate_protocol::Network::solana_devnet(),
-                from: wallet.clone(),
-                to: solana_sdk::pubkey::Pubkey::new_unique().to_string(),
-                amount_atomic: tollgate_protocol::AtomicAmount(1_000_000),
-                asset: "native".into(),
-                decimals: 9,
-                fee_atomic: None,
-                transaction: None,
-                resource: None,
-                metadata: None,
-                proof_id: None,
-                expires_at: None,
-                last_valid_block_height: None,
-                created_at: chrono::Utc::now(),
-            };
+            let payment = NewPayment::native(
+                id.clone(),
+                account.clone(),
+                tollgate_protocol::Network::solana_devnet(),
+                (wallet.clone(), solana_sdk::pubkey::Pubkey::new_unique().to_string()),
+                tollgate_protocol::AtomicAmount(1_000_000),
+                chrono::Utc::now(),
+            );
             let mut changed = Vec::new();
             changed.push(Instant::now());
             state.store.insert_payment(&payment).await.unwrap();

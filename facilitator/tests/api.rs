@@ -18,7 +18,6 @@ use tollgate_facilitator::clock::ManualClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
 use tollgate_facilitator::store::{NewPayment, SqlStore, Store};
 use tollgate_facilitator::{AppState, router};
-use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 use tower::ServiceExt as _;
 
@@ -346,25 +345,15 @@ async fn receive_checks_the_proof_before_the_chain() {
 
 fn stored_payment(id: &str, owner: &str, from: &str, to: &str, seconds: i64) -> NewPayment {
     NewPayment {
-        id: id.into(),
-        owner_account: owner.into(),
-        counterparty_account: None,
-        status: PaymentStatus::Verified,
-        mode: PaymentMode::Hosted,
-        network: Network::solana_devnet(),
-        from: from.into(),
-        to: to.into(),
-        amount_atomic: AtomicAmount(10_000_000),
-        asset: "native".into(),
-        decimals: 9,
         fee_atomic: Some(AtomicAmount(5_000)),
-        transaction: None,
-        resource: None,
-        metadata: None,
-        proof_id: None,
-        expires_at: None,
-        last_valid_block_height: None,
-        created_at: start() + chrono::Duration::seconds(seconds),
+        ..NewPayment::native(
+            id,
+            owner,
+            Network::solana_devnet(),
+            (from.into(), to.into()),
+            AtomicAmount(10_000_000),
+            start() + chrono::Duration::seconds(seconds),
+        )
     }
 }
 

@@ -362,7 +362,7 @@ async fn unseen_transactions_expire_only_past_their_horizon() {
     use tollgate_facilitator::settlement::reconcile::reconcile_once;
     use tollgate_facilitator::settlement::{Event, advance};
     use tollgate_facilitator::store::{NewPayment, Store};
-    use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+    use tollgate_protocol::gateway::PaymentStatus;
 
     let t = SolanaApp::start().await;
     let backend = t.state.chains.embedded_solana().unwrap();
@@ -371,25 +371,15 @@ async fn unseen_transactions_expire_only_past_their_horizon() {
     // Two broadcasts the chain never saw: one whose horizon has passed, one still open.
     for (id, horizon) in [("pay_past", height.saturating_sub(1)), ("pay_open", height + 1_000_000)] {
         let p = NewPayment {
-            id: id.into(),
-            owner_account: "acct".into(),
-            counterparty_account: None,
-            status: PaymentStatus::Verified,
-            mode: PaymentMode::Hosted,
-            network: backend.rpc.network().clone(),
-            from: Pubkey::new_unique().to_string(),
-            to: Pubkey::new_unique().to_string(),
-            amount_atomic: tollgate_protocol::AtomicAmount(1),
-            asset: "native".into(),
-            decimals: 9,
-            fee_atomic: None,
-            transaction: None,
-            resource: None,
-            metadata: None,
-            proof_id: None,
-            expires_at: None,
             last_valid_block_height: Some(horizon),
-            created_at: now,
+            ..NewPayment::native(
+                id,
+                "acct",
+                backend.rpc.network().clone(),
+                (Pubkey::new_unique().to_string(), Pubkey::new_unique().to_string()),
+                tollgate_protocol::AtomicAmount(1),
+                now,
+            )
         };
         t.store.insert_payment(&p).await.unwrap();
         let never_sent = Signature::new_unique().to_string();

@@ -24,27 +24,14 @@ type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// A verified hosted payment of `account` from `wallet`.
 fn payment(account: &str, wallet: &str) -> tollgate_facilitator::store::NewPayment {
-    tollgate_facilitator::store::NewPayment {
-        id: format!("pay_{}", ulid::Ulid::new()),
-        owner_account: account.to_owned(),
-        counterparty_account: None,
-        status: tollgate_protocol::gateway::PaymentStatus::Verified,
-        mode: tollgate_protocol::gateway::PaymentMode::Hosted,
-        network: tollgate_protocol::Network::solana_devnet(),
-        from: wallet.to_owned(),
-        to: solana_sdk::pubkey::Pubkey::new_unique().to_string(),
-        amount_atomic: tollgate_protocol::AtomicAmount(1_000_000),
-        asset: "native".into(),
-        decimals: 9,
-        fee_atomic: None,
-        transaction: None,
-        resource: None,
-        metadata: None,
-        proof_id: None,
-        expires_at: None,
-        last_valid_block_height: None,
-        created_at: chrono::Utc::now(),
-    }
+    tollgate_facilitator::store::NewPayment::native(
+        format!("pay_{}", ulid::Ulid::new()),
+        account,
+        tollgate_protocol::Network::solana_devnet(),
+        (wallet.to_owned(), solana_sdk::pubkey::Pubkey::new_unique().to_string()),
+        tollgate_protocol::AtomicAmount(1_000_000),
+        chrono::Utc::now(),
+    )
 }
 
 /// A facilitator served on 127.0.0.1 with the embedded ledger.

@@ -80,25 +80,17 @@ pub(crate) fn native_payment(
     now: chrono::DateTime<chrono::Utc>,
 ) -> crate::store::NewPayment {
     crate::store::NewPayment {
-        id: format!("pay_{}", ulid::Ulid::new()),
-        owner_account: caller.account_id.clone(),
-        counterparty_account: None,
-        status: PaymentStatus::Verified,
-        mode: tollgate_protocol::gateway::PaymentMode::Hosted,
-        network: network.clone(),
-        from: from.to_string(),
-        to: to.to_string(),
-        amount_atomic: amount,
-        asset: "native".into(),
-        decimals: network.family().native_decimals(),
         fee_atomic: Some(fee),
-        transaction: None,
         resource: req.resource.clone(),
         metadata: req.metadata.clone(),
-        proof_id: None,
-        expires_at: None,
-        last_valid_block_height: None,
-        created_at: now,
+        ..crate::store::NewPayment::native(
+            format!("pay_{}", ulid::Ulid::new()),
+            caller.account_id.clone(),
+            network.clone(),
+            (from.to_string(), to.to_string()),
+            amount,
+            now,
+        )
     }
 }
 

@@ -151,6 +151,43 @@ pub struct NewPayment {
     pub created_at: DateTime<Utc>,
 }
 
+impl NewPayment {
+    /// A `verified` hosted payment of `amount` in `network`'s native currency from `from` to `to`,
+    /// owned by `owner`, created `at`, with nothing else known yet. Other payments start from it
+    /// and set what they know with struct update syntax.
+    #[must_use]
+    pub fn native(
+        id: impl Into<String>,
+        owner: impl Into<String>,
+        network: Network,
+        (from, to): (String, String),
+        amount: AtomicAmount,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            owner_account: owner.into(),
+            counterparty_account: None,
+            status: PaymentStatus::Verified,
+            mode: PaymentMode::Hosted,
+            decimals: network.family().native_decimals(),
+            network,
+            from,
+            to,
+            amount_atomic: amount,
+            asset: "native".into(),
+            fee_atomic: None,
+            transaction: None,
+            resource: None,
+            metadata: None,
+            proof_id: None,
+            expires_at: None,
+            last_valid_block_height: None,
+            created_at: at,
+        }
+    }
+}
+
 /// A payment as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPayment {

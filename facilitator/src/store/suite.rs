@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
+use tollgate_protocol::gateway::{Direction, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
 use super::{
@@ -78,25 +78,16 @@ fn key(id: &str, account: &str, lookup: &str) -> StoredApiKey {
 
 pub(crate) fn payment(id: &str, owner: &str, from: &str, to: &str, at: DateTime<Utc>) -> NewPayment {
     NewPayment {
-        id: id.into(),
-        owner_account: owner.into(),
-        counterparty_account: None,
-        status: PaymentStatus::Verified,
-        mode: PaymentMode::Hosted,
-        network: Network::solana_devnet(),
-        from: from.into(),
-        to: to.into(),
-        amount_atomic: AtomicAmount(10_000_000),
-        asset: "native".into(),
-        decimals: 9,
-        fee_atomic: None,
-        transaction: None,
         resource: Some("https://seller.example/report".into()),
         metadata: Some(serde_json::json!({"reference": "inv-42"}).as_object().unwrap().clone()),
-        proof_id: None,
-        expires_at: None,
-        last_valid_block_height: None,
-        created_at: at,
+        ..NewPayment::native(
+            id,
+            owner,
+            Network::solana_devnet(),
+            (from.into(), to.into()),
+            AtomicAmount(10_000_000),
+            at,
+        )
     }
 }
 

@@ -239,6 +239,18 @@ pub enum PaymentRequired {
 }
 
 impl PaymentRequired {
+    /// The payment request of a 402 answer, as a buyer reads it: the v2 `PAYMENT-REQUIRED`
+    /// header when there is one (it is the richer form), else the v1 JSON body.
+    ///
+    /// # Errors
+    /// The reason, as text, when the one read is not a payment request.
+    pub fn from_answer(v2_header: Option<&str>, body: &[u8]) -> Result<Self, String> {
+        match v2_header {
+            Some(header) => header::decode::<Self>(header).map_err(|e| e.to_string()),
+            None => serde_json::from_slice::<Self>(body).map_err(|e| e.to_string()),
+        }
+    }
+
     /// Version-neutral view: the resource and the requirements.
     #[must_use]
     pub fn requirements(&self) -> Vec<(PaymentRequirements, ResourceInfo)> {
