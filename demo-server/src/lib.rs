@@ -207,7 +207,7 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         .ok_or_else(|| anyhow::anyhow!("no embedded ledger"))?;
     let rpc = &backend.rpc;
 
-    // The shop's API key (enterprise: the demo page polls its history).
+    // The shop's API key (enterprise: the demo page reads its history and follows its events).
     let seller_key = new_key(&state, "demo seller").await?;
     // The page's buyer: an account with a custodial Solana wallet (hosted mode).
     let page_key = new_key(&state, "demo page buyer").await?;
