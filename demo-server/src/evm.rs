@@ -6,7 +6,6 @@ use std::path::Path;
 use alloy::primitives::U256;
 use alloy::signers::local::PrivateKeySigner;
 use tollgate_facilitator::AppState;
-use tollgate_facilitator::chains::Target;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
 use tollgate_facilitator::devnet::{Erc3009DevToken, set_evm_balance};
 
@@ -33,7 +32,9 @@ pub(crate) async fn prepare(
     data_dir: &Path,
     facilitator_signer: &PrivateKeySigner,
 ) -> anyhow::Result<EvmDemo> {
-    let backend = state.chains.evm(&Target::Network(tollgate_protocol::Network::eip155(chain_id)))?;
+    let network = tollgate_protocol::Network::eip155(chain_id);
+    let backend =
+        state.chains.evm(&network).ok_or_else(|| anyhow::anyhow!("the facilitator has no backend for {network}"))?;
     let rpc = &backend.rpc;
     let (buyer, seller, minter) = (PrivateKeySigner::random(), PrivateKeySigner::random(), PrivateKeySigner::random());
     let dev_node = |e| anyhow::anyhow!("{url} is not a development node that funds accounts (anvil): {e}");

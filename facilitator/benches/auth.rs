@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use criterion::{Criterion, criterion_group, criterion_main};
-use http::{HeaderValue, Request};
+use http::Request;
 use tollgate_facilitator::admin::{NewKey, create_key};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::{Endpoint, Plan};
@@ -38,11 +38,11 @@ fn bench(c: &mut Criterion) {
         let state = AppState::new(config, store, Arc::new(SystemClock));
         (state, key.secret.expose().to_owned())
     });
-    let header = HeaderValue::from_str(&format!("Bearer {key}")).unwrap();
+    let header = format!("Bearer {key}");
 
     c.bench_function("authenticate+admit", |b| {
         b.to_async(&rt).iter(|| async {
-            let caller = state.auth.authenticate(Some(&header)).await.unwrap();
+            let caller = state.auth.authenticate(Some(Ok(&header))).await.unwrap();
             state.auth.admit(&caller, Endpoint::Supported).unwrap()
         });
     });

@@ -24,7 +24,7 @@ use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
-use tollgate_facilitator::store::{NewPayment, SqlStore, Store};
+use tollgate_facilitator::store::{AccountStore as _, NewPayment, PaymentStore as _, SqlStore};
 use tollgate_facilitator::{AppState, router};
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
 use tollgate_protocol::{Address, AtomicAmount, Network};

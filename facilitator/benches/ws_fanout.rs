@@ -130,11 +130,8 @@ fn main() {
             for (from, to) in [(PaymentStatus::Verified, PaymentStatus::Submitted), (PaymentStatus::Submitted, PaymentStatus::Confirmed)] {
                 changed.push(Instant::now());
                 let update = PaymentUpdate {
-                    status: to,
                     transaction: (to == PaymentStatus::Submitted).then(|| format!("tx_{round}")),
-                    fee_atomic: None,
-                    error: None,
-                    at: chrono::Utc::now(),
+                    ..PaymentUpdate::to(to, chrono::Utc::now())
                 };
                 state.store.transition_payment(&id, from, &update).await.unwrap();
             }

@@ -134,6 +134,7 @@ pub async fn create_wallet(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::AccountStore as _;
     use crate::store::suite::TestDb;
 
     #[tokio::test]

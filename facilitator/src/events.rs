@@ -18,8 +18,8 @@ use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
 
 use crate::store::{
-    HistoryPage, IdempotencyBegin, NewPayment, PaymentUpdate, Store, StoreResult, StoredApiKey, StoredPayment,
-    StoredResponse, StoredWallet,
+    AccountStore, HistoryPage, IdempotencyBegin, IdempotencyStore, NewPayment, PaymentStore, PaymentUpdate, Store,
+    StoreResult, StoredApiKey, StoredPayment, StoredResponse, StoredWallet,
 };
 
 /// Events kept for listeners that are behind.
@@ -135,6 +135,10 @@ impl Store for PublishingStore {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
+}
+
+#[async_trait]
+impl AccountStore for PublishingStore {
     async fn create_account(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
         self.inner.create_account(id, at).await
     }
@@ -162,6 +166,10 @@ impl Store for PublishingStore {
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>> {
         self.inner.get_wallet(address).await
     }
+}
+
+#[async_trait]
+impl PaymentStore for PublishingStore {
     async fn insert_payment(&self, payment: &NewPayment) -> StoreResult<StoredPayment> {
         let stored = self.inner.insert_payment(payment).await?;
         self.bus.publish(&stored);
@@ -169,6 +177,9 @@ impl Store for PublishingStore {
     }
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>> {
         self.inner.get_payment(id).await
+    }
+    async fn payment_by_proof(&self, proof_id: &str) -> StoreResult<Option<StoredPayment>> {
+        self.inner.payment_by_proof(proof_id).await
     }
     async fn transition_payment(
         &self,
@@ -180,8 +191,19 @@ impl Store for PublishingStore {
         self.bus.publish(&stored);
         Ok(stored)
     }
-    async fn unfinished_payments(&self, networks: &[Network], limit: u32) -> StoreResult<Vec<StoredPayment>> {
-        self.inner.unfinished_payments(networks, limit).await
+    async fn due_payments(
+        &self,
+        networks: &[Network],
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredPayment>> {
+        self.inner.due_payments(networks, now, limit).await
+    }
+    async fn reschedule_payment(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        self.inner.reschedule_payment(id, at).await
+    }
+    async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64> {
+        self.inner.bring_checks_forward(at).await
     }
     async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>> {
         self.inner.recent_payments(limit).await
@@ -196,12 +218,10 @@ impl Store for PublishingStore {
     ) -> StoreResult<HistoryPage> {
         self.inner.history(account, wallet, direction, limit, offset).await
     }
-    async fn claim_proof(&self, proof_id: &str, payment_id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
-        self.inner.claim_proof(proof_id, payment_id, at).await
-    }
-    async fn proof_claim(&self, proof_id: &str) -> StoreResult<Option<String>> {
-        self.inner.proof_claim(proof_id).await
-    }
+}
+
+#[async_trait]
+impl IdempotencyStore for PublishingStore {
     async fn idempotency_begin(
         &self,
         key_id: &str,

@@ -1,15 +1,21 @@
 //! `tollgate-facilitator`: the payment gateway and x402 facilitator daemon.
 //!
-//! Map of the crate:
+//! # Layout
 //!
-//! * [`config`]: typed configuration (defaults → file → env → flags), secrets redacted.
-//! * [`api`]: the HTTP routes and the [`router`] that guards them.
-//! * [`auth`]: API keys (hashed), plans, per-key rate limits.
-//! * [`store`]: the storage trait and its SQLite / PostgreSQL implementation.
-//! * [`settlement`]: the payment state machine.
-//! * [`chains`]: which chain a request is about; the chain backends plug in here.
-//! * [`admin`]: key management shared by the CLI and (later) the dashboard.
-//! * [`idempotency`], [`extract`], [`validate`], [`error`], [`clock`]: cross-cutting pieces.
+//! Layers, top to bottom; a module uses only those below it:
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | HTTP | [`api`] | routes, guard, idempotency, validation; the one place errors become HTTP statuses |
+//! | payment core | [`payment`] | [`payment::Payments`]: receive, verify, hand over, send, build, confirm — claims, records and settles, detached from requests |
+//! | lifecycle | [`settlement`] | the state machine, applied with compare-and-set; the reconciler |
+//! | chains | [`chains`] | the [`chains::Chain`] trait, terms and refusals; [`chains::solana`], [`chains::evm`] split by scheme |
+//! | access | [`auth`], [`wallets`] | API keys, plans, rate limits; custodial keys sealed at rest |
+//! | storage | [`store`], [`events`] | three storage traits over SQLite / PostgreSQL; the store that publishes payment changes |
+//! | base | [`config`], [`clock`] | typed configuration; time |
+//!
+//! Beside them: [`admin`] (key and wallet management for the CLI and dashboard) and [`devnet`]
+//! (development-chain helpers for the demo and tests).
 //!
 //! Entry points are testable: build an [`AppState`], take [`router`], or [`run`] it on a
 //! listener with a shutdown future. The binary only parses the command line.
@@ -21,17 +27,10 @@ pub mod chains;
 pub mod clock;
 pub mod config;
 pub mod devnet;
-pub mod error;
 pub mod events;
-pub mod extract;
-pub mod hosted;
-pub mod idempotency;
-pub mod local;
-pub mod proofs;
-pub mod refusal;
+pub mod payment;
 pub mod settlement;
 pub mod store;
-pub mod validate;
 pub mod wallets;
 
 use std::future::Future;
@@ -106,6 +105,12 @@ impl AppState {
         self
     }
 
+    /// The payment service over this state's store, chains and master key.
+    #[must_use]
+    pub fn payments(&self) -> payment::Payments {
+        payment::Payments::new(self.store.clone(), self.clock.clone(), self.chains.clone(), self.master_key.clone())
+    }
+
     /// The same state with custodial wallets sealed under `key`.
     #[must_use]
     pub fn with_master_key(mut self, key: MasterKey) -> Self {
@@ -144,7 +149,7 @@ async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend
         max_compute_unit_price: config.limits.sponsor_max_compute_unit_price,
     };
     let configured_sponsor = match &config.solana_fee_payer {
-        Some(path) => Some(chains::Sponsor { keypair: wallets::read_solana_keypair(path)?, policy }),
+        Some(path) => Some(chains::Sponsor::new(wallets::read_solana_keypair(path)?, policy)),
         None => None,
     };
     if let Some(url) = &config.solana_rpc_url {
@@ -168,7 +173,7 @@ async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend
         tracing::info!(network = %rpc.network(), rpc = ledger.rpc_url(), "embedded Solana ledger started (development mode, offline)");
         let sponsor = match configured_sponsor {
             Some(s) => s,
-            None => chains::Sponsor { keypair: solana_sdk::signature::Keypair::new(), policy },
+            None => chains::Sponsor::new(solana_sdk::signature::Keypair::new(), policy),
         };
         chains::solana::embedded::fund(&rpc, &sponsor.keypair).await?;
         Ok(chains::SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor))
@@ -223,21 +228,7 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // Finish what a previous run left open before taking new requests.
-    match settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains).await {
-        Ok(r) if r.examined > 0 => {
-            tracing::info!(examined = r.examined, finished = r.finished, "reconciled unfinished payments at start-up");
-            if r.unserved > 0 {
-                tracing::warn!(
-                    count = r.unserved,
-                    "unfinished payments on networks this daemon does not serve are left as they are (an earlier \
-                     embedded ledger's, or a network no longer configured)"
-                );
-            }
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "start-up reconciliation failed; the background task retries"),
-    }
+    reconcile_at_startup(&state).await;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
     let reconciler = tokio::spawn(reconcile_periodically(state.clone(), stop_rx.clone()));
@@ -267,6 +258,27 @@ pub async fn run(
 /// How often unfinished payments are checked against the chain.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 
+/// The longest start-up waits for the chain's verdicts on what a previous run left unfinished;
+/// past it the daemon serves and the periodic passes carry on.
+pub const STARTUP_RECONCILE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Before serving: every payment a previous run left unfinished is looked at now (not when its
+/// schedule says), so a restarted daemon answers its status from the chain's verdict.
+async fn reconcile_at_startup(state: &AppState) {
+    match state.store.bring_checks_forward(state.clock.now()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(payments = n, "looking at payments a previous run left unfinished"),
+        Err(e) => tracing::warn!(error = %e, "could not read unfinished payments at start-up"),
+    }
+    let pass = settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains);
+    match tokio::time::timeout(STARTUP_RECONCILE_LIMIT, pass).await {
+        Ok(Ok(r)) => tracing::info!(examined = r.examined, finished = r.finished, "reconciled at start-up"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "start-up reconciliation failed; retrying in the background"),
+        Err(_) => tracing::warn!("start-up reconciliation is slow; serving, and finishing it in the background"),
+    }
+}
+
+/// Finishes what slow chains leave open, in the background: one pass every [`RECONCILE_EVERY`].
 async fn reconcile_periodically(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut every = tokio::time::interval(RECONCILE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -275,8 +287,12 @@ async fn reconcile_periodically(state: AppState, mut stop: tokio::sync::watch::R
             _ = every.tick() => {}
             _ = stop.changed() => return,
         }
-        if let Err(e) = settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains).await {
-            tracing::warn!(error = %e, "reconciliation pass failed");
+        match settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains).await {
+            Ok(r) if r.examined > 0 => {
+                tracing::info!(examined = r.examined, finished = r.finished, "reconciled unfinished payments");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reconciliation pass failed"),
         }
     }
 }

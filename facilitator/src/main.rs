@@ -9,7 +9,7 @@ use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::config::{Config, Flags, LogFormat};
-use tollgate_facilitator::store::{SqlStore, Store};
+use tollgate_facilitator::store::{AccountStore, SqlStore};
 use tollgate_facilitator::{AppState, run, shutdown_signal};
 use tollgate_protocol::ChainFamily;
 

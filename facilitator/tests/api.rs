@@ -16,7 +16,7 @@ use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::clock::ManualClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
-use tollgate_facilitator::store::{NewPayment, SqlStore, Store};
+use tollgate_facilitator::store::{AccountStore as _, NewPayment, PaymentStore as _, SqlStore};
 use tollgate_facilitator::{AppState, router};
 use tollgate_protocol::{AtomicAmount, Network};
 use tower::ServiceExt as _;
@@ -340,7 +340,7 @@ async fn receive_checks_the_proof_before_the_chain() {
         )
         .await;
     assert_envelope(&ok, StatusCode::BAD_GATEWAY, "PAYMENT_VERIFICATION_FAILED");
-    assert_eq!(ok.message(), "no chain backend configured for solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1");
+    assert_eq!(ok.message(), "no chain backend configured for solana (no network given and none configured)");
 }
 
 fn stored_payment(id: &str, owner: &str, from: &str, to: &str, seconds: i64) -> NewPayment {

@@ -277,7 +277,7 @@ async fn a_killed_daemon_finishes_its_payment_after_restart() {
     )
     .await
     .unwrap();
-    let left = tollgate_facilitator::store::Store::get_payment(&store, &id).await.unwrap().unwrap();
+    let left = tollgate_facilitator::store::PaymentStore::get_payment(&store, &id).await.unwrap().unwrap();
     assert_eq!(left.payment.status.as_str(), "pending");
     assert_eq!(left.payment.transaction.as_deref(), pending["transaction"].as_str());
     store.close().await;

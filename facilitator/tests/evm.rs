@@ -5,128 +5,19 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::evm::{ETH, EvmApp, TestToken, Token, x402_v2};
 
-use alloy::node_bindings::{Anvil, AnvilInstance};
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider as _;
 use alloy::signers::local::PrivateKeySigner;
-use axum::Router;
 use axum::body::{Body, to_bytes};
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_facilitator::admin::{self, NewKey};
-use tollgate_facilitator::auth::keys::KeyEnv;
-use tollgate_facilitator::auth::plans::Plan;
-use tollgate_facilitator::chains::Chains;
 use tollgate_facilitator::chains::evm::EvmBackend;
-use tollgate_facilitator::chains::evm::build::{Transfer, sign};
+use tollgate_facilitator::chains::evm::build::sign;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
-use tollgate_facilitator::clock::SystemClock;
-use tollgate_facilitator::config::{Config, DatabaseUrl};
-use tollgate_facilitator::devnet::{self, Erc3009DevToken};
-use tollgate_facilitator::store::SqlStore;
-use tollgate_facilitator::wallets::MasterKey;
-use tollgate_facilitator::{AppState, router};
-use tollgate_protocol::ChainFamily;
+use tollgate_facilitator::devnet::{self};
 use tower::ServiceExt as _;
-
-/// One ETH in wei.
-const ETH: u128 = 1_000_000_000_000_000_000;
-
-struct EvmApp {
-    app: Router,
-    state: AppState,
-    store: Arc<SqlStore>,
-    anvil: AnvilInstance,
-    _dir: tempfile::TempDir,
-}
-
-impl EvmApp {
-    async fn start() -> Self {
-        let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config {
-            database_url: DatabaseUrl::parse(dir.path().join("evm.db").to_str().unwrap()).unwrap(),
-            ..Config::default()
-        };
-        let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
-        let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
-        // The facilitator's own account (x402 exact settlements), funded below.
-        let signer = PrivateKeySigner::random();
-        let signer_address = signer.address();
-        let chains = Chains::none().with_evm(EvmBackend::new(rpc).with_signer(signer));
-        let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
-            .with_chains(chains)
-            .with_master_key(MasterKey::generate().unwrap());
-        let app = Self { app: router(state.clone()), state, store, anvil, _dir: dir };
-        app.fund(&signer_address.to_string(), 10 * ETH).await;
-        app
-    }
-
-    fn backend(&self) -> Arc<EvmBackend> {
-        let target = tollgate_facilitator::chains::Target::Network(self.network());
-        self.state.chains.evm(&target).unwrap()
-    }
-
-    fn network(&self) -> tollgate_protocol::Network {
-        tollgate_protocol::Network::eip155(self.anvil.chain_id())
-    }
-
-    /// A key with a custodial EVM wallet: (key, wallet address).
-    async fn customer(&self) -> (String, String) {
-        let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Test };
-        let created = admin::create_key(&*self.store, new, chrono::Utc::now()).await.unwrap();
-        let master = self.state.master_key.as_ref().unwrap();
-        let wallet =
-            admin::create_wallet(&*self.store, master, &created.record.id, ChainFamily::Evm, chrono::Utc::now())
-                .await
-                .unwrap();
-        (created.secret.expose().to_owned(), wallet)
-    }
-
-    /// Sets an account's balance (anvil's own method).
-    async fn fund(&self, address: &str, wei: u128) {
-        let address: Address = address.parse().unwrap();
-        let _: Value = self
-            .backend()
-            .rpc
-            .provider()
-            .raw_request("anvil_setBalance".into(), (address, U256::from(wei)))
-            .await
-            .unwrap();
-    }
-
-    async fn balance(&self, address: &str) -> u128 {
-        u128::try_from(self.backend().rpc.balance(address.parse().unwrap()).await.unwrap()).unwrap()
-    }
-
-    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
-        common::call(&self.app, method, path, key, body).await
-    }
-
-    /// A signed EIP-1559 transfer by `signer`, as an `exact-native` X-PAYMENT value.
-    async fn signed_proof(&self, signer: &PrivateKeySigner, to: Address, wei: u128, chain_id: u64) -> String {
-        let rpc = &self.backend().rpc;
-        let nonce = rpc.pending_nonce(signer.address()).await.unwrap();
-        let fees = rpc.fees().await.unwrap();
-        let transfer = Transfer {
-            chain_id,
-            nonce,
-            to,
-            value: U256::from(wei),
-            gas_limit: 21_000,
-            max_fee_per_gas: fees.max_fee_per_gas,
-            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-        };
-        let (raw, _) = sign(transfer.tx(), signer).unwrap();
-        tollgate_protocol::x402::header::encode(&json!({
-            "x402Version": 1, "scheme": "exact-native", "network": self.network().to_string(),
-            "payload": {"transaction": format!("0x{}", alloy::primitives::hex::encode(raw))}
-        }))
-        .unwrap()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosted_eth_send_confirms_and_its_receipt_is_accepted_once() {
@@ -314,17 +205,31 @@ async fn a_transfer_mined_after_the_wait_is_pending_then_reconciled() {
     let hash = pending["transaction"].as_str().unwrap().to_owned();
     assert!(hash.starts_with("0x") && hash.len() == 66, "{pending}");
 
-    // Still not mined: the reconciler leaves it pending.
+    // Still not mined: the reconciler (its passes a minute and an hour later, when the payment
+    // is due) leaves it pending.
     let chains = t.state.chains.clone();
-    tollgate_facilitator::settlement::reconcile::reconcile_once(&*t.store, &SystemClock, &chains).await.unwrap();
+    let at = |later| tollgate_facilitator::clock::ManualClock::new(chrono::Utc::now() + later);
+    let pass = tollgate_facilitator::settlement::reconcile::reconcile_once(
+        &*t.store,
+        &at(chrono::Duration::minutes(1)),
+        &chains,
+    )
+    .await
+    .unwrap();
+    assert_eq!((pass.examined, pass.finished), (1, 0));
     let (_, still) =
         t.call("GET", &format!("/payment/status/{}", pending["paymentId"].as_str().unwrap()), &seller, None).await;
     assert_eq!(still["status"], "pending");
 
     let _: Value = provider.raw_request("evm_mine".into(), ()).await.unwrap();
-    let pass =
-        tollgate_facilitator::settlement::reconcile::reconcile_once(&*t.store, &SystemClock, &chains).await.unwrap();
-    assert_eq!(pass.finished, 1);
+    let pass = tollgate_facilitator::settlement::reconcile::reconcile_once(
+        &*t.store,
+        &at(chrono::Duration::hours(1)),
+        &chains,
+    )
+    .await
+    .unwrap();
+    assert_eq!((pass.examined, pass.finished), (1, 1));
     let (_, done) =
         t.call("GET", &format!("/payment/status/{}", pending["paymentId"].as_str().unwrap()), &seller, None).await;
     assert_eq!((done["status"].as_str(), done["transaction"].as_str()), (Some("confirmed"), Some(hash.as_str())));
@@ -403,128 +308,6 @@ async fn local_receive_hands_the_checked_transfer_to_the_seller_once() {
     let (s, done) = t.call("POST", "/transaction/confirm", &seller, Some(confirm)).await;
     assert_eq!((s, done["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{done}");
     assert_eq!(t.balance(&seller_wallet).await, ETH / 100);
-}
-
-alloy::sol! {
-    /// The test token's own functions (beyond what the facilitator calls).
-    interface TestToken {
-        function mint(address to, uint256 value) external;
-        function balanceOf(address owner) external view returns (uint256);
-        function transferWithAuthorization(
-            address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, bytes signature
-        ) external;
-    }
-}
-
-/// The EIP-3009 token of `contracts/TollgateTestToken.sol`, deployed on the test's anvil.
-struct Token {
-    address: Address,
-    minter: PrivateKeySigner,
-}
-
-impl Token {
-    const NAME: &str = "Tollgate USD";
-    const DECIMALS: u8 = 6;
-
-    async fn deploy(t: &EvmApp) -> Self {
-        let minter = PrivateKeySigner::random();
-        t.fund(&minter.address().to_string(), ETH).await;
-        let token = Erc3009DevToken::deploy(&t.backend().rpc, minter.clone(), (Self::NAME, "TUSD", Self::DECIMALS))
-            .await
-            .unwrap();
-        Self { address: token.address, minter }
-    }
-
-    async fn send(
-        t: &EvmApp,
-        from: &PrivateKeySigner,
-        to: alloy::primitives::TxKind,
-        input: Vec<u8>,
-    ) -> Option<Address> {
-        devnet::send_evm(&t.backend().rpc, from, to, input).await.unwrap()
-    }
-
-    async fn mint(&self, t: &EvmApp, to: Address, value: u128) {
-        use alloy::sol_types::SolCall as _;
-        let data = TestToken::mintCall { to, value: U256::from(value) }.abi_encode();
-        Self::send(t, &self.minter, alloy::primitives::TxKind::Call(self.address), data).await;
-    }
-
-    async fn balance(&self, t: &EvmApp, owner: Address) -> u128 {
-        let rpc = &t.backend().rpc;
-        u128::try_from(tollgate_facilitator::chains::evm::erc20::balance_of(rpc, self.address, owner).await.unwrap())
-            .unwrap()
-    }
-
-    /// An EIP-3009 authorization from `payer`'s account, signed by `payer`.
-    fn authorize(
-        &self,
-        t: &EvmApp,
-        payer: &PrivateKeySigner,
-        to: Address,
-        value: u128,
-        window: (u64, u64),
-        nonce: alloy::primitives::B256,
-    ) -> Value {
-        self.authorize_as(t, (payer.address(), payer), to, value, window, nonce)
-    }
-
-    /// An EIP-3009 authorization from account `from`, signed by `key` (a contract wallet's owner).
-    fn authorize_as(
-        &self,
-        t: &EvmApp,
-        (from, key): (Address, &PrivateKeySigner),
-        to: Address,
-        value: u128,
-        (valid_after, valid_before): (u64, u64),
-        nonce: alloy::primitives::B256,
-    ) -> Value {
-        use alloy::signers::SignerSync as _;
-        use alloy::sol_types::SolStruct as _;
-        use tollgate_facilitator::chains::evm::erc20::TransferWithAuthorization;
-        let domain = alloy::sol_types::eip712_domain! {
-            name: Self::NAME,
-            version: "2",
-            chain_id: t.anvil.chain_id(),
-            verifying_contract: self.address,
-        };
-        let message = TransferWithAuthorization {
-            from,
-            to,
-            value: U256::from(value),
-            validAfter: U256::from(valid_after),
-            validBefore: U256::from(valid_before),
-            nonce,
-        };
-        let signature = key.sign_hash_sync(&message.eip712_signing_hash(&domain)).unwrap();
-        json!({
-            "signature": format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
-            "authorization": {
-                "from": from.to_string(), "to": to.to_string(), "value": value.to_string(),
-                "validAfter": valid_after.to_string(), "validBefore": valid_before.to_string(),
-                "nonce": format!("{nonce:#x}"),
-            }
-        })
-    }
-
-    /// The x402 v2 requirement for `amount` base units to `pay_to`.
-    fn requirement(&self, t: &EvmApp, pay_to: Address, amount: u128) -> Value {
-        json!({
-            "scheme": "exact", "network": t.network().to_string(), "amount": amount.to_string(),
-            "asset": self.address.to_string(), "payTo": pay_to.to_string(), "maxTimeoutSeconds": 30,
-            "extra": {"name": Self::NAME, "version": "2"}
-        })
-    }
-}
-
-/// An x402 v2 `/verify` / `/settle` body.
-fn x402_v2(requirement: &Value, payload: Value) -> Value {
-    json!({
-        "x402Version": 2,
-        "paymentPayload": {"x402Version": 2, "accepted": requirement, "payload": payload,
-                           "resource": {"url": "https://seller.example/report", "description": "", "mimeType": ""}},
-        "paymentRequirements": requirement,
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,7 +422,12 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
     let requirement = token.requirement(&t, seller_address, 500_000);
     let payload = token.authorize(&t, &buyer, seller_address, 500_000, window, alloy::primitives::B256::repeat_byte(3));
     let header = tollgate_protocol::x402::header::encode(&x402_v2(&requirement, payload)["paymentPayload"]).unwrap();
-    let body = json!({"walletAddress": seller_wallet, "paymentProof": header, "expectedAmount": 0.5});
+    let mut body = json!({"walletAddress": seller_wallet, "paymentProof": header, "expectedAmount": 0.5});
+    // The price is in the token: unnamed, the price is in ETH and the authorization does not pay it.
+    let (s, e) = t.call("POST", "/payment/receive", &seller_key, Some(body.clone())).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("name the asset"), "{e}");
+    body["asset"] = json!(token.address.to_string());
     let (s, got) = t.call("POST", "/payment/receive", &seller_key, Some(body.clone())).await;
     assert_eq!(s, StatusCode::OK, "{got}");
     assert_eq!(
@@ -713,7 +501,12 @@ async fn local_receive_of_an_eip3009_authorization_is_sent_by_the_seller() {
         alloy::primitives::B256::repeat_byte(9),
     );
     let header = tollgate_protocol::x402::header::encode(&x402_v2(&requirement, payload)["paymentPayload"]).unwrap();
-    let body = json!({"walletAddress": seller.address().to_string(), "paymentProof": header, "expectedAmount": 2});
+    let body = json!({
+        "walletAddress": seller.address().to_string(),
+        "paymentProof": header,
+        "expectedAmount": 2,
+        "asset": token.address.to_string(),
+    });
     let (s, built) = t.call("POST", "/transaction/receive", &key, Some(body.clone())).await;
     assert_eq!(s, StatusCode::OK, "{built}");
     assert_eq!(

@@ -4,79 +4,19 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::solana::{SolanaApp, signed_proof, signed_transfer, spl_fixture, x402_exact};
 
-use axum::Router;
 use axum::body::{Body, to_bytes};
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signature::Signature;
-use tollgate_facilitator::admin::{self, NewKey};
-use tollgate_facilitator::auth::keys::KeyEnv;
-use tollgate_facilitator::auth::plans::Plan;
-use tollgate_facilitator::chains::solana::embedded::{self, EmbeddedLedger};
-use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
-use tollgate_facilitator::chains::solana::spl::SponsorPolicy;
-use tollgate_facilitator::chains::{Chains, SolanaBackend, Sponsor};
 use tollgate_facilitator::clock::SystemClock;
-use tollgate_facilitator::config::{Config, DatabaseUrl};
-use tollgate_facilitator::store::SqlStore;
-use tollgate_facilitator::wallets::MasterKey;
-use tollgate_facilitator::{AppState, router};
+use tollgate_protocol::Address;
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::x402::schemes::{ExactNativePayload, receipt_message};
-use tollgate_protocol::{Address, ChainFamily};
 use tower::ServiceExt as _;
-
-struct SolanaApp {
-    app: Router,
-    state: AppState,
-    store: Arc<SqlStore>,
-    _dir: tempfile::TempDir,
-}
-
-impl SolanaApp {
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config {
-            database_url: DatabaseUrl::parse(dir.path().join("sol.db").to_str().unwrap()).unwrap(),
-            ..Config::default()
-        };
-        let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
-        let ledger = EmbeddedLedger::start().await.unwrap();
-        let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
-        let sponsor = Sponsor { keypair: Keypair::new(), policy: SponsorPolicy::default() };
-        embedded::fund(&rpc, &sponsor.keypair).await.unwrap();
-        let chains = Chains::none().with_solana(SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor));
-        let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
-            .with_chains(chains)
-            .with_master_key(MasterKey::generate().unwrap());
-        Self { app: router(state.clone()), state, store, _dir: dir }
-    }
-
-    /// A key with a custodial wallet: (key, key id, wallet address).
-    async fn customer(&self) -> (String, String, String) {
-        let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Test };
-        let created = admin::create_key(&*self.store, new, chrono::Utc::now()).await.unwrap();
-        let master = self.state.master_key.as_ref().unwrap();
-        let wallet =
-            admin::create_wallet(&*self.store, master, &created.record.id, ChainFamily::Solana, chrono::Utc::now())
-                .await
-                .unwrap();
-        (created.secret.expose().to_owned(), created.record.id, wallet)
-    }
-
-    async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
-        common::call(&self.app, method, path, key, body).await
-    }
-
-    async fn lamports(&self, address: &str) -> u64 {
-        let backend = self.state.chains.embedded_solana().unwrap();
-        backend.rpc.balance(&address.parse::<Pubkey>().unwrap()).await.unwrap()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosted_send_confirms_and_shows_in_both_histories() {
@@ -234,35 +174,6 @@ async fn a_receipt_is_accepted_once_and_only_for_its_terms() {
     assert_eq!(s, StatusCode::PAYMENT_REQUIRED);
 }
 
-/// A signed native transfer, base64 as `exact-native` carries it.
-fn signed_transfer(
-    payer: &solana_sdk::signature::Keypair,
-    to: &Pubkey,
-    lamports: u64,
-    blockhash: solana_sdk::hash::Hash,
-) -> String {
-    use base64::Engine as _;
-    use solana_sdk::signer::Signer as _;
-    use tollgate_facilitator::chains::solana::build::Transfer;
-    let message = Transfer { from: payer.pubkey(), to: *to, lamports, priority_fee: None }.message(&blockhash);
-    let tx = solana_sdk::transaction::Transaction::new(&[payer], message, blockhash);
-    base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
-}
-
-fn signed_proof(
-    network: &str,
-    payer: &solana_sdk::signature::Keypair,
-    to: &Pubkey,
-    lamports: u64,
-    blockhash: solana_sdk::hash::Hash,
-) -> String {
-    let encoded = signed_transfer(payer, to, lamports, blockhash);
-    tollgate_protocol::x402::header::encode(&json!({
-        "x402Version": 1, "scheme": "exact-native", "network": network, "payload": {"transaction": encoded}
-    }))
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_transfer_settles_once_when_32_identical_requests_race() {
     use solana_sdk::signer::Signer as _;
@@ -361,7 +272,7 @@ async fn a_transfer_signed_against_an_unknown_blockhash_is_refused() {
 async fn unseen_transactions_expire_only_past_their_horizon() {
     use tollgate_facilitator::settlement::reconcile::reconcile_once;
     use tollgate_facilitator::settlement::{Event, advance};
-    use tollgate_facilitator::store::{NewPayment, Store};
+    use tollgate_facilitator::store::{NewPayment, PaymentStore as _};
     use tollgate_protocol::gateway::PaymentStatus;
 
     let t = SolanaApp::start().await;
@@ -372,6 +283,7 @@ async fn unseen_transactions_expire_only_past_their_horizon() {
     for (id, horizon) in [("pay_past", height.saturating_sub(1)), ("pay_open", height + 1_000_000)] {
         let p = NewPayment {
             last_valid_block_height: Some(horizon),
+            next_check_at: Some(now),
             ..NewPayment::native(
                 id,
                 "acct",
@@ -507,113 +419,6 @@ async fn token_info_answers_404_for_what_is_not_a_mint() {
         let (s, e) = t.call("GET", &format!("/token/info/{address}"), &key, None).await;
         assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")), "{e}");
     }
-}
-
-/// SPL tokens on the embedded ledger, made with the real Token and Associated Token programs.
-mod spl_fixture {
-    use solana_sdk::instruction::{AccountMeta, Instruction};
-    use solana_sdk::pubkey::Pubkey;
-    use solana_sdk::signature::Keypair;
-    use solana_sdk::signer::Signer as _;
-    use solana_sdk::transaction::Transaction;
-    use tollgate_facilitator::chains::solana::rpc::SolanaRpc;
-    use tollgate_facilitator::chains::solana::spl::associated_token_address;
-    use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
-    use tollgate_facilitator::devnet::SplDevToken;
-
-    pub const DECIMALS: u8 = 6;
-
-    /// A funded key that creates the mint and accounts and holds the mint authority.
-    pub struct Fixture {
-        pub funder: Keypair,
-        pub mint: Pubkey,
-        token: SplDevToken,
-    }
-
-    impl Fixture {
-        pub async fn new(rpc: &SolanaRpc) -> Self {
-            let funder = Keypair::new();
-            let sig = rpc.request_airdrop(&funder.pubkey(), 10_000_000_000).await.unwrap();
-            rpc.wait_for_outcome(&sig, std::time::Duration::from_secs(30)).await.unwrap();
-            let token = SplDevToken::create(rpc, funder.insecure_clone(), DECIMALS).await.unwrap();
-            Self { funder, mint: token.mint, token }
-        }
-
-        /// Creates `owner`'s associated token account (idempotent) and mints `amount` into it.
-        pub async fn account(&self, rpc: &SolanaRpc, owner: &Pubkey, amount: u64) -> Pubkey {
-            self.token.fund(rpc, owner, amount).await.unwrap()
-        }
-
-        /// Base units held by a token account.
-        pub async fn balance(&self, rpc: &SolanaRpc, account: &Pubkey) -> u64 {
-            let (_, data) = rpc.account(account).await.unwrap().unwrap();
-            u64::from_le_bytes(data[64..72].try_into().unwrap())
-        }
-
-        /// An x402 `exact` payment: `buyer` signs a TransferChecked of `amount` to `to` (a token
-        /// account), with `fee_payer` as fee payer whose signature is left empty.
-        pub async fn exact_tx(
-            &self,
-            rpc: &SolanaRpc,
-            fee_payer: &Pubkey,
-            buyer: &Keypair,
-            to: &Pubkey,
-            amount: u64,
-            unit_price: u64,
-        ) -> String {
-            self.exact_tx_with(rpc, fee_payer, buyer, (to, amount, unit_price), &[]).await
-        }
-
-        /// [`Self::exact_tx`] with `extra` instructions appended (hostile shapes).
-        pub async fn exact_tx_with(
-            &self,
-            rpc: &SolanaRpc,
-            fee_payer: &Pubkey,
-            buyer: &Keypair,
-            (to, amount, unit_price): (&Pubkey, u64, u64),
-            extra: &[Instruction],
-        ) -> String {
-            use base64::Engine as _;
-            let source = associated_token_address(&buyer.pubkey(), &self.mint, &TOKEN_PROGRAM);
-            let mut data = vec![12];
-            data.extend_from_slice(&amount.to_le_bytes());
-            data.push(DECIMALS);
-            let transfer = Instruction::new_with_bytes(
-                TOKEN_PROGRAM,
-                &data,
-                vec![
-                    AccountMeta::new(source, false),
-                    AccountMeta::new_readonly(self.mint, false),
-                    AccountMeta::new(*to, false),
-                    AccountMeta::new_readonly(buyer.pubkey(), true),
-                ],
-            );
-            let mut ixs = vec![
-                solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
-                solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(unit_price),
-                transfer,
-            ];
-            ixs.extend_from_slice(extra);
-            let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
-            let message = solana_sdk::message::Message::new_with_blockhash(&ixs, Some(fee_payer), &blockhash);
-            let mut tx = Transaction::new_unsigned(message);
-            tx.partial_sign(&[buyer], blockhash);
-            base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
-        }
-    }
-}
-
-/// x402 v1 `/verify` + `/settle` body for an `exact` payment.
-fn x402_exact(network: &str, tx: &str, pay_to: &str, mint: &str, amount: u64, fee_payer: &str) -> Value {
-    json!({
-        "x402Version": 1,
-        "paymentPayload": {"x402Version": 1, "scheme": "exact", "network": network, "payload": {"transaction": tx}},
-        "paymentRequirements": {
-            "scheme": "exact", "network": network, "maxAmountRequired": amount.to_string(),
-            "resource": "https://seller.example/report", "description": "", "mimeType": "application/json",
-            "payTo": pay_to, "maxTimeoutSeconds": 30, "asset": mint, "extra": {"feePayer": fee_payer}
-        }
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,8 +560,12 @@ async fn an_exact_spl_proof_settles_through_payment_receive_and_local_mode() {
 
     // Hosted: the facilitator sponsors and settles; expectedAmount is in whole tokens.
     let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &seller_ata, 1_500_000, 1_000).await;
-    let receive =
+    let mut receive =
         json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1.5});
+    // Unnamed, the price is in SOL: a token transfer does not pay it.
+    let (s, e) = t.call("POST", "/payment/receive", &key, Some(receive.clone())).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    receive["asset"] = json!(fixture.mint.to_string());
     let (s, received) = t.call("POST", "/payment/receive", &key, Some(receive.clone())).await;
     assert_eq!(s, StatusCode::OK, "{received}");
     assert_eq!(received["status"], "confirmed");
@@ -771,7 +580,8 @@ async fn an_exact_spl_proof_settles_through_payment_receive_and_local_mode() {
     // broadcasts and reports.
     t.call("POST", "/dev/airdrop", &key, Some(json!({"address": seller.pubkey().to_string(), "amount": 1}))).await;
     let tx = fixture.exact_tx(rpc, &seller.pubkey(), &buyer, &seller_ata, 1_000_000, 1_000).await;
-    let body = json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1});
+    let mint = fixture.mint.to_string();
+    let body = json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1, "asset": mint});
     let (s, built) = t.call("POST", "/transaction/receive", &key, Some(body.clone())).await;
     assert_eq!(s, StatusCode::OK, "{built}");
     assert_eq!(
@@ -794,7 +604,7 @@ async fn an_exact_spl_proof_settles_through_payment_receive_and_local_mode() {
     // A seller-sponsored transaction whose priority fee is above the seller's cap is refused:
     // 20,000 units at 5,000,000 micro-lamports is 100,000 lamports, above 0.00001 SOL.
     let tx = fixture.exact_tx(rpc, &seller.pubkey(), &buyer, &seller_ata, 1_000_000, 5_000_000).await;
-    let capped = json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1, "priorityFee": 0.00001});
+    let capped = json!({"walletAddress": seller.pubkey().to_string(), "paymentProof": header(&tx), "expectedAmount": 1, "priorityFee": 0.00001, "asset": mint});
     let (s, e) = t.call("POST", "/transaction/receive", &key, Some(capped)).await;
     assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("above the priorityFee"), "{e}");

@@ -172,6 +172,7 @@ impl FacilitatorClient {
             facilitator_url: None,
             timeout: Some(requirement.max_timeout_seconds.clamp(1, 300)),
             network: Some(requirement.network.clone()),
+            asset: Some(requirement.asset),
         };
         let sent = self.request(reqwest::Method::POST, "/payment/receive").json(&body).send().await;
         self.gateway_verdict(sent, requirement).await

@@ -48,7 +48,7 @@ pub struct ReceivePaymentRequest {
     pub wallet_address: String,
     /// The buyer's proof, as carried in `X-PAYMENT` (base64 JSON payment payload).
     pub payment_proof: String,
-    /// Whole native units expected at least.
+    /// Whole units (of `asset`, by default the native currency) expected at least.
     pub expected_amount: DecimalAmount,
     /// Resource being paid for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,6 +56,12 @@ pub struct ReceivePaymentRequest {
     /// An x402 facilitator to delegate verification to (must be allow-listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facilitator_url: Option<String>,
+    /// What `expectedAmount` is paid with (extension): `"native"` (the default: the source
+    /// contract's amounts are native), an SPL mint or an ERC-20 contract; `expectedAmount` is then
+    /// in that asset's whole units. A proof paying another asset is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub asset: Option<crate::x402::Asset>,
     /// Verification budget in seconds (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
@@ -73,7 +79,7 @@ pub struct LocalReceiveRequest {
     pub wallet_address: String,
     /// The buyer's proof.
     pub payment_proof: String,
-    /// Whole native units expected at least.
+    /// Whole units (of `asset`, by default the native currency) expected at least.
     pub expected_amount: DecimalAmount,
     /// Resource being paid for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +87,12 @@ pub struct LocalReceiveRequest {
     /// An x402 facilitator to delegate verification to (must be allow-listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facilitator_url: Option<String>,
+    /// What `expectedAmount` is paid with (extension): `"native"` (the default: the source
+    /// contract's amounts are native), an SPL mint or an ERC-20 contract; `expectedAmount` is then
+    /// in that asset's whole units. A proof paying another asset is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub asset: Option<crate::x402::Asset>,
     /// Priority fee in whole native units.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_fee: Option<DecimalAmount>,

@@ -9,7 +9,6 @@ use alloy::primitives::{Address, U256};
 use solana_sdk::signer::Signer as _;
 use tollgate_client::{Buyer, Cap, PayError, PrivateKeySigner};
 use tollgate_demo::Options;
-use tollgate_facilitator::chains::Target;
 use tollgate_facilitator::chains::solana::spl::associated_token_address;
 use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
 use tollgate_facilitator::devnet;
@@ -80,7 +79,7 @@ async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
     let options = Options { evm_rpc_url: Some(anvil.endpoint()), ..Options::new(dir.path()) };
     let demo = tollgate_demo::start(&options).await.unwrap();
     let evm = demo.evm.clone().unwrap();
-    let backend = demo.state.chains.evm(&Target::Network(tollgate_protocol::Network::eip155(evm.chain_id))).unwrap();
+    let backend = demo.state.chains.evm(&tollgate_protocol::Network::eip155(evm.chain_id)).unwrap();
     let rpc = &backend.rpc;
     let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap();
     let signer: PrivateKeySigner = key.trim().parse().unwrap();

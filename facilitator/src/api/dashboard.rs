@@ -20,9 +20,9 @@ use subtle::ConstantTimeEq as _;
 
 use crate::AppState;
 use crate::admin::{self, NewKey};
+use crate::api::error::ApiError;
 use crate::auth::keys::KeyEnv;
 use crate::auth::plans::Plan;
-use crate::error::ApiError;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tollgate_session";

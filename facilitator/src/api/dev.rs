@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount};
 
 use crate::AppState;
+use crate::api::error::ApiError;
+use crate::api::extract::ApiJson;
+use crate::api::validate;
 use crate::chains::TxOutcome;
 use crate::chains::solana::build::pubkey;
-use crate::error::ApiError;
-use crate::extract::ApiJson;
-use crate::validate;
 
 /// Largest airdrop, SOL.
 const MAX_AIRDROP_SOL: &str = "1000";
@@ -58,9 +58,10 @@ pub async fn airdrop(
         validate::native_amount("amount", &req.amount, ChainFamily::Solana, Some(("0.000000001", MAX_AIRDROP_SOL)))?;
     let lamports_u64 = u64::try_from(lamports.get()).map_err(|_| ApiError::invalid_params("amount is too large"))?;
     let backend = state.chains.embedded_solana().ok_or_else(|| ApiError::not_found("no embedded ledger"))?;
-    let signature = backend.rpc.request_airdrop(&key, lamports_u64).await?;
+    let chain_error = |e: crate::chains::ChainError| ApiError::verification_failed(e.0);
+    let signature = backend.rpc.request_airdrop(&key, lamports_u64).await.map_err(chain_error)?;
     // Answer once the funds are usable.
-    match backend.rpc.wait_for_outcome(&signature, Duration::from_secs(30)).await? {
+    match backend.rpc.wait_for_outcome(&signature, Duration::from_secs(30)).await.map_err(chain_error)? {
         Some(TxOutcome::Confirmed { .. }) => {}
         Some(TxOutcome::Failed { reason }) => {
             return Err(ApiError::verification_failed(format!("airdrop failed: {reason}")));

@@ -31,8 +31,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tollgate_protocol::ErrorCode;
 
 use crate::AppState;
+use crate::api::error::ApiError;
 use crate::auth::Caller;
-use crate::error::ApiError;
 use crate::events::PaymentEvent;
 
 /// Most messages a client may send in one second; more get a `RATE_LIMIT` error event.

@@ -1,4 +1,6 @@
-//! HTTP routes, one module per resource, and the router that guards them.
+//! The HTTP layer, and the only one: routes (one module per resource), the router that guards
+//! them, request extraction and validation, the `Idempotency-Key` layer, and [`error`], where
+//! domain errors become HTTP statuses and error bodies.
 //!
 //! Every authenticated route carries its [`Endpoint`] so the guard can check the plan; every POST
 //! route also goes through the `Idempotency-Key` layer. Anything the router does not know, and any
@@ -6,11 +8,16 @@
 
 pub mod dashboard;
 pub mod dev;
+pub mod error;
 pub mod events;
+pub mod extract;
+pub mod guard;
+pub mod idempotency;
 pub mod payments;
 pub mod system;
 pub mod tokens;
 pub mod transactions;
+pub mod validate;
 pub mod x402;
 
 use std::any::Any;
@@ -31,11 +38,11 @@ use tracing::Level;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use self::error::ApiError;
+use self::guard::require_key;
+use self::idempotency::idempotent;
 use crate::AppState;
-use crate::auth::middleware::require_key;
 use crate::auth::plans::Endpoint;
-use crate::error::ApiError;
-use crate::idempotency::idempotent;
 
 /// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
 #[derive(OpenApi)]

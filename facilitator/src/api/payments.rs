@@ -1,23 +1,62 @@
 //! `/payment/*`: hosted send and receive, status and history.
+//!
+//! Handlers read and validate the request, name the chain and the terms, call the payment core
+//! ([`crate::payment::Payments`]) and render its answer; they hold no payment logic.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use tollgate_protocol::gateway::LocalReceiveRequest;
+use http::StatusCode;
 use tollgate_protocol::gateway::{
-    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, PaymentRecord, ReceivePaymentRequest,
-    SendPaymentRequest,
+    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, LocalReceiveRequest, PaymentRecord,
+    PaymentStatus, ReceivePaymentRequest, SendPaymentRequest,
 };
-use tollgate_protocol::{ChainFamily, DecimalAmount, ErrorCode, Network};
+use tollgate_protocol::x402::Asset;
+use tollgate_protocol::{AtomicAmount, DecimalAmount, ErrorCode, Network};
 
 use crate::AppState;
+use crate::api::error::ApiError;
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::api::validate::{
+    self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN, SEND_MAX_AMOUNT, SEND_MIN_AMOUNT, TIMEOUT_RANGE_SECS,
+};
 use crate::auth::Caller;
-use crate::chains::Target;
-use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::hosted::{self, SendOutcome};
-use crate::validate::{self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN, SEND_MAX_AMOUNT, SEND_MIN_AMOUNT, TIMEOUT_RANGE_SECS};
+use crate::chains::{Order, Price, Terms};
+use crate::payment::{Receive, SendOrder};
+use crate::store::StoredPayment;
+
+/// A hosted payment's answer: 200 with the confirmed record, 202 with the pending one.
+#[derive(Debug)]
+pub enum Answer {
+    /// Confirmed.
+    Confirmed(PaymentRecord),
+    /// Broadcast, no verdict within the wait budget.
+    Pending(PaymentRecord),
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Confirmed(record) => (StatusCode::OK, Json(record)).into_response(),
+            Self::Pending(record) => (StatusCode::ACCEPTED, Json(record)).into_response(),
+        }
+    }
+}
+
+/// A record that failed on chain, as the error `code` says it.
+fn failed(record: &PaymentRecord, code: ErrorCode) -> ApiError {
+    ApiError::new(
+        code,
+        format!(
+            "the transaction failed on chain: {} (payment {})",
+            record.error.as_deref().unwrap_or("unknown reason"),
+            record.payment_id
+        ),
+    )
+}
 
 /// Execute a payment from one of the caller's custodial wallets.
 #[utoipa::path(post, path = "/payment/send", tag = "payments", request_body = SendPaymentRequest,
@@ -34,33 +73,49 @@ pub async fn send(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<SendPaymentRequest>,
-) -> Result<SendOutcome, ApiError> {
-    let target = checked_send(&state, &req, Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT)))?;
-    match &target {
-        Target::Network(n) if n.family() == ChainFamily::Solana => {
-            hosted::solana::send(&state, &caller, &req, &target).await
+) -> Result<Answer, ApiError> {
+    let wait = Duration::from_secs(state.config.limits.send_wait_secs);
+    let order = send_order(&state, &caller, &req, Some((SEND_MIN_AMOUNT, SEND_MAX_AMOUNT)), wait)?;
+    let sent = state.payments().send(order).await?;
+    let mut record = sent.payment.to_record();
+    match record.status {
+        PaymentStatus::Confirmed => {
+            record.payment_proof = sent.proof;
+            Ok(Answer::Confirmed(record))
         }
-        Target::Network(_) => hosted::evm::send(&state, &caller, &req, &target).await,
-        Target::Family(_) => Err(state.chains.unavailable(&target)),
+        PaymentStatus::Failed => Err(failed(&record, ErrorCode::PaymentVerificationFailed)),
+        _ => Ok(Answer::Pending(record)),
     }
 }
 
-/// Checks a send request (hosted or local) and names its chain. `amount_bounds` are whole units.
-pub(crate) fn checked_send(
+/// Checks a send request (hosted or local) into an order on its chain. `amount_bounds` are whole
+/// units.
+pub(crate) fn send_order(
     state: &AppState,
+    caller: &Caller,
     req: &SendPaymentRequest,
     amount_bounds: Option<(&str, &str)>,
-) -> Result<Target, ApiError> {
-    let payer = validate::address("walletAddress", &req.wallet_address)?;
-    validate::recipient(&req.recipient_address, &payer)?;
-    let family = payer.family();
-    validate::native_amount("amount", &req.amount, family, amount_bounds)?;
-    if let Some(fee) = &req.priority_fee {
-        validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)))?;
-    }
+    wait: Duration,
+) -> Result<SendOrder, ApiError> {
+    let from = validate::address("walletAddress", &req.wallet_address)?;
+    let to = validate::recipient(&req.recipient_address, &from)?;
+    let family = from.family();
+    let amount = validate::native_amount("amount", &req.amount, family, amount_bounds)?;
+    let priority_fee = req
+        .priority_fee
+        .as_ref()
+        .map(|fee| validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX))))
+        .transpose()?;
     validate::resource(req.resource.as_deref())?;
     validate::metadata(req.metadata.as_ref())?;
-    state.chains.target(family, req.network.as_ref())
+    Ok(SendOrder {
+        account: caller.account_id.clone(),
+        network: state.chains.network_for(family, req.network.as_ref())?,
+        order: Order { from, to, amount, priority_fee },
+        resource: req.resource.clone(),
+        metadata: req.metadata.clone(),
+        wait,
+    })
 }
 
 /// Verify an incoming payment proof and settle it to `walletAddress`.
@@ -77,18 +132,30 @@ pub async fn receive(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<ReceivePaymentRequest>,
-) -> Result<SendOutcome, ApiError> {
-    if let Some(t) = req.timeout
-        && !TIMEOUT_RANGE_SECS.contains(&t)
-    {
+) -> Result<Answer, ApiError> {
+    let timeout = req.timeout.unwrap_or(validate::DEFAULT_TIMEOUT_SECS);
+    if !TIMEOUT_RANGE_SECS.contains(&timeout) {
         return Err(ApiError::invalid_params(format!(
             "timeout must be between {} and {} seconds",
             TIMEOUT_RANGE_SECS.start(),
             TIMEOUT_RANGE_SECS.end()
         )));
     }
-    let target = checked_receive(&state, &ReceiveFields::of_hosted(&req))?;
-    hosted::receive(&state, &caller, &req, &target).await
+    let wait = Duration::from_secs(timeout);
+    let receive = receive_of(&state, &caller, &ReceiveFields::of_hosted(&req), wait)?;
+    let stored = state.payments().receive(receive).await?;
+    received(&stored)
+}
+
+/// The answer to a receive: 200 confirmed, 202 pending, 402 when the transaction failed.
+fn received(stored: &StoredPayment) -> Result<Answer, ApiError> {
+    let mut record = stored.to_record();
+    record.payer = Some(record.from.clone());
+    match record.status {
+        PaymentStatus::Confirmed => Ok(Answer::Confirmed(record)),
+        PaymentStatus::Failed | PaymentStatus::Expired => Err(failed(&record, ErrorCode::InvalidPaymentProof)),
+        _ => Ok(Answer::Pending(record)),
+    }
 }
 
 /// The fields hosted and local receive requests share.
@@ -99,6 +166,8 @@ pub(crate) struct ReceiveFields<'a> {
     resource: Option<&'a str>,
     facilitator_url: Option<&'a str>,
     network: Option<&'a Network>,
+    asset: Option<Asset>,
+    priority_fee: Option<&'a DecimalAmount>,
 }
 
 impl<'a> ReceiveFields<'a> {
@@ -110,6 +179,8 @@ impl<'a> ReceiveFields<'a> {
             resource: r.resource.as_deref(),
             facilitator_url: r.facilitator_url.as_deref(),
             network: r.network.as_ref(),
+            asset: r.asset,
+            priority_fee: None,
         }
     }
 
@@ -121,34 +192,60 @@ impl<'a> ReceiveFields<'a> {
             resource: r.resource.as_deref(),
             facilitator_url: r.facilitator_url.as_deref(),
             network: r.network.as_ref(),
+            asset: r.asset,
+            priority_fee: r.priority_fee.as_ref(),
         }
     }
 }
 
-/// Checks a receive request (hosted or local) and names the chain its proof pays on: the proof's
-/// network, which must match the wallet's family and an explicit `network`.
-pub(crate) fn checked_receive(state: &AppState, r: &ReceiveFields<'_>) -> Result<Target, ApiError> {
+/// Checks a receive request (hosted or local) into the proof and the terms it must meet: paid
+/// to `walletAddress`, on `network` (default: the wallet family's), in `asset` (default: the
+/// native currency), at least `expectedAmount` of it.
+pub(crate) fn receive_of(
+    state: &AppState,
+    caller: &Caller,
+    r: &ReceiveFields<'_>,
+    wait: Duration,
+) -> Result<Receive, ApiError> {
     let wallet = validate::address("walletAddress", r.wallet)?;
-    validate::native_amount("expectedAmount", r.expected, wallet.family(), None)?;
+    let family = wallet.family();
+    let asset = r.asset.unwrap_or(Asset::Native);
+    match asset {
+        Asset::Native => {
+            validate::native_amount("expectedAmount", r.expected, family, None)?;
+        }
+        Asset::Token(token) if token.family() != family => {
+            return Err(ApiError::invalid_params(format!("asset is not a {family} token, but walletAddress is")));
+        }
+        Asset::Token(_) if r.expected.is_zero() => {
+            return Err(ApiError::invalid_params("expectedAmount must be greater than 0"));
+        }
+        Asset::Token(_) => {}
+    }
     validate::resource(r.resource)?;
     validate::facilitator_url(r.facilitator_url, &state.config.facilitator_allow_list)?;
+    let fee_cap: Option<AtomicAmount> = r
+        .priority_fee
+        .map(|fee| validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX))))
+        .transpose()?;
     let payload = validate::payment_proof(r.proof)?;
-    let proof_network = payload.network();
-    if proof_network.family() != wallet.family() {
+    if payload.network().family() != family {
         return Err(ApiError::new(
             ErrorCode::InvalidPaymentProof,
-            format!("the proof pays on {proof_network}, but walletAddress is a {} address", wallet.family()),
+            format!("the proof pays on {}, but walletAddress is a {family} address", payload.network()),
         ));
     }
-    if let Some(n) = r.network
-        && n != proof_network
-    {
-        return Err(ApiError::new(
-            ErrorCode::InvalidPaymentProof,
-            format!("the proof pays on {proof_network}, not on {n}"),
-        ));
-    }
-    state.chains.target(wallet.family(), Some(proof_network))
+    let terms = Terms {
+        network: state.chains.network_for(family, r.network)?,
+        pay_to: wallet,
+        asset,
+        price: Price::AtLeast(r.expected.clone()),
+        resource: r.resource.map(str::to_owned),
+        extra: None,
+        requirement: None,
+        fee_cap,
+    };
+    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait })
 }
 
 /// The status and details of a payment of the caller's account.

@@ -7,12 +7,9 @@ use tollgate_protocol::Network;
 use tollgate_protocol::gateway::TokenInfo;
 
 use crate::AppState;
-use crate::chains::Backend;
-use crate::chains::solana::build::pubkey;
-use crate::chains::solana::token::token_info;
-use crate::error::ApiError;
-use crate::extract::{ApiPath, ApiQuery};
-use crate::validate;
+use crate::api::error::ApiError;
+use crate::api::extract::{ApiPath, ApiQuery};
+use crate::api::validate;
 
 /// Query of the token lookup.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -39,11 +36,8 @@ pub async fn info(
     ApiQuery(query): ApiQuery<TokenQuery>,
 ) -> Result<Json<TokenInfo>, ApiError> {
     let address = validate::address("mintAddress", &mint)?;
-    let target = state.chains.target(address.family(), query.network.as_ref())?;
-    let found = match (state.chains.backend(&target)?, pubkey(&address), crate::chains::evm::address(&address)) {
-        (Backend::Solana(b), Some(mint), _) => token_info(&b.rpc, &mint).await?,
-        (Backend::Evm(b), _, Some(contract)) => crate::chains::evm::erc20::token_info(&b.rpc, contract).await?,
-        _ => return Err(state.chains.unavailable(&target)),
-    };
-    found.map(Json).ok_or_else(|| ApiError::not_found(format!("{address} is not a token on {target}")))
+    let network = state.chains.network_for(address.family(), query.network.as_ref())?;
+    let chain = state.chains.get(&network)?;
+    let found = chain.token_info(&address).await.map_err(|e| ApiError::verification_failed(e.0))?;
+    found.map(Json).ok_or_else(|| ApiError::not_found(format!("{address} is not a token on {network}")))
 }

@@ -1,22 +1,22 @@
 //! `/transaction/*`: local mode (unsigned transactions the caller signs).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use tollgate_protocol::ChainFamily;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use tollgate_protocol::gateway::{
-    ConfirmTransactionRequest, LocalReceiveRequest, PaymentMode, PaymentRecord, SendPaymentRequest, UnsignedTransaction,
+    ConfirmTransactionRequest, LocalReceiveRequest, PaymentRecord, SendPaymentRequest, UnsignedTransaction,
 };
+use tollgate_protocol::{AtomicAmount, DecimalAmount};
 
-use super::payments::{ReceiveFields, checked_receive, checked_send};
+use super::payments::{ReceiveFields, receive_of, send_order};
 use crate::AppState;
+use crate::api::error::ApiError;
+use crate::api::extract::ApiJson;
 use crate::auth::Caller;
-use crate::chains::Target;
-use crate::error::ApiError;
-use crate::extract::ApiJson;
-use crate::local;
-use crate::validate::{self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN};
 
 /// Longest transaction id accepted (a Solana signature is 88 base58 characters, an EVM hash 66).
 const MAX_TX_ID_LEN: usize = 128;
@@ -34,19 +34,27 @@ pub async fn send(
     ApiJson(req): ApiJson<SendPaymentRequest>,
 ) -> Result<Json<UnsignedTransaction>, ApiError> {
     // The source contract bounds amounts of /payment/send only; a local build needs them positive.
-    let target = checked_send(&state, &req, None)?;
-    match &target {
-        Target::Network(n) if n.family() == ChainFamily::Solana => {
-            Ok(Json(local::solana::build(&state, &caller, &req, &target).await?))
-        }
-        Target::Network(_) => Ok(Json(local::evm::build(&state, &caller, &req, &target).await?)),
-        Target::Family(_) => Err(state.chains.unavailable(&target)),
-    }
+    let order = send_order(&state, &caller, &req, None, Duration::ZERO)?;
+    let built = state.payments().build(order).await?;
+    let p = &built.payment.payment;
+    let native = p.network.family().native_decimals();
+    Ok(Json(UnsignedTransaction {
+        payment_id: p.id.clone(),
+        transaction: STANDARD.encode(&built.unsigned.transaction),
+        encoding: "base64".into(),
+        network: p.network.clone(),
+        last_valid_block_height: built.unsigned.horizon,
+        expires_at: p.expires_at.map_or(0, |t| t.timestamp()),
+        estimated_fee: DecimalAmount::from_atomic(built.unsigned.fee, native),
+        payer: None,
+        amount: None,
+    }))
 }
 
 /// Verify a buyer's proof and return the transaction the seller signs (as fee payer of an x402
-/// `exact` transfer) or just broadcasts (an `exact-native` signed transfer) to settle it; then
-/// report it with `/transaction/confirm`. `priorityFee` caps the priority fee the seller pays.
+/// `exact` transfer, or as sender of an EIP-3009 settlement) or just broadcasts (an
+/// `exact-native` signed transfer) to settle it; then report it with `/transaction/confirm`.
+/// `priorityFee` caps the priority fee the seller pays.
 #[utoipa::path(post, path = "/transaction/receive", tag = "transactions", request_body = LocalReceiveRequest,
     responses(
         (status = 200, body = UnsignedTransaction),
@@ -59,18 +67,21 @@ pub async fn receive(
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<LocalReceiveRequest>,
 ) -> Result<Json<UnsignedTransaction>, ApiError> {
-    let target = checked_receive(&state, &ReceiveFields::of_local(&req))?;
-    if let Some(fee) = &req.priority_fee {
-        let family = validate::address("walletAddress", &req.wallet_address)?.family();
-        validate::native_amount("priorityFee", fee, family, Some((PRIORITY_FEE_MIN, PRIORITY_FEE_MAX)))?;
-    }
-    match &target {
-        Target::Network(n) if n.family() == ChainFamily::Solana => {
-            Ok(Json(local::solana::receive(&state, &caller, &req, &target).await?))
-        }
-        Target::Network(_) => Ok(Json(local::evm::receive(&state, &caller, &req, &target).await?)),
-        Target::Family(_) => Err(state.chains.unavailable(&target)),
-    }
+    let receive = receive_of(&state, &caller, &ReceiveFields::of_local(&req), Duration::ZERO)?;
+    let handed = state.payments().hand_over(receive).await?;
+    let p = &handed.payment.payment;
+    let native = p.network.family().native_decimals();
+    Ok(Json(UnsignedTransaction {
+        payment_id: p.id.clone(),
+        transaction: STANDARD.encode(&handed.transaction),
+        encoding: "base64".into(),
+        network: p.network.clone(),
+        last_valid_block_height: handed.horizon,
+        expires_at: handed.expires_at.timestamp(),
+        estimated_fee: DecimalAmount::from_atomic(AtomicAmount(handed.fee), native),
+        payer: Some(p.from.clone()),
+        amount: Some(DecimalAmount::from_atomic(p.amount_atomic, p.decimals)),
+    }))
 }
 
 /// Report the signed transaction of a local-mode payment; answers after an on-chain check.
@@ -92,14 +103,6 @@ pub async fn confirm(
     {
         return Err(ApiError::invalid_params("transaction must be the transaction's signature (Solana) or hash (EVM)"));
     }
-    let payment = state.store.get_payment(&req.payment_id).await.map_err(ApiError::internal)?;
-    let payment = payment.filter(|p| p.visible_to(&caller.account_id)).ok_or_else(|| {
-        ApiError::not_found(format!("no payment {}", req.payment_id.chars().take(64).collect::<String>()))
-    })?;
-    if payment.payment.mode != PaymentMode::Local {
-        return Err(ApiError::invalid_params(
-            "only local-mode payments (from /transaction/send or /transaction/receive) are confirmed here",
-        ));
-    }
-    Ok(Json(local::confirm(&state, payment, &req.transaction).await?.to_record()))
+    let stored = state.payments().confirm(&caller.account_id, &req.payment_id, &req.transaction).await?;
+    Ok(Json(stored.to_record()))
 }

@@ -1,32 +1,28 @@
 //! The x402 facilitator API: `POST /verify`, `POST /settle`, `GET /supported` (v1 and v2 bodies).
+//!
+//! A request's requirement becomes the payment core's terms whole: a v2 payload must have
+//! accepted exactly it, and the proof must pay its network, recipient, asset and amount. Refusals
+//! are answered in x402's shape (`isValid: false` / `success: false` with the reason string), not
+//! as HTTP errors.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use tollgate_protocol::Network;
 use tollgate_protocol::gateway::PaymentStatus;
-use tollgate_protocol::x402::{
-    FacilitatorRequest, PaymentPayload, SCHEME_EXACT, SettleResponse, Supported, VerifyResponse,
-};
+use tollgate_protocol::x402::{FacilitatorRequest, SettleResponse, Supported, VerifyResponse};
+use tollgate_protocol::{ChainFamily, Network};
 
 use crate::AppState;
+use crate::api::error::ApiError;
+use crate::api::extract::ApiJson;
 use crate::auth::Caller;
-use crate::chains::{Backend, Target};
-use crate::error::ApiError;
-use crate::extract::ApiJson;
-use crate::proofs::{self, Price, Terms, solana::FeePayer};
-use crate::refusal::{ProofError, Reason, Refusal};
-use crate::settlement::engine::SettleError;
+use crate::chains::{Price, Reason, Refusal, Terms, Unserved};
+use crate::payment::{PaymentError, Receive};
 
-/// A request checked far enough to settle, or the x402 reason it fails.
-struct Prepared {
-    backend: Backend,
-    terms: Terms,
-    checked: proofs::Checked,
-    wait: Duration,
-}
+/// Longest a `/settle` waits for confirmation before answering that it timed out.
+const MAX_SETTLE_WAIT_SECS: u64 = 60;
 
 /// The network as the request's version writes it.
 fn network_name(req: &FacilitatorRequest, network: &Network) -> String {
@@ -36,86 +32,49 @@ fn network_name(req: &FacilitatorRequest, network: &Network) -> String {
     }
 }
 
-/// Checks the payload against the requirements and the chain.
-///
-/// # Errors
-/// `Ok(Err(refusal))` for a payment that does not pass; `Err` when the chain cannot be read.
-async fn prepare(state: &AppState, req: &FacilitatorRequest) -> Result<Result<Prepared, Refusal>, ApiError> {
-    let (payload, requirements, resource) = req.parts();
-    let refuse = |reason: Reason, message: String| Ok(Err(Refusal::new(reason, message)));
-    if payload.scheme() != requirements.scheme {
-        return refuse(
-            Reason::InvalidScheme,
-            format!("the payload's scheme {} differs from the requirement's {}", payload.scheme(), requirements.scheme),
-        );
-    }
-    if payload.network() != &requirements.network {
-        return refuse(
-            Reason::InvalidNetwork,
-            format!("the payload pays on {}, the requirement asks {}", payload.network(), requirements.network),
-        );
-    }
-    if let PaymentPayload::V2(p) = &payload
-        && (p.accepted.scheme != requirements.scheme
-            || p.accepted.amount != requirements.amount
-            || p.accepted.asset != requirements.asset
-            || p.accepted.pay_to != requirements.pay_to)
-    {
-        return refuse(
-            Reason::InvalidPaymentRequirements,
-            "the payload's accepted requirement is not the one given".into(),
-        );
-    }
-    let target = Target::Network(requirements.network.clone());
-    let Ok(backend) = state.chains.backend(&target) else {
-        return refuse(Reason::InvalidNetwork, format!("this facilitator does not settle on {}", requirements.network));
-    };
-    let offered_fee_payer = requirements.extra.as_ref().and_then(|e| e.get("feePayer")).and_then(|v| v.as_str());
-    if let (Backend::Solana(solana), Some(offered)) = (&backend, offered_fee_payer)
-        && requirements.scheme == SCHEME_EXACT
-        && solana.fee_payer().map(|k| k.to_string()).as_deref() != Some(offered)
-    {
-        return refuse(
-            Reason::InvalidPaymentRequirements,
-            format!("extra.feePayer {offered} is not this facilitator's fee payer"),
-        );
-    }
-    let price = Price::of_requirement(&requirements.scheme, requirements.amount);
+/// The request as the payment core's job: its requirement as the terms.
+fn receive_of(caller: &Caller, req: &FacilitatorRequest) -> Receive {
+    let (payload, requirement, resource) = req.parts();
+    let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
     let terms = Terms {
-        pay_to: requirements.pay_to,
-        asset: Some(requirements.asset),
-        price,
+        network: requirement.network.clone(),
+        pay_to: requirement.pay_to,
+        asset: requirement.asset,
+        price: Price::of_requirement(&requirement.scheme, requirement.amount),
         resource: resource.map(|r| r.url).filter(|u| !u.is_empty()),
-        extra: requirements.extra.clone(),
+        extra: requirement.extra.clone(),
+        requirement: Some(requirement),
+        fee_cap: None,
     };
-    if let Some(payment_id) =
-        proofs::claimed_by(state, &payload, Some(requirements.asset)).await.map_err(ApiError::internal)?
-    {
-        return refuse(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})"));
-    }
-    let checked = match &backend {
-        Backend::Solana(b) => proofs::solana::check(b, &payload, &terms, FeePayer::Facilitator).await,
-        Backend::Evm(b) => proofs::evm::check(b, &payload, &terms, state.clock.now().timestamp()).await,
-    };
-    let checked = match checked {
-        Ok(c) => c,
-        Err(ProofError::Refused(r)) => {
-            // A twin request may have settled this proof while it was being checked.
-            if let Some(payment_id) =
-                proofs::claimed_by(state, &payload, Some(requirements.asset)).await.map_err(ApiError::internal)?
-            {
-                return refuse(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})"));
-            }
-            return Ok(Err(r));
-        }
-        Err(ProofError::Chain(e)) => return Err(e.into()),
-    };
-    let wait = Duration::from_secs(requirements.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
-    Ok(Ok(Prepared { backend, terms, checked, wait }))
+    Receive { account: caller.account_id.clone(), payload, terms, wait }
 }
 
-/// Longest a `/settle` waits for confirmation before answering that it timed out.
-const MAX_SETTLE_WAIT_SECS: u64 = 60;
+/// A refusal in x402's words, or the error the API answers.
+enum Refused {
+    /// The payment does not pass: answer its reason, naming the holder's transaction and payer
+    /// when the proof was settled already for the caller.
+    Reason(Refusal, Option<(String, String)>),
+    /// Not a verdict on the payment (the chain could not be asked, storage failed).
+    Error(ApiError),
+}
+
+fn refused(e: PaymentError) -> Refused {
+    match e {
+        PaymentError::Refused(r) => Refused::Reason(r, None),
+        PaymentError::ProofUsed { payment_id, holder } => {
+            let settled = holder.map(|h| (h.payment.transaction.unwrap_or_default(), h.payment.from));
+            Refused::Reason(
+                Refusal::new(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})")),
+                settled,
+            )
+        }
+        PaymentError::Unserved(u @ Unserved::Unavailable(_)) => Refused::Reason(
+            Refusal::new(Reason::InvalidNetwork, format!("this facilitator does not settle: {u}")),
+            None,
+        ),
+        other => Refused::Error(other.into()),
+    }
+}
 
 /// Would this payload settle these requirements?
 #[utoipa::path(post, path = "/verify", tag = "x402", request_body(content = serde_json::Value, description = "x402 v1 or v2 verify request"),
@@ -126,14 +85,18 @@ const MAX_SETTLE_WAIT_SECS: u64 = 60;
     ), security(("bearer" = [])))]
 pub async fn verify(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
 ) -> Result<Json<VerifyResponse>, ApiError> {
-    Ok(Json(match prepare(&state, &req).await? {
-        Ok(p) => VerifyResponse { is_valid: true, invalid_reason: None, payer: Some(p.checked.payer.to_string()) },
-        Err(r) => {
-            tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 verify refused");
-            VerifyResponse { is_valid: false, invalid_reason: Some(r.reason.as_str().to_owned()), payer: None }
-        }
+    Ok(Json(match state.payments().verify(receive_of(&caller, &req)).await {
+        Ok(payer) => VerifyResponse { is_valid: true, invalid_reason: None, payer: Some(payer.to_string()) },
+        Err(e) => match refused(e) {
+            Refused::Reason(r, _) => {
+                tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 verify refused");
+                VerifyResponse { is_valid: false, invalid_reason: Some(r.reason.as_str().to_owned()), payer: None }
+            }
+            Refused::Error(e) => return Err(e),
+        },
     }))
 }
 
@@ -149,70 +112,48 @@ pub async fn settle(
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
 ) -> Result<Json<SettleResponse>, ApiError> {
-    let (_, requirements, _) = req.parts();
-    let network = network_name(&req, &requirements.network);
-    let failure = |reason: Reason, transaction: String, payer: Option<String>| SettleResponse {
-        success: false,
-        error_reason: Some(reason.as_str().to_owned()),
+    let receive = receive_of(&caller, &req);
+    let family = receive.terms.network.family();
+    let network = network_name(&req, &receive.terms.network);
+    let answer = |success: bool, reason: Option<&str>, transaction: String, payer: Option<String>| SettleResponse {
+        success,
+        error_reason: reason.map(str::to_owned),
         payer,
         transaction,
         network: network.clone(),
     };
-    // A proof used before: name its transaction to the account that settled it, so a retry after
-    // a timeout can follow that transaction instead of paying again.
-    let (payload, _, _) = req.parts();
-    if let Some(payment_id) =
-        proofs::claimed_by(&state, &payload, Some(requirements.asset)).await.map_err(ApiError::internal)?
-    {
-        let holder = state.store.get_payment(&payment_id).await.map_err(ApiError::internal)?;
-        let holder = holder.filter(|h| h.visible_to(&caller.account_id));
-        let (tx, payer) =
-            holder.map_or((String::new(), None), |h| (h.payment.transaction.unwrap_or_default(), Some(h.payment.from)));
-        return Ok(Json(failure(Reason::AlreadyUsed, tx, payer)));
-    }
-    let p = match prepare(&state, &req).await? {
-        Ok(p) => p,
-        Err(r) => {
-            tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 settle refused");
-            return Ok(Json(failure(r.reason, String::new(), None)));
+    let stored = match state.payments().receive(receive).await {
+        Ok(stored) => stored,
+        Err(e) => {
+            return match refused(e) {
+                Refused::Reason(r, settled) => {
+                    tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 settle refused");
+                    let (transaction, payer) = settled.map_or((String::new(), None), |(tx, payer)| (tx, Some(payer)));
+                    Ok(Json(answer(false, Some(r.reason.as_str()), transaction, payer)))
+                }
+                Refused::Error(e) => Err(e),
+            };
         }
     };
-    let payer = Some(p.checked.payer.to_string());
-    let settled = proofs::settle(&state, &caller.account_id, &p.backend, p.checked, &p.terms, p.wait).await;
-    let stored = match settled {
-        Ok(s) => s,
-        Err(SettleError::AlreadyClaimed { payment_id }) => {
-            // A concurrent settle of the same proof won the claim.
-            let holder = state.store.get_payment(&payment_id).await.map_err(ApiError::internal)?;
-            let tx = holder.filter(|h| h.visible_to(&caller.account_id)).and_then(|h| h.payment.transaction);
-            return Ok(Json(failure(Reason::AlreadyUsed, tx.unwrap_or_default(), payer)));
+    let p = stored.payment;
+    let transaction = p.transaction.unwrap_or_default();
+    let payer = Some(p.from);
+    Ok(Json(match p.status {
+        PaymentStatus::Confirmed => answer(true, None, transaction, payer),
+        PaymentStatus::Failed | PaymentStatus::Expired => {
+            answer(false, Some(Reason::FailedOnChain.as_str()), transaction, payer)
         }
-        Err(e) => return Err(e.into()),
-    };
-    let transaction = stored.payment.transaction.clone().unwrap_or_default();
-    Ok(Json(match stored.payment.status {
-        PaymentStatus::Confirmed => {
-            SettleResponse { success: true, error_reason: None, payer, transaction, network: network.clone() }
-        }
-        PaymentStatus::Failed | PaymentStatus::Expired => failure(Reason::FailedOnChain, transaction, payer),
-        // Broadcast, no verdict yet: not a failure. The payment id and transaction let the
-        // caller follow it (`GET /payment/status/{id}`).
-        _ => SettleResponse {
-            success: false,
-            error_reason: Some(timed_out(&requirements.network).to_owned()),
-            payer,
-            transaction,
-            network: network.clone(),
-        },
+        // Broadcast, no verdict yet: not a failure. The transaction lets the caller follow it.
+        _ => answer(false, Some(timed_out(family)), transaction, payer),
     }))
 }
 
 /// The reason for a settlement broadcast but not confirmed within the wait (x402's on Solana,
 /// named alike on EVM).
-fn timed_out(network: &Network) -> &'static str {
-    match network.family() {
-        tollgate_protocol::ChainFamily::Solana => "settle_exact_svm_transaction_confirmation_timed_out",
-        tollgate_protocol::ChainFamily::Evm => "settle_exact_evm_transaction_confirmation_timed_out",
+const fn timed_out(family: ChainFamily) -> &'static str {
+    match family {
+        ChainFamily::Solana => "settle_exact_svm_transaction_confirmation_timed_out",
+        ChainFamily::Evm => "settle_exact_evm_transaction_confirmation_timed_out",
     }
 }
 

@@ -1,28 +1,52 @@
 //! Who is calling, and may they.
 //!
 //! [`Authenticator::authenticate`] turns an `Authorization: Bearer` header into a [`Caller`]
-//! (401 otherwise); [`Authenticator::admit`] counts the request against the key's rate limit
-//! (429) and checks the plan grants the endpoint (403). Verified keys are cached in memory for
+//! ([`AuthError::Unauthorized`] otherwise); [`Authenticator::admit`] counts the request against the
+//! key's rate limit ([`AuthError::RateLimited`]) and checks the plan grants the endpoint
+//! ([`AuthError::Forbidden`]). The API answers these 401, 429 and 403. Verified keys are cached in memory for
 //! `limits.key_cache_ttl_secs`, so the steady state costs one hash and two map look-ups; the
 //! cache also remembers unknown keys briefly, so a flood of bad keys does not reach storage.
 
 pub mod keys;
-pub mod middleware;
 pub mod plans;
 pub mod rate_limit;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderValue;
 use moka::sync::Cache;
 
 use self::keys::{KeyDigest, looks_like_key};
 use self::plans::{Endpoint, Plan, Plans};
 use self::rate_limit::{RateDecision, RateLimiter};
 use crate::clock::SharedClock;
-use crate::error::ApiError;
 use crate::store::Store;
+
+/// Why a request is not let through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No key, or not a valid one.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The key's plan does not include the endpoint.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The key's rate limit is used up for now.
+    #[error("{message}")]
+    RateLimited {
+        /// What happened.
+        message: String,
+        /// Seconds until a request would be let through.
+        retry_after_secs: u64,
+    },
+    /// Storage failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn unauthorized(message: &str) -> AuthError {
+    AuthError::Unauthorized(message.to_owned())
+}
 
 /// An authenticated caller, put in request extensions for handlers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,19 +99,20 @@ impl Authenticator {
         &self.plans
     }
 
-    /// Identifies the caller from an `Authorization` header value.
+    /// Identifies the caller from an `Authorization` header value (`Err(())`: not text).
     ///
     /// # Errors
-    /// 401 `UNAUTHORIZED` for a missing, malformed, unknown or deleted key; 500 when storage fails.
-    pub async fn authenticate(&self, authorization: Option<&HeaderValue>) -> Result<Arc<Caller>, ApiError> {
-        let header = authorization
-            .ok_or_else(|| ApiError::unauthorized("missing API key: send 'Authorization: Bearer <API_KEY>'"))?;
-        let text = header.to_str().map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
+    /// [`AuthError::Unauthorized`] for a missing, malformed, unknown or deleted key;
+    /// [`AuthError::Internal`] when storage fails.
+    pub async fn authenticate(&self, authorization: Option<Result<&str, ()>>) -> Result<Arc<Caller>, AuthError> {
+        let header =
+            authorization.ok_or_else(|| unauthorized("missing API key: send 'Authorization: Bearer <API_KEY>'"))?;
+        let text = header.map_err(|()| unauthorized("malformed Authorization header"))?;
         let key = text
             .strip_prefix("Bearer ")
             .or_else(|| text.strip_prefix("bearer "))
             .map(str::trim)
-            .ok_or_else(|| ApiError::unauthorized("Authorization must use the Bearer scheme"))?;
+            .ok_or_else(|| unauthorized("Authorization must use the Bearer scheme"))?;
         self.authenticate_key(key).await
     }
 
@@ -95,15 +120,15 @@ impl Authenticator {
     ///
     /// # Errors
     /// As [`Self::authenticate`].
-    pub async fn authenticate_key(&self, key: &str) -> Result<Arc<Caller>, ApiError> {
+    pub async fn authenticate_key(&self, key: &str) -> Result<Arc<Caller>, AuthError> {
         if !looks_like_key(key) {
-            return Err(ApiError::unauthorized("invalid API key"));
+            return Err(unauthorized("invalid API key"));
         }
         let digest = KeyDigest::of(key);
         if let Some(verdict) = self.cache.get(&digest.hash) {
-            return verdict.ok_or_else(|| ApiError::unauthorized("invalid API key"));
+            return verdict.ok_or_else(|| unauthorized("invalid API key"));
         }
-        let stored = self.store.find_api_key(&digest.lookup()).await.map_err(ApiError::internal)?;
+        let stored = self.store.find_api_key(&digest.lookup()).await.map_err(|e| AuthError::Internal(e.to_string()))?;
         let caller = stored.filter(|k| digest.matches(&k.hash)).map(|k| {
             let rpm = k.rpm.unwrap_or_else(|| self.plans.get(k.plan).rpm);
             Arc::new(Caller { key_id: k.id, account_id: k.account_id, plan: k.plan, rpm })
@@ -115,27 +140,24 @@ impl Authenticator {
             }
         }
         self.cache.insert(digest.hash, caller.clone());
-        caller.ok_or_else(|| ApiError::unauthorized("invalid API key"))
+        caller.ok_or_else(|| unauthorized("invalid API key"))
     }
 
     /// Counts the request against the caller's limit, then checks the plan grants `endpoint`.
     ///
     /// # Errors
-    /// 429 `RATE_LIMIT` (with the decision, for headers) or 403 `FORBIDDEN`.
-    pub fn admit(&self, caller: &Caller, endpoint: Endpoint) -> Result<RateDecision, (ApiError, Option<RateDecision>)> {
+    /// [`AuthError::RateLimited`] or [`AuthError::Forbidden`], with the decision (for headers).
+    pub fn admit(&self, caller: &Caller, endpoint: Endpoint) -> Result<RateDecision, (AuthError, RateDecision)> {
         let now = self.clock.now_millis();
         let decision = self.limiter.check(&caller.key_id, caller.rpm, now);
         if !decision.allowed {
             let secs = decision.retry_after_secs(now);
-            let err = ApiError::rate_limited(
-                format!("rate limit of {} requests per minute exceeded; retry in {secs} s", caller.rpm),
-                secs,
-            );
-            return Err((err, Some(decision)));
+            let message = format!("rate limit of {} requests per minute exceeded; retry in {secs} s", caller.rpm);
+            return Err((AuthError::RateLimited { message, retry_after_secs: secs }, decision));
         }
         if !self.plans.get(caller.plan).allows(endpoint) {
-            let err = ApiError::forbidden(format!("the {} plan does not include this endpoint", caller.plan));
-            return Err((err, Some(decision)));
+            let err = AuthError::Forbidden(format!("the {} plan does not include this endpoint", caller.plan));
+            return Err((err, decision));
         }
         Ok(decision)
     }

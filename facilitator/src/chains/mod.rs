@@ -1,34 +1,42 @@
-//! Which chain a request is about, and whether this daemon can serve it.
+//! The chains this daemon serves, behind one [`Chain`] trait per network.
 //!
-//! A request names a chain through its addresses (the family) and an optional CAIP-2 `network`;
-//! [`Chains::target`] turns that into a [`Target`]. The Solana and EVM backends are added by
-//! their own work items; until a backend serves a network, every request for it answers
-//! `502 PAYMENT_VERIFICATION_FAILED` "no chain backend configured for <network>"
-//! ([`Chains::unavailable`]), the same answer as for a network the operator did not configure.
+//! A chain answers questions and signs what it is asked to; it never claims a proof, writes a
+//! payment or decides an HTTP status. The payment core ([`crate::payment`]) drives it:
+//!
+//! | the core asks | the chain answers |
+//! |---|---|
+//! | [`Chain::proof_id`] | the identity a payload is claimed under (no chain call) |
+//! | [`Chain::check`] | what a payload pays, and how it settles ([`Checked`]), or a [`Refusal`] |
+//! | [`Chain::plan_send`] / [`Chain::build`] | a hosted transfer to sign / a local one to hand out |
+//! | [`Signable::sign`] | a fresh signed transaction ([`Outgoing`]), holding what must be held until it is sent |
+//! | [`Chain::broadcast`], [`Chain::outcome`], [`Chain::status`] | sending it, and what became of it |
+//! | [`Chain::observe`] | whether a reported transaction pays a local-mode payment |
+//! | [`Chain::kinds`], [`Chain::token_info`] | what it settles, token facts |
+//!
+//! [`solana`] and [`evm`] implement it, each split by scheme (`exact_native`, `exact`).
+//! [`Chains`] maps networks to their chain, with a default network per address family.
 
 pub mod evm;
+pub mod refusal;
 pub mod solana;
+pub mod terms;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use tollgate_protocol::gateway::TokenInfo;
+use tollgate_protocol::x402::{PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE, Supported, SupportedKind};
+use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
 
-use tollgate_protocol::x402::{SCHEME_EXACT, SCHEME_EXACT_NATIVE, Supported, SupportedKind};
-use tollgate_protocol::{ChainFamily, Network};
-
-use crate::error::ApiError;
+pub use refusal::{ProofError, Reason, Refusal};
+pub use solana::{SolanaBackend, Sponsor};
+pub use terms::{Checked, Price, Settle, Settler, Terms};
 
 /// A chain node could not be asked (down, slow, or answered nonsense).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ChainError(pub String);
-
-impl From<ChainError> for ApiError {
-    fn from(e: ChainError) -> Self {
-        Self::verification_failed(e.0)
-    }
-}
 
 /// How long to wait before asking a node about a transaction again after `attempt` fruitless
 /// polls: 2 ms, doubling, up to `cap`. A local ledger usually answers within a few ms and a
@@ -56,7 +64,7 @@ pub(crate) async fn bounded<T, E: std::fmt::Display>(
 /// Why a signed transaction was not (known to be) accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
-    /// The node refused it: it was not broadcast and will not land.
+    /// The node refused it: it was not broadcast (it may still be on chain from another sender).
     #[error("rejected: {0}")]
     Rejected(String),
     /// No clear answer: it may or may not have reached the chain.
@@ -64,212 +72,365 @@ pub enum SendError {
     Uncertain(String),
 }
 
-/// What the chain says about a broadcast transaction.
+/// What the chain says about a transaction that landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxOutcome {
     /// Confirmed, with the fee when the chain reports it.
     Confirmed {
         /// Fee in native atomic units.
-        fee: Option<tollgate_protocol::AtomicAmount>,
+        fee: Option<AtomicAmount>,
     },
-    /// Landed and failed, or can no longer land.
+    /// Landed and failed.
     Failed {
         /// Why.
         reason: String,
     },
 }
 
-/// What the settlement engine needs from a chain: broadcast and watch transactions.
-#[async_trait]
-pub trait Ledger: Send + Sync {
-    /// The chain's CAIP-2 id.
-    fn network(&self) -> &Network;
-    /// Broadcasts a signed transaction (chain-specific wire bytes).
-    async fn broadcast(&self, tx: &[u8]) -> Result<(), SendError>;
-    /// The outcome of a transaction, `None` while the chain has no verdict.
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError>;
-}
-
-/// A Solana network served by this daemon.
-#[derive(Debug)]
-pub struct SolanaBackend {
-    /// Its RPC.
-    pub rpc: solana::rpc::SolanaRpc,
-    /// The facilitator's fee payer for x402 `exact` (SPL) payments; `None` disables them.
-    pub sponsor: Option<Sponsor>,
-    /// The in-process ledger behind the RPC, when this is the development ledger.
-    #[cfg(feature = "embedded-ledger")]
-    pub embedded: Option<solana::embedded::EmbeddedLedger>,
-}
-
-/// The key that pays the fees of x402 `exact` Solana payments, and how much it will pay.
-pub struct Sponsor {
-    /// The fee payer.
-    pub keypair: solana_sdk::signature::Keypair,
-    /// Caps on what it sponsors.
-    pub policy: solana::spl::SponsorPolicy,
-}
-
-impl std::fmt::Debug for Sponsor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use solana_sdk::signer::Signer as _;
-        f.debug_struct("Sponsor").field("pubkey", &self.keypair.pubkey()).field("policy", &self.policy).finish()
-    }
-}
-
-impl SolanaBackend {
-    /// A backend over `rpc`, without fee payer.
-    #[must_use]
-    pub const fn new(rpc: solana::rpc::SolanaRpc) -> Self {
-        Self {
-            rpc,
-            sponsor: None,
-            #[cfg(feature = "embedded-ledger")]
-            embedded: None,
-        }
-    }
-
-    /// The same backend, paying the fees of x402 `exact` payments with `sponsor`.
-    #[must_use]
-    pub fn with_sponsor(mut self, sponsor: Sponsor) -> Self {
-        self.sponsor = Some(sponsor);
-        self
-    }
-
-    /// The same backend, keeping the embedded ledger behind its RPC alive.
-    #[cfg(feature = "embedded-ledger")]
-    #[must_use]
-    pub fn with_embedded(mut self, ledger: solana::embedded::EmbeddedLedger) -> Self {
-        self.embedded = Some(ledger);
-        self
-    }
-
-    /// Whether this is the embedded development ledger (airdrops allowed).
-    #[must_use]
-    pub fn is_embedded(&self) -> bool {
-        #[cfg(feature = "embedded-ledger")]
-        return self.embedded.is_some();
-        #[cfg(not(feature = "embedded-ledger"))]
-        return false;
-    }
-
-    /// The fee payer's address, when x402 `exact` is served.
-    #[must_use]
-    pub fn fee_payer(&self) -> Option<solana_sdk::pubkey::Pubkey> {
-        use solana_sdk::signer::Signer as _;
-        self.sponsor.as_ref().map(|s| s.keypair.pubkey())
-    }
-}
-
-/// The chain a request is about.
+/// What a thorough look at the chain ([`Chain::status`]) tells about a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// An explicit (or default) network.
-    Network(Network),
-    /// Only the family is known: no `network` given and no default for the family.
-    Family(ChainFamily),
+pub enum TxStatus {
+    /// It landed (found in the chain's history, however old).
+    Landed(TxOutcome),
+    /// Not seen, and it may still land.
+    Unseen,
+    /// Not seen, and it can no longer land: Solana past its last valid block height, EVM its
+    /// sender's nonce taken by another transaction.
+    Dropped {
+        /// The evidence.
+        reason: String,
+    },
 }
 
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Network(n) => n.fmt(f),
-            Self::Family(family) => write!(f, "{family} (no network given and none configured)"),
+/// A transaction as the payment core keeps it, for [`Chain::status`].
+#[derive(Debug, Clone, Copy)]
+pub struct Watched<'a> {
+    /// Its id.
+    pub id: &'a str,
+    /// Its signed bytes, when kept.
+    pub raw: Option<&'a [u8]>,
+    /// Solana: the last block height at which it can land.
+    pub horizon: Option<u64>,
+}
+
+/// How a broadcast went, for what an [`Outgoing`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// The node took it.
+    Accepted,
+    /// Unknown whether the node got it (or not broadcast at all).
+    Unknown,
+}
+
+/// Held from signing until the broadcast's fate is known (an EVM account's nonce).
+pub trait Hold: Send + Sync {
+    /// Releases it, saying how the broadcast went.
+    fn release(self: Box<Self>, sent: Sent);
+}
+
+/// A signed transaction ready to go out.
+pub struct Outgoing {
+    /// Its id (Solana: first signature; EVM: hash).
+    pub tx_id: String,
+    /// The bytes to broadcast.
+    pub raw: Vec<u8>,
+    /// Solana: the last block height at which it can land.
+    pub horizon: Option<u64>,
+    /// What it holds until it is sent (dropped unreleased = not sent).
+    pub hold: Option<Box<dyn Hold>>,
+}
+
+impl Outgoing {
+    /// A transaction that holds nothing.
+    #[must_use]
+    pub const fn ready(tx_id: String, raw: Vec<u8>, horizon: Option<u64>) -> Self {
+        Self { tx_id, raw, horizon, hold: None }
+    }
+
+    /// Releases what it holds.
+    pub fn release(&mut self, sent: Sent) {
+        if let Some(hold) = self.hold.take() {
+            hold.release(sent);
         }
     }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        self.release(Sent::Unknown);
+    }
+}
+
+/// Something the facilitator signs when its turn comes; each call signs anew (Solana: with a
+/// unique compute-unit limit; EVM: with the account's next nonce, held in the [`Outgoing`]).
+#[async_trait]
+pub trait Signable: Send + Sync {
+    /// A fresh signed transaction.
+    ///
+    /// # Errors
+    /// [`ChainError`] when what signing needs (a nonce, fees) cannot be read, or costs more than
+    /// this facilitator pays.
+    async fn sign(&self) -> Result<Outgoing, ChainError>;
+}
+
+/// A transfer of the chain's native currency to make (hosted) or build (local).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// Payer.
+    pub from: Address,
+    /// Recipient.
+    pub to: Address,
+    /// Base units.
+    pub amount: AtomicAmount,
+    /// Priority fee on top of the base fee, native base units.
+    pub priority_fee: Option<AtomicAmount>,
+}
+
+/// Why an order cannot be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    /// A field is not valid for this chain.
+    #[error("{0}")]
+    Invalid(String),
+    /// The recipient cannot receive it.
+    #[error("{0}")]
+    InvalidRecipient(String),
+    /// Not enough funds for amount plus fees.
+    #[error("{0}")]
+    InsufficientBalance(String),
+    /// The chain could not be asked.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+}
+
+/// A hosted transfer, planned: its fee, and the transaction to sign with the payer's key.
+pub struct PlannedSend {
+    /// Fee (Solana: exact; EVM: the most it can cost), native base units.
+    pub fee: AtomicAmount,
+    /// The transaction.
+    pub tx: Box<dyn Signable>,
+}
+
+/// An unsigned transaction for local mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsigned {
+    /// The chain's bytes (Solana: the message as a transaction; EVM: the EIP-1559 signing payload).
+    pub transaction: Vec<u8>,
+    /// Solana: last valid block height; EVM: a block-number horizon treated as expiry.
+    pub horizon: u64,
+    /// Fee (Solana: exact; EVM: the most it can cost), native base units.
+    pub fee: AtomicAmount,
+}
+
+/// What a local-mode payment expects a reported transaction to pay.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    /// Payer (canonical text).
+    pub from: &'a str,
+    /// Recipient (canonical text).
+    pub to: &'a str,
+    /// `native` or the token's address.
+    pub asset: &'a str,
+    /// At least these base units.
+    pub amount: AtomicAmount,
+}
+
+/// What the chain says about a transaction reported for a local-mode payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// The chain does not have it; its head is at `height`.
+    Absent {
+        /// Current block height (Solana) or number (EVM).
+        height: u64,
+        /// The transaction id in its canonical form.
+        tx_id: String,
+    },
+    /// It landed.
+    Landed {
+        /// The transaction id in its canonical form.
+        tx_id: String,
+        /// Whether it pays the payment (payer, recipient, asset, at least the amount).
+        pays: bool,
+        /// Why it failed, when it did.
+        error: Option<String>,
+        /// Fee paid.
+        fee: Option<AtomicAmount>,
+    },
+}
+
+/// What a chain settles, for `GET /supported`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kinds {
+    /// Schemes with their `extra`.
+    pub schemes: Vec<(&'static str, Option<serde_json::Value>)>,
+    /// The facilitator's signing address here (fee payer / settling account), when it has one.
+    pub signer: Option<String>,
+}
+
+/// One network this daemon serves.
+#[async_trait]
+pub trait Chain: Send + Sync + std::fmt::Debug {
+    /// Its CAIP-2 id.
+    fn network(&self) -> &Network;
+    /// What it settles.
+    fn kinds(&self) -> Kinds;
+    /// The identity `payload` is claimed under when it pays `asset`, read without the chain
+    /// (`None` when the payload is malformed; [`Self::check`] then says why).
+    fn proof_id(&self, payload: &PaymentPayload, asset: &tollgate_protocol::x402::Asset) -> Option<String>;
+    /// Checks `payload` against `terms` and the chain, for `settler` to settle; `now` is Unix
+    /// seconds.
+    ///
+    /// # Errors
+    /// [`ProofError::Refused`] for a proof that does not pay as asked, [`ProofError::Chain`] when
+    /// the chain cannot be read.
+    async fn check(
+        &self,
+        payload: &PaymentPayload,
+        terms: &Terms,
+        settler: Settler,
+        now: i64,
+    ) -> Result<Checked, ProofError>;
+    /// Plans a hosted transfer from a custodial wallet whose secret key is `key`.
+    ///
+    /// # Errors
+    /// [`OrderError`].
+    async fn plan_send(&self, order: &Order, key: &[u8]) -> Result<PlannedSend, OrderError>;
+    /// Builds an unsigned transfer for the payer to sign (local mode).
+    ///
+    /// # Errors
+    /// [`OrderError`].
+    async fn build(&self, order: &Order) -> Result<Unsigned, OrderError>;
+    /// An `exact-native` receipt for a confirmed transfer, signed by `key` (the sender's), as an
+    /// `X-PAYMENT` value.
+    ///
+    /// # Errors
+    /// When the key is not one of this chain's, or signing fails.
+    fn sign_receipt(
+        &self,
+        key: &[u8],
+        tx_id: &str,
+        pay_to: &Address,
+        resource: Option<&str>,
+    ) -> Result<String, ChainError>;
+    /// Broadcasts a signed transaction.
+    ///
+    /// # Errors
+    /// [`SendError`].
+    async fn broadcast(&self, raw: &[u8]) -> Result<(), SendError>;
+    /// A quick look (recent history only) for a transaction's verdict: `None` while none is seen.
+    ///
+    /// # Errors
+    /// [`ChainError`].
+    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError>;
+    /// A thorough look: the whole history, and whether it can still land.
+    ///
+    /// # Errors
+    /// [`ChainError`].
+    async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError>;
+    /// What the chain says about `tx`, reported as paying `expected`.
+    ///
+    /// # Errors
+    /// [`OrderError::Invalid`] for a malformed transaction id; [`OrderError::Chain`].
+    async fn observe(&self, expected: &Expected<'_>, tx: &str) -> Result<Seen, OrderError>;
+    /// A token's facts, `None` when `address` is no token here.
+    ///
+    /// # Errors
+    /// [`ChainError`].
+    async fn token_info(&self, address: &Address) -> Result<Option<TokenInfo>, ChainError>;
+}
+
+/// Why a request names no chain this daemon serves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unserved {
+    /// `network` is of another family than the addresses.
+    #[error("network {network} is not a {family} network, but the addresses are {family} addresses")]
+    WrongFamily {
+        /// The network given.
+        network: Network,
+        /// The addresses' family.
+        family: ChainFamily,
+    },
+    /// No chain serves it.
+    #[error("no chain backend configured for {0}")]
+    Unavailable(String),
 }
 
 /// The networks this daemon serves, with a default per family.
 #[derive(Debug, Clone, Default)]
 pub struct Chains {
     defaults: BTreeMap<ChainFamily, Network>,
+    all: BTreeMap<Network, Arc<dyn Chain>>,
     solana: BTreeMap<Network, Arc<SolanaBackend>>,
     evm: BTreeMap<Network, Arc<evm::EvmBackend>>,
 }
 
-/// The backend of one served network.
-#[derive(Debug, Clone)]
-pub enum Backend {
-    /// A Solana cluster.
-    Solana(Arc<SolanaBackend>),
-    /// An EVM chain.
-    Evm(Arc<evm::EvmBackend>),
-}
-
-impl Backend {
-    /// Its ledger, for the settlement engine.
-    #[must_use]
-    pub fn ledger(&self) -> &dyn Ledger {
-        match self {
-            Self::Solana(b) => &b.rpc,
-            Self::Evm(b) => &b.rpc,
-        }
-    }
-}
-
 impl Chains {
-    /// No chain backend at all.
+    /// No chain at all.
     #[must_use]
     pub fn none() -> Self {
         Self::default()
     }
 
-    /// Adds a Solana network; the first one added becomes the default for Solana addresses.
+    /// Adds a chain; the first one of its family becomes that family's default.
+    #[must_use]
+    pub fn with(mut self, chain: Arc<dyn Chain>) -> Self {
+        let network = chain.network().clone();
+        self.defaults.entry(network.family()).or_insert_with(|| network.clone());
+        self.all.insert(network, chain);
+        self
+    }
+
+    /// Adds a Solana network.
     #[must_use]
     pub fn with_solana(mut self, backend: SolanaBackend) -> Self {
-        let network = backend.rpc.network().clone();
-        self.defaults.entry(ChainFamily::Solana).or_insert_with(|| network.clone());
-        self.solana.insert(network, Arc::new(backend));
-        self
+        let backend = Arc::new(backend);
+        self.solana.insert(backend.rpc.network().clone(), backend.clone());
+        self.with(backend)
     }
 
-    /// Adds an EVM chain; the first one added becomes the default for EVM addresses.
+    /// Adds an EVM chain.
     #[must_use]
     pub fn with_evm(mut self, backend: evm::EvmBackend) -> Self {
-        let network = backend.rpc.network().clone();
-        self.defaults.entry(ChainFamily::Evm).or_insert_with(|| network.clone());
-        self.evm.insert(network, Arc::new(backend));
-        self
+        let backend = Arc::new(backend);
+        self.evm.insert(backend.rpc.network().clone(), backend.clone());
+        self.with(backend)
     }
 
-    /// The EVM backend serving `target`.
+    /// The chain serving `network`.
     ///
     /// # Errors
-    /// 502 `PAYMENT_VERIFICATION_FAILED` when none does.
-    pub fn evm(&self, target: &Target) -> Result<Arc<evm::EvmBackend>, ApiError> {
-        match target {
-            Target::Network(n) => self.evm.get(n).cloned().ok_or_else(|| self.unavailable(target)),
-            Target::Family(_) => Err(self.unavailable(target)),
+    /// [`Unserved::Unavailable`] when none does.
+    pub fn get(&self, network: &Network) -> Result<Arc<dyn Chain>, Unserved> {
+        self.all.get(network).cloned().ok_or_else(|| Unserved::Unavailable(network.to_string()))
+    }
+
+    /// The network meant by addresses of `family` and an optional explicit `network`.
+    ///
+    /// # Errors
+    /// [`Unserved`] when `network` is of another family, or none is given and the family has no
+    /// default.
+    pub fn network_for(&self, family: ChainFamily, network: Option<&Network>) -> Result<Network, Unserved> {
+        match network {
+            Some(n) if n.family() != family => Err(Unserved::WrongFamily { network: n.clone(), family }),
+            Some(n) => Ok(n.clone()),
+            None => self
+                .defaults
+                .get(&family)
+                .cloned()
+                .ok_or_else(|| Unserved::Unavailable(format!("{family} (no network given and none configured)"))),
         }
     }
 
-    /// The backend serving `target`, whatever its chain.
-    ///
-    /// # Errors
-    /// 502 `PAYMENT_VERIFICATION_FAILED` when none does.
-    pub fn backend(&self, target: &Target) -> Result<Backend, ApiError> {
-        match target {
-            Target::Network(n) if n.family() == ChainFamily::Solana => self.solana(target).map(Backend::Solana),
-            Target::Network(_) => self.evm(target).map(Backend::Evm),
-            Target::Family(_) => Err(self.unavailable(target)),
-        }
+    /// The EVM backend of `network` (tests and the demo reach its RPC).
+    #[must_use]
+    pub fn evm(&self, network: &Network) -> Option<Arc<evm::EvmBackend>> {
+        self.evm.get(network).cloned()
     }
 
-    /// The Solana backend serving `target`.
-    ///
-    /// # Errors
-    /// 502 `PAYMENT_VERIFICATION_FAILED` when none does.
-    pub fn solana(&self, target: &Target) -> Result<Arc<SolanaBackend>, ApiError> {
-        match target {
-            Target::Network(n) => self.solana.get(n).cloned().ok_or_else(|| self.unavailable(target)),
-            Target::Family(_) => Err(self.unavailable(target)),
-        }
-    }
-
-    /// The networks with a backend.
+    /// The networks served.
     #[must_use]
     pub fn served(&self) -> Vec<Network> {
-        self.solana.keys().chain(self.evm.keys()).cloned().collect()
+        self.all.keys().cloned().collect()
     }
 
     /// The embedded development ledger, if this daemon runs one.
@@ -279,47 +440,20 @@ impl Chains {
     }
 
     /// The x402 kinds (version, scheme, network) the served networks settle, each in its v1 and
-    /// v2 form: `exact-native` on every Solana network, and `exact` (SPL) with its `feePayer`
-    /// where a fee payer is configured. `signers` lists the fee payers by network.
+    /// v2 form, with the facilitator's signer of each network.
     #[must_use]
     pub fn supported(&self) -> Supported {
         let mut kinds = Vec::new();
         let mut signers = serde_json::Map::new();
-        for (network, backend) in &self.solana {
-            let fee_payer = backend.fee_payer().map(|k| k.to_string());
+        for (network, chain) in &self.all {
+            let Kinds { schemes, signer } = chain.kinds();
             for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
-                kinds.push(SupportedKind {
-                    x402_version: version,
-                    scheme: SCHEME_EXACT_NATIVE.to_owned(),
-                    network: name.clone(),
-                    extra: None,
-                });
-                if let Some(fee_payer) = &fee_payer {
+                for (scheme, extra) in &schemes {
                     kinds.push(SupportedKind {
                         x402_version: version,
-                        scheme: SCHEME_EXACT.to_owned(),
-                        network: name,
-                        extra: Some(serde_json::json!({ "feePayer": fee_payer })),
-                    });
-                }
-            }
-            if let Some(fee_payer) = fee_payer {
-                signers.insert(network.to_string(), serde_json::json!([fee_payer]));
-            }
-        }
-        for (network, backend) in &self.evm {
-            let signer = backend.signer.as_ref().map(|s| s.0.address().to_string());
-            for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
-                let mut schemes = vec![SCHEME_EXACT_NATIVE];
-                if signer.is_some() {
-                    schemes.push(SCHEME_EXACT);
-                }
-                for scheme in schemes {
-                    kinds.push(SupportedKind {
-                        x402_version: version,
-                        scheme: scheme.to_owned(),
+                        scheme: (*scheme).to_owned(),
                         network: name.clone(),
-                        extra: None,
+                        extra: extra.clone(),
                     });
                 }
             }
@@ -329,54 +463,35 @@ impl Chains {
         }
         Supported { kinds, extensions: Vec::new(), signers }
     }
+}
 
-    /// The chain meant by addresses of `family` and an optional explicit `network`.
-    ///
-    /// # Errors
-    /// 400 `INVALID_PARAMETERS` when `network` is of another family than the addresses.
-    pub fn target(&self, family: ChainFamily, network: Option<&Network>) -> Result<Target, ApiError> {
-        match network {
-            Some(n) if n.family() != family => Err(ApiError::invalid_params(format!(
-                "network {n} is not a {family} network, but the addresses are {family} addresses"
-            ))),
-            Some(n) => Ok(Target::Network(n.clone())),
-            None => Ok(self.defaults.get(&family).map_or(Target::Family(family), |n| Target::Network(n.clone()))),
-        }
+/// The schemes of a chain whose facilitator signer is `signer`: `exact-native` always, `exact`
+/// with a signer (`extra` as the chain publishes it).
+#[must_use]
+pub fn schemes_with(signer: Option<&str>, exact_extra: Option<serde_json::Value>) -> Kinds {
+    let mut schemes = vec![(SCHEME_EXACT_NATIVE, None)];
+    if signer.is_some() {
+        schemes.push((SCHEME_EXACT, exact_extra));
     }
-
-    /// The answer for a chain no backend serves.
-    #[must_use]
-    pub fn unavailable(&self, target: &Target) -> ApiError {
-        ApiError::verification_failed(format!("no chain backend configured for {target}")).with_remedy(
-            "Configure a chain backend for this network, or use a network the facilitator serves (see GET /supported)",
-        )
-    }
+    Kinds { schemes, signer: signer.map(str::to_owned) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_protocol::ErrorCode;
 
     #[test]
-    fn targets_and_honest_refusal() {
+    fn networks_for_requests_and_honest_refusal() {
         let chains = Chains::none();
-        let t = chains.target(ChainFamily::Evm, Some(&Network::eip155(8453))).unwrap();
-        let e = chains.unavailable(&t);
-        assert_eq!(e.code(), ErrorCode::PaymentVerificationFailed);
-        assert_eq!(e.message(), "no chain backend configured for eip155:8453");
-        let t = chains.target(ChainFamily::Solana, None).unwrap();
-        assert_eq!(t, Target::Family(ChainFamily::Solana));
-        assert!(chains.unavailable(&t).message().starts_with("no chain backend configured for solana"));
-        let mismatch = chains.target(ChainFamily::Solana, Some(&Network::eip155(1))).unwrap_err();
-        assert_eq!(mismatch.code(), ErrorCode::InvalidParameters);
+        assert_eq!(chains.network_for(ChainFamily::Evm, Some(&Network::eip155(8453))), Ok(Network::eip155(8453)));
+        let e = chains.get(&Network::eip155(8453)).unwrap_err();
+        assert_eq!(e.to_string(), "no chain backend configured for eip155:8453");
+        let none = chains.network_for(ChainFamily::Solana, None).unwrap_err();
+        assert!(none.to_string().starts_with("no chain backend configured for solana"), "{none}");
+        let mismatch = chains.network_for(ChainFamily::Solana, Some(&Network::eip155(1))).unwrap_err();
+        assert!(matches!(mismatch, Unserved::WrongFamily { .. }));
         assert!(chains.supported().kinds.is_empty());
     }
-}
-
-#[cfg(test)]
-mod poll_tests {
-    use super::*;
 
     #[test]
     fn polls_start_fast_and_back_off_to_the_cap() {

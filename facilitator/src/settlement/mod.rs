@@ -1,17 +1,19 @@
 //! Payments' lifecycle.
 //!
 //! [`state`] holds the one transition function; [`advance`] applies an event to a stored payment
-//! with a compare-and-set, so concurrent writers cannot both move it. [`engine`] settles a signed
-//! transaction; [`reconcile`] finishes what a crash or a slow chain left open.
+//! with a compare-and-set, so concurrent writers cannot both move it; [`record_outcome`] records
+//! what the chain says of a payment's transaction; [`reconcile`] finishes what a crash or a slow
+//! chain left open.
 
-pub mod engine;
 pub mod reconcile;
 pub mod state;
 
 use chrono::{DateTime, Utc};
 use tollgate_protocol::AtomicAmount;
+use tollgate_protocol::gateway::PaymentStatus;
 
 pub use self::state::{Event, TransitionError, transition};
+use crate::chains::TxOutcome;
 use crate::store::{PaymentUpdate, Store, StoreError, StoredPayment};
 
 /// Why an event could not be applied.
@@ -47,6 +49,8 @@ pub async fn advance(
             transaction: event.transaction(),
             fee_atomic: event.fee(),
             error: event.error(),
+            // Never broadcast: the proof may be used again.
+            release_proof: matches!(event, Event::Abandon { .. }),
             at,
         };
         match store.transition_payment(id, current.payment.status, &update).await {
@@ -56,6 +60,41 @@ pub async fn advance(
         }
     }
     Err(StoreError::Database(format!("payment {id} kept changing under concurrent updates")).into())
+}
+
+/// Records what the chain says of a payment's transaction (a `verified` payment is submitted
+/// first: its transaction is on chain). A payment another writer moved on meanwhile is returned as
+/// it stands: whoever records the chain's verdict first wins, the others report it.
+///
+/// # Errors
+/// [`AdvanceError::Store`] when storage fails or the payment is missing.
+pub async fn record_outcome(
+    store: &dyn Store,
+    id: &str,
+    outcome: TxOutcome,
+    at: DateTime<Utc>,
+) -> Result<StoredPayment, AdvanceError> {
+    let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+    if current.payment.status == PaymentStatus::Verified
+        && let Some(transaction) = current.payment.transaction.clone()
+    {
+        match advance(store, id, &Event::Submit { transaction }, at).await {
+            Ok(_) | Err(AdvanceError::Transition(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let event = match outcome {
+        TxOutcome::Confirmed { fee } => Event::Confirm { fee },
+        TxOutcome::Failed { reason } => Event::Fail { reason },
+    };
+    match advance(store, id, &event, at).await {
+        Err(AdvanceError::Transition(e)) => {
+            let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+            tracing::debug!(payment_id = %id, error = %e, status = current.payment.status.as_str(), "moved on by another writer");
+            Ok(current)
+        }
+        other => other,
+    }
 }
 
 impl Event {

@@ -1,29 +1,49 @@
-//! Settling what was left unfinished: at start-up before serving, then periodically.
+//! Settling what was left unfinished, in the background: right after start-up, then periodically.
 //!
-//! A payment in `submitted` or `pending` has its transaction id stored (write-ahead), so the chain
-//! can tell what became of it: confirmed, failed, or — once the chain is past the transaction's
-//! last valid block height without it — expired. Without such evidence it stays as it is; the
-//! clock alone never ends a broadcast payment.
+//! Every unfinished payment has a due time (`next_check_at`): set past the wait of the request
+//! that settles it, and pushed back with a growing delay each time the chain has no verdict yet.
+//! A pass takes every payment due, most overdue first, a page at a time, and asks the chain about
+//! several at once; a payment with no verdict goes back on the schedule, so payments that stay
+//! stuck (a transaction that never mines) cannot starve newer ones.
 //!
-//! A payment still `verified` without a transaction id after [`ABANDONED_AFTER`] was left by a
-//! crash between its insert and the write-ahead of its id: it was never broadcast, so it fails
-//! ("abandoned before broadcast") instead of hanging with its proof claimed.
+//! What the chain can say ([`Chain::status`], which searches its whole history):
+//! * the transaction landed — the verdict is recorded, however long ago it landed;
+//! * it can no longer land (Solana: past its last valid block height; EVM: its sender's nonce
+//!   taken by another transaction) — a broadcast payment expires; one never broadcast (still
+//!   `verified`) fails as abandoned and its proof may be used again;
+//! * nothing yet — a `submitted` payment whose request has ended becomes `pending`.
+//!
+//! The clock alone never ends a broadcast payment. A `verified` payment without a transaction id
+//! (left by an earlier version between two writes) fails as abandoned after [`ABANDONED_AFTER`].
 
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
 use tollgate_protocol::gateway::PaymentStatus;
 
 use super::state::ExpiryEvidence;
-use super::{Event, advance};
-use crate::chains::{Backend, Chains, Target, TxOutcome};
+use super::{AdvanceError, Event, advance, record_outcome};
+use crate::chains::{Chains, TxStatus, Watched};
 use crate::clock::Clock;
 use crate::store::{Store, StoreError, StoredPayment};
 
-/// Most payments looked at in one pass.
-pub const BATCH: u32 = 500;
+/// Payments read per page of a pass.
+pub const PAGE: u32 = 200;
+/// Payments asked about at once.
+pub const CONCURRENCY: usize = 16;
+/// Most pages in one pass (a bound on a pass's length, whatever happens to the schedule).
+const MAX_PAGES: usize = 1_000;
 
 /// How long a `verified` payment without a transaction id may stay so before it counts as
-/// abandoned. Settling writes the id milliseconds after the insert; this leaves ample room for
-/// a slow database and for another instance mid-settlement.
+/// abandoned.
 pub const ABANDONED_AFTER: chrono::Duration = chrono::Duration::seconds(60);
+
+/// The delay before the next look at a payment the chain had no verdict for `checks` times:
+/// 5 s, doubling, at most 10 minutes.
+#[must_use]
+pub fn next_look(checks: u32) -> Duration {
+    Duration::from_secs(5).saturating_mul(1u32 << checks.min(10)).min(Duration::from_secs(600))
+}
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -32,125 +52,96 @@ pub struct Reconciled {
     pub examined: usize,
     /// Payments that reached a final status.
     pub finished: usize,
-    /// Payments whose network has no backend (not selected by the query; counted if one slips
-    /// through).
-    pub unserved: usize,
 }
 
-/// Why one payment was not reconciled in this pass.
-enum Skip {
-    /// Its network has no backend here.
-    Unserved,
-    /// The chain or storage failed; the next pass retries.
-    Failed(String),
-}
-
-/// Examines every unfinished payment once.
+/// Examines every payment due now once.
 ///
 /// # Errors
-/// Storage failures; chain failures only leave payments for the next pass.
+/// Storage failures reading the schedule; a payment whose chain or storage fails is put back on
+/// the schedule.
 pub async fn reconcile_once(store: &dyn Store, clock: &dyn Clock, chains: &Chains) -> Result<Reconciled, StoreError> {
-    let unfinished = store.unfinished_payments(&chains.served(), BATCH).await?;
-    let mut done = Reconciled { examined: unfinished.len(), ..Reconciled::default() };
-    for payment in unfinished {
-        match reconcile_payment(store, clock, chains, &payment).await {
-            Ok(true) => done.finished += 1,
-            Ok(false) => {}
-            Err(Skip::Unserved) => done.unserved += 1,
-            Err(Skip::Failed(e)) => {
-                tracing::warn!(payment_id = %payment.payment.id, error = %e, "could not reconcile payment yet");
-            }
+    let now = clock.now();
+    let served = chains.served();
+    let mut done = Reconciled::default();
+    for _ in 0..MAX_PAGES {
+        let page = store.due_payments(&served, now, PAGE).await?;
+        let full = page.len() == usize::try_from(PAGE).unwrap_or(usize::MAX);
+        done.examined += page.len();
+        let results: Vec<bool> = futures_util::stream::iter(page)
+            .map(|p| reconcile_payment(store, clock, chains, p))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        done.finished += results.into_iter().filter(|finished| *finished).count();
+        if !full {
+            break;
         }
     }
     Ok(done)
 }
 
-async fn reconcile_payment(
+/// Looks at one payment; true when it reached a final status. Whatever does not end it puts it
+/// back on the schedule.
+async fn reconcile_payment(store: &dyn Store, clock: &dyn Clock, chains: &Chains, stored: StoredPayment) -> bool {
+    let p = &stored.payment;
+    match look(store, clock, chains, &stored).await {
+        Ok(Some(after)) if after.payment.status.is_final() => {
+            tracing::info!(payment_id = %p.id, status = after.payment.status.as_str(), "reconciled");
+            return true;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(payment_id = %p.id, error = %e, "could not reconcile payment yet"),
+    }
+    let at = clock.now() + next_look(stored.checks);
+    if let Err(e) = store.reschedule_payment(&p.id, at).await {
+        tracing::warn!(payment_id = %p.id, error = %e, "could not reschedule payment");
+    }
+    false
+}
+
+/// What the chain says of one payment, recorded; `None` when nothing could be said.
+async fn look(
     store: &dyn Store,
     clock: &dyn Clock,
     chains: &Chains,
     stored: &StoredPayment,
-) -> Result<bool, Skip> {
+) -> Result<Option<StoredPayment>, String> {
     let p = &stored.payment;
+    let advance = |event: Event| async move {
+        match advance(store, &p.id, &event, clock.now()).await {
+            Ok(after) => Ok(Some(after)),
+            // The request that settles it recorded something first.
+            Err(AdvanceError::Transition(_)) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    };
     let Some(tx_id) = p.transaction.as_deref() else {
         if p.status == PaymentStatus::Verified && clock.now() - stored.updated_at > ABANDONED_AFTER {
-            let event = Event::Abandon { reason: "abandoned before broadcast (the facilitator stopped)".into() };
-            advance(store, &p.id, &event, clock.now()).await.map_err(|e| Skip::Failed(e.to_string()))?;
             tracing::warn!(payment_id = %p.id, "payment was never broadcast: failed as abandoned");
-            return Ok(true);
+            return advance(Event::Abandon { reason: "abandoned before broadcast (the facilitator stopped)".into() })
+                .await;
         }
-        return Ok(false);
+        return Ok(None);
     };
-    let backend = chains.backend(&Target::Network(p.network.clone())).map_err(|_| Skip::Unserved)?;
-    let ledger = backend.ledger();
-    let chain = |e: crate::chains::ChainError| Skip::Failed(e.0);
-    let event = match ledger.outcome(tx_id).await.map_err(chain)? {
-        Some(TxOutcome::Confirmed { fee }) => Event::Confirm { fee },
-        Some(TxOutcome::Failed { reason }) => Event::Fail { reason },
-        None => {
-            // Solana transactions carry a horizon: past it, one the chain never saw cannot land.
-            let height = match (&backend, p.last_valid_block_height) {
-                (Backend::Solana(b), Some(_)) => Some(b.rpc.block_height().await.map_err(chain)?),
-                _ => None,
-            };
-            match (height, p.last_valid_block_height) {
-                // Past the horizon and still unknown to the chain: it can no longer land. Ask once
-                // more so a confirmation that raced the height check is not missed.
-                (Some(height), Some(last_valid)) if height > last_valid => {
-                    match ledger.outcome(tx_id).await.map_err(chain)? {
-                        Some(TxOutcome::Confirmed { fee }) => Event::Confirm { fee },
-                        Some(TxOutcome::Failed { reason }) => Event::Fail { reason },
-                        None => Event::Expire {
-                            evidence: ExpiryEvidence::Chain,
-                            reason: format!("block height {height} passed {last_valid} without the transaction"),
-                        },
-                    }
-                }
-                _ if p.status == PaymentStatus::Submitted => Event::WaitTimedOut,
-                _ => return Ok(false),
+    let chain = chains.get(&p.network).map_err(|e| e.to_string())?;
+    let watched = Watched { id: tx_id, raw: p.tx_raw.as_deref(), horizon: p.last_valid_block_height };
+    match chain.status(&watched).await.map_err(|e| e.0)? {
+        TxStatus::Landed(outcome) => {
+            record_outcome(store, &p.id, outcome, clock.now()).await.map(Some).map_err(|e| e.to_string())
+        }
+        TxStatus::Dropped { reason } if p.status == PaymentStatus::Verified => {
+            advance(Event::Abandon { reason: format!("never broadcast, and it can no longer land: {reason}") }).await
+        }
+        TxStatus::Dropped { reason } => {
+            if p.status == PaymentStatus::Submitted {
+                advance(Event::WaitTimedOut).await?;
             }
+            advance(Event::Expire { evidence: ExpiryEvidence::Chain, reason }).await
         }
-    };
-    let after = match advance(store, &p.id, &event, clock.now()).await {
-        Ok(after) => after,
-        // The settlement that broadcast it recorded the verdict first: nothing left to do.
-        Err(super::AdvanceError::Transition(_)) => return Ok(false),
-        Err(e) => return Err(Skip::Failed(e.to_string())),
-    };
-    tracing::info!(payment_id = %p.id, status = after.payment.status.as_str(), "reconciled");
-    Ok(after.payment.status.is_final())
+        TxStatus::Unseen if p.status == PaymentStatus::Submitted => advance(Event::WaitTimedOut).await,
+        TxStatus::Unseen => Ok(None),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::clock::ManualClock;
-    use crate::store::suite::{TestDb, payment};
-
-    /// A payment left `verified` without a transaction id fails once it is clearly abandoned,
-    /// never earlier; one with an id is left to the chain.
-    #[tokio::test]
-    async fn payments_never_broadcast_fail_as_abandoned() {
-        let db = TestDb::sqlite().await;
-        let store: Arc<dyn Store> = db.store.clone();
-        let t0 = chrono::DateTime::from_timestamp(1_790_000_000, 0).unwrap();
-        let clock = ManualClock::new(t0);
-        store.insert_payment(&payment("pay_stuck", "acct", "f", "t", t0)).await.unwrap();
-        let chains = Chains::none();
-
-        clock.advance(std::time::Duration::from_secs(59));
-        reconcile_once(&*store, &clock, &chains).await.unwrap();
-        let early = store.get_payment("pay_stuck").await.unwrap().unwrap();
-        assert_eq!(early.payment.status, PaymentStatus::Verified, "another instance may be mid-settlement");
-
-        clock.advance(std::time::Duration::from_secs(2));
-        let pass = reconcile_once(&*store, &clock, &chains).await.unwrap();
-        assert_eq!(pass, Reconciled { examined: 1, finished: 1, unserved: 0 });
-        let failed = store.get_payment("pay_stuck").await.unwrap().unwrap();
-        assert_eq!(failed.payment.status, PaymentStatus::Failed);
-        assert!(failed.error.unwrap().contains("abandoned before broadcast"));
-        db.cleanup().await;
-    }
-}
+mod tests;

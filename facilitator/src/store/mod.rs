@@ -1,15 +1,21 @@
-//! Storage: one trait, two real backends.
+//! Storage: three traits split by concern, one SQL implementation for two engines.
 //!
-//! [`Store`] is everything the service persists: accounts and API keys, payments with their
-//! per-wallet history index, single-use proof claims, and idempotency records. [`SqlStore`]
-//! implements it once over sqlx's `Any` driver for SQLite (the embedded default: a file in WAL
-//! mode) and PostgreSQL (several instances sharing one database). Each backend has its own
-//! migrations folder because their DDL differs; their queries are shared.
+//! * [`AccountStore`]: accounts, API keys (hashed), custodial wallets (sealed).
+//! * [`PaymentStore`]: payments with their per-wallet history index and the reconciler's schedule.
+//! * [`IdempotencyStore`]: answers remembered per `Idempotency-Key`.
 //!
-//! Invariants the backends guarantee:
+//! [`Store`] is all three. [`SqlStore`] implements them once over sqlx's `Any` driver for SQLite
+//! (the embedded default: a file in WAL mode) and PostgreSQL (several instances sharing one
+//! database). Each engine has its own migrations folder because their DDL differs; the queries are
+//! shared.
+//!
+//! Invariants the database enforces (not only the code):
+//! * a proof is claimed by inserting the payment that settles it: `payments.proof_id` is unique,
+//!   so a claim and its payment are one row, written at once, never one without the other;
+//! * a transaction is the own transfer of at most one payment per account and side (unique
+//!   `(owner_account, network, tx_id, owner_side)`);
 //! * a payment's status only changes through a compare-and-set on its current status
-//!   ([`Store::transition_payment`]), so two writers cannot both move it;
-//! * a proof id can be claimed once ([`Store::claim_proof`]);
+//!   ([`PaymentStore::transition_payment`]), so two writers cannot both move it;
 //! * history pages are newest first and stable: each entry has a unique insertion sequence.
 
 mod sql;
@@ -35,6 +41,18 @@ pub enum StoreError {
     Conflict {
         /// The status found instead.
         current: PaymentStatus,
+    },
+    /// The proof is claimed already, by this payment.
+    #[error("proof already used (payment {payment_id})")]
+    ProofUsed {
+        /// The payment that holds it.
+        payment_id: String,
+    },
+    /// The transaction is already another payment's own transfer (same account and side).
+    #[error("the transaction is already recorded by payment {payment_id}")]
+    TransactionUsed {
+        /// That payment.
+        payment_id: String,
     },
     /// The database failed or holds a value this version cannot read.
     #[error("database error: {0}")]
@@ -115,6 +133,8 @@ pub struct NewPayment {
     pub id: String,
     /// Account that created it (payer for sends, receiver for receives).
     pub owner_account: String,
+    /// Which side of the payment the owner is on (`sent`: payer, `received`: payee).
+    pub owner_side: Direction,
     /// The other party's account, when it is also ours (custodial recipient, say).
     pub counterparty_account: Option<String>,
     /// Initial status (`built` or `verified`).
@@ -135,26 +155,30 @@ pub struct NewPayment {
     pub decimals: u8,
     /// Fee in native atomic units, when known.
     pub fee_atomic: Option<AtomicAmount>,
-    /// Transaction id, when known.
+    /// Transaction id, when known (written with the row: ahead of any broadcast).
     pub transaction: Option<String>,
+    /// The signed transaction (or, in local mode, what was handed out), in the chain's bytes.
+    pub tx_raw: Option<Vec<u8>>,
     /// Resource paid for.
     pub resource: Option<String>,
     /// Caller metadata.
     pub metadata: Option<Map<String, Value>>,
-    /// Identity of the proof this payment settles (single use).
+    /// Identity of the proof this payment settles: inserting the payment claims it.
     pub proof_id: Option<String>,
     /// Local mode: when the unsigned transaction expires.
     pub expires_at: Option<DateTime<Utc>>,
-    /// Local mode: last valid block height / number.
+    /// Last block height (Solana) or number (EVM local mode) at which the transaction can land.
     pub last_valid_block_height: Option<u64>,
+    /// When the reconciler should first look at it, if it is not finished by then.
+    pub next_check_at: Option<DateTime<Utc>>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }
 
 impl NewPayment {
     /// A `verified` hosted payment of `amount` in `network`'s native currency from `from` to `to`,
-    /// owned by `owner`, created `at`, with nothing else known yet. Other payments start from it
-    /// and set what they know with struct update syntax.
+    /// owned by its payer `owner`, created `at`, with nothing else known yet. Other payments start
+    /// from it and set what they know with struct update syntax.
     #[must_use]
     pub fn native(
         id: impl Into<String>,
@@ -167,6 +191,7 @@ impl NewPayment {
         Self {
             id: id.into(),
             owner_account: owner.into(),
+            owner_side: Direction::Sent,
             counterparty_account: None,
             status: PaymentStatus::Verified,
             mode: PaymentMode::Hosted,
@@ -178,11 +203,13 @@ impl NewPayment {
             asset: "native".into(),
             fee_atomic: None,
             transaction: None,
+            tx_raw: None,
             resource: None,
             metadata: None,
             proof_id: None,
             expires_at: None,
             last_valid_block_height: None,
+            next_check_at: None,
             created_at: at,
         }
     }
@@ -201,6 +228,8 @@ pub struct StoredPayment {
     pub confirmed_at: Option<DateTime<Utc>>,
     /// Why it failed or expired.
     pub error: Option<String>,
+    /// How many times the reconciler found no verdict yet.
+    pub checks: u32,
 }
 
 impl StoredPayment {
@@ -245,14 +274,24 @@ impl StoredPayment {
 pub struct PaymentUpdate {
     /// New status.
     pub status: PaymentStatus,
-    /// Transaction id (written before broadcasting).
+    /// Transaction id (local mode: the one reported; hosted mode writes it with the row).
     pub transaction: Option<String>,
     /// Fee paid.
     pub fee_atomic: Option<AtomicAmount>,
     /// Failure reason.
     pub error: Option<String>,
+    /// The payment never reached the chain: its proof may be used again.
+    pub release_proof: bool,
     /// When it happened.
     pub at: DateTime<Utc>,
+}
+
+impl PaymentUpdate {
+    /// A move to `status` at `at` with nothing else learned.
+    #[must_use]
+    pub const fn to(status: PaymentStatus, at: DateTime<Utc>) -> Self {
+        Self { status, transaction: None, fee_atomic: None, error: None, release_proof: false, at }
+    }
 }
 
 /// One history page.
@@ -282,16 +321,16 @@ pub enum IdempotencyBegin {
     Replay(StoredResponse),
     /// Same key, different body.
     Mismatch,
-    /// Same key, same body, still being processed by another request.
-    InProgress,
+    /// Same key, same body, still being processed, since `started`.
+    InProgress {
+        /// When the first request began.
+        started: DateTime<Utc>,
+    },
 }
 
-/// Everything Tollgate persists.
+/// Accounts, API keys and custodial wallets.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Checks the database answers.
-    async fn ping(&self) -> StoreResult<()>;
-
+pub trait AccountStore: Send + Sync + 'static {
     /// Creates an account.
     async fn create_account(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
     /// Whether an account exists.
@@ -306,30 +345,53 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_api_key(&self, id: &str) -> StoreResult<bool>;
     /// Records a use of a key.
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
-
     /// Stores a custodial wallet (its account must exist).
     async fn insert_wallet(&self, wallet: &StoredWallet) -> StoreResult<()>;
     /// A custodial wallet by canonical address.
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>>;
+}
 
-    /// Inserts a payment and indexes it in the history of both wallets for each owning account.
+/// Payments, their history index and the reconciler's schedule.
+#[async_trait]
+pub trait PaymentStore: Send + Sync + 'static {
+    /// Inserts a payment — claiming its proof and its transaction in the same write — and indexes
+    /// it in the history of both wallets for each owning account.
+    ///
+    /// # Errors
+    /// [`StoreError::ProofUsed`] when another payment holds the proof,
+    /// [`StoreError::TransactionUsed`] when the transaction is another payment's of the same
+    /// account and side; nothing is written then.
     async fn insert_payment(&self, payment: &NewPayment) -> StoreResult<StoredPayment>;
     /// A payment by id.
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>>;
-    /// Moves a payment from `expected` to `update.status` if it is still in `expected`.
+    /// The payment holding a proof, if any.
+    async fn payment_by_proof(&self, proof_id: &str) -> StoreResult<Option<StoredPayment>>;
+    /// Moves a payment from `expected` to `update.status` if it is still in `expected`. A final
+    /// status takes the payment off the reconciler's schedule.
     ///
     /// # Errors
     /// [`StoreError::Conflict`] with the current status when it moved meanwhile,
-    /// [`StoreError::NotFound`] when there is no such payment.
+    /// [`StoreError::NotFound`] when there is no such payment, [`StoreError::TransactionUsed`]
+    /// when `update.transaction` is another payment's.
     async fn transition_payment(
         &self,
         id: &str,
         expected: PaymentStatus,
         update: &PaymentUpdate,
     ) -> StoreResult<StoredPayment>;
-    /// Payments the reconciler looks at, oldest first: every `verified` one (it may have been
-    /// abandoned), and those `submitted` or `pending` on `networks` (the chain can tell).
-    async fn unfinished_payments(&self, networks: &[Network], limit: u32) -> StoreResult<Vec<StoredPayment>>;
+    /// Unfinished payments due for a look at `now`, most overdue first: those on `networks` (the
+    /// chain can tell), and `verified` ones without a transaction id anywhere (never broadcast).
+    async fn due_payments(
+        &self,
+        networks: &[Network],
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredPayment>>;
+    /// Puts an unfinished payment back on the schedule for `at` (one more check without verdict).
+    async fn reschedule_payment(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Makes every unfinished payment scheduled after `at` due at `at` (a restart looks at what
+    /// the stopped process left at once); returns how many moved.
+    async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64>;
     /// The latest `limit` payments of every account, newest first (the operator's dashboard).
     async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>>;
     /// A page of a wallet's payments visible to `account`, newest first.
@@ -341,12 +403,11 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         offset: u64,
     ) -> StoreResult<HistoryPage>;
+}
 
-    /// Claims a proof for a payment. True for the one caller that claimed it first.
-    async fn claim_proof(&self, proof_id: &str, payment_id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
-    /// The payment that claimed a proof, if any.
-    async fn proof_claim(&self, proof_id: &str) -> StoreResult<Option<String>>;
-
+/// Answers remembered per API key and `Idempotency-Key`.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync + 'static {
     /// Starts a request under an `Idempotency-Key` (records older than `expire_before` are forgotten).
     async fn idempotency_begin(
         &self,
@@ -362,6 +423,13 @@ pub trait Store: Send + Sync + 'static {
     async fn idempotency_abandon(&self, key_id: &str, idem_key: &str) -> StoreResult<()>;
     /// Deletes idempotency records created before `before`; returns how many.
     async fn idempotency_purge(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
+/// Everything Tollgate persists.
+#[async_trait]
+pub trait Store: AccountStore + PaymentStore + IdempotencyStore {
+    /// Checks the database answers.
+    async fn ping(&self) -> StoreResult<()>;
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use tollgate_protocol::gateway::{Direction, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
 use super::{
-    IdempotencyBegin, NewPayment, PaymentUpdate, SqlStore, Store, StoreError, StoredApiKey, StoredPayment,
-    StoredResponse,
+    AccountStore, IdempotencyBegin, IdempotencyStore, NewPayment, PaymentStore, PaymentUpdate, SqlStore, Store,
+    StoreError, StoredApiKey, StoredPayment, StoredResponse,
 };
 use crate::auth::plans::Plan;
 use crate::config::DatabaseUrl;
@@ -92,7 +92,7 @@ pub(crate) fn payment(id: &str, owner: &str, from: &str, to: &str, at: DateTime<
 }
 
 fn update(status: PaymentStatus) -> PaymentUpdate {
-    PaymentUpdate { status, transaction: None, fee_atomic: None, error: None, at: t0() + Duration::seconds(1) }
+    PaymentUpdate::to(status, t0() + Duration::seconds(1))
 }
 
 async fn api_keys(store: Arc<SqlStore>) {
@@ -149,22 +149,50 @@ async fn transitions_are_compare_and_set(store: Arc<SqlStore>) {
         store.transition_payment("pay_x", PaymentStatus::Verified, &submit).await,
         Err(StoreError::NotFound)
     ));
-    let devnet = [Network::solana_devnet()];
-    let ids = |v: Vec<StoredPayment>| v.into_iter().map(|p| p.payment.id).collect::<Vec<_>>();
-    assert_eq!(ids(store.unfinished_payments(&devnet, 10).await.unwrap()), ["pay_1"]);
-    // Broadcast payments of networks not served are left out; `verified` ones never are.
-    assert!(store.unfinished_payments(&[Network::solana_mainnet()], 10).await.unwrap().is_empty());
-    store.insert_payment(&payment("pay_2", "acct", "f", "t", t0())).await.unwrap();
-    assert_eq!(ids(store.unfinished_payments(&[], 10).await.unwrap()), ["pay_2"]);
-    assert_eq!(ids(store.unfinished_payments(&devnet, 10).await.unwrap()), ["pay_1", "pay_2"]);
-
     let mut confirm = update(PaymentStatus::Confirmed);
     confirm.fee_atomic = Some(AtomicAmount(5000));
     let done = store.transition_payment("pay_1", PaymentStatus::Submitted, &confirm).await.unwrap();
     assert_eq!(done.confirmed_at, Some(confirm.at));
     assert_eq!(done.payment.transaction.as_deref(), Some("sig1"), "a later update without tx id keeps it");
     assert_eq!(done.to_record().fee.unwrap().to_string(), "0.000005");
-    assert_eq!(ids(store.unfinished_payments(&devnet, 10).await.unwrap()), ["pay_2"], "final payments are finished");
+}
+
+/// The reconciler's schedule: due payments, most overdue first, only on served networks (but
+/// `verified` ones without a transaction anywhere); put back when rescheduled; gone once final.
+async fn unfinished_payments_are_due_in_order(store: Arc<SqlStore>) {
+    let devnet = [Network::solana_devnet()];
+    let ids = |v: Vec<StoredPayment>| v.into_iter().map(|p| p.payment.id).collect::<Vec<_>>();
+    for (id, due, tx) in
+        [("pay_late", 20, Some("sig_late")), ("pay_early", 10, Some("sig_early")), ("pay_bare", 15, None)]
+    {
+        let p = NewPayment {
+            transaction: tx.map(str::to_owned),
+            next_check_at: Some(t0() + Duration::seconds(due)),
+            ..payment(id, "acct", "f", "t", t0())
+        };
+        store.insert_payment(&p).await.unwrap();
+    }
+    let unscheduled = payment("pay_built", "acct", "f", "t", t0());
+    store.insert_payment(&unscheduled).await.unwrap();
+    let at = |s: i64| t0() + Duration::seconds(s);
+    assert!(store.due_payments(&devnet, at(9), 10).await.unwrap().is_empty(), "nothing due yet");
+    assert_eq!(ids(store.due_payments(&devnet, at(30), 10).await.unwrap()), ["pay_early", "pay_bare", "pay_late"]);
+    assert_eq!(ids(store.due_payments(&devnet, at(30), 2).await.unwrap()), ["pay_early", "pay_bare"]);
+    // A network not served: only what needs no chain.
+    assert_eq!(ids(store.due_payments(&[Network::solana_mainnet()], at(30), 10).await.unwrap()), ["pay_bare"]);
+    store.reschedule_payment("pay_early", at(100)).await.unwrap();
+    assert_eq!(ids(store.due_payments(&devnet, at(30), 10).await.unwrap()), ["pay_bare", "pay_late"]);
+    let rescheduled = store.get_payment("pay_early").await.unwrap().unwrap();
+    assert_eq!((rescheduled.checks, rescheduled.payment.next_check_at), (1, Some(at(100))));
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig_late".into());
+    store.transition_payment("pay_late", PaymentStatus::Verified, &submit).await.unwrap();
+    let failed = store.transition_payment("pay_late", PaymentStatus::Submitted, &update(PaymentStatus::Failed)).await;
+    assert_eq!(failed.unwrap().payment.next_check_at, None, "final payments leave the schedule");
+    assert_eq!(ids(store.due_payments(&devnet, at(1_000), 10).await.unwrap()), ["pay_bare", "pay_early"]);
+    // A restart: everything unfinished is due now, the finished and unscheduled stay off.
+    assert_eq!(store.bring_checks_forward(at(31)).await.unwrap(), 1, "pay_early (due at 100)");
+    assert_eq!(ids(store.due_payments(&devnet, at(31), 10).await.unwrap()), ["pay_bare", "pay_early"]);
 }
 
 async fn two_contenders_one_transition(store: Arc<SqlStore>) {
@@ -190,24 +218,92 @@ async fn two_contenders_one_transition(store: Arc<SqlStore>) {
     assert_eq!(winners, 1);
 }
 
+/// Claiming a proof is inserting its payment: 32 contenders, one payment; the losers are told
+/// which payment holds it, and wrote nothing.
 async fn a_proof_is_claimed_once(store: Arc<SqlStore>) {
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let store = store.clone();
-            tokio::spawn(async move { store.claim_proof("proof-1", &format!("pay_{i}"), t0()).await.unwrap() })
+            tokio::spawn(async move {
+                let p = NewPayment {
+                    proof_id: Some("proof-1".into()),
+                    ..payment(&format!("pay_{i}"), "acct", "f", "t", t0())
+                };
+                store.insert_payment(&p).await
+            })
         })
         .collect();
-    let mut claimed = 0;
+    let (mut winners, mut holders) = (Vec::new(), Vec::new());
     for t in tasks {
-        if t.await.unwrap() {
-            claimed += 1;
+        match t.await.unwrap() {
+            Ok(p) => winners.push(p.payment.id),
+            Err(StoreError::ProofUsed { payment_id }) => holders.push(payment_id),
+            Err(e) => panic!("unexpected {e}"),
         }
     }
-    assert_eq!(claimed, 1);
-    assert!(store.proof_claim("proof-1").await.unwrap().unwrap().starts_with("pay_"));
-    assert!(store.claim_proof("proof-2", "pay_x", t0()).await.unwrap());
-    assert_eq!(store.proof_claim("proof-2").await.unwrap().as_deref(), Some("pay_x"));
-    assert_eq!(store.proof_claim("proof-3").await.unwrap(), None);
+    assert_eq!(winners.len(), 1);
+    assert!(holders.iter().all(|h| *h == winners[0]), "every loser is told the winner");
+    let holder = store.payment_by_proof("proof-1").await.unwrap().unwrap();
+    assert_eq!(holder.payment.id, winners[0]);
+    assert_eq!(store.history("acct", "f", None, 50, 0).await.unwrap().total, 1, "losers left no history");
+    assert!(store.payment_by_proof("proof-2").await.unwrap().is_none());
+
+    // A payment that never reached the chain gives its proof back.
+    let mut abandon = update(PaymentStatus::Failed);
+    abandon.release_proof = true;
+    store.transition_payment(&winners[0], PaymentStatus::Verified, &abandon).await.unwrap();
+    assert!(store.payment_by_proof("proof-1").await.unwrap().is_none());
+    let again = NewPayment { proof_id: Some("proof-1".into()), ..payment("pay_again", "acct", "f", "t", t0()) };
+    store.insert_payment(&again).await.unwrap();
+}
+
+/// A transaction is one payment's own transfer per account and side: a second send recording it
+/// is refused (by the index), while the payee's record of the same transfer is not.
+async fn a_transaction_is_one_payments_own_transfer(store: Arc<SqlStore>) {
+    let send =
+        |id: &str, owner: &str| NewPayment { transaction: Some("sig_x".into()), ..payment(id, owner, "f", "t", t0()) };
+    store.insert_payment(&send("pay_1", "acct_a")).await.unwrap();
+    match store.insert_payment(&send("pay_2", "acct_a")).await {
+        Err(StoreError::TransactionUsed { payment_id }) => assert_eq!(payment_id, "pay_1"),
+        other => panic!("expected TransactionUsed, got {other:?}"),
+    }
+    assert!(store.get_payment("pay_2").await.unwrap().is_none());
+    let receipt = NewPayment { owner_side: Direction::Received, ..send("pay_3", "acct_a") };
+    store.insert_payment(&receipt).await.unwrap();
+    store.insert_payment(&send("pay_4", "acct_b")).await.unwrap();
+    // Reported later (local mode): the same rule.
+    store.insert_payment(&payment("pay_5", "acct_a", "f", "t", t0())).await.unwrap();
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig_x".into());
+    match store.transition_payment("pay_5", PaymentStatus::Verified, &submit).await {
+        Err(StoreError::TransactionUsed { payment_id }) => assert_eq!(payment_id, "pay_1"),
+        other => panic!("expected TransactionUsed, got {other:?}"),
+    }
+    assert_eq!(store.get_payment("pay_5").await.unwrap().unwrap().payment.status, PaymentStatus::Verified);
+}
+
+/// Payments A→B and B→A between two accounts' wallets, inserted concurrently, all land: their
+/// counter updates take the same order, so PostgreSQL cannot deadlock them.
+async fn opposite_payments_do_not_deadlock(store: Arc<SqlStore>) {
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let (owner, other, from, to) =
+                    if i % 2 == 0 { ("acct_a", "acct_b", "A", "B") } else { ("acct_b", "acct_a", "B", "A") };
+                let p = NewPayment {
+                    counterparty_account: Some(other.into()),
+                    ..payment(&format!("pay_{i}"), owner, from, to, t0())
+                };
+                store.insert_payment(&p).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(store.history("acct_a", "A", None, 50, 0).await.unwrap().total, 48);
+    assert_eq!(store.history("acct_b", "B", Some(Direction::Sent), 50, 0).await.unwrap().total, 24);
 }
 
 async fn history_is_newest_first_filtered_and_private(store: Arc<SqlStore>) {
@@ -267,7 +363,7 @@ async fn idempotency_records(store: Arc<SqlStore>) {
         async move { store.idempotency_begin("key_1", "idem-1", hash, at, exp).await.unwrap() }
     };
     assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::Started);
-    assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::InProgress);
+    assert_eq!(begin("h1", t0(), expire).await, IdempotencyBegin::InProgress { started: t0() });
     assert_eq!(begin("h2", t0(), expire).await, IdempotencyBegin::Mismatch);
     let response = StoredResponse { status: 200, body: r#"{"ok":true}"#.into() };
     store.idempotency_complete("key_1", "idem-1", &response).await.unwrap();
@@ -341,8 +437,11 @@ suite!(
     api_keys,
     payments_round_trip,
     transitions_are_compare_and_set,
+    unfinished_payments_are_due_in_order,
     two_contenders_one_transition,
     a_proof_is_claimed_once,
+    a_transaction_is_one_payments_own_transfer,
+    opposite_payments_do_not_deadlock,
     history_is_newest_first_filtered_and_private,
     idempotency_records,
     wallets,

@@ -1,12 +1,36 @@
-//! EVM chains: one JSON-RPC code path ([`rpc::EvmRpc`], alloy) for every configured chain, native
-//! ETH transfers and their receipts ([`build`]), proof checks ([`verify`]), and per-account nonces
-//! ([`nonce`]).
+//! EVM chains: one JSON-RPC code path ([`rpc::EvmRpc`], alloy) for every configured chain, and
+//! the [`Chain`] each serves, split by scheme:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`exact_native`] | `exact-native` proofs: a signed EIP-1559 ETH transfer, or a receipt of a mined one |
+//! | [`exact`] | x402 `exact`: an EIP-3009 authorization, settled by `transferWithAuthorization` |
+//! | [`send`] | hosted sends from custodial wallets, local-mode builds, reported transactions |
+//! | [`verify`], [`build`], [`erc20`] | transfer rules without the chain; signing and receipts; token calls |
+//! | [`nonce`] | per-account nonces, held from signing until the broadcast's fate is known |
 
 pub mod build;
 pub mod erc20;
+pub mod exact;
+pub mod exact_native;
 pub mod nonce;
 pub mod rpc;
+pub mod send;
 pub mod verify;
+
+use std::sync::Arc;
+
+use alloy::primitives::B256;
+use alloy::signers::local::PrivateKeySigner;
+use async_trait::async_trait;
+use tollgate_protocol::Network;
+use tollgate_protocol::gateway::TokenInfo;
+use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+
+use super::{
+    Chain, ChainError, Checked, Expected, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal, Seen,
+    SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+};
 
 /// Wei in one ETH.
 pub const WEI_PER_ETH: u128 = 1_000_000_000_000_000_000;
@@ -17,7 +41,7 @@ pub struct EvmBackend {
     /// Its RPC.
     pub rpc: rpc::EvmRpc,
     /// Nonces of the accounts the facilitator signs for.
-    pub nonces: nonce::NonceManager,
+    pub nonces: Arc<nonce::NonceManager>,
     /// Blocks a receipt's transaction must be buried under (1 = mined).
     pub confirmations: u64,
     /// Most gas a transaction built or broadcast here may use.
@@ -29,7 +53,8 @@ pub struct EvmBackend {
 }
 
 /// The facilitator's own EVM key (its `Debug` shows only the address).
-pub struct FacilitatorSigner(pub alloy::signers::local::PrivateKeySigner);
+#[derive(Clone)]
+pub struct FacilitatorSigner(pub PrivateKeySigner);
 
 impl std::fmt::Debug for FacilitatorSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,7 +68,7 @@ impl EvmBackend {
     pub fn new(rpc: rpc::EvmRpc) -> Self {
         Self {
             rpc,
-            nonces: nonce::NonceManager::default(),
+            nonces: Arc::new(nonce::NonceManager::default()),
             confirmations: 1,
             max_gas: 500_000,
             max_fee_per_gas: 500_000_000_000,
@@ -53,7 +78,7 @@ impl EvmBackend {
 
     /// The same backend, settling x402 `exact` from `signer`'s account.
     #[must_use]
-    pub fn with_signer(mut self, signer: alloy::signers::local::PrivateKeySigner) -> Self {
+    pub fn with_signer(mut self, signer: PrivateKeySigner) -> Self {
         self.signer = Some(FacilitatorSigner(signer));
         self
     }
@@ -72,4 +97,111 @@ pub fn address(a: &tollgate_protocol::Address) -> Option<alloy::primitives::Addr
 #[must_use]
 pub fn protocol_address(a: alloy::primitives::Address) -> tollgate_protocol::Address {
     tollgate_protocol::Address::Evm(a.into_array())
+}
+
+fn refuse(reason: Reason, message: impl Into<String>) -> ProofError {
+    ProofError::Refused(Refusal::new(reason, message))
+}
+
+fn signer_of(key: &[u8]) -> Result<PrivateKeySigner, ChainError> {
+    PrivateKeySigner::from_slice(key).map_err(|_| ChainError("the wallet's key is not a secp256k1 key".into()))
+}
+
+fn hash_of(tx_id: &str) -> Result<B256, ChainError> {
+    tx_id.parse().map_err(|_| ChainError(format!("not a transaction hash: {tx_id}")))
+}
+
+#[async_trait]
+impl Chain for EvmBackend {
+    fn network(&self) -> &Network {
+        self.rpc.network()
+    }
+
+    fn kinds(&self) -> Kinds {
+        let signer = self.signer.as_ref().map(|s| s.0.address().to_string());
+        super::schemes_with(signer.as_deref(), None)
+    }
+
+    fn proof_id(&self, payload: &PaymentPayload, asset: &Asset) -> Option<String> {
+        match payload.scheme() {
+            SCHEME_EXACT => exact::identity(payload, asset),
+            SCHEME_EXACT_NATIVE => exact_native::identity(payload),
+            _ => None,
+        }
+    }
+
+    async fn check(
+        &self,
+        payload: &PaymentPayload,
+        terms: &Terms,
+        settler: Settler,
+        now: i64,
+    ) -> Result<Checked, ProofError> {
+        let pay_to = address(&terms.pay_to)
+            .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be an EVM address"))?;
+        match payload.scheme() {
+            SCHEME_EXACT_NATIVE => exact_native::check(self, payload, terms, &pay_to, settler).await,
+            SCHEME_EXACT => exact::check(self, payload, terms, (&pay_to, now), settler).await,
+            other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
+        }
+    }
+
+    async fn plan_send(&self, order: &Order, key: &[u8]) -> Result<PlannedSend, OrderError> {
+        send::plan(self, order, signer_of(key)?).await
+    }
+
+    async fn build(&self, order: &Order) -> Result<Unsigned, OrderError> {
+        send::build(self, order).await
+    }
+
+    fn sign_receipt(
+        &self,
+        key: &[u8],
+        tx_id: &str,
+        pay_to: &tollgate_protocol::Address,
+        resource: Option<&str>,
+    ) -> Result<String, ChainError> {
+        build::signed_receipt(&signer_of(key)?, self.rpc.network(), tx_id, pay_to, resource)
+            .map_err(|e| ChainError(format!("cannot write the receipt: {e}")))
+    }
+
+    async fn broadcast(&self, raw: &[u8]) -> Result<(), SendError> {
+        self.rpc.send_raw(raw).await.map(|_| ())
+    }
+
+    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
+        self.rpc.outcome(hash_of(tx_id)?).await
+    }
+
+    /// Mined (at any age), or — its sender's nonce taken by another transaction — dropped.
+    async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError> {
+        let hash = hash_of(tx.id)?;
+        if let Some(outcome) = self.rpc.outcome(hash).await? {
+            return Ok(TxStatus::Landed(outcome));
+        }
+        let decoded = tx.raw.and_then(|raw| verify::decode_bytes(raw).ok());
+        let Some((sender, nonce)) = decoded.and_then(|(envelope, _)| verify::sender_and_nonce(&envelope)) else {
+            return Ok(TxStatus::Unseen);
+        };
+        if self.rpc.mined_nonce(sender).await? <= nonce {
+            return Ok(TxStatus::Unseen);
+        }
+        // Nonce taken: unless it is this very transaction (mined between the two calls), it
+        // can never land.
+        Ok(match self.rpc.outcome(hash).await? {
+            Some(outcome) => TxStatus::Landed(outcome),
+            None => TxStatus::Dropped { reason: format!("nonce {nonce} of {sender} was used by another transaction") },
+        })
+    }
+
+    async fn observe(&self, expected: &Expected<'_>, tx: &str) -> Result<Seen, OrderError> {
+        send::observe(&self.rpc, expected, tx).await
+    }
+
+    async fn token_info(&self, address: &tollgate_protocol::Address) -> Result<Option<TokenInfo>, ChainError> {
+        match self::address(address) {
+            Some(contract) => erc20::token_info(&self.rpc, contract).await,
+            None => Ok(None),
+        }
+    }
 }

@@ -2,11 +2,13 @@
 //!
 //! Two payments from one account must not take the same nonce, and a nonce must not be skipped
 //! (a gap stalls every later transaction). A [`NonceManager`] keeps a lock per address: a payment
-//! holds its [`NonceLease`] from reading the nonce until its transaction is broadcast, and each
-//! lease starts from the larger of the node's pending count and the last nonce handed out. A
-//! broadcast the node refused (for instance "nonce too low", when something else used the
-//! account) forgets what it knew, so the next lease starts again from the node — which is also
-//! how it recovers after a restart: it keeps nothing on disk.
+//! holds its [`NonceLease`] from reading the nonce until its transaction's broadcast is known to
+//! have reached the node, and each lease starts from the larger of the node's pending count and
+//! the last nonce handed out. Any other end — not broadcast, refused, or an answer lost on the way
+//! — forgets what it knew, so the next lease starts again from the node's pending count: a
+//! transaction that never reached the node leaves no gap (its nonce is reused, and the payment
+//! that held it is expired once the chain shows the nonce taken), one that did is counted by the
+//! node. That is also how it recovers after a restart: it keeps nothing on disk.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use alloy::primitives::Address;
 
 use super::rpc::EvmRpc;
-use crate::chains::ChainError;
+use crate::chains::{ChainError, Hold, Sent};
 
 /// Per-address nonce locks.
 #[derive(Debug, Default)]
@@ -37,8 +39,7 @@ impl NonceLease {
         self.nonce
     }
 
-    /// The transaction with this nonce was broadcast (or may have been): the next lease takes
-    /// the next nonce.
+    /// The node took the transaction with this nonce: the next lease takes the next one.
     pub fn used(mut self) {
         self.used = true;
     }
@@ -46,8 +47,16 @@ impl NonceLease {
 
 impl Drop for NonceLease {
     fn drop(&mut self) {
-        // Unused (not broadcast, or refused): forget, so the next lease asks the node again.
+        // Not known to be taken: forget, so the next lease asks the node again.
         *self.guard = if self.used { Some(self.nonce + 1) } else { None };
+    }
+}
+
+impl Hold for NonceLease {
+    fn release(self: Box<Self>, sent: Sent) {
+        if sent == Sent::Accepted {
+            self.used();
+        }
     }
 }
 

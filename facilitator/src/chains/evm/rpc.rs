@@ -12,12 +12,12 @@ use alloy::network::ReceiptResponse as _;
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::{Provider, RootProvider};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
-use async_trait::async_trait;
 use tollgate_protocol::Network;
 
-use crate::chains::{ChainError, Ledger, SendError, TxOutcome};
+use crate::chains::{ChainError, SendError, TxOutcome};
 
-/// An EVM node reached over JSON-RPC.
+/// An EVM node reached over JSON-RPC (cheap to clone: the connection is shared).
+#[derive(Clone)]
 pub struct EvmRpc {
     provider: RootProvider,
     network: Network,
@@ -252,7 +252,7 @@ impl EvmRpc {
     pub async fn wait_for_outcome(&self, hash: B256, budget: Duration) -> Result<Option<TxOutcome>, ChainError> {
         let deadline = tokio::time::Instant::now() + budget;
         for attempt in 0.. {
-            if let Some(outcome) = self.outcome_of(hash).await? {
+            if let Some(outcome) = self.outcome(hash).await? {
                 return Ok(Some(outcome));
             }
             if tokio::time::Instant::now() >= deadline {
@@ -263,7 +263,11 @@ impl EvmRpc {
         Ok(None)
     }
 
-    async fn outcome_of(&self, hash: B256) -> Result<Option<TxOutcome>, ChainError> {
+    /// The verdict of a mined transaction (from its receipt), `None` while it is not mined.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn outcome(&self, hash: B256) -> Result<Option<TxOutcome>, ChainError> {
         Ok(self.receipt(hash).await?.map(|r| {
             if r.status() {
                 TxOutcome::Confirmed { fee: Some(tollgate_protocol::AtomicAmount(r.cost())) }
@@ -281,20 +285,4 @@ async fn bounded<T, E: std::fmt::Display>(
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     crate::chains::bounded("EVM", limit, what, call).await
-}
-
-#[async_trait]
-impl Ledger for EvmRpc {
-    fn network(&self) -> &Network {
-        &self.network
-    }
-
-    async fn broadcast(&self, tx: &[u8]) -> Result<(), SendError> {
-        self.send_raw(tx).await.map(|_| ())
-    }
-
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
-        let hash: B256 = tx_id.parse().map_err(|_| ChainError(format!("not a transaction hash: {tx_id}")))?;
-        self.outcome_of(hash).await
-    }
 }

@@ -5,7 +5,7 @@ use alloy::consensus::{Transaction as _, TxEnvelope};
 use alloy::eips::eip2718::Decodable2718 as _;
 use alloy::primitives::{Address, B256, TxKind, U256};
 
-use crate::refusal::{Reason, Refusal};
+use crate::chains::{Reason, Refusal};
 
 /// Longest raw transaction accepted, bytes (a plain transfer is about 110).
 pub const MAX_RAW_TX: usize = 4096;
@@ -43,8 +43,29 @@ pub fn decode(hex_tx: &str) -> Result<(TxEnvelope, Vec<u8>), Refusal> {
         return Err(bad("the transaction is too large"));
     }
     let raw = alloy::primitives::hex::decode(digits).map_err(|_| bad("the transaction is not hex"))?;
-    let envelope = TxEnvelope::decode_2718_exact(&raw).map_err(|_| bad("not a signed EVM transaction"))?;
-    Ok((envelope, raw))
+    decode_bytes(&raw)
+}
+
+/// Decodes a signed transaction's EIP-2718 bytes.
+///
+/// # Errors
+/// [`Refusal`] for oversize input or bytes that are not one EIP-2718 transaction.
+pub fn decode_bytes(raw: &[u8]) -> Result<(TxEnvelope, Vec<u8>), Refusal> {
+    if raw.len() > MAX_RAW_TX {
+        return Err(refuse(Reason::EvmTransaction, "the transaction is too large"));
+    }
+    let envelope = TxEnvelope::decode_2718_exact(raw)
+        .map_err(|_| refuse(Reason::EvmTransaction, "not a signed EVM transaction"))?;
+    Ok((envelope, raw.to_vec()))
+}
+
+/// The sender and nonce of a signed EIP-1559 transaction (`None` for other kinds, or a signature
+/// that recovers no sender).
+#[must_use]
+pub fn sender_and_nonce(envelope: &TxEnvelope) -> Option<(Address, u64)> {
+    let TxEnvelope::Eip1559(signed) = envelope else { return None };
+    let sender = signed.signature().recover_address_from_prehash(&signed.signature_hash()).ok()?;
+    Some((sender, signed.tx().nonce))
 }
 
 /// Checks a signed transaction offered as an `exact-native` payment to `pay_to` on `chain_id`;

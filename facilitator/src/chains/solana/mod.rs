@@ -1,14 +1,237 @@
 //! Solana: one JSON-RPC code path ([`rpc::SolanaRpc`]) for devnet, mainnet and the embedded
-//! ledger ([`embedded::EmbeddedLedger`]), plus building and signing native transfers
-//! ([`build`]).
+//! ledger ([`embedded::EmbeddedLedger`]), and the [`Chain`] it serves, split by scheme:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`exact_native`] | `exact-native` proofs: a signed System transfer, or a receipt of a confirmed one |
+//! | [`exact`] | x402 `exact`: an SPL `TransferChecked` the facilitator (or the seller) sponsors |
+//! | [`send`] | hosted sends from custodial wallets, local-mode builds, reported transactions |
+//! | [`verify`], [`spl`] | the rules a transaction must follow, checked without the chain |
+//! | [`build`], [`token`] | native transfer messages and receipts; mint accounts |
 
 pub mod build;
 #[cfg(feature = "embedded-ledger")]
 pub mod embedded;
+pub mod exact;
+pub mod exact_native;
 pub mod rpc;
+pub mod send;
 pub mod spl;
 pub mod token;
 pub mod verify;
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::{Keypair, Signature};
+use solana_sdk::signer::Signer as _;
+use solana_sdk::transaction::VersionedTransaction;
+use tollgate_protocol::gateway::TokenInfo;
+use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::{Address, Network};
+
+use super::{
+    Chain, ChainError, Checked, Expected, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal, Seen,
+    SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+};
+
 /// Lamports in one SOL.
 pub const LAMPORTS_PER_SOL: u64 = 1_000_000_000;
+
+/// The key that pays the fees of x402 `exact` Solana payments, and how much it will pay.
+pub struct Sponsor {
+    /// The fee payer.
+    pub keypair: Arc<Keypair>,
+    /// Caps on what it sponsors.
+    pub policy: spl::SponsorPolicy,
+}
+
+impl Sponsor {
+    /// `keypair` sponsoring within `policy`.
+    #[must_use]
+    pub fn new(keypair: Keypair, policy: spl::SponsorPolicy) -> Self {
+        Self { keypair: Arc::new(keypair), policy }
+    }
+}
+
+impl std::fmt::Debug for Sponsor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sponsor").field("pubkey", &self.keypair.pubkey()).field("policy", &self.policy).finish()
+    }
+}
+
+/// A Solana network served by this daemon.
+#[derive(Debug)]
+pub struct SolanaBackend {
+    /// Its RPC.
+    pub rpc: rpc::SolanaRpc,
+    /// The facilitator's fee payer for x402 `exact` (SPL) payments; `None` disables them.
+    pub sponsor: Option<Sponsor>,
+    /// The in-process ledger behind the RPC, when this is the development ledger.
+    #[cfg(feature = "embedded-ledger")]
+    pub embedded: Option<embedded::EmbeddedLedger>,
+}
+
+impl SolanaBackend {
+    /// A backend over `rpc`, without fee payer.
+    #[must_use]
+    pub const fn new(rpc: rpc::SolanaRpc) -> Self {
+        Self {
+            rpc,
+            sponsor: None,
+            #[cfg(feature = "embedded-ledger")]
+            embedded: None,
+        }
+    }
+
+    /// The same backend, paying the fees of x402 `exact` payments with `sponsor`.
+    #[must_use]
+    pub fn with_sponsor(mut self, sponsor: Sponsor) -> Self {
+        self.sponsor = Some(sponsor);
+        self
+    }
+
+    /// The same backend, keeping the embedded ledger behind its RPC alive.
+    #[cfg(feature = "embedded-ledger")]
+    #[must_use]
+    pub fn with_embedded(mut self, ledger: embedded::EmbeddedLedger) -> Self {
+        self.embedded = Some(ledger);
+        self
+    }
+
+    /// Whether this is the embedded development ledger (airdrops allowed).
+    #[must_use]
+    pub fn is_embedded(&self) -> bool {
+        #[cfg(feature = "embedded-ledger")]
+        return self.embedded.is_some();
+        #[cfg(not(feature = "embedded-ledger"))]
+        return false;
+    }
+
+    /// The fee payer's address, when x402 `exact` is served.
+    #[must_use]
+    pub fn fee_payer(&self) -> Option<Pubkey> {
+        self.sponsor.as_ref().map(|s| s.keypair.pubkey())
+    }
+}
+
+fn refuse(reason: Reason, message: impl Into<String>) -> ProofError {
+    ProofError::Refused(Refusal::new(reason, message))
+}
+
+/// Proof identity of a Solana payment: network and the payer's signature.
+fn proof_id(network: &Network, signature: &str) -> String {
+    format!("{network}:{signature}")
+}
+
+/// The bytes a Solana transaction is broadcast as.
+fn encode(tx: &VersionedTransaction) -> Result<Vec<u8>, ChainError> {
+    bincode::serialize(tx).map_err(|e| ChainError(format!("cannot encode the transaction: {e}")))
+}
+
+fn keypair(key: &[u8]) -> Result<Keypair, ChainError> {
+    Keypair::try_from(key).map_err(|_| ChainError("the wallet's key is not a Solana keypair".into()))
+}
+
+#[async_trait]
+impl Chain for SolanaBackend {
+    fn network(&self) -> &Network {
+        self.rpc.network()
+    }
+
+    fn kinds(&self) -> Kinds {
+        let fee_payer = self.fee_payer().map(|k| k.to_string());
+        let extra = fee_payer.as_ref().map(|f| serde_json::json!({ "feePayer": f }));
+        super::schemes_with(fee_payer.as_deref(), extra)
+    }
+
+    fn proof_id(&self, payload: &PaymentPayload, _asset: &Asset) -> Option<String> {
+        let signature = match payload.scheme() {
+            SCHEME_EXACT_NATIVE => exact_native::identity(payload)?,
+            SCHEME_EXACT => exact::identity(payload)?,
+            _ => return None,
+        };
+        Some(proof_id(payload.network(), &signature))
+    }
+
+    async fn check(
+        &self,
+        payload: &PaymentPayload,
+        terms: &Terms,
+        settler: Settler,
+        _now: i64,
+    ) -> Result<Checked, ProofError> {
+        let pay_to = build::pubkey(&terms.pay_to)
+            .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
+        match payload.scheme() {
+            SCHEME_EXACT_NATIVE => exact_native::check(&self.rpc, payload, terms, &pay_to, settler).await,
+            SCHEME_EXACT => exact::check(self, payload, terms, &pay_to, settler).await,
+            other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
+        }
+    }
+
+    async fn plan_send(&self, order: &Order, key: &[u8]) -> Result<PlannedSend, OrderError> {
+        send::plan(&self.rpc, order, keypair(key)?).await
+    }
+
+    async fn build(&self, order: &Order) -> Result<Unsigned, OrderError> {
+        send::build(&self.rpc, order).await
+    }
+
+    fn sign_receipt(
+        &self,
+        key: &[u8],
+        tx_id: &str,
+        pay_to: &Address,
+        resource: Option<&str>,
+    ) -> Result<String, ChainError> {
+        build::signed_receipt(&keypair(key)?, self.rpc.network(), tx_id, pay_to, resource)
+            .map_err(|e| ChainError(format!("cannot write the receipt: {e}")))
+    }
+
+    async fn broadcast(&self, raw: &[u8]) -> Result<(), SendError> {
+        let tx: VersionedTransaction =
+            bincode::deserialize(raw).map_err(|e| SendError::Rejected(format!("not a Solana transaction: {e}")))?;
+        self.rpc.send(&tx).await.map(|_| ())
+    }
+
+    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
+        self.rpc.outcome(&signature(tx_id)?, false).await
+    }
+
+    async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError> {
+        let signature = signature(tx.id)?;
+        if let Some(outcome) = self.rpc.outcome(&signature, true).await? {
+            return Ok(TxStatus::Landed(outcome));
+        }
+        let Some(last_valid) = tx.horizon else { return Ok(TxStatus::Unseen) };
+        let height = self.rpc.block_height().await?;
+        if height <= last_valid {
+            return Ok(TxStatus::Unseen);
+        }
+        // Past the horizon: it can no longer land. Ask once more, so a confirmation that raced
+        // the height check is not missed.
+        Ok(match self.rpc.outcome(&signature, true).await? {
+            Some(outcome) => TxStatus::Landed(outcome),
+            None => TxStatus::Dropped {
+                reason: format!("block height {height} passed {last_valid} without the transaction"),
+            },
+        })
+    }
+
+    async fn observe(&self, expected: &Expected<'_>, tx: &str) -> Result<Seen, OrderError> {
+        send::observe(&self.rpc, expected, tx).await
+    }
+
+    async fn token_info(&self, address: &Address) -> Result<Option<TokenInfo>, ChainError> {
+        match build::pubkey(address) {
+            Some(mint) => token::token_info(&self.rpc, &mint).await,
+            None => Ok(None),
+        }
+    }
+}
+
+fn signature(tx_id: &str) -> Result<Signature, ChainError> {
+    tx_id.parse().map_err(|_| ChainError(format!("not a Solana signature: {tx_id}")))
+}

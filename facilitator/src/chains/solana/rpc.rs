@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use solana_commitment_config::CommitmentConfig;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
 use solana_rpc_client::rpc_client::{SerializableMessage, SerializableTransaction};
@@ -19,7 +18,7 @@ use solana_sdk::transaction::{Transaction, VersionedTransaction};
 use solana_transaction_status_client_types::UiTransactionEncoding;
 use tollgate_protocol::Network;
 
-use crate::chains::{ChainError, Ledger, SendError, TxOutcome};
+use crate::chains::{ChainError, SendError, TxOutcome};
 
 /// A Solana node reached over JSON-RPC.
 pub struct SolanaRpc {
@@ -222,16 +221,23 @@ impl SolanaRpc {
     }
 
     /// What the cluster knows of a transaction: `None` while it is not seen (confirmed level).
+    /// A node keeps recent statuses for about two minutes; `search_history` asks it to look
+    /// further back (slower), as a check made after that window must.
     ///
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
-    pub async fn outcome(&self, signature: &Signature) -> Result<Option<TxOutcome>, ChainError> {
-        let statuses = bounded(
-            self.call_timeout,
-            "getSignatureStatuses",
-            self.client.get_signature_statuses(std::slice::from_ref(signature)),
-        )
-        .await?;
+    pub async fn outcome(&self, signature: &Signature, search_history: bool) -> Result<Option<TxOutcome>, ChainError> {
+        let signatures = std::slice::from_ref(signature);
+        let statuses = if search_history {
+            bounded(
+                self.call_timeout,
+                "getSignatureStatuses",
+                self.client.get_signature_statuses_with_history(signatures),
+            )
+            .await?
+        } else {
+            bounded(self.call_timeout, "getSignatureStatuses", self.client.get_signature_statuses(signatures)).await?
+        };
         let Some(Some(status)) = statuses.value.into_iter().next() else {
             return Ok(None);
         };
@@ -258,7 +264,7 @@ impl SolanaRpc {
     ) -> Result<Option<TxOutcome>, ChainError> {
         let deadline = tokio::time::Instant::now() + budget;
         for attempt in 0.. {
-            if let Some(outcome) = self.outcome(signature).await? {
+            if let Some(outcome) = self.outcome(signature, false).await? {
                 return Ok(Some(outcome));
             }
             if tokio::time::Instant::now() >= deadline {
@@ -288,24 +294,6 @@ async fn bounded<T, E: std::fmt::Display>(
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     crate::chains::bounded("Solana", limit, what, call).await
-}
-
-#[async_trait]
-impl Ledger for SolanaRpc {
-    fn network(&self) -> &Network {
-        &self.network
-    }
-
-    async fn broadcast(&self, tx: &[u8]) -> Result<(), SendError> {
-        let tx: VersionedTransaction =
-            bincode::deserialize(tx).map_err(|e| SendError::Rejected(format!("not a Solana transaction: {e}")))?;
-        self.send(&tx).await.map(|_| ())
-    }
-
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
-        let signature: Signature = tx_id.parse().map_err(|_| ChainError(format!("not a Solana signature: {tx_id}")))?;
-        SolanaRpc::outcome(self, &signature).await
-    }
 }
 
 /// The id of a signed transaction: its first signature, base58.

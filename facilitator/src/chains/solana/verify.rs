@@ -10,7 +10,7 @@ use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::transaction::VersionedTransaction;
 
-use crate::refusal::{Reason, Refusal};
+use crate::chains::{Reason, Refusal};
 
 /// SPL Memo program (v2).
 pub const MEMO_V2: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");

@@ -1,8 +1,10 @@
-//! The facilitator's one error type at the HTTP boundary.
+//! The facilitator's one error type at the HTTP boundary, and the one place domain errors become
+//! HTTP errors.
 //!
 //! Every failure becomes an [`ApiError`]: a wire [`ErrorCode`], a message for the caller and,
 //! for 5xx, a private detail that is logged once and never sent. The status is derived from the
-//! code by [`ErrorCode::http_status`], nowhere else.
+//! code by [`ErrorCode::http_status`], nowhere else. The domain's errors convert here:
+//! [`PaymentError`], [`AuthError`], [`Refusal`] and [`Unserved`].
 
 use std::fmt;
 
@@ -10,6 +12,10 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use tollgate_protocol::{ErrorCode, ErrorEnvelope};
+
+use crate::auth::AuthError;
+use crate::chains::{Reason, Refusal, Unserved};
+use crate::payment::PaymentError;
 
 /// An error answer.
 #[derive(Debug, Clone)]
@@ -143,6 +149,60 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<Refusal> for ApiError {
+    /// `402 INVALID_PAYMENT_PROOF` with the sentence; insufficient funds keep their x402 prefix so
+    /// a client can tell them apart.
+    fn from(r: Refusal) -> Self {
+        let message = match r.reason {
+            Reason::InsufficientFunds => format!("{}: {}", r.reason.as_str(), r.message),
+            _ => r.message,
+        };
+        Self::new(ErrorCode::InvalidPaymentProof, message)
+    }
+}
+
+impl From<Unserved> for ApiError {
+    /// 400 for a network of another family than the addresses; 502 for one no chain serves.
+    fn from(e: Unserved) -> Self {
+        match e {
+            Unserved::WrongFamily { .. } => Self::invalid_params(e.to_string()),
+            Unserved::Unavailable(_) => Self::verification_failed(e.to_string()).with_remedy(
+                "Configure a chain backend for this network, or use a network the facilitator serves (see GET /supported)",
+            ),
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthorized(m) => Self::unauthorized(m),
+            AuthError::Forbidden(m) => Self::forbidden(m),
+            AuthError::RateLimited { message, retry_after_secs } => Self::rate_limited(message, retry_after_secs),
+            AuthError::Internal(detail) => Self::internal(detail),
+        }
+    }
+}
+
+impl From<PaymentError> for ApiError {
+    fn from(e: PaymentError) -> Self {
+        match e {
+            PaymentError::Invalid(m) => Self::invalid_params(m),
+            PaymentError::InvalidRecipient(m) => Self::invalid_recipient(m),
+            PaymentError::Refused(r) => r.into(),
+            e @ PaymentError::ProofUsed { .. } => Self::new(ErrorCode::InvalidPaymentProof, e.to_string()),
+            PaymentError::InsufficientBalance(m) => Self::new(ErrorCode::InsufficientBalance, m),
+            PaymentError::Forbidden(m) => {
+                Self::forbidden(m).with_remedy("Create one with `tollgate-facilitator wallets create`")
+            }
+            PaymentError::NotFound(m) => Self::not_found(m),
+            PaymentError::Unserved(u) => u.into(),
+            PaymentError::Unavailable(m) => Self::verification_failed(m),
+            PaymentError::Internal(detail) => Self::internal(detail),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +214,23 @@ mod tests {
         let body = serde_json::to_string(&e.envelope()).unwrap();
         assert!(!body.contains("hunter2"));
         assert!(body.contains("INTERNAL_ERROR"));
+    }
+
+    #[test]
+    fn refusals_render_as_invalid_payment_proof() {
+        let r = Refusal::new(Reason::SvmAmountMismatch, "the transfer pays 5, not 10");
+        let e = ApiError::from(r);
+        assert_eq!((e.code(), e.message()), (ErrorCode::InvalidPaymentProof, "the transfer pays 5, not 10"));
+        let poor = ApiError::from(Refusal::new(Reason::InsufficientFunds, "the payer holds 1 SOL"));
+        assert_eq!(poor.message(), "insufficient_funds: the payer holds 1 SOL");
+        let used = ApiError::from(PaymentError::ProofUsed { payment_id: "pay_1".into(), holder: None });
+        assert_eq!(
+            (used.code(), used.message()),
+            (ErrorCode::InvalidPaymentProof, "proof already used (payment pay_1)")
+        );
+        let unserved = ApiError::from(PaymentError::Unserved(Unserved::Unavailable("eip155:8453".into())));
+        assert_eq!(unserved.code(), ErrorCode::PaymentVerificationFailed);
+        assert_eq!(unserved.message(), "no chain backend configured for eip155:8453");
     }
 
     #[test]

@@ -6,9 +6,10 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use http::header::AUTHORIZATION;
 
-use super::plans::Endpoint;
-use super::rate_limit::RateDecision;
+use super::error::ApiError;
 use crate::AppState;
+use crate::auth::plans::Endpoint;
+use crate::auth::rate_limit::RateDecision;
 
 /// Header names of the rate-limit answer.
 pub const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";
@@ -17,32 +18,31 @@ pub const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
 /// Unix seconds at which the window resets.
 pub const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
 
-/// Guards one endpoint. Puts the [`super::Caller`] in request extensions.
+/// Guards one endpoint. Puts the [`crate::auth::Caller`] in request extensions.
 pub async fn require_key(
     State((state, endpoint)): State<(AppState, Endpoint)>,
     mut req: Request,
     next: Next,
 ) -> Response {
     let authorization = req.headers().get(AUTHORIZATION).cloned();
-    let authenticated = match (&authorization, endpoint) {
+    let text = authorization.as_ref().map(|v| v.to_str().map_err(|_| ()));
+    let authenticated = match (text, endpoint) {
         // Browsers cannot set headers on a WebSocket upgrade, so /ws also takes ?api-key=.
         (None, Endpoint::Ws) => match query_api_key(req.uri().query()) {
             Some(key) => state.auth.authenticate_key(&key).await,
             None => state.auth.authenticate(None).await,
         },
-        _ => state.auth.authenticate(authorization.as_ref()).await,
+        (text, _) => state.auth.authenticate(text).await,
     };
     let caller = match authenticated {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     let decision = match state.auth.admit(&caller, endpoint) {
         Ok(d) => d,
         Err((e, decision)) => {
-            let mut response = e.into_response();
-            if let Some(d) = decision {
-                set_rate_headers(&mut response, &d);
-            }
+            let mut response = ApiError::from(e).into_response();
+            set_rate_headers(&mut response, &decision);
             return response;
         }
     };

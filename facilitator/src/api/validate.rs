@@ -3,7 +3,7 @@
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount};
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 
 /// `/payment/send` amount bounds, whole native units.
 pub const SEND_MIN_AMOUNT: &str = "0.001";

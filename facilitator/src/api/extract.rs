@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 
 /// A JSON body, read exactly (amounts keep their digits) and with field-level errors.
 #[derive(Debug, Clone)]

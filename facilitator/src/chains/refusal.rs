@@ -1,14 +1,11 @@
-//! Why a payment proof is refused, in two renderings: a sentence for the gateway's error
-//! envelope (`402 INVALID_PAYMENT_PROOF`), and the x402 reason string for `/verify` and `/settle`
-//! (`invalidReason`, `errorReason`).
+//! Why a payment proof is refused: an x402 reason (the string x402 facilitators use in
+//! `invalidReason` / `errorReason`, so x402 clients can act on it) and a sentence for people.
+//! The API renders a refusal as `402 INVALID_PAYMENT_PROOF` on the gateway endpoints and as the
+//! reason string on `/verify` and `/settle`; nothing here knows HTTP.
 //!
-//! The reason strings are the ones x402 facilitators use, so x402 clients can act on them; the
-//! few Tollgate-only ones (`exact-native` recipients and receipts) follow the same naming.
+//! The few Tollgate-only reasons (`exact-native` recipients and receipts) follow x402's naming.
 
-use tollgate_protocol::ErrorCode;
-
-use crate::chains::ChainError;
-use crate::error::ApiError;
+use super::ChainError;
 
 /// An x402 reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,18 +114,6 @@ impl Refusal {
     }
 }
 
-impl From<Refusal> for ApiError {
-    /// `402 INVALID_PAYMENT_PROOF` with the sentence; insufficient funds keep their x402 prefix so
-    /// a client can tell them apart.
-    fn from(r: Refusal) -> Self {
-        let message = match r.reason {
-            Reason::InsufficientFunds => format!("{}: {}", r.reason.as_str(), r.message),
-            _ => r.message,
-        };
-        Self::new(ErrorCode::InvalidPaymentProof, message)
-    }
-}
-
 /// A proof check that did not pass: refused, or the chain could not be asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError {
@@ -140,27 +125,13 @@ pub enum ProofError {
     Chain(#[from] ChainError),
 }
 
-impl From<ProofError> for ApiError {
-    /// 402 for a refusal, 502 `PAYMENT_VERIFICATION_FAILED` when the chain could not be read.
-    fn from(e: ProofError) -> Self {
-        match e {
-            ProofError::Refused(r) => r.into(),
-            ProofError::Chain(c) => c.into(),
+impl Reason {
+    /// The reason for an amount that does not meet the price, on `family`'s chains.
+    #[must_use]
+    pub const fn amount_mismatch(family: tollgate_protocol::ChainFamily) -> Self {
+        match family {
+            tollgate_protocol::ChainFamily::Solana => Self::SvmAmountMismatch,
+            tollgate_protocol::ChainFamily::Evm => Self::EvmValue,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gateway_and_x402_renderings() {
-        let r = Refusal::new(Reason::SvmAmountMismatch, "the transfer pays 5, not 10");
-        assert_eq!(r.reason.as_str(), "invalid_exact_svm_payload_transaction_amount_mismatch");
-        let e = ApiError::from(r);
-        assert_eq!((e.code(), e.message()), (ErrorCode::InvalidPaymentProof, "the transfer pays 5, not 10"));
-        let poor = ApiError::from(Refusal::new(Reason::InsufficientFunds, "the payer holds 1 SOL"));
-        assert_eq!(poor.message(), "insufficient_funds: the payer holds 1 SOL");
     }
 }

@@ -5,6 +5,9 @@
 //! `Idempotent-Replayed: true`; the same key with another body, or while the first is still
 //! running, is `409 IDEMPOTENCY_CONFLICT`. Keys are scoped to the API key and kept at least
 //! `limits.idempotency_ttl_secs` (24 h by default).
+//!
+//! The first request runs on a task of its own, and its key is completed or released there: a
+//! client that hangs up does not leave its key "in progress", and its retry gets the answer.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
@@ -15,8 +18,8 @@ use http::{HeaderValue, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
+use crate::api::error::ApiError;
 use crate::auth::Caller;
-use crate::error::ApiError;
 use crate::store::{IdempotencyBegin, StoredResponse};
 
 /// The request header.
@@ -26,6 +29,10 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// Largest response body remembered (bigger answers are returned but not stored).
 const MAX_STORED_RESPONSE: usize = 1024 * 1024;
+
+/// A request still "in progress" after this long stopped without an answer (no request lasts it:
+/// the longest wait is 300 s): the facilitator stopped while it ran.
+const STALE_AFTER: Duration = Duration::minutes(10);
 
 /// The middleware (placed inside authentication: it needs the [`Caller`]).
 pub async fn idempotent(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -75,34 +82,57 @@ async fn run(state: &AppState, req: Request, next: Next) -> Result<Response, Api
         IdempotencyBegin::Mismatch => {
             Err(ApiError::idempotency_conflict("this Idempotency-Key was already used with a different request"))
         }
-        IdempotencyBegin::InProgress => {
+        IdempotencyBegin::InProgress { started } if now - started > STALE_AFTER => Err(ApiError::idempotency_conflict(
+            "the first request with this Idempotency-Key stopped without an answer (the facilitator restarted)",
+        )
+        .with_remedy("Look for its payment in GET /payment/history before paying again with a new key")),
+        IdempotencyBegin::InProgress { .. } => {
             Err(ApiError::idempotency_conflict("a request with this Idempotency-Key is still in progress")
                 .with_remedy("Retry after the first request has finished"))
         }
         IdempotencyBegin::Replay(stored) => Ok(replay(stored)),
         IdempotencyBegin::Started => {
-            let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
-            let (resp_parts, resp_body) = response.into_parts();
-            let body = match to_bytes(resp_body, MAX_STORED_RESPONSE).await {
-                Ok(b) => b,
+            // Detached, so that the key is completed or released even if the caller goes away.
+            let request = Request::from_parts(parts, Body::from(bytes));
+            let (task_state, key_id, task_key) = (state.clone(), caller.key_id.clone(), idem_key.clone());
+            let first = tokio::spawn(async move {
+                let response = next.run(request).await;
+                remember(&task_state, &key_id, &task_key, response).await
+            });
+            match first.await {
+                Ok(answer) => answer,
                 Err(e) => {
                     abandon(state, &caller.key_id, &idem_key).await;
-                    return Err(ApiError::internal(format!("response too large to remember: {e}")));
+                    Err(ApiError::internal(format!("idempotent request task ended: {e}")))
                 }
-            };
-            let storable = !resp_parts.status.is_server_error() && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
-            match std::str::from_utf8(&body) {
-                Ok(text) if storable => {
-                    let stored = StoredResponse { status: resp_parts.status.as_u16(), body: text.to_owned() };
-                    if let Err(e) = state.store.idempotency_complete(&caller.key_id, &idem_key, &stored).await {
-                        tracing::error!(error = %e, "could not store idempotent response");
-                    }
-                }
-                _ => abandon(state, &caller.key_id, &idem_key).await,
             }
-            Ok(Response::from_parts(resp_parts, Body::from(body)))
         }
     }
+}
+
+/// Stores the first request's answer under its key (5xx and 429 answers are released instead,
+/// so the caller can retry), and returns it.
+async fn remember(state: &AppState, key_id: &str, idem_key: &str, response: Response) -> Result<Response, ApiError> {
+    let (resp_parts, resp_body) = response.into_parts();
+    let body = match to_bytes(resp_body, MAX_STORED_RESPONSE).await {
+        Ok(b) => b,
+        Err(e) => {
+            abandon(state, key_id, idem_key).await;
+            return Err(ApiError::internal(format!("response too large to remember: {e}")));
+        }
+    };
+    let storable = !resp_parts.status.is_server_error() && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
+    match std::str::from_utf8(&body) {
+        Ok(text) if storable => {
+            let stored = StoredResponse { status: resp_parts.status.as_u16(), body: text.to_owned() };
+            if let Err(e) = state.store.idempotency_complete(key_id, idem_key, &stored).await {
+                tracing::error!(error = %e, "could not store idempotent response");
+                abandon(state, key_id, idem_key).await;
+            }
+        }
+        _ => abandon(state, key_id, idem_key).await,
+    }
+    Ok(Response::from_parts(resp_parts, Body::from(body)))
 }
 
 async fn abandon(state: &AppState, key_id: &str, idem_key: &str) {

@@ -1,0 +1,277 @@
+//! x402 `exact` on EVM chains: an EIP-3009 authorization of the token asked for, checked for
+//! everything `transferWithAuthorization` would check (recipient, exact value, validity window,
+//! EIP-712 signature — EIP-1271 for contract wallets —, balance, unused nonce, simulation), and
+//! settled by the facilitator's own account calling it ([`Eip3009Call`]) or, in local mode, by
+//! the seller's (an unsigned transaction handed back).
+//!
+//! Its identity is (chain, token, payer, nonce): the token is the one the terms name, never one
+//! the payload chose.
+
+use alloy::consensus::TxEip1559;
+use alloy::primitives::{Address, B256, Bytes, Signature, TxKind, U256};
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol_types::{Eip712Domain, SolCall as _, SolStruct as _};
+use async_trait::async_trait;
+use tollgate_protocol::Network;
+use tollgate_protocol::x402::schemes::ExactEvmPayload;
+use tollgate_protocol::x402::{Asset, PaymentPayload};
+
+use super::erc20::{self, Erc1271, Erc3009, TransferWithAuthorization};
+use super::{EvmBackend, FacilitatorSigner, address, build, protocol_address, refuse};
+use crate::chains::{ChainError, Checked, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
+
+/// Seconds an EIP-3009 authorization must stay valid after it is checked (x402's margin for the
+/// settlement to land).
+pub const VALID_BEFORE_MARGIN_SECS: i64 = 6;
+
+/// Proof identity of an EIP-3009 authorization: chain, token, payer and nonce.
+fn authorization_id(network: &Network, token: &Address, from: &Address, nonce: &B256) -> String {
+    format!("{network}:{token:#x}:{from:#x}:{nonce:#x}")
+}
+
+/// The identity a payload is claimed under when it pays `asset` (`None` when malformed).
+pub(super) fn identity(payload: &PaymentPayload, asset: &Asset) -> Option<String> {
+    let Asset::Token(token) = asset else { return None };
+    let p = ExactEvmPayload::from_value(payload.payload()).ok()?;
+    let (token, from) = (address(token)?, address(&p.authorization.from)?);
+    Some(authorization_id(payload.network(), &token, &from, &p.authorization.nonce.parse().ok()?))
+}
+
+/// The EIP-712 domain of `token`: name and version from the requirement's `extra` (or a v2
+/// payload's), else read from the contract.
+async fn domain_of(
+    backend: &EvmBackend,
+    token: Address,
+    payload: &PaymentPayload,
+    terms: &Terms,
+) -> Result<Eip712Domain, ProofError> {
+    let extra = terms.extra.as_ref().or(match payload {
+        PaymentPayload::V2(p) => p.accepted.extra.as_ref(),
+        PaymentPayload::V1(_) => None,
+    });
+    let given = |field: &str| extra.and_then(|e| e.get(field)).and_then(|v| v.as_str()).map(str::to_owned);
+    let rpc = &backend.rpc;
+    let name = match given("name") {
+        Some(n) => n,
+        None => erc20::view(rpc, token, &Erc3009::nameCall {}).await.map_err(|_| {
+            refuse(Reason::InvalidPaymentRequirements, "extra.name is needed: the token does not publish its name")
+        })?,
+    };
+    let version = match given("version") {
+        Some(v) => v,
+        None => erc20::view(rpc, token, &Erc3009::versionCall {}).await.map_err(|_| {
+            refuse(Reason::InvalidPaymentRequirements, "extra.version is needed: the token does not publish it")
+        })?,
+    };
+    Ok(Eip712Domain::new(Some(name.into()), Some(version.into()), Some(U256::from(rpc.chain_id())), Some(token), None))
+}
+
+/// Checks the authorization's signature: the payer's key, or its wallet contract (EIP-1271).
+async fn check_signature(
+    backend: &EvmBackend,
+    from: Address,
+    digest: B256,
+    signature: &[u8],
+) -> Result<(), ProofError> {
+    if backend.rpc.code(from).await?.is_empty() {
+        let recovered = Signature::try_from(signature)
+            .ok()
+            .filter(|s| s.normalize_s().is_none())
+            .and_then(|s| s.recover_address_from_prehash(&digest).ok());
+        if recovered != Some(from) {
+            return Err(refuse(Reason::EvmSignature, "the signature is not the payer's over this authorization"));
+        }
+        return Ok(());
+    }
+    let call = Erc1271::isValidSignatureCall { hash: digest, signature: signature.to_vec().into() };
+    let answer = erc20::view(&backend.rpc, from, &call).await.ok();
+    if answer.map(|b| b.0) != Some(erc20::ERC1271_MAGIC) {
+        return Err(refuse(Reason::EvmSignature, "the payer's wallet contract does not accept the signature"));
+    }
+    Ok(())
+}
+
+/// Checks an EIP-3009 authorization paying `pay_to` the token `terms.asset`, for `settler`.
+pub(super) async fn check(
+    backend: &EvmBackend,
+    payload: &PaymentPayload,
+    terms: &Terms,
+    (pay_to, now): (&Address, i64),
+    settler: Settler,
+) -> Result<Checked, ProofError> {
+    let rpc = &backend.rpc;
+    let sender = match (settler, &backend.signer) {
+        (Settler::Seller(seller), _) => address(&seller)
+            .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not an EVM account"))?,
+        (Settler::Facilitator, Some(signer)) => signer.0.address(),
+        (Settler::Facilitator, None) => {
+            return Err(refuse(
+                Reason::UnsupportedScheme,
+                format!("this facilitator has no account to settle x402 exact on {}", rpc.network()),
+            ));
+        }
+    };
+    let Asset::Token(token) = terms.asset else {
+        return Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            "x402 exact on EVM pays a token: name it (asset), ETH is paid with exact-native",
+        ));
+    };
+    let token = address(&token)
+        .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be an EVM token contract"))?;
+    let p =
+        ExactEvmPayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
+    let a = &p.authorization;
+    let (Some(from), Some(to)) = (address(&a.from), address(&a.to)) else {
+        return Err(refuse(Reason::InvalidPayload, "authorization addresses must be EVM addresses"));
+    };
+    if to != *pay_to {
+        return Err(refuse(Reason::EvmRecipientMismatch, format!("the authorization pays {to}, not {pay_to}")));
+    }
+    let decimals = erc20::view(rpc, token, &Erc3009::decimalsCall {}).await.map_err(|_| {
+        refuse(Reason::InvalidPaymentRequirements, format!("{token} does not answer as an ERC-20 token"))
+    })?;
+    terms.price.check(a.value.get(), decimals, Reason::EvmValue)?;
+    let (valid_after, valid_before) = (a.valid_after.get(), a.valid_before.get());
+    if valid_after >= u128::try_from(now).unwrap_or_default() {
+        return Err(refuse(Reason::EvmValidAfter, format!("the authorization is valid only after {valid_after}")));
+    }
+    if valid_before < u128::try_from(now + VALID_BEFORE_MARGIN_SECS).unwrap_or_default() {
+        return Err(refuse(
+            Reason::EvmValidBefore,
+            format!("the authorization expires at {valid_before}, too soon to settle"),
+        ));
+    }
+    let nonce: B256 =
+        a.nonce.parse().map_err(|_| refuse(Reason::InvalidPayload, "authorization.nonce is not 32 bytes"))?;
+    let signature = alloy::primitives::hex::decode(p.signature.trim_start_matches("0x"))
+        .map_err(|_| refuse(Reason::EvmSignature, "the signature is not hex"))?;
+    let value = U256::from(a.value.get());
+    let message = TransferWithAuthorization {
+        from,
+        to,
+        value,
+        validAfter: U256::from(valid_after),
+        validBefore: U256::from(valid_before),
+        nonce,
+    };
+    let digest = message.eip712_signing_hash(&domain_of(backend, token, payload, terms).await?);
+    check_signature(backend, from, digest, &signature).await?;
+    if erc20::balance_of(rpc, token, from).await? < value {
+        return Err(refuse(Reason::InsufficientFunds, format!("{from} holds less than {value} of {token}")));
+    }
+    if erc20::authorization_used(rpc, token, from, nonce).await? {
+        return Err(refuse(Reason::EvmNonceUsed, "this authorization's nonce is used already"));
+    }
+    let data = Erc3009::transferWithAuthorizationCall {
+        from,
+        to,
+        value,
+        validAfter: message.validAfter,
+        validBefore: message.validBefore,
+        nonce,
+        signature: signature.into(),
+    }
+    .abi_encode();
+    let request = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
+    let gas = rpc
+        .estimate_gas(request)
+        .await
+        .map_err(|e| refuse(Reason::EvmSimulationFailed, format!("transferWithAuthorization would fail: {e}")))?;
+    if gas > backend.max_gas {
+        return Err(refuse(Reason::EvmSimulationFailed, format!("the settlement needs {gas} gas, above the cap")));
+    }
+    // Margin over the estimate, within the cap.
+    let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
+    let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit };
+    let settle = match settler {
+        Settler::Facilitator => Settle::Sign(Box::new(call)),
+        Settler::Seller(_) => {
+            let (transaction, fee) = call.unsigned_from(sender).await?;
+            let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
+            Settle::Handover { transaction, fee, horizon }
+        }
+    };
+    Ok(Checked {
+        settle,
+        proof_id: authorization_id(rpc.network(), &token, &from, &nonce),
+        payer: protocol_address(from),
+        pay_to: protocol_address(to),
+        asset: Asset::Token(protocol_address(token)),
+        amount: a.value.get(),
+        decimals,
+        fee: None,
+    })
+}
+
+/// What sending a contract call needs of the backend.
+struct CallSender {
+    rpc: super::rpc::EvmRpc,
+    nonces: std::sync::Arc<super::nonce::NonceManager>,
+    signer: Option<FacilitatorSigner>,
+    max_fee_per_gas: u128,
+}
+
+impl CallSender {
+    fn of(backend: &EvmBackend) -> Self {
+        Self {
+            rpc: backend.rpc.clone(),
+            nonces: backend.nonces.clone(),
+            signer: backend.signer.clone(),
+            max_fee_per_gas: backend.max_fee_per_gas,
+        }
+    }
+}
+
+/// `transferWithAuthorization`, sent from the facilitator's account (or built for the seller's).
+struct Eip3009Call {
+    backend: CallSender,
+    token: Address,
+    data: Vec<u8>,
+    gas_limit: u64,
+}
+
+impl Eip3009Call {
+    fn tx(&self, nonce: u64, fees: &alloy::eips::eip1559::Eip1559Estimation) -> TxEip1559 {
+        TxEip1559 {
+            chain_id: self.backend.rpc.chain_id(),
+            nonce,
+            gas_limit: self.gas_limit,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            to: TxKind::Call(self.token),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: self.data.clone().into(),
+        }
+    }
+
+    /// The unsigned call from the seller's account (its signing payload) and the most its gas
+    /// can cost.
+    async fn unsigned_from(&self, seller: Address) -> Result<(Vec<u8>, u128), ProofError> {
+        let rpc = &self.backend.rpc;
+        let fees = rpc.fees().await?;
+        let tx = self.tx(rpc.pending_nonce(seller).await?, &fees);
+        Ok((build::unsigned_bytes(&tx), u128::from(self.gas_limit).saturating_mul(fees.max_fee_per_gas)))
+    }
+}
+
+#[async_trait]
+impl Signable for Eip3009Call {
+    /// Signed by the facilitator's account under its next nonce, held until the broadcast.
+    async fn sign(&self) -> Result<Outgoing, ChainError> {
+        let b = &self.backend;
+        let signer = b.signer.as_ref().ok_or_else(|| ChainError("no facilitator account on this chain".into()))?;
+        let fees = b.rpc.fees().await?;
+        if fees.max_fee_per_gas > b.max_fee_per_gas {
+            return Err(ChainError(format!(
+                "gas costs {} wei, above the {} wei this facilitator pays; try again later",
+                fees.max_fee_per_gas, b.max_fee_per_gas
+            )));
+        }
+        let lease = b.nonces.lease(&b.rpc, signer.0.address()).await?;
+        let (raw, hash) = build::sign(self.tx(lease.nonce(), &fees), &signer.0)
+            .map_err(|e| ChainError(format!("cannot sign the settlement: {e}")))?;
+        Ok(Outgoing { tx_id: format!("{hash:#x}"), raw, horizon: None, hold: Some(Box::new(lease)) })
+    }
+}

@@ -1,0 +1,156 @@
+//! Native ETH transfers the facilitator makes (hosted sends from a custodial wallet, each under a
+//! nonce of its own) or builds (local mode), and what the chain says about a transaction reported
+//! for a local payment.
+
+use alloy::primitives::{B256, U256};
+use alloy::rpc::types::TransactionRequest;
+use alloy::signers::local::PrivateKeySigner;
+use async_trait::async_trait;
+use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount};
+
+use super::build::{self, TRANSFER_GAS, Transfer};
+use super::nonce::NonceManager;
+use super::rpc::EvmRpc;
+use super::{EvmBackend, address};
+use crate::chains::{ChainError, Expected, Order, OrderError, Outgoing, PlannedSend, Seen, Signable, Unsigned};
+
+/// Blocks after building during which a local-mode transaction is expected to land; past them
+/// (with `expiresAt`, 60 s) the service treats it as expired when the chain does not have it.
+pub const HORIZON_BLOCKS: u64 = 50;
+
+fn eth(wei: U256) -> String {
+    let wei = u128::try_from(wei).unwrap_or(u128::MAX);
+    DecimalAmount::from_atomic(AtomicAmount(wei), ChainFamily::Evm.native_decimals()).to_string()
+}
+
+/// The order's transfer with its gas and fees priced (nonce 0, for the caller to set): 21,000
+/// gas to an account without code, the node's estimate (within the backend's cap) to a contract;
+/// the node's EIP-1559 fees, with the tip spread from `priority_fee` (total wei) when one is given.
+async fn priced(backend: &EvmBackend, order: &Order) -> Result<(alloy::primitives::Address, Transfer), OrderError> {
+    let (Some(from), Some(to)) = (address(&order.from), address(&order.to)) else {
+        return Err(OrderError::InvalidRecipient("both addresses must be EVM addresses".into()));
+    };
+    let rpc = &backend.rpc;
+    let value = U256::from(order.amount.get());
+    let gas_limit = if rpc.code(to).await?.is_empty() {
+        TRANSFER_GAS
+    } else {
+        let request = TransactionRequest::default().from(from).to(to).value(value);
+        rpc.estimate_gas(request).await.map_err(|_| {
+            OrderError::InvalidRecipient("the recipient is a contract that does not accept this payment".into())
+        })?
+    };
+    if gas_limit > backend.max_gas {
+        return Err(OrderError::InvalidRecipient(format!(
+            "paying this recipient needs {gas_limit} gas, more than the {} allowed",
+            backend.max_gas
+        )));
+    }
+    let fees = rpc.fees().await?;
+    let tip = order.priority_fee.map_or(fees.max_priority_fee_per_gas, |total| total.get() / u128::from(gas_limit));
+    let max_fee = fees.max_fee_per_gas.saturating_sub(fees.max_priority_fee_per_gas).saturating_add(tip);
+    let transfer = Transfer {
+        chain_id: rpc.chain_id(),
+        nonce: 0,
+        to,
+        value,
+        gas_limit,
+        max_fee_per_gas: max_fee,
+        max_priority_fee_per_gas: tip,
+    };
+    Ok((from, transfer))
+}
+
+/// Plans a hosted send from `signer`'s wallet, checking it can pay the value and the most the
+/// gas can cost.
+pub(super) async fn plan(
+    backend: &EvmBackend,
+    order: &Order,
+    signer: PrivateKeySigner,
+) -> Result<PlannedSend, OrderError> {
+    let (from, transfer) = priced(backend, order).await?;
+    if signer.address() != from {
+        return Err(OrderError::Invalid("the wallet's key does not match walletAddress".into()));
+    }
+    let balance = backend.rpc.balance(from).await?;
+    let max_cost = transfer.max_cost();
+    if balance < max_cost {
+        return Err(OrderError::InsufficientBalance(format!(
+            "the wallet holds {} ETH; the payment needs up to {} ETH ({} + at most {} fee)",
+            eth(balance),
+            eth(max_cost),
+            eth(transfer.value),
+            eth(max_cost - transfer.value)
+        )));
+    }
+    let fee = AtomicAmount(u128::from(transfer.gas_limit).saturating_mul(transfer.max_fee_per_gas));
+    let tx = HostedTransfer { rpc: backend.rpc.clone(), nonces: backend.nonces.clone(), signer, transfer };
+    Ok(PlannedSend { fee, tx: Box::new(tx) })
+}
+
+/// A hosted send, signed under the wallet's next nonce each time it is asked to.
+struct HostedTransfer {
+    rpc: EvmRpc,
+    nonces: std::sync::Arc<NonceManager>,
+    signer: PrivateKeySigner,
+    transfer: Transfer,
+}
+
+#[async_trait]
+impl Signable for HostedTransfer {
+    async fn sign(&self) -> Result<Outgoing, ChainError> {
+        let lease = self.nonces.lease(&self.rpc, self.signer.address()).await?;
+        let transfer = Transfer { nonce: lease.nonce(), ..self.transfer };
+        let (raw, hash) =
+            build::sign(transfer.tx(), &self.signer).map_err(|e| ChainError(format!("cannot sign: {e}")))?;
+        Ok(Outgoing { tx_id: format!("{hash:#x}"), raw, horizon: None, hold: Some(Box::new(lease)) })
+    }
+}
+
+/// Builds an unsigned EIP-1559 transfer for the payer to sign (its signing payload,
+/// `0x02 || rlp([...])`), with the payer's next nonce.
+pub(super) async fn build(backend: &EvmBackend, order: &Order) -> Result<Unsigned, OrderError> {
+    let (from, transfer) = priced(backend, order).await?;
+    let rpc = &backend.rpc;
+    let transfer = Transfer { nonce: rpc.pending_nonce(from).await?, ..transfer };
+    if rpc.balance(from).await? < transfer.max_cost() {
+        return Err(OrderError::InsufficientBalance(
+            "the wallet cannot pay the amount plus the most the gas can cost".into(),
+        ));
+    }
+    let horizon = rpc.block_number().await?.saturating_add(HORIZON_BLOCKS);
+    let fee = AtomicAmount(u128::from(transfer.gas_limit).saturating_mul(transfer.max_fee_per_gas));
+    Ok(Unsigned { transaction: build::unsigned_bytes(&transfer.tx()), horizon, fee })
+}
+
+/// What the chain says about `transaction`, reported as paying `expected`.
+pub(super) async fn observe(rpc: &EvmRpc, expected: &Expected<'_>, transaction: &str) -> Result<Seen, OrderError> {
+    let hash: B256 = transaction
+        .parse()
+        .map_err(|_| OrderError::Invalid("transaction must be a transaction hash (0x + 64 hex digits)".into()))?;
+    let tx_id = format!("{hash:#x}");
+    let Some(mined) = rpc.mined(hash).await? else {
+        return Ok(Seen::Absent { height: rpc.block_number().await?, tx_id });
+    };
+    let unreadable = || ChainError("the stored payment has unreadable addresses".into());
+    let from: alloy::primitives::Address = expected.from.parse().map_err(|_| unreadable())?;
+    let to: alloy::primitives::Address = expected.to.parse().map_err(|_| unreadable())?;
+    let pays = if expected.asset == "native" {
+        mined.from == from
+            && mined.to == Some(to)
+            && mined.input.is_empty()
+            && u128::try_from(mined.value).is_ok_and(|v| v >= expected.amount.get())
+    } else {
+        // A token payment (EIP-3009, sent by anyone): the token's Transfer event from the payer.
+        let token = expected.asset.parse::<alloy::primitives::Address>().ok();
+        let paid = mined
+            .token_transfers
+            .iter()
+            .filter(|(t, f, r, _)| Some(*t) == token && *f == from && *r == to)
+            .map(|(_, _, _, v)| *v)
+            .fold(U256::ZERO, U256::saturating_add);
+        u128::try_from(paid).is_ok_and(|v| v >= expected.amount.get())
+    };
+    let error = (!mined.success).then(|| "the transaction reverted".to_owned());
+    Ok(Seen::Landed { tx_id, pays, error, fee: Some(AtomicAmount(mined.fee)) })
+}

@@ -1,0 +1,138 @@
+//! x402 `exact` on Solana: an SPL `TransferChecked` the buyer signed with someone else as fee
+//! payer (the "sponsor"): the facilitator in hosted mode and x402, the seller in local mode.
+//!
+//! The rules a sponsored transaction must follow without the chain are in [`super::spl`]; here
+//! the mint is compared with the asset asked for, the accounts and balance are read, the
+//! transaction is simulated, and the facilitator's signature is added only when it settles
+//! ([`CoSign`]), after the payment core has admitted what the check found.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer as _;
+use solana_sdk::transaction::VersionedTransaction;
+use tollgate_protocol::Address;
+use tollgate_protocol::x402::schemes::ExactSolanaPayload;
+use tollgate_protocol::x402::{Asset, PaymentPayload};
+
+use super::build::pubkey;
+use super::exact_native::fee_of;
+use super::spl::{self, SponsorPolicy};
+use super::{SolanaBackend, encode, proof_id, refuse, verify};
+use crate::chains::{ChainError, Checked, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
+
+/// Fee per signature on every Solana cluster, lamports.
+const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
+
+/// The payer's signature a payload is claimed under (`None` when malformed).
+pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
+    let p = ExactSolanaPayload::from_value(payload.payload()).ok()?;
+    Some(verify::decode(&p.transaction).ok()?.signatures.get(1)?.to_string())
+}
+
+/// Checks an `exact` payload paying `pay_to` the token `terms.asset`.
+pub(super) async fn check(
+    backend: &SolanaBackend,
+    payload: &PaymentPayload,
+    terms: &Terms,
+    pay_to: &Pubkey,
+    settler: Settler,
+) -> Result<Checked, ProofError> {
+    let rpc = &backend.rpc;
+    let Asset::Token(asked) = terms.asset else {
+        return Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            "x402 exact on Solana pays a token: name it (asset), SOL is paid with exact-native",
+        ));
+    };
+    let asked =
+        pubkey(&asked).ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be a Solana mint"))?;
+    let (sponsor, policy) = match settler {
+        Settler::Facilitator => {
+            let s = backend.sponsor.as_ref().ok_or_else(|| {
+                refuse(
+                    Reason::UnsupportedScheme,
+                    format!("this facilitator has no fee payer for x402 exact on {}", rpc.network()),
+                )
+            })?;
+            let offered = terms.extra.as_ref().and_then(|e| e.get("feePayer")).and_then(|v| v.as_str());
+            if offered.is_some_and(|o| o != s.keypair.pubkey().to_string()) {
+                return Err(refuse(
+                    Reason::InvalidPaymentRequirements,
+                    format!("extra.feePayer {} is not this facilitator's fee payer", offered.unwrap_or_default()),
+                ));
+            }
+            (s.keypair.pubkey(), s.policy)
+        }
+        Settler::Seller(seller) => (
+            pubkey(&seller)
+                .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not a Solana wallet"))?,
+            backend.sponsor.as_ref().map_or_else(SponsorPolicy::default, |s| s.policy),
+        ),
+    };
+    let p =
+        ExactSolanaPayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
+    let tx = verify::decode(&p.transaction)?;
+    let s = spl::check_sponsored_transfer(&tx, &sponsor, &policy)?;
+    let t = &s.transfer;
+    if t.mint != asked {
+        return Err(refuse(Reason::SvmInstructions, format!("the transfer moves mint {}, not {asked}", t.mint)));
+    }
+    let token = spl::check_token_accounts(rpc, t, pay_to, &sponsor).await?;
+    terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
+    if !rpc.blockhash_valid(&s.blockhash).await? {
+        return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
+    }
+    // The sponsor has not signed yet: simulate without signature checks.
+    if let Some(error) = rpc.simulate(&tx, false).await? {
+        return Err(refuse(Reason::SvmSimulationFailed, format!("the transaction would fail: {error}")));
+    }
+    let fee = fee_of(rpc, &tx.message).await?;
+    if let (Settler::Seller(_), Some(cap)) = (settler, terms.fee_cap) {
+        let signatures = u64::from(tx.message.header().num_required_signatures);
+        let priority = fee.saturating_sub(signatures.saturating_mul(LAMPORTS_PER_SIGNATURE));
+        if u128::from(priority) > cap.get() {
+            return Err(refuse(
+                Reason::SvmComputePriceTooHigh,
+                format!("the transaction's priority fee is {priority} lamports, above the priorityFee of {cap}"),
+            ));
+        }
+    }
+    let (_, horizon) = rpc.latest_blockhash().await?;
+    let settle = match (settler, &backend.sponsor) {
+        (Settler::Facilitator, Some(sponsor)) => {
+            Settle::Sign(Box::new(CoSign { tx: tx.clone(), sponsor: sponsor.keypair.clone(), horizon }))
+        }
+        _ => Settle::Handover { transaction: encode(&tx)?, fee: u128::from(fee), horizon },
+    };
+    Ok(Checked {
+        settle,
+        proof_id: proof_id(rpc.network(), &s.payer_signature.to_string()),
+        payer: Address::Solana(t.authority.to_bytes()),
+        // The destination is the associated token account of `pay_to` (checked above).
+        pay_to: Address::Solana(pay_to.to_bytes()),
+        asset: Asset::Token(Address::Solana(t.mint.to_bytes())),
+        amount: u128::from(t.amount),
+        decimals: token.decimals,
+        fee: Some(u128::from(fee)),
+    })
+}
+
+/// The facilitator's fee-payer signature, added when the payment settles.
+struct CoSign {
+    tx: VersionedTransaction,
+    sponsor: Arc<Keypair>,
+    horizon: u64,
+}
+
+#[async_trait]
+impl Signable for CoSign {
+    async fn sign(&self) -> Result<Outgoing, ChainError> {
+        let mut tx = self.tx.clone();
+        tx.signatures[0] = self.sponsor.sign_message(&tx.message.serialize());
+        let tx_id = tx.signatures[0].to_string();
+        Ok(Outgoing::ready(tx_id, encode(&tx)?, Some(self.horizon)))
+    }
+}

@@ -1,0 +1,153 @@
+//! `exact-native` on Solana: SOL paid by a signed System transfer (checked, then broadcast), or
+//! by a receipt of a confirmed one (the sender's signature over the payment's terms, and the
+//! transfer on chain, sent by that sender).
+
+use solana_sdk::message::VersionedMessage;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Signature;
+use tollgate_protocol::x402::schemes::{ExactNativePayload, NativeReceipt, receipt_message};
+use tollgate_protocol::x402::{Asset, PaymentPayload};
+use tollgate_protocol::{Address, ChainFamily};
+
+use super::build::pubkey;
+use super::rpc::SolanaRpc;
+use super::{encode, proof_id, refuse, verify};
+use crate::chains::{Checked, Outgoing, ProofError, Reason, Settle, Settler, Terms};
+
+/// The signature a payload is claimed under (`None` when malformed).
+pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
+    match ExactNativePayload::from_value(payload.payload()).ok()? {
+        ExactNativePayload::Transaction(encoded) => {
+            Some(verify::decode(&encoded).ok()?.signatures.first()?.to_string())
+        }
+        ExactNativePayload::Receipt(r) => Some(r.transaction),
+    }
+}
+
+/// The fee the cluster charges for a message, lamports.
+pub(super) async fn fee_of(rpc: &SolanaRpc, message: &VersionedMessage) -> Result<u64, ProofError> {
+    match message {
+        VersionedMessage::Legacy(m) => Ok(rpc.fee_for(m).await?),
+        VersionedMessage::V0(m) => Ok(rpc.fee_for(m).await?),
+        _ => Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted")),
+    }
+}
+
+/// Checks an `exact-native` payload paying `pay_to`.
+pub(super) async fn check(
+    rpc: &SolanaRpc,
+    payload: &PaymentPayload,
+    terms: &Terms,
+    pay_to: &Pubkey,
+    settler: Settler,
+) -> Result<Checked, ProofError> {
+    if terms.asset != Asset::Native {
+        return Err(refuse(Reason::InvalidPaymentRequirements, "exact-native pays SOL, but a token is asked"));
+    }
+    let native =
+        ExactNativePayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
+    match native {
+        ExactNativePayload::Transaction(tx) => signed_transfer(rpc, &tx, pay_to, terms, settler).await,
+        ExactNativePayload::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
+            Reason::InvalidPayload,
+            "a receipt is for a transfer already on chain: present it to /payment/receive",
+        )),
+        ExactNativePayload::Receipt(r) => receipt(rpc, &r, pay_to, terms).await,
+    }
+}
+
+/// A signed transfer, checked without the chain, then against it.
+async fn signed_transfer(
+    rpc: &SolanaRpc,
+    encoded: &str,
+    pay_to: &Pubkey,
+    terms: &Terms,
+    settler: Settler,
+) -> Result<Checked, ProofError> {
+    let tx = verify::decode(encoded)?;
+    let checked = verify::check_signed_transfer(&tx, pay_to, 0)?;
+    let decimals = ChainFamily::Solana.native_decimals();
+    terms.price.check(u128::from(checked.transfer.lamports), decimals, Reason::SvmAmountMismatch)?;
+    if !rpc.blockhash_valid(&checked.blockhash).await? {
+        return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
+    }
+    let fee = fee_of(rpc, &tx.message).await?;
+    let source = checked.transfer.from;
+    let needed = checked.transfer.lamports.saturating_add(if checked.fee_payer == source { fee } else { 0 });
+    let balance = rpc.balance(&source).await?;
+    if balance < needed {
+        return Err(refuse(
+            Reason::InsufficientFunds,
+            format!("the payer holds {balance} lamports; the transaction needs {needed}"),
+        ));
+    }
+    // The transaction's blockhash is valid now, so it cannot land after the horizon of the
+    // newest blockhash: past that height, a transaction the chain never saw has expired.
+    let (_, horizon) = rpc.latest_blockhash().await?;
+    let signature = tx.signatures[0].to_string();
+    let raw = encode(&tx)?;
+    let settle = match settler {
+        Settler::Facilitator => Settle::Broadcast(Outgoing::ready(signature.clone(), raw, Some(horizon))),
+        Settler::Seller(_) => Settle::Handover { transaction: raw, fee: u128::from(fee), horizon },
+    };
+    Ok(Checked {
+        settle,
+        proof_id: proof_id(rpc.network(), &signature),
+        payer: Address::Solana(source.to_bytes()),
+        pay_to: Address::Solana(checked.transfer.to.to_bytes()),
+        asset: Asset::Native,
+        amount: u128::from(checked.transfer.lamports),
+        decimals,
+        fee: Some(u128::from(fee)),
+    })
+}
+
+/// A receipt: the sender's signature over the payment's terms, and the transfer on chain, sent
+/// by that sender.
+async fn receipt(
+    rpc: &SolanaRpc,
+    receipt: &NativeReceipt,
+    pay_to: &Pubkey,
+    terms: &Terms,
+) -> Result<Checked, ProofError> {
+    let bad = |message: &str| refuse(Reason::NativeReceipt, message);
+    let from = pubkey(&receipt.from).ok_or_else(|| bad("receipt.from must be a Solana address"))?;
+    if let Some(wanted) = &terms.resource
+        && receipt.resource.as_deref() != Some(wanted)
+    {
+        return Err(bad("the receipt was made for another resource"));
+    }
+    let network = rpc.network();
+    let message = receipt_message(network, &receipt.transaction, &terms.pay_to, receipt.resource.as_deref());
+    let signed = receipt.signature.parse::<Signature>().is_ok_and(|s| s.verify(from.as_ref(), message.as_bytes()));
+    if !signed {
+        return Err(bad("the receipt's signature does not verify for its sender, recipient, network and resource"));
+    }
+    let tx_signature: Signature =
+        receipt.transaction.parse().map_err(|_| bad("receipt.transaction is not a Solana signature"))?;
+    let confirmed = rpc
+        .confirmed_transaction(&tx_signature)
+        .await?
+        .ok_or_else(|| bad("the receipt's transaction is not confirmed on chain"))?;
+    if let Some(error) = confirmed.error {
+        return Err(refuse(Reason::NativeReceipt, format!("the receipt's transaction failed on chain: {error}")));
+    }
+    let keys = confirmed.transaction.message.static_account_keys();
+    let signer = keys.iter().position(|k| *k == from).is_some_and(|i| confirmed.transaction.message.is_signer(i));
+    if !signer {
+        return Err(bad("the receipt's sender did not sign that transaction"));
+    }
+    let paid = verify::transferred(&confirmed.transaction, &from, pay_to);
+    let decimals = ChainFamily::Solana.native_decimals();
+    terms.price.check(u128::from(paid), decimals, Reason::SvmAmountMismatch)?;
+    Ok(Checked {
+        settle: Settle::Recorded { tx_id: receipt.transaction.clone() },
+        proof_id: proof_id(network, &receipt.transaction),
+        payer: Address::Solana(from.to_bytes()),
+        pay_to: terms.pay_to,
+        asset: Asset::Native,
+        amount: u128::from(paid),
+        decimals,
+        fee: confirmed.fee.map(u128::from),
+    })
+}

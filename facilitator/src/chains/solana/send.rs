@@ -1,0 +1,137 @@
+//! Native SOL transfers the facilitator makes (hosted sends from a custodial wallet) or builds
+//! (local mode), and what the chain says about a transaction reported for a local payment.
+//!
+//! Two identical sends signed against the same blockhash would be the same transaction (Solana
+//! signatures are deterministic). Each hosted send therefore carries a compute-unit limit of its
+//! own, drawn at random when it is signed: it changes the signature, not the fee (see
+//! [`Transfer::message_with_limit`]). The payment store's unique transaction index catches the
+//! rare draw of a limit already used, and the payment core then signs again.
+
+use async_trait::async_trait;
+use solana_sdk::hash::Hash;
+use solana_sdk::signature::{Keypair, Signature};
+use solana_sdk::signer::Signer as _;
+use solana_sdk::transaction::{Transaction, VersionedTransaction};
+use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount};
+
+use super::build::{TRANSFER_COMPUTE_UNITS, Transfer, pubkey};
+use super::rpc::SolanaRpc;
+use super::{encode, spl, verify};
+use crate::chains::{ChainError, Expected, Order, OrderError, Outgoing, PlannedSend, Seen, Signable, Unsigned};
+
+/// How far above [`TRANSFER_COMPUTE_UNITS`] a hosted send's own limit may be.
+const UNIQUE_UNITS_SPREAD: u32 = 100_000;
+
+fn sol(lamports: u64) -> String {
+    DecimalAmount::from_atomic(AtomicAmount::from(lamports), ChainFamily::Solana.native_decimals()).to_string()
+}
+
+fn lamports(amount: AtomicAmount, field: &str) -> Result<u64, OrderError> {
+    u64::try_from(amount.get()).map_err(|_| OrderError::Invalid(format!("{field} is too large")))
+}
+
+/// The order's transfer (addresses as keys, amounts in lamports).
+fn transfer(order: &Order) -> Result<Transfer, OrderError> {
+    let (Some(from), Some(to)) = (pubkey(&order.from), pubkey(&order.to)) else {
+        return Err(OrderError::InvalidRecipient("both addresses must be Solana addresses".into()));
+    };
+    let priority_fee = order.priority_fee.map(|f| lamports(f, "priorityFee")).transpose()?;
+    Ok(Transfer { from, to, lamports: lamports(order.amount, "amount")?, priority_fee })
+}
+
+/// Plans a hosted send from `keypair`'s wallet: checks the balance (amount, fee and the rent a
+/// Solana account must keep) and the recipient (a new account needs the rent minimum).
+pub(super) async fn plan(rpc: &SolanaRpc, order: &Order, keypair: Keypair) -> Result<PlannedSend, OrderError> {
+    let transfer = transfer(order)?;
+    if keypair.pubkey() != transfer.from {
+        return Err(OrderError::Invalid("the wallet's key does not match walletAddress".into()));
+    }
+    let (blockhash, horizon) = rpc.latest_blockhash().await?;
+    let fee = rpc.fee_for(&transfer.message(&blockhash)).await?;
+    let balance = rpc.balance(&transfer.from).await?;
+    let rent_minimum = rpc.rent_exempt_minimum().await?;
+    let needed = transfer.lamports.saturating_add(fee);
+    if balance < needed {
+        return Err(OrderError::InsufficientBalance(format!(
+            "the wallet holds {} SOL; the payment needs {} SOL ({} + {} fee)",
+            sol(balance),
+            sol(needed),
+            sol(transfer.lamports),
+            sol(fee)
+        )));
+    }
+    let left = balance - needed;
+    if left > 0 && left < rent_minimum {
+        return Err(OrderError::InsufficientBalance(format!(
+            "the payment would leave {} SOL, below the {} SOL a Solana account must keep (send everything or less)",
+            sol(left),
+            sol(rent_minimum)
+        )));
+    }
+    if rpc.balance(&transfer.to).await? == 0 && transfer.lamports < rent_minimum {
+        return Err(OrderError::InvalidRecipient(format!(
+            "a new Solana account must receive at least {} SOL",
+            sol(rent_minimum)
+        )));
+    }
+    let tx = HostedTransfer { keypair, transfer, blockhash, horizon };
+    Ok(PlannedSend { fee: AtomicAmount::from(fee), tx: Box::new(tx) })
+}
+
+/// A hosted send, signed anew (with a limit of its own) each time it is asked to.
+struct HostedTransfer {
+    keypair: Keypair,
+    transfer: Transfer,
+    blockhash: Hash,
+    horizon: u64,
+}
+
+#[async_trait]
+impl Signable for HostedTransfer {
+    async fn sign(&self) -> Result<Outgoing, ChainError> {
+        let units = TRANSFER_COMPUTE_UNITS + rand::random_range(0..UNIQUE_UNITS_SPREAD);
+        let message = self.transfer.message_with_limit(&self.blockhash, Some(units));
+        let tx = Transaction::new(&[&self.keypair], message, self.blockhash);
+        let tx = VersionedTransaction::from(tx);
+        Ok(Outgoing::ready(tx.signatures[0].to_string(), encode(&tx)?, Some(self.horizon)))
+    }
+}
+
+/// Builds an unsigned transfer for the payer to sign (local mode).
+pub(super) async fn build(rpc: &SolanaRpc, order: &Order) -> Result<Unsigned, OrderError> {
+    let transfer = transfer(order)?;
+    let (blockhash, horizon) = rpc.latest_blockhash().await?;
+    let message = transfer.message(&blockhash);
+    let fee = rpc.fee_for(&message).await?;
+    if rpc.balance(&transfer.from).await? < transfer.lamports.saturating_add(fee) {
+        return Err(OrderError::InsufficientBalance("the wallet cannot pay the amount plus the network fee".into()));
+    }
+    let unsigned = Transaction::new_unsigned(message);
+    let transaction = bincode::serialize(&unsigned).map_err(|e| ChainError(format!("cannot encode: {e}")))?;
+    Ok(Unsigned { transaction, horizon, fee: AtomicAmount::from(fee) })
+}
+
+/// What the chain says about `transaction`, reported as paying `expected`.
+pub(super) async fn observe(rpc: &SolanaRpc, expected: &Expected<'_>, transaction: &str) -> Result<Seen, OrderError> {
+    let signature: Signature =
+        transaction.parse().map_err(|_| OrderError::Invalid("transaction must be a Solana signature".into()))?;
+    let tx_id = signature.to_string();
+    let Some(seen) = rpc.confirmed_transaction(&signature).await? else {
+        return Ok(Seen::Absent { height: rpc.block_height().await?, tx_id });
+    };
+    let unreadable = || ChainError("the stored payment has unreadable addresses".into());
+    let from = expected.from.parse().map_err(|_| unreadable())?;
+    let to = expected.to.parse().map_err(|_| unreadable())?;
+    let paid = if expected.asset == "native" {
+        verify::transferred(&seen.transaction, &from, &to)
+    } else {
+        let mint = expected.asset.parse().map_err(|_| unreadable())?;
+        spl::token_transferred(&seen.transaction, &mint, &from, &to)
+    };
+    Ok(Seen::Landed {
+        tx_id,
+        pays: u128::from(paid) >= expected.amount.get(),
+        error: seen.error,
+        fee: seen.fee.map(AtomicAmount::from),
+    })
+}

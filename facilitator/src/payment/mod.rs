@@ -1,0 +1,270 @@
+//! The payment core: the one place that claims proofs, records payments and settles them.
+//!
+//! [`Payments`] has one method per job; each runs the same steps in the same order, whatever the
+//! chain, mode or x402 version:
+//!
+//! 1. **admit the payload** against the terms without the chain (network, scheme, for v2 the
+//!    requirement it accepted) — [`Terms::admit_payload`];
+//! 2. **look for a claim**: a proof held by a payment is refused as used (or, for its owner with
+//!    the same terms, answered with that payment and resumed if it was left unfinished);
+//! 3. **check it on chain** ([`Chain::check`]) and **admit what it pays** — recipient, asset,
+//!    amount — against the terms ([`Terms::admit`]) before anything is signed or broadcast;
+//! 4. **claim and record in one write**: the payment row carries the proof's identity and the
+//!    transaction's id and bytes, under unique indexes, so a claim never exists without its
+//!    payment and a transaction is never two payments' own transfer;
+//! 5. **submit, broadcast, watch** ([`pipeline`]): `verified → submitted` before broadcasting,
+//!    then the chain's verdict within the wait budget, or `pending` for the reconciler.
+//!
+//! Every job runs detached from the caller's future ([`detached`]): a request that is dropped
+//! (client hang-up, a timeout layer) cannot cut a payment between two steps; the caller awaits
+//! the result when it is still there.
+//!
+//! The core returns domain values and [`PaymentError`]; the HTTP API makes statuses of them.
+
+mod pipeline;
+mod receive;
+mod send;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
+use tollgate_protocol::x402::{Asset, PaymentPayload};
+use tollgate_protocol::{Address, AtomicAmount, Network};
+
+pub use self::receive::Handed;
+pub use self::send::{Built, SendOrder, Sent};
+use crate::chains::{Chain, ChainError, Chains, Checked, OrderError, ProofError, Refusal, Terms, Unserved};
+use crate::clock::SharedClock;
+use crate::store::{NewPayment, Store, StoreError, StoredPayment};
+use crate::wallets::MasterKey;
+
+/// Why a payment job did not produce a payment.
+#[derive(Debug, thiserror::Error)]
+pub enum PaymentError {
+    /// A field is not valid for the chain it names.
+    #[error("{0}")]
+    Invalid(String),
+    /// The recipient cannot receive this payment.
+    #[error("{0}")]
+    InvalidRecipient(String),
+    /// The proof does not pay as asked.
+    #[error(transparent)]
+    Refused(Refusal),
+    /// The proof is held by another payment (or by one of the caller's with other terms).
+    #[error("proof already used (payment {payment_id})")]
+    ProofUsed {
+        /// The payment holding it.
+        payment_id: String,
+        /// That payment, when the caller may see it.
+        holder: Option<Box<StoredPayment>>,
+    },
+    /// The payer cannot pay amount plus fees.
+    #[error("{0}")]
+    InsufficientBalance(String),
+    /// The wallet is not the caller's custodial wallet.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such payment for the caller.
+    #[error("{0}")]
+    NotFound(String),
+    /// No chain of this daemon serves the network.
+    #[error(transparent)]
+    Unserved(Unserved),
+    /// The chain could not be asked, or custodial wallets are off: no verdict either way.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Storage failed or a bug: logged, never shown.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for PaymentError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::ProofUsed { payment_id } => Self::ProofUsed { payment_id, holder: None },
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<ChainError> for PaymentError {
+    fn from(e: ChainError) -> Self {
+        Self::Unavailable(e.0)
+    }
+}
+
+impl From<ProofError> for PaymentError {
+    fn from(e: ProofError) -> Self {
+        match e {
+            ProofError::Refused(r) => Self::Refused(r),
+            ProofError::Chain(c) => c.into(),
+        }
+    }
+}
+
+impl From<Refusal> for PaymentError {
+    fn from(r: Refusal) -> Self {
+        Self::Refused(r)
+    }
+}
+
+impl From<OrderError> for PaymentError {
+    fn from(e: OrderError) -> Self {
+        match e {
+            OrderError::Invalid(m) => Self::Invalid(m),
+            OrderError::InvalidRecipient(m) => Self::InvalidRecipient(m),
+            OrderError::InsufficientBalance(m) => Self::InsufficientBalance(m),
+            OrderError::Chain(c) => c.into(),
+        }
+    }
+}
+
+impl From<Unserved> for PaymentError {
+    fn from(e: Unserved) -> Self {
+        Self::Unserved(e)
+    }
+}
+
+/// Runs a job on its own task, so that dropping the caller's future cannot stop it halfway; the
+/// caller gets its result when it still waits for it.
+async fn detached<T: Send + 'static>(
+    job: impl Future<Output = Result<T, PaymentError>> + Send + 'static,
+) -> Result<T, PaymentError> {
+    tokio::spawn(job).await.unwrap_or_else(|e| Err(PaymentError::Internal(format!("payment task ended: {e}"))))
+}
+
+/// How much longer than a job's own wait the reconciler leaves a payment alone: the job watches
+/// it meanwhile.
+const RECONCILE_AFTER_WAIT: Duration = Duration::from_secs(5);
+
+/// An incoming payment to check and settle: a proof, and the terms it must meet.
+#[derive(Debug, Clone)]
+pub struct Receive {
+    /// The receiving account (the API key's).
+    pub account: String,
+    /// The buyer's proof.
+    pub payload: PaymentPayload,
+    /// What must be paid.
+    pub terms: Terms,
+    /// How long to wait for the chain's verdict before answering `pending`.
+    pub wait: Duration,
+}
+
+/// The payment service. Cheap to clone.
+#[derive(Clone)]
+pub struct Payments {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    chains: Arc<Chains>,
+    master_key: Option<Arc<MasterKey>>,
+}
+
+impl std::fmt::Debug for Payments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payments").field("chains", &self.inner.chains.served()).finish_non_exhaustive()
+    }
+}
+
+impl Payments {
+    /// A service over `store` and `chains`, with custodial wallets sealed under `master_key`.
+    #[must_use]
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: SharedClock,
+        chains: Arc<Chains>,
+        master_key: Option<Arc<MasterKey>>,
+    ) -> Self {
+        Self { inner: Arc::new(Inner { store, clock, chains, master_key }) }
+    }
+
+    fn store(&self) -> &dyn Store {
+        &*self.inner.store
+    }
+
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner.clock.now()
+    }
+
+    fn chain(&self, network: &Network) -> Result<Arc<dyn Chain>, PaymentError> {
+        Ok(self.inner.chains.get(network)?)
+    }
+
+    /// The secret key of one of `account`'s custodial wallets.
+    async fn custodial_key(&self, account: &str, wallet: &Address) -> Result<Vec<u8>, PaymentError> {
+        let stored = self.store().get_wallet(&wallet.to_string()).await?;
+        let stored = stored
+            .filter(|w| w.account_id == account && w.family == wallet.family())
+            .ok_or_else(|| PaymentError::Forbidden("walletAddress is not a custodial wallet of this account".into()))?;
+        let master = self.inner.master_key.as_ref().ok_or_else(|| {
+            PaymentError::Unavailable("custodial wallets are disabled: no master key is configured".into())
+        })?;
+        master.open(&stored.address, &stored.sealed_secret).map_err(|e| PaymentError::Internal(e.to_string()))
+    }
+
+    /// The account of a custodial wallet, when `address` is one.
+    async fn account_of(&self, address: &str) -> Result<Option<String>, PaymentError> {
+        Ok(self.store().get_wallet(address).await?.map(|w| w.account_id))
+    }
+
+    /// The payment `account` receives for a checked proof (status `verified`, hosted).
+    async fn received(&self, account: &str, terms: &Terms, checked: &Checked) -> Result<NewPayment, PaymentError> {
+        let payer = checked.payer.to_string();
+        Ok(NewPayment {
+            id: new_id(),
+            owner_account: account.to_owned(),
+            owner_side: Direction::Received,
+            counterparty_account: self.account_of(&payer).await?,
+            status: PaymentStatus::Verified,
+            mode: PaymentMode::Hosted,
+            network: terms.network.clone(),
+            from: payer,
+            to: checked.pay_to.to_string(),
+            amount_atomic: AtomicAmount(checked.amount),
+            asset: asset_text(checked.asset),
+            decimals: checked.decimals,
+            fee_atomic: checked.fee.map(AtomicAmount),
+            transaction: None,
+            tx_raw: None,
+            resource: terms.resource.clone(),
+            metadata: None,
+            proof_id: Some(checked.proof_id.clone()),
+            expires_at: None,
+            last_valid_block_height: None,
+            next_check_at: None,
+            created_at: self.now(),
+        })
+    }
+}
+
+/// A new payment id.
+fn new_id() -> String {
+    format!("pay_{}", ulid::Ulid::new())
+}
+
+/// An asset as payments store it: `native`, or the token's address.
+#[must_use]
+pub fn asset_text(asset: Asset) -> String {
+    match asset {
+        Asset::Native => "native".to_owned(),
+        Asset::Token(token) => token.to_string(),
+    }
+}
+
+/// Whether a stored payment pays what `terms` ask: same network, recipient and asset, enough of
+/// it, and the same resource when one is asked. A proof answered again for its owner must meet the
+/// new terms too, or a cheap proof would buy a dear request.
+fn covers(p: &NewPayment, terms: &Terms) -> bool {
+    p.network == terms.network
+        && p.to == terms.pay_to.to_string()
+        && p.asset == asset_text(terms.asset)
+        && terms.price.check(p.amount_atomic.get(), p.decimals, crate::chains::Reason::InvalidPayload).is_ok()
+        && terms.resource.as_ref().is_none_or(|r| p.resource.as_ref() == Some(r))
+}
+
+#[cfg(test)]
+mod tests;

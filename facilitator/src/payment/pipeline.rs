@@ -1,0 +1,213 @@
+//! Steps 4 and 5 of every job that moves money: claim and record in one write, then submit,
+//! broadcast and watch — and the same steps resumed for a payment left unfinished.
+//!
+//! Write-ahead: the transaction's id and bytes are in the payment's row before it is broadcast,
+//! and the payment is `submitted` before it is broadcast. Whoever moves it `verified → submitted`
+//! (a compare-and-set) is the one that broadcasts, so a retry racing the first attempt never
+//! sends twice. After a broadcast only the chain ends a payment: its verdict within the wait
+//! budget, else `pending` for the reconciler.
+
+use std::time::Duration;
+
+use tollgate_protocol::gateway::PaymentStatus;
+
+use super::{PaymentError, Payments, RECONCILE_AFTER_WAIT};
+use crate::chains::{Chain, Outgoing, SendError, Sent, Signable, TxOutcome, TxStatus, Watched};
+use crate::settlement::{AdvanceError, Event, advance, record_outcome};
+use crate::store::{NewPayment, StoreError, StoredPayment};
+
+/// The longest pause between two asks for a verdict while waiting (the first ones are shorter: see
+/// [`crate::chains::poll_delay`]).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Where a payment's transaction comes from.
+pub(super) enum Source {
+    /// Signed already (by the buyer).
+    Ready(Outgoing),
+    /// Signed by the facilitator, anew on each attempt.
+    Sign(Box<dyn Signable>),
+}
+
+/// Most attempts at a transaction of one's own when the store says another payment recorded it.
+const SIGN_ATTEMPTS: usize = 3;
+
+impl Payments {
+    /// Claims, records and settles a new payment with `source`'s transaction on `chain`.
+    ///
+    /// # Errors
+    /// [`PaymentError::ProofUsed`] when another payment holds the proof (nothing was sent);
+    /// [`PaymentError::Unavailable`] when signing needs the chain and it cannot be asked;
+    /// [`PaymentError::Internal`] when storage fails.
+    pub(super) async fn settle_new(
+        &self,
+        chain: &dyn Chain,
+        payment: NewPayment,
+        source: Source,
+        wait: Duration,
+    ) -> Result<StoredPayment, PaymentError> {
+        let (mut ready, signer) = match source {
+            Source::Ready(outgoing) => (Some(outgoing), None),
+            Source::Sign(signer) => (None, Some(signer)),
+        };
+        for attempt in 1..=SIGN_ATTEMPTS {
+            let outgoing = match (ready.take(), &signer) {
+                (Some(o), _) => o,
+                (None, Some(s)) => s.sign().await?,
+                (None, None) => break,
+            };
+            let row = NewPayment {
+                transaction: Some(outgoing.tx_id.clone()),
+                tx_raw: Some(outgoing.raw.clone()),
+                last_valid_block_height: outgoing.horizon.or(payment.last_valid_block_height),
+                next_check_at: Some(self.now() + wait + RECONCILE_AFTER_WAIT),
+                ..payment.clone()
+            };
+            match self.store().insert_payment(&row).await {
+                Ok(stored) => return self.drive(chain, stored, outgoing, wait).await,
+                // Two sends drew the same unique transaction (rare): sign another.
+                Err(StoreError::TransactionUsed { payment_id }) if signer.is_some() && attempt < SIGN_ATTEMPTS => {
+                    tracing::info!(payment_id = %payment.id, other = %payment_id, "transaction already recorded; signing another");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(PaymentError::Internal(format!("payment {}: no transaction of its own after retries", payment.id)))
+    }
+
+    /// Records a payment whose transfer is already confirmed (a receipt): claim and record, then
+    /// the chain's verdict.
+    pub(super) async fn record_confirmed(
+        &self,
+        payment: NewPayment,
+        tx_id: String,
+    ) -> Result<StoredPayment, PaymentError> {
+        let row =
+            NewPayment { transaction: Some(tx_id), next_check_at: Some(self.now() + RECONCILE_AFTER_WAIT), ..payment };
+        let stored = self.store().insert_payment(&row).await?;
+        let fee = row.fee_atomic;
+        self.record(&stored.payment.id, TxOutcome::Confirmed { fee }).await
+    }
+
+    /// Step 5: submit (the compare-and-set that elects the broadcaster), broadcast, watch.
+    async fn drive(
+        &self,
+        chain: &dyn Chain,
+        stored: StoredPayment,
+        mut outgoing: Outgoing,
+        wait: Duration,
+    ) -> Result<StoredPayment, PaymentError> {
+        let id = stored.payment.id.clone();
+        let submit = Event::Submit { transaction: outgoing.tx_id.clone() };
+        match advance(self.store(), &id, &submit, self.now()).await {
+            Ok(_) => {}
+            // Another attempt at this payment submitted it first and broadcasts it.
+            Err(AdvanceError::Transition(_)) => return self.watch(chain, &id, &outgoing.tx_id, wait).await,
+            Err(e) => return Err(PaymentError::Internal(e.to_string())),
+        }
+        match chain.broadcast(&outgoing.raw).await {
+            Ok(()) => outgoing.release(Sent::Accepted),
+            Err(SendError::Uncertain(reason)) => {
+                tracing::warn!(payment_id = %id, %reason, "broadcast outcome unknown; watching the chain");
+                outgoing.release(Sent::Unknown);
+            }
+            Err(SendError::Rejected(reason)) => {
+                outgoing.release(Sent::Unknown);
+                return self.refused_by_node(chain, &stored, &outgoing, reason).await;
+            }
+        }
+        self.watch(chain, &id, &outgoing.tx_id, wait).await
+    }
+
+    /// The node refused the broadcast. The transaction may be on chain all the same (the buyer
+    /// sent it too, or an earlier attempt did): the chain decides; only a transaction it does not
+    /// have fails.
+    async fn refused_by_node(
+        &self,
+        chain: &dyn Chain,
+        stored: &StoredPayment,
+        outgoing: &Outgoing,
+        reason: String,
+    ) -> Result<StoredPayment, PaymentError> {
+        let id = &stored.payment.id;
+        let watched = Watched { id: &outgoing.tx_id, raw: Some(&outgoing.raw), horizon: outgoing.horizon };
+        match chain.status(&watched).await {
+            Ok(TxStatus::Landed(outcome)) => self.record(id, outcome).await,
+            Ok(TxStatus::Unseen | TxStatus::Dropped { .. }) => {
+                tracing::info!(payment_id = %id, %reason, "transaction refused by the node");
+                self.record(id, TxOutcome::Failed { reason }).await
+            }
+            Err(e) => {
+                // Unknown either way: the reconciler will ask again.
+                tracing::warn!(payment_id = %id, %reason, error = %e, "refused by the node, and the chain cannot be read");
+                self.current(id).await
+            }
+        }
+    }
+
+    /// Polls the chain for a verdict for at most `wait`; records it, or moves the payment to
+    /// `pending` when the budget runs out.
+    pub(super) async fn watch(
+        &self,
+        chain: &dyn Chain,
+        id: &str,
+        tx_id: &str,
+        wait: Duration,
+    ) -> Result<StoredPayment, PaymentError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut attempt = 0;
+        while !wait.is_zero() {
+            match chain.outcome(tx_id).await {
+                Ok(Some(outcome)) => return self.record(id, outcome).await,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(payment_id = %id, error = %e, "cannot read the transaction's status yet"),
+            }
+            let delay = crate::chains::poll_delay(attempt, POLL_INTERVAL);
+            if tokio::time::Instant::now() + delay > deadline {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+        match advance(self.store(), id, &Event::WaitTimedOut, self.now()).await {
+            Ok(p) => Ok(p),
+            // Moved on meanwhile (a verdict recorded by the reconciler or a twin request).
+            Err(AdvanceError::Transition(_)) => self.current(id).await,
+            Err(e) => Err(PaymentError::Internal(e.to_string())),
+        }
+    }
+
+    /// Records the chain's verdict; a payment another writer moved on is reported as it stands.
+    async fn record(&self, id: &str, outcome: TxOutcome) -> Result<StoredPayment, PaymentError> {
+        record_outcome(self.store(), id, outcome, self.now()).await.map_err(|e| PaymentError::Internal(e.to_string()))
+    }
+
+    async fn current(&self, id: &str) -> Result<StoredPayment, PaymentError> {
+        self.store().get_payment(id).await?.ok_or_else(|| PaymentError::Internal(format!("payment {id} vanished")))
+    }
+
+    /// A payment of the caller's, claimed before and not finished (its request failed between
+    /// two steps, or is still running): broadcast it if it never was, then watch it.
+    pub(super) async fn resume(
+        &self,
+        chain: &dyn Chain,
+        stored: StoredPayment,
+        wait: Duration,
+    ) -> Result<StoredPayment, PaymentError> {
+        let p = &stored.payment;
+        let Some(tx_id) = p.transaction.clone() else { return Ok(stored) };
+        match (p.status, p.tx_raw.clone()) {
+            (PaymentStatus::Verified, Some(raw)) => {
+                let outgoing = Outgoing::ready(tx_id, raw, p.last_valid_block_height);
+                self.drive(chain, stored, outgoing, wait).await
+            }
+            // A receipt whose confirmation was not recorded: the chain has it.
+            (PaymentStatus::Verified, None) => {
+                match chain.status(&Watched { id: &tx_id, raw: None, horizon: None }).await? {
+                    TxStatus::Landed(outcome) => self.record(&p.id, outcome).await,
+                    TxStatus::Unseen | TxStatus::Dropped { .. } => Ok(stored),
+                }
+            }
+            _ => self.watch(chain, &p.id, &tx_id, wait).await,
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Incoming payments: a buyer's proof checked against the seller's terms, then settled by the
+//! facilitator ([`Payments::receive`], the gateway's hosted receive and x402 `/settle`), handed to
+//! the seller to settle ([`Payments::hand_over`], local mode), or only checked
+//! ([`Payments::verify`], x402 `/verify`).
+
+use chrono::{DateTime, Utc};
+use tollgate_protocol::Address;
+use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+
+use super::pipeline::Source;
+use super::{PaymentError, Payments, Receive, covers, detached};
+use crate::chains::{Chain, Checked, ProofError, Settle, Settler};
+use crate::store::{NewPayment, StoredPayment};
+
+/// How long a local-mode transaction is offered for (Solana's own limit, ~150 blocks, is about
+/// as long).
+pub const VALIDITY: chrono::Duration = chrono::Duration::seconds(60);
+
+/// A checked proof handed to the seller to settle (local mode), recorded as a `built` payment.
+#[derive(Debug, Clone)]
+pub struct Handed {
+    /// The payment (its proof claimed).
+    pub payment: StoredPayment,
+    /// What the seller signs (as fee payer / sender) or just broadcasts, in the chain's bytes.
+    pub transaction: Vec<u8>,
+    /// Fee the seller pays, native base units.
+    pub fee: u128,
+    /// Last block at which it can land.
+    pub horizon: u64,
+    /// When the offer ends.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Payments {
+    /// Checks a proof against `r.terms` and settles it to `r.account`: broadcast once, or
+    /// recorded when it is a receipt of a confirmed transfer; waits `r.wait` for the verdict.
+    /// A proof the caller settled before with the same terms is answered with that payment
+    /// (resumed if it was left unfinished).
+    ///
+    /// # Errors
+    /// [`PaymentError::Refused`], [`PaymentError::ProofUsed`], [`PaymentError::Unserved`],
+    /// [`PaymentError::Unavailable`], [`PaymentError::Internal`].
+    pub async fn receive(&self, r: Receive) -> Result<StoredPayment, PaymentError> {
+        let this = self.clone();
+        detached(async move { this.receive_now(r).await }).await
+    }
+
+    async fn receive_now(&self, r: Receive) -> Result<StoredPayment, PaymentError> {
+        let chain = self.chain(&r.terms.network)?;
+        let checked = match self.checked(&*chain, &r, Settler::Facilitator).await? {
+            Ok(checked) => checked,
+            Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
+        };
+        let payment = self.received(&r.account, &r.terms, &checked).await?;
+        let settled = match checked.settle {
+            Settle::Recorded { tx_id } => self.record_confirmed(payment, tx_id).await,
+            Settle::Broadcast(outgoing) => self.settle_new(&*chain, payment, Source::Ready(outgoing), r.wait).await,
+            Settle::Sign(signer) => self.settle_new(&*chain, payment, Source::Sign(signer), r.wait).await,
+            Settle::Handover { .. } => Err(PaymentError::Internal("a hosted receive was handed over".into())),
+        };
+        match settled {
+            // A twin request claimed it between our look and our insert.
+            Err(PaymentError::ProofUsed { payment_id, .. }) => match self.store().get_payment(&payment_id).await? {
+                Some(holder) => self.answer_claimed(&*chain, holder, &r).await,
+                None => Err(PaymentError::ProofUsed { payment_id, holder: None }),
+            },
+            other => other,
+        }
+    }
+
+    /// A claimed proof presented again. Only the request that claimed it is ever answered with
+    /// its verdict (a seller serves once per proof): a twin of the caller's with the same terms
+    /// pushes an unfinished payment on (so a retry after a failure between two steps completes
+    /// it) and is answered with it while it is still unfinished; once it has a verdict, and for
+    /// anyone else, the proof is used.
+    async fn answer_claimed(
+        &self,
+        chain: &dyn Chain,
+        mut holder: StoredPayment,
+        r: &Receive,
+    ) -> Result<StoredPayment, PaymentError> {
+        let p = &holder.payment;
+        let own = p.owner_account == r.account && p.mode == PaymentMode::Hosted && covers(p, &r.terms);
+        if own && !p.status.is_final() {
+            holder = self.resume(chain, holder, r.wait).await?;
+            if !holder.payment.status.is_final() {
+                return Ok(holder);
+            }
+        }
+        let p = &holder.payment;
+        let visible = holder.visible_to(&r.account);
+        Err(PaymentError::ProofUsed { payment_id: p.id.clone(), holder: visible.then(|| Box::new(holder)) })
+    }
+
+    /// Steps 1 to 3: the payload admitted, no claim on it, checked on chain, what it pays
+    /// admitted. `Ok(Err(holder))` when a payment holds it already.
+    async fn checked(
+        &self,
+        chain: &dyn Chain,
+        r: &Receive,
+        settler: Settler,
+    ) -> Result<Result<Checked, StoredPayment>, PaymentError> {
+        r.terms.admit_payload(&r.payload)?;
+        let proof_id = chain.proof_id(&r.payload, &r.terms.asset);
+        // Asked before the chain is: a used proof may no longer simulate, and must still be "used".
+        if let Some(holder) = self.holder(proof_id.as_deref()).await? {
+            return Ok(Err(holder));
+        }
+        let checked = match chain.check(&r.payload, &r.terms, settler, self.now().timestamp()).await {
+            Ok(c) => c,
+            Err(ProofError::Refused(refusal)) => {
+                // A twin request may have settled it while it was being checked.
+                return match self.holder(proof_id.as_deref()).await? {
+                    Some(holder) => Ok(Err(holder)),
+                    None => Err(refusal.into()),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
+        r.terms.admit(&r.payload, &checked)?;
+        Ok(Ok(checked))
+    }
+
+    /// The payment holding a proof.
+    async fn holder(&self, proof_id: Option<&str>) -> Result<Option<StoredPayment>, PaymentError> {
+        match proof_id {
+            Some(id) => Ok(self.store().payment_by_proof(id).await?),
+            None => Ok(None),
+        }
+    }
+
+    /// Would this proof settle these terms? The payer when it would.
+    ///
+    /// # Errors
+    /// As [`Self::receive`] (a claimed proof is always [`PaymentError::ProofUsed`]).
+    pub async fn verify(&self, r: Receive) -> Result<Address, PaymentError> {
+        let chain = self.chain(&r.terms.network)?;
+        match self.checked(&*chain, &r, Settler::Facilitator).await? {
+            Ok(checked) => Ok(checked.payer),
+            Err(holder) => {
+                let visible = holder.visible_to(&r.account);
+                Err(PaymentError::ProofUsed {
+                    payment_id: holder.payment.id.clone(),
+                    holder: visible.then(|| Box::new(holder)),
+                })
+            }
+        }
+    }
+
+    /// Local mode: checks a proof for `r.terms.pay_to`'s wallet and returns what settles it —
+    /// the seller signs (as fee payer or sender) and broadcasts it —, recorded as a `built`
+    /// payment with the proof claimed.
+    ///
+    /// # Errors
+    /// As [`Self::receive`].
+    pub async fn hand_over(&self, r: Receive) -> Result<Handed, PaymentError> {
+        let this = self.clone();
+        detached(async move { this.hand_over_now(r).await }).await
+    }
+
+    async fn hand_over_now(&self, r: Receive) -> Result<Handed, PaymentError> {
+        let chain = self.chain(&r.terms.network)?;
+        let seller = Settler::Seller(r.terms.pay_to);
+        let checked = match self.checked(&*chain, &r, seller).await? {
+            Ok(checked) => checked,
+            Err(holder) => return Err(PaymentError::ProofUsed { payment_id: holder.payment.id, holder: None }),
+        };
+        let Settle::Handover { transaction, fee, horizon } = &checked.settle else {
+            return Err(PaymentError::Invalid(
+                "a receipt is for a transfer already on chain: present it to /payment/receive".into(),
+            ));
+        };
+        let (transaction, fee, horizon) = (transaction.clone(), *fee, *horizon);
+        let expires_at = self.now() + VALIDITY;
+        let payment = NewPayment {
+            status: PaymentStatus::Built,
+            mode: PaymentMode::Local,
+            expires_at: Some(expires_at),
+            last_valid_block_height: Some(horizon),
+            tx_raw: Some(transaction.clone()),
+            ..self.received(&r.account, &r.terms, &checked).await?
+        };
+        let payment = self.store().insert_payment(&payment).await?;
+        Ok(Handed { payment, transaction, fee, horizon, expires_at })
+    }
+}

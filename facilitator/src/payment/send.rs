@@ -1,0 +1,193 @@
+//! Outgoing payments: a hosted send from a custodial wallet ([`Payments::send`]), an unsigned
+//! transfer for local mode ([`Payments::build`]), and the transaction a local-mode caller reports
+//! ([`Payments::confirm`]).
+
+use std::time::Duration;
+
+use tollgate_protocol::Network;
+use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+
+use super::pipeline::Source;
+use super::receive::VALIDITY;
+use super::{PaymentError, Payments, detached, new_id};
+use crate::chains::{Expected, Order, Seen, Unsigned};
+use crate::settlement::state::ExpiryEvidence;
+use crate::settlement::{AdvanceError, Event, advance};
+use crate::store::{NewPayment, StoreError, StoredPayment};
+
+/// A transfer the caller asks for.
+#[derive(Debug, Clone)]
+pub struct SendOrder {
+    /// The paying account (the API key's).
+    pub account: String,
+    /// On which chain.
+    pub network: Network,
+    /// What to transfer.
+    pub order: Order,
+    /// Resource paid for (the receipt is bound to it).
+    pub resource: Option<String>,
+    /// Caller metadata.
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How long to wait for the chain's verdict (hosted).
+    pub wait: Duration,
+}
+
+/// A hosted send as it stands after the wait.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// The payment.
+    pub payment: StoredPayment,
+    /// Once confirmed: an `exact-native` receipt signed by the sending wallet, for `X-PAYMENT`.
+    pub proof: Option<String>,
+}
+
+/// A local-mode transfer, built and recorded.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The payment (`built`).
+    pub payment: StoredPayment,
+    /// The unsigned transaction.
+    pub unsigned: Unsigned,
+}
+
+impl Payments {
+    /// The payment a send order makes (status `verified`, hosted, paid by the caller).
+    async fn sent(&self, s: &SendOrder, fee: tollgate_protocol::AtomicAmount) -> Result<NewPayment, PaymentError> {
+        let (from, to) = (s.order.from.to_string(), s.order.to.to_string());
+        let counterparty = self.account_of(&to).await?;
+        Ok(NewPayment {
+            counterparty_account: counterparty,
+            fee_atomic: Some(fee),
+            resource: s.resource.clone(),
+            metadata: s.metadata.clone(),
+            ..NewPayment::native(new_id(), s.account.clone(), s.network.clone(), (from, to), s.order.amount, self.now())
+        })
+    }
+
+    /// Pays from one of the caller's custodial wallets: signed with a transaction of its own
+    /// (N identical sends are N transfers), broadcast once, watched for `s.wait`.
+    ///
+    /// # Errors
+    /// [`PaymentError::Forbidden`] for a wallet that is not the caller's; [`PaymentError::InsufficientBalance`];
+    /// [`PaymentError::InvalidRecipient`]; [`PaymentError::Unavailable`]; [`PaymentError::Internal`].
+    pub async fn send(&self, s: SendOrder) -> Result<Sent, PaymentError> {
+        let this = self.clone();
+        detached(async move { this.send_now(s).await }).await
+    }
+
+    async fn send_now(&self, s: SendOrder) -> Result<Sent, PaymentError> {
+        let chain = self.chain(&s.network)?;
+        let key = self.custodial_key(&s.account, &s.order.from).await?;
+        let planned = chain.plan_send(&s.order, &key).await?;
+        let payment = self.sent(&s, planned.fee).await?;
+        let stored = self.settle_new(&*chain, payment, Source::Sign(planned.tx), s.wait).await?;
+        let proof = match (&stored.payment.status, &stored.payment.transaction) {
+            (PaymentStatus::Confirmed, Some(tx)) => {
+                Some(chain.sign_receipt(&key, tx, &s.order.to, s.resource.as_deref())?)
+            }
+            _ => None,
+        };
+        Ok(Sent { payment: stored, proof })
+    }
+
+    /// Builds an unsigned transfer for the caller to sign with their own wallet, recorded as a
+    /// `built` payment.
+    ///
+    /// # Errors
+    /// [`PaymentError::InsufficientBalance`]; [`PaymentError::InvalidRecipient`];
+    /// [`PaymentError::Unavailable`]; [`PaymentError::Internal`].
+    pub async fn build(&self, s: SendOrder) -> Result<Built, PaymentError> {
+        let chain = self.chain(&s.network)?;
+        let unsigned = chain.build(&s.order).await?;
+        let payment = NewPayment {
+            status: PaymentStatus::Built,
+            mode: PaymentMode::Local,
+            expires_at: Some(self.now() + VALIDITY),
+            last_valid_block_height: Some(unsigned.horizon),
+            ..self.sent(&s, unsigned.fee).await?
+        };
+        let payment = self.store().insert_payment(&payment).await?;
+        Ok(Built { payment, unsigned })
+    }
+
+    /// Checks a transaction reported for a local-mode payment of `account` and records what the
+    /// chain says: `confirmed` / `failed` when it has it, `expired` when it is past the payment's
+    /// horizon without it, unchanged otherwise. One transaction settles one payment.
+    ///
+    /// # Errors
+    /// [`PaymentError::NotFound`] for a payment that is not the caller's; [`PaymentError::Invalid`]
+    /// for a transaction that does not pay it, or is another payment's; [`PaymentError::Unavailable`].
+    pub async fn confirm(&self, account: &str, payment_id: &str, tx: &str) -> Result<StoredPayment, PaymentError> {
+        let this = self.clone();
+        let (account, payment_id, tx) = (account.to_owned(), payment_id.to_owned(), tx.to_owned());
+        detached(async move { this.confirm_now(&account, &payment_id, &tx).await }).await
+    }
+
+    async fn confirm_now(&self, account: &str, payment_id: &str, tx: &str) -> Result<StoredPayment, PaymentError> {
+        let stored = self.store().get_payment(payment_id).await?;
+        let stored = stored.filter(|p| p.visible_to(account)).ok_or_else(|| {
+            PaymentError::NotFound(format!("no payment {}", payment_id.chars().take(64).collect::<String>()))
+        })?;
+        let p = &stored.payment;
+        if p.mode != PaymentMode::Local {
+            return Err(PaymentError::Invalid(
+                "only local-mode payments (from /transaction/send or /transaction/receive) are confirmed here".into(),
+            ));
+        }
+        if p.status.is_final() {
+            return Ok(stored);
+        }
+        let chain = self.chain(&p.network)?;
+        let expected = Expected { from: &p.from, to: &p.to, asset: &p.asset, amount: p.amount_atomic };
+        let (tx_id, error, fee) = match chain.observe(&expected, tx).await? {
+            Seen::Absent { height, .. } => {
+                if p.status == PaymentStatus::Built && p.last_valid_block_height.is_some_and(|last| height > last) {
+                    let reason = format!("block {height} passed the transaction's last valid block without it");
+                    let event = Event::Expire { evidence: ExpiryEvidence::Chain, reason };
+                    return self.advance(&p.id, &event).await;
+                }
+                // Not on chain (yet): nothing to record.
+                return Ok(stored);
+            }
+            Seen::Landed { pays: false, .. } => {
+                return Err(PaymentError::Invalid(
+                    "that transaction does not pay this payment (payer, recipient or amount differ)".into(),
+                ));
+            }
+            Seen::Landed { tx_id, error, fee, .. } => (tx_id, error, fee),
+        };
+        if p.transaction.as_ref().is_some_and(|known| *known != tx_id) {
+            return Err(PaymentError::Invalid("another transaction was reported for this payment".into()));
+        }
+        if p.status == PaymentStatus::Built {
+            let submit = Event::Submit { transaction: tx_id };
+            match advance(self.store(), &p.id, &submit, self.now()).await {
+                Ok(_) | Err(AdvanceError::Transition(_)) => {}
+                Err(AdvanceError::Store(StoreError::TransactionUsed { .. })) => {
+                    return Err(PaymentError::Invalid(
+                        "that transaction was already reported for another payment".into(),
+                    ));
+                }
+                Err(e) => return Err(PaymentError::Internal(e.to_string())),
+            }
+        }
+        let verdict = match error {
+            None => Event::Confirm { fee },
+            Some(reason) => Event::Fail { reason },
+        };
+        self.advance(&p.id, &verdict).await
+    }
+
+    /// [`advance`], a payment moved on by another writer reported as it stands.
+    async fn advance(&self, id: &str, event: &Event) -> Result<StoredPayment, PaymentError> {
+        match advance(self.store(), id, event, self.now()).await {
+            Ok(p) => Ok(p),
+            Err(AdvanceError::Transition(_)) => self
+                .store()
+                .get_payment(id)
+                .await?
+                .ok_or_else(|| PaymentError::Internal(format!("payment {id} vanished"))),
+            Err(e) => Err(PaymentError::Internal(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! [`AccountStore`] in SQL: accounts, API keys (hashes only) and custodial wallets (sealed keys).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use tollgate_protocol::ChainFamily;
+
+use super::{KEY_COLUMNS, SqlStore, corrupt, key_from_row, opt_millis};
+use crate::clock::from_millis;
+use crate::store::{AccountStore, StoreResult, StoredApiKey, StoredWallet};
+
+#[async_trait]
+impl AccountStore for SqlStore {
+    async fn create_account(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        sqlx::query(&self.sql("INSERT INTO accounts (id, created_at) VALUES (?, ?)"))
+            .bind(id)
+            .bind(at.timestamp_millis())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn account_exists(&self, id: &str) -> StoreResult<bool> {
+        let row =
+            sqlx::query(&self.sql("SELECT id FROM accounts WHERE id = ?")).bind(id).fetch_optional(&self.pool).await?;
+        Ok(row.is_some())
+    }
+
+    async fn insert_api_key(&self, key: &StoredApiKey) -> StoreResult<()> {
+        let sql = format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        sqlx::query(&self.sql(&sql))
+            .bind(&key.id)
+            .bind(&key.account_id)
+            .bind(&key.env)
+            .bind(&key.lookup)
+            .bind(&key.hash)
+            .bind(&key.hint)
+            .bind(key.plan.as_str())
+            .bind(key.rpm.map(i64::from))
+            .bind(key.label.as_deref())
+            .bind(key.created_at.timestamp_millis())
+            .bind(opt_millis(key.last_used_at))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn find_api_key(&self, lookup: &str) -> StoreResult<Option<StoredApiKey>> {
+        let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE lookup = ?");
+        let row = sqlx::query(&self.sql(&sql)).bind(lookup).fetch_optional(&self.pool).await?;
+        row.as_ref().map(key_from_row).transpose()
+    }
+
+    async fn list_api_keys(&self) -> StoreResult<Vec<StoredApiKey>> {
+        let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY created_at, id");
+        let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn delete_api_key(&self, id: &str) -> StoreResult<bool> {
+        let done = sqlx::query(&self.sql("DELETE FROM api_keys WHERE id = ?")).bind(id).execute(&self.pool).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        sqlx::query(&self.sql("UPDATE api_keys SET last_used_at = ? WHERE id = ?"))
+            .bind(at.timestamp_millis())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_wallet(&self, w: &StoredWallet) -> StoreResult<()> {
+        sqlx::query(&self.sql(
+            "INSERT INTO wallets (address, account_id, family, sealed_secret, created_at) VALUES (?, ?, ?, ?, ?)",
+        ))
+        .bind(&w.address)
+        .bind(&w.account_id)
+        .bind(w.family.namespace())
+        .bind(&w.sealed_secret)
+        .bind(w.created_at.timestamp_millis())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>> {
+        let row = sqlx::query(
+            &self.sql("SELECT address, account_id, family, sealed_secret, created_at FROM wallets WHERE address = ?"),
+        )
+        .bind(address)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let family: String = row.try_get("family")?;
+        Ok(Some(StoredWallet {
+            address: row.try_get("address")?,
+            account_id: row.try_get("account_id")?,
+            family: match family.as_str() {
+                "solana" => ChainFamily::Solana,
+                "eip155" => ChainFamily::Evm,
+                other => return Err(corrupt("wallet family", other)),
+            },
+            sealed_secret: row.try_get("sealed_secret")?,
+            created_at: from_millis(row.try_get("created_at")?),
+        }))
+    }
+}

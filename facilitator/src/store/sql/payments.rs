@@ -1,0 +1,286 @@
+//! [`PaymentStore`] in SQL: payments, their history index and counters, and the reconciler's
+//! schedule.
+//!
+//! A payment's insert is one database transaction: the row (which claims its proof and its
+//! transaction through unique indexes), its history entries and the per-wallet counters. The
+//! counters are updated in one fixed order (sorted by key), so two payments between the same
+//! wallets in opposite directions cannot deadlock each other on PostgreSQL.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use tollgate_protocol::Network;
+use tollgate_protocol::gateway::{Direction, PaymentStatus};
+
+use super::{Backend, PAYMENT_COLUMNS, PAYMENT_COLUMNS_P, SqlStore, direction, opt_millis, payment_from_row, to_i64};
+use crate::store::{HistoryPage, NewPayment, PaymentStore, PaymentUpdate, StoreError, StoreResult, StoredPayment};
+
+const INSERT: &str = "INSERT INTO payments (id, owner_account, owner_side, counterparty_account, status, mode, network, \
+     from_address, to_address, amount_atomic, asset, decimals, fee_atomic, tx_id, tx_raw, resource, metadata, proof_id, \
+     expires_at, last_valid_block_height, next_check_at, checks, error, created_at, updated_at, confirmed_at) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, NULL) \
+     ON CONFLICT DO NOTHING RETURNING seq";
+
+impl SqlStore {
+    /// The payment whose own transfer `tx_id` is, for `p`'s account and side.
+    async fn transaction_holder(&self, p: &NewPayment, tx_id: &str) -> StoreResult<Option<String>> {
+        let row =
+            sqlx::query(&self.sql(
+                "SELECT id FROM payments WHERE owner_account = ? AND network = ? AND tx_id = ? AND owner_side = ?",
+            ))
+            .bind(&p.owner_account)
+            .bind(p.network.to_string())
+            .bind(tx_id)
+            .bind(p.owner_side.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get("id")).transpose().map_err(Into::into)
+    }
+
+    /// Why an insert of `p` wrote nothing: which unique key another payment holds.
+    async fn insert_conflict(&self, p: &NewPayment) -> StoreError {
+        if let Some(proof) = &p.proof_id {
+            match self.payment_by_proof(proof).await {
+                Ok(Some(holder)) => return StoreError::ProofUsed { payment_id: holder.payment.id },
+                Ok(None) => {}
+                Err(e) => return e,
+            }
+        }
+        if let Some(tx) = &p.transaction {
+            match self.transaction_holder(p, tx).await {
+                Ok(Some(payment_id)) => return StoreError::TransactionUsed { payment_id },
+                Ok(None) => {}
+                Err(e) => return e,
+            }
+        }
+        StoreError::Database(format!("payment {} could not be inserted (its id exists, or a holder left)", p.id))
+    }
+}
+
+#[async_trait]
+impl PaymentStore for SqlStore {
+    async fn insert_payment(&self, p: &NewPayment) -> StoreResult<StoredPayment> {
+        let metadata = p.metadata.as_ref().map(|m| serde_json::Value::Object(m.clone()).to_string());
+        let created = p.created_at.timestamp_millis();
+        let mut tx = self.pool.begin().await?;
+        let insert = self.sql(INSERT);
+        let row = sqlx::query(&insert)
+            .bind(&p.id)
+            .bind(&p.owner_account)
+            .bind(p.owner_side.as_str())
+            .bind(p.counterparty_account.as_deref())
+            .bind(p.status.as_str())
+            .bind(p.mode.as_str())
+            .bind(p.network.to_string())
+            .bind(&p.from)
+            .bind(&p.to)
+            .bind(p.amount_atomic.to_string())
+            .bind(&p.asset)
+            .bind(i64::from(p.decimals))
+            .bind(p.fee_atomic.map(|f| f.to_string()))
+            .bind(p.transaction.as_deref())
+            .bind(p.tx_raw.clone())
+            .bind(p.resource.as_deref())
+            .bind(metadata)
+            .bind(p.proof_id.as_deref())
+            .bind(opt_millis(p.expires_at))
+            .bind(p.last_valid_block_height.map(|h| to_i64(h, "block height")).transpose()?)
+            .bind(opt_millis(p.next_check_at))
+            .bind(created)
+            .bind(created)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Err(self.insert_conflict(p).await);
+        };
+        let seq: i64 = row.try_get("seq")?;
+
+        let mut accounts = vec![p.owner_account.as_str()];
+        if let Some(other) = p.counterparty_account.as_deref().filter(|o| *o != p.owner_account) {
+            accounts.push(other);
+        }
+        let mut entries: Vec<(&str, &str, Direction)> = accounts
+            .iter()
+            .flat_map(|a| [(*a, p.from.as_str(), Direction::Sent), (*a, p.to.as_str(), Direction::Received)])
+            .collect();
+        // One order for every writer: no two inserts wait on each other's counters in a cycle.
+        entries.sort_by(|a, b| (a.0, a.1, a.2.as_str()).cmp(&(b.0, b.1, b.2.as_str())));
+        let index = self.sql("INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES (?, ?, ?, ?)");
+        let count = self.sql(
+            "INSERT INTO wallet_payment_counts (account_id, wallet, direction, n) VALUES (?, ?, ?, 1) \
+             ON CONFLICT (account_id, wallet, direction) DO UPDATE SET n = wallet_payment_counts.n + 1",
+        );
+        for (account, wallet, direction) in entries {
+            sqlx::query(&index).bind(account).bind(wallet).bind(direction.as_str()).bind(seq).execute(&mut *tx).await?;
+            sqlx::query(&count).bind(account).bind(wallet).bind(direction.as_str()).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(StoredPayment {
+            payment: p.clone(),
+            seq,
+            updated_at: p.created_at,
+            confirmed_at: None,
+            error: None,
+            checks: 0,
+        })
+    }
+
+    async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>> {
+        let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = ?");
+        let row = sqlx::query(&self.sql(&sql)).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(payment_from_row).transpose()
+    }
+
+    async fn payment_by_proof(&self, proof_id: &str) -> StoreResult<Option<StoredPayment>> {
+        let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE proof_id = ?");
+        let row = sqlx::query(&self.sql(&sql)).bind(proof_id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(payment_from_row).transpose()
+    }
+
+    async fn transition_payment(
+        &self,
+        id: &str,
+        expected: PaymentStatus,
+        u: &PaymentUpdate,
+    ) -> StoreResult<StoredPayment> {
+        let at = u.at.timestamp_millis();
+        let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
+        let done = sqlx::query(&self.sql(
+            "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
+             error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
+             proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
+             next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
+             WHERE id = ? AND status = ?",
+        ))
+        .bind(u.status.as_str())
+        .bind(u.transaction.as_deref())
+        .bind(u.fee_atomic.map(|f| f.to_string()))
+        .bind(u.error.as_deref())
+        .bind(at)
+        .bind(confirmed_at)
+        .bind(u.release_proof)
+        .bind(u.status.is_final())
+        .bind(id)
+        .bind(expected.as_str())
+        .execute(&self.pool)
+        .await;
+        let done = match done {
+            Ok(done) => done,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+                let tx = u.transaction.as_deref().unwrap_or_default();
+                let holder = self.transaction_holder(&current.payment, tx).await?.unwrap_or_default();
+                return Err(StoreError::TransactionUsed { payment_id: holder });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+        if done.rows_affected() == 1 {
+            Ok(current)
+        } else {
+            Err(StoreError::Conflict { current: current.payment.status })
+        }
+    }
+
+    async fn due_payments(
+        &self,
+        networks: &[Network],
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredPayment>> {
+        let served = if networks.is_empty() {
+            String::new()
+        } else {
+            format!("network IN ({}) OR ", vec!["?"; networks.len()].join(", "))
+        };
+        let sql = format!(
+            "SELECT {PAYMENT_COLUMNS} FROM payments WHERE next_check_at IS NOT NULL AND next_check_at <= ? \
+             AND status IN ('verified', 'submitted', 'pending') AND ({served}(status = 'verified' AND tx_id IS NULL)) \
+             ORDER BY next_check_at, seq LIMIT ?"
+        );
+        let sql = self.sql(&sql);
+        let mut query = sqlx::query(&sql).bind(now.timestamp_millis());
+        for network in networks {
+            query = query.bind(network.to_string());
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(payment_from_row).collect()
+    }
+
+    async fn reschedule_payment(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        sqlx::query(&self.sql(
+            "UPDATE payments SET next_check_at = ?, checks = checks + 1 WHERE id = ? AND next_check_at IS NOT NULL",
+        ))
+        .bind(at.timestamp_millis())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64> {
+        let moved = sqlx::query(&self.sql("UPDATE payments SET next_check_at = ? WHERE next_check_at > ?"))
+            .bind(at.timestamp_millis())
+            .bind(at.timestamp_millis())
+            .execute(&self.pool)
+            .await?;
+        Ok(moved.rows_affected())
+    }
+
+    async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>> {
+        let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments ORDER BY seq DESC LIMIT ?");
+        let rows = sqlx::query(&self.sql(&sql)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(payment_from_row).collect()
+    }
+
+    async fn history(
+        &self,
+        account: &str,
+        wallet: &str,
+        direction_filter: Option<Direction>,
+        limit: u32,
+        offset: u64,
+    ) -> StoreResult<HistoryPage> {
+        let filter = if direction_filter.is_some() { " AND direction = ?" } else { "" };
+        let total_sql = format!(
+            "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS total FROM wallet_payment_counts WHERE account_id = ? AND wallet = ?{filter}"
+        );
+        // Paginate on the covering index alone, then join only the rows of the page: skipping
+        // `offset` entries costs index steps, not table reads.
+        let page_sql = format!(
+            "SELECT {cols}, w.direction AS wallet_direction FROM \
+             (SELECT seq, direction FROM wallet_payments WHERE account_id = ? AND wallet = ?{filter} \
+              ORDER BY seq DESC, direction DESC LIMIT ? OFFSET ?) w \
+             JOIN payments p ON p.seq = w.seq ORDER BY w.seq DESC, w.direction DESC",
+            cols = PAYMENT_COLUMNS_P.as_str(),
+        );
+        // One read transaction so the total and the page see the same snapshot.
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await?;
+        }
+        let total_text = self.sql(&total_sql);
+        let mut total_q = sqlx::query(&total_text).bind(account).bind(wallet);
+        if let Some(d) = direction_filter {
+            total_q = total_q.bind(d.as_str());
+        }
+        let total: i64 = total_q.fetch_one(&mut *tx).await?.try_get("total")?;
+
+        let page_text = self.sql(&page_sql);
+        let mut page_q = sqlx::query(&page_text).bind(account).bind(wallet);
+        if let Some(d) = direction_filter {
+            page_q = page_q.bind(d.as_str());
+        }
+        let rows = page_q.bind(i64::from(limit)).bind(to_i64(offset, "offset")?).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        let entries = rows
+            .iter()
+            .map(|row| {
+                let side: String = row.try_get("wallet_direction")?;
+                Ok((payment_from_row(row)?, direction(&side)?))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(HistoryPage { total: u64::try_from(total).unwrap_or(0), entries })
+    }
+}

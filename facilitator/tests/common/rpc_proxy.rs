@@ -1,0 +1,107 @@
+//! A JSON-RPC proxy between the facilitator and a real chain node, for the faults a node can
+//! have: an answer it forgets (a status window that has passed), one it never gives (a broadcast
+//! lost on the way), one it gives late. Every other call goes through unchanged.
+//!
+//! The test sets a [`Rule`] per method; rules see the request's `params` and the node's answer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde_json::Value;
+
+/// Rewrites a node's `result`, given the call's `params`.
+pub type Rewriter = Arc<dyn Fn(&Value, Value) -> Value + Send + Sync>;
+
+/// What to do with one call of a method.
+#[derive(Clone)]
+pub enum Rule {
+    /// Forward the call and rewrite the node's `result` (the params are given too).
+    Rewrite(Rewriter),
+    /// Do not forward; answer as a broken gateway would (HTTP 502, no JSON-RPC body), so the
+    /// caller cannot tell whether the node got it.
+    Lose,
+}
+
+/// The running proxy.
+#[derive(Clone)]
+pub struct RpcProxy {
+    /// Where the facilitator connects.
+    pub url: String,
+    rules: Arc<Mutex<HashMap<String, Rule>>>,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    upstream: String,
+    http: reqwest::Client,
+    rules: Arc<Mutex<HashMap<String, Rule>>>,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl RpcProxy {
+    /// Starts a proxy to `upstream` on 127.0.0.1.
+    pub async fn start(upstream: &str) -> Self {
+        let rules = Arc::new(Mutex::new(HashMap::new()));
+        let calls = Arc::new(Mutex::new(HashMap::new()));
+        let shared = Shared {
+            upstream: upstream.to_owned(),
+            http: reqwest::Client::new(),
+            rules: rules.clone(),
+            calls: calls.clone(),
+        };
+        let app = axum::Router::new().route("/", axum::routing::post(forward)).with_state(shared);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, rules, calls }
+    }
+
+    /// Sets the rule of `method` (replacing any earlier one).
+    pub fn rule(&self, method: &str, rule: Rule) {
+        self.rules.lock().unwrap().insert(method.to_owned(), rule);
+    }
+
+    /// Removes the rule of `method`.
+    pub fn clear(&self, method: &str) {
+        self.rules.lock().unwrap().remove(method);
+    }
+
+    /// How many times `method` was called through the proxy.
+    pub fn calls(&self, method: &str) -> usize {
+        self.calls.lock().unwrap().get(method).copied().unwrap_or(0)
+    }
+}
+
+async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
+    // Batches are forwarded untouched.
+    let Some(method) = body.get("method").and_then(Value::as_str).map(str::to_owned) else {
+        return relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response());
+    };
+    *s.calls.lock().unwrap().entry(method.clone()).or_default() += 1;
+    let rule = s.rules.lock().unwrap().get(&method).cloned();
+    match rule {
+        Some(Rule::Lose) => (StatusCode::BAD_GATEWAY, "lost on the way").into_response(),
+        Some(Rule::Rewrite(f)) => match relay(&s, &body).await {
+            Ok(mut answer) => {
+                if let Some(result) = answer.get_mut("result") {
+                    let params = body.get("params").cloned().unwrap_or(Value::Null);
+                    *result = f(&params, result.take());
+                }
+                Json(answer).into_response()
+            }
+            Err(e) => e,
+        },
+        None => relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response()),
+    }
+}
+
+async fn relay(s: &Shared, body: &Value) -> Result<Value, Response> {
+    let answer = s.http.post(&s.upstream).json(body).send().await;
+    let answer = answer.map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())?;
+    answer.json::<Value>().await.map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())
+}

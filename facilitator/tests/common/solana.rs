@@ -1,0 +1,226 @@
+//! The Solana side of the chain tests: a facilitator on the embedded ledger (surfpool's Surfnet,
+//! offline, loopback), customers with custodial wallets, signed transfers and SPL tokens made with
+//! the real Token and Associated Token programs.
+
+use std::sync::Arc;
+
+use axum::Router;
+use http::StatusCode;
+use serde_json::{Value, json};
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use tollgate_facilitator::admin::{self, NewKey};
+use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::auth::plans::Plan;
+use tollgate_facilitator::chains::solana::embedded::{self, EmbeddedLedger};
+use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+use tollgate_facilitator::chains::solana::spl::SponsorPolicy;
+use tollgate_facilitator::chains::{Chains, SolanaBackend, Sponsor};
+use tollgate_facilitator::clock::SystemClock;
+use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::store::SqlStore;
+use tollgate_facilitator::wallets::MasterKey;
+use tollgate_facilitator::{AppState, router};
+use tollgate_protocol::ChainFamily;
+
+pub struct SolanaApp {
+    pub app: Router,
+    pub state: AppState,
+    pub store: Arc<SqlStore>,
+    pub dir: tempfile::TempDir,
+    /// Between the facilitator and the ledger, when started with [`Self::start_behind_proxy`].
+    pub proxy: Option<super::rpc_proxy::RpcProxy>,
+}
+
+impl SolanaApp {
+    pub async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// A facilitator that reaches the ledger through an [`RpcProxy`](super::rpc_proxy::RpcProxy).
+    pub async fn start_behind_proxy() -> Self {
+        Self::start_with(true).await
+    }
+
+    /// The SQLite file behind the store.
+    pub fn db_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("sol.db")
+    }
+
+    async fn start_with(proxied: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            database_url: DatabaseUrl::parse(dir.path().join("sol.db").to_str().unwrap()).unwrap(),
+            ..Config::default()
+        };
+        let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+        let ledger = EmbeddedLedger::start().await.unwrap();
+        let proxy = if proxied { Some(super::rpc_proxy::RpcProxy::start(ledger.rpc_url()).await) } else { None };
+        let url = proxy.as_ref().map_or(ledger.rpc_url(), |p| p.url.as_str());
+        let rpc = SolanaRpc::connect(url, DEFAULT_CALL_TIMEOUT).await.unwrap();
+        let sponsor = Sponsor::new(Keypair::new(), SponsorPolicy::default());
+        embedded::fund(&rpc, &sponsor.keypair).await.unwrap();
+        let chains = Chains::none().with_solana(SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor));
+        let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
+            .with_chains(chains)
+            .with_master_key(MasterKey::generate().unwrap());
+        Self { app: router(state.clone()), state, store, dir, proxy }
+    }
+
+    /// A key with a custodial wallet: (key, key id, wallet address).
+    pub async fn customer(&self) -> (String, String, String) {
+        let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Test };
+        let created = admin::create_key(&*self.store, new, chrono::Utc::now()).await.unwrap();
+        let master = self.state.master_key.as_ref().unwrap();
+        let wallet =
+            admin::create_wallet(&*self.store, master, &created.record.id, ChainFamily::Solana, chrono::Utc::now())
+                .await
+                .unwrap();
+        (created.secret.expose().to_owned(), created.record.id, wallet)
+    }
+
+    pub async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
+        super::call(&self.app, method, path, key, body).await
+    }
+
+    pub async fn lamports(&self, address: &str) -> u64 {
+        let backend = self.state.chains.embedded_solana().unwrap();
+        backend.rpc.balance(&address.parse::<Pubkey>().unwrap()).await.unwrap()
+    }
+}
+
+/// A signed native transfer, base64 as `exact-native` carries it.
+pub fn signed_transfer(
+    payer: &solana_sdk::signature::Keypair,
+    to: &Pubkey,
+    lamports: u64,
+    blockhash: solana_sdk::hash::Hash,
+) -> String {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    use tollgate_facilitator::chains::solana::build::Transfer;
+    let message = Transfer { from: payer.pubkey(), to: *to, lamports, priority_fee: None }.message(&blockhash);
+    let tx = solana_sdk::transaction::Transaction::new(&[payer], message, blockhash);
+    base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
+}
+
+pub fn signed_proof(
+    network: &str,
+    payer: &solana_sdk::signature::Keypair,
+    to: &Pubkey,
+    lamports: u64,
+    blockhash: solana_sdk::hash::Hash,
+) -> String {
+    let encoded = signed_transfer(payer, to, lamports, blockhash);
+    tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact-native", "network": network, "payload": {"transaction": encoded}
+    }))
+    .unwrap()
+}
+
+/// x402 v1 `/verify` + `/settle` body for an `exact` payment.
+pub fn x402_exact(network: &str, tx: &str, pay_to: &str, mint: &str, amount: u64, fee_payer: &str) -> Value {
+    json!({
+        "x402Version": 1,
+        "paymentPayload": {"x402Version": 1, "scheme": "exact", "network": network, "payload": {"transaction": tx}},
+        "paymentRequirements": {
+            "scheme": "exact", "network": network, "maxAmountRequired": amount.to_string(),
+            "resource": "https://seller.example/report", "description": "", "mimeType": "application/json",
+            "payTo": pay_to, "maxTimeoutSeconds": 30, "asset": mint, "extra": {"feePayer": fee_payer}
+        }
+    })
+}
+
+/// SPL tokens on the embedded ledger, made with the real Token and Associated Token programs.
+pub mod spl_fixture {
+    use solana_sdk::instruction::{AccountMeta, Instruction};
+    use solana_sdk::pubkey::Pubkey;
+    use solana_sdk::signature::Keypair;
+    use solana_sdk::signer::Signer as _;
+    use solana_sdk::transaction::Transaction;
+    use tollgate_facilitator::chains::solana::rpc::SolanaRpc;
+    use tollgate_facilitator::chains::solana::spl::associated_token_address;
+    use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
+    use tollgate_facilitator::devnet::SplDevToken;
+
+    pub const DECIMALS: u8 = 6;
+
+    /// A funded key that creates the mint and accounts and holds the mint authority.
+    pub struct Fixture {
+        pub funder: Keypair,
+        pub mint: Pubkey,
+        token: SplDevToken,
+    }
+
+    impl Fixture {
+        pub async fn new(rpc: &SolanaRpc) -> Self {
+            let funder = Keypair::new();
+            let sig = rpc.request_airdrop(&funder.pubkey(), 10_000_000_000).await.unwrap();
+            rpc.wait_for_outcome(&sig, std::time::Duration::from_secs(30)).await.unwrap();
+            let token = SplDevToken::create(rpc, funder.insecure_clone(), DECIMALS).await.unwrap();
+            Self { funder, mint: token.mint, token }
+        }
+
+        /// Creates `owner`'s associated token account (idempotent) and mints `amount` into it.
+        pub async fn account(&self, rpc: &SolanaRpc, owner: &Pubkey, amount: u64) -> Pubkey {
+            self.token.fund(rpc, owner, amount).await.unwrap()
+        }
+
+        /// Base units held by a token account.
+        pub async fn balance(&self, rpc: &SolanaRpc, account: &Pubkey) -> u64 {
+            let (_, data) = rpc.account(account).await.unwrap().unwrap();
+            u64::from_le_bytes(data[64..72].try_into().unwrap())
+        }
+
+        /// An x402 `exact` payment: `buyer` signs a TransferChecked of `amount` to `to` (a token
+        /// account), with `fee_payer` as fee payer whose signature is left empty.
+        pub async fn exact_tx(
+            &self,
+            rpc: &SolanaRpc,
+            fee_payer: &Pubkey,
+            buyer: &Keypair,
+            to: &Pubkey,
+            amount: u64,
+            unit_price: u64,
+        ) -> String {
+            self.exact_tx_with(rpc, fee_payer, buyer, (to, amount, unit_price), &[]).await
+        }
+
+        /// [`Self::exact_tx`] with `extra` instructions appended (hostile shapes).
+        pub async fn exact_tx_with(
+            &self,
+            rpc: &SolanaRpc,
+            fee_payer: &Pubkey,
+            buyer: &Keypair,
+            (to, amount, unit_price): (&Pubkey, u64, u64),
+            extra: &[Instruction],
+        ) -> String {
+            use base64::Engine as _;
+            let source = associated_token_address(&buyer.pubkey(), &self.mint, &TOKEN_PROGRAM);
+            let mut data = vec![12];
+            data.extend_from_slice(&amount.to_le_bytes());
+            data.push(DECIMALS);
+            let transfer = Instruction::new_with_bytes(
+                TOKEN_PROGRAM,
+                &data,
+                vec![
+                    AccountMeta::new(source, false),
+                    AccountMeta::new_readonly(self.mint, false),
+                    AccountMeta::new(*to, false),
+                    AccountMeta::new_readonly(buyer.pubkey(), true),
+                ],
+            );
+            let mut ixs = vec![
+                solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
+                solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(unit_price),
+                transfer,
+            ];
+            ixs.extend_from_slice(extra);
+            let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+            let message = solana_sdk::message::Message::new_with_blockhash(&ixs, Some(fee_payer), &blockhash);
+            let mut tx = Transaction::new_unsigned(message);
+            tx.partial_sign(&[buyer], blockhash);
+            base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
+        }
+    }
+}
