@@ -228,7 +228,6 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    reconcile_at_startup(&state).await;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
     let reconciler = tokio::spawn(reconcile_periodically(state.clone(), stop_rx.clone()));
@@ -258,28 +257,15 @@ pub async fn run(
 /// How often unfinished payments are checked against the chain.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 
-/// The longest start-up waits for the chain's verdicts on what a previous run left unfinished;
-/// past it the daemon serves and the periodic passes carry on.
-pub const STARTUP_RECONCILE_LIMIT: Duration = Duration::from_secs(30);
-
-/// Before serving: every payment a previous run left unfinished is looked at now (not when its
-/// schedule says), so a restarted daemon answers its status from the chain's verdict.
-async fn reconcile_at_startup(state: &AppState) {
+/// Finishes what a previous run left open and what slow chains leave open, in the background
+/// (the server does not wait for it): at start-up every unfinished payment is made due at once,
+/// then a pass runs every [`RECONCILE_EVERY`], the first one right away.
+async fn reconcile_periodically(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     match state.store.bring_checks_forward(state.clock.now()).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(payments = n, "looking at payments a previous run left unfinished"),
-        Err(e) => tracing::warn!(error = %e, "could not read unfinished payments at start-up"),
+        Err(e) => tracing::warn!(error = %e, "could not reschedule unfinished payments at start-up"),
     }
-    let pass = settlement::reconcile::reconcile_once(&*state.store, &*state.clock, &state.chains);
-    match tokio::time::timeout(STARTUP_RECONCILE_LIMIT, pass).await {
-        Ok(Ok(r)) => tracing::info!(examined = r.examined, finished = r.finished, "reconciled at start-up"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "start-up reconciliation failed; retrying in the background"),
-        Err(_) => tracing::warn!("start-up reconciliation is slow; serving, and finishing it in the background"),
-    }
-}
-
-/// Finishes what slow chains leave open, in the background: one pass every [`RECONCILE_EVERY`].
-async fn reconcile_periodically(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut every = tokio::time::interval(RECONCILE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
