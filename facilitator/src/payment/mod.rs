@@ -265,6 +265,3 @@ fn covers(p: &NewPayment, terms: &Terms) -> bool {
         && terms.price.check(p.amount_atomic.get(), p.decimals, crate::chains::Reason::InvalidPayload).is_ok()
         && terms.resource.as_ref().is_none_or(|r| p.resource.as_ref() == Some(r))
 }
-
-#[cfg(test)]
-mod tests;

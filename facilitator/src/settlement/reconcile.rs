@@ -142,6 +142,3 @@ async fn look(
         TxStatus::Unseen => Ok(None),
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)] // each test binary uses a part
 
 pub mod evm;
+pub mod fake;
 pub mod rpc_proxy;
 pub mod solana;
 
