@@ -4,6 +4,7 @@
 //!
 //! The chain is a fake that stops at a chosen step until the test has dropped the request, so
 //! each await point is hit for sure; storage, the API and the payment core are the real ones.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The reconciler's schedule: payments that stay stuck cannot starve newer ones, a payment never
 //! broadcast is given up (its proof usable again), and a payment is looked at again later, not at
 //! every pass. Time is a manual clock; the chain is the fake one.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
 mod common;
 
