@@ -62,10 +62,14 @@ impl EvmApp {
     async fn start_with(proxied: bool) -> Self {
         let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
         let dir = tempfile::tempdir().unwrap();
-        let config = Config {
+        let mut config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("evm.db").to_str().unwrap()).unwrap(),
             ..Config::default()
         };
+        if proxied {
+            // Fault tests: a send whose broadcast went astray answers `pending` after a second.
+            config.limits.send_wait_secs = 1;
+        }
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         let proxy = if proxied { Some(super::rpc_proxy::RpcProxy::start(&anvil.endpoint()).await) } else { None };
         let url = proxy.as_ref().map_or_else(|| anvil.endpoint(), |p| p.url.clone());

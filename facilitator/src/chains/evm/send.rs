@@ -61,6 +61,14 @@ async fn priced(backend: &EvmBackend, order: &Order) -> Result<(alloy::primitive
     Ok((from, transfer))
 }
 
+/// The most wei per gas a hosted send's fee cap is lowered by, at random, each time it is signed.
+///
+/// Two identical sends signed under the same nonce (the first one's broadcast was lost, or went
+/// nobody knows where) would otherwise be the same bytes, hence the same transaction; with a
+/// different cap they are two transactions of which at most one can land. The cap bounds the
+/// price, it is not the price (base fee plus tip, both unchanged), so what is paid does not move.
+const FEE_CAP_SPREAD: u128 = 1_000_000;
+
 /// Plans a hosted send from `signer`'s wallet, checking it can pay the value and the most the
 /// gas can cost.
 pub(super) async fn plan(
@@ -69,6 +77,8 @@ pub(super) async fn plan(
     signer: PrivateKeySigner,
 ) -> Result<PlannedSend, OrderError> {
     let (from, transfer) = priced(backend, order).await?;
+    // Quoted and checked at the highest cap signing can draw.
+    let transfer = Transfer { max_fee_per_gas: transfer.max_fee_per_gas.saturating_add(FEE_CAP_SPREAD), ..transfer };
     if signer.address() != from {
         return Err(OrderError::Invalid("the wallet's key does not match walletAddress".into()));
     }
@@ -100,7 +110,16 @@ struct HostedTransfer {
 impl Signable for HostedTransfer {
     async fn sign(&self) -> Result<Outgoing, ChainError> {
         let lease = self.nonces.lease(&self.rpc, self.signer.address()).await?;
-        let transfer = Transfer { nonce: lease.nonce(), ..self.transfer };
+        let lowered = rand::random_range(0..FEE_CAP_SPREAD);
+        let transfer = Transfer {
+            nonce: lease.nonce(),
+            max_fee_per_gas: self
+                .transfer
+                .max_fee_per_gas
+                .saturating_sub(lowered)
+                .max(self.transfer.max_priority_fee_per_gas),
+            ..self.transfer
+        };
         let (raw, hash) =
             build::sign(transfer.tx(), &self.signer).map_err(|e| ChainError(format!("cannot sign: {e}")))?;
         Ok(Outgoing { tx_id: format!("{hash:#x}"), raw, horizon: None, hold: Some(Box::new(lease)) })
