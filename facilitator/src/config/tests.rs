@@ -1,0 +1,92 @@
+//! Tests of the configuration's layering and validation.
+
+use super::*;
+use std::collections::HashMap;
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    move |k| map.get(k).cloned()
+}
+
+#[test]
+fn defaults_without_any_source() {
+    let c = Config::load(None, env_of(&[]), &Flags::default()).unwrap();
+    assert_eq!(c, Config::default());
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.database_url.expose(), DEFAULT_DATABASE);
+    assert_eq!(c.plans.get(Plan::Standard).rpm, 100);
+    assert_eq!(c.plans.get(Plan::Premium).rpm, 1000);
+}
+
+#[test]
+fn layers_override_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &file,
+        r#"
+listen = "127.0.0.1:9000"
+database_url = "file.db"
+public_supported = true
+[plans.standard]
+rpm = 5
+[[evm]]
+network = "eip155:31337"
+rpc_url = "http://127.0.0.1:8545"
+"#,
+    )
+    .unwrap();
+    let env =
+        env_of(&[("TOLLGATE_LISTEN", "127.0.0.1:9001"), ("TOLLGATE_DATABASE_URL", "postgres://u:p@127.0.0.1/db")]);
+    let flags = Flags { listen: Some("127.0.0.1:9002".parse().unwrap()), database_url: None };
+    let c = Config::load(Some(&file), env, &flags).unwrap();
+    assert_eq!(c.listen.port(), 9002, "flag beats env beats file");
+    assert_eq!(c.database_url.expose(), "postgres://u:p@127.0.0.1/db", "env beats file");
+    assert!(c.public_supported, "file beats default");
+    assert_eq!(c.plans.get(Plan::Standard).rpm, 5);
+    assert_eq!(c.plans.get(Plan::Premium).rpm, 1000, "untouched plan keeps its default");
+    assert_eq!(c.evm[0].network, Network::eip155(31337));
+    let only_file = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
+    assert_eq!(only_file.listen.port(), 9000);
+    assert_eq!(only_file.database_url.expose(), "sqlite://file.db");
+}
+
+#[test]
+fn unknown_and_invalid_settings_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "lisen = \"127.0.0.1:1\"\n").unwrap();
+    assert!(matches!(Config::load(Some(&file), env_of(&[]), &Flags::default()), Err(ConfigError::Parse { .. })));
+    std::fs::write(&file, "[plans.standard]\nrpm = 0\n").unwrap();
+    assert!(matches!(Config::load(Some(&file), env_of(&[]), &Flags::default()), Err(ConfigError::Invalid(_))));
+    assert!(Config::load(None, env_of(&[("TOLLGATE_LISTEN", "nowhere")]), &Flags::default()).is_err());
+    assert!(Config::load(None, env_of(&[("TOLLGATE_DATABASE_URL", "mysql://x")]), &Flags::default()).is_err());
+    assert!(Config::load(Some(&dir.path().join("missing.toml")), env_of(&[]), &Flags::default()).is_err());
+}
+
+#[test]
+fn dev_master_key_lives_beside_the_database() {
+    let mut c = Config::default();
+    assert_eq!(c.dev_master_key_path(), PathBuf::from("tollgate-master.key"));
+    c.database_url = DatabaseUrl::parse("sqlite:///var/lib/tollgate/t.db?mode=rwc").unwrap();
+    assert_eq!(c.dev_master_key_path(), PathBuf::from("/var/lib/tollgate/tollgate-master.key"));
+    c.database_url = DatabaseUrl::parse("postgres://u@h/db").unwrap();
+    assert_eq!(c.dev_master_key_path(), PathBuf::from("tollgate-master.key"));
+}
+
+#[test]
+fn secrets_are_redacted_in_debug() {
+    let env = env_of(&[
+        ("TOLLGATE_MASTER_KEY", "master-secret-value"),
+        ("TOLLGATE_ADMIN_TOKEN", "admin-secret-value"),
+        ("TOLLGATE_DATABASE_URL", "postgres://user:db-secret-value@127.0.0.1:5432/test?password=other-secret"),
+    ]);
+    let c = Config::load(None, env, &Flags::default()).unwrap();
+    let debug = format!("{c:?}");
+    for secret in ["master-secret-value", "admin-secret-value", "db-secret-value", "other-secret"] {
+        assert!(!debug.contains(secret), "{secret} leaked in {debug}");
+    }
+    assert!(debug.contains("[REDACTED]"));
+    assert!(debug.contains("postgres://user:[REDACTED]@127.0.0.1:5432/test"));
+    assert_eq!(c.master_key.as_ref().map(Secret::expose), Some("master-secret-value"));
+}
