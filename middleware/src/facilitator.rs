@@ -200,6 +200,11 @@ impl FacilitatorClient {
                 Err(e) => return unavailable(e),
             };
             return match record.status {
+                // A payment followed by its id may have been made for a cheaper request.
+                PaymentStatus::Confirmed if !pays(&record, requirement) => Verdict::Refused {
+                    reason: "this payment was made for a cheaper request (amount, asset, network or recipient differ)"
+                        .into(),
+                },
                 PaymentStatus::Confirmed => Verdict::Paid(Payment {
                     payer: record.payer.or(Some(record.from)),
                     amount: record.amount_atomic,
@@ -312,4 +317,17 @@ fn facilitator_request(
             payment_requirements: requirement.clone(),
         }),
     }
+}
+
+/// Whether a recorded payment pays `requirement`: its network, recipient and asset, and at least
+/// its amount.
+fn pays(record: &PaymentRecord, requirement: &PaymentRequirements) -> bool {
+    let asset = match requirement.asset {
+        tollgate_protocol::x402::Asset::Native => "native".to_owned(),
+        tollgate_protocol::x402::Asset::Token(token) => token.to_string(),
+    };
+    record.network == requirement.network
+        && record.to == requirement.pay_to.to_string()
+        && record.asset == asset
+        && record.amount_atomic.get() >= requirement.amount.get()
 }

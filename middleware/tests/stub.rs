@@ -226,3 +226,33 @@ async fn dynamic_pricing_can_let_a_request_through_or_price_it() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// One route, priced per request: a proof paid (and remembered) for the cheap request does not buy
+/// the dear one, from the layer's memory or by following its payment.
+#[tokio::test]
+async fn a_proof_for_a_cheap_request_does_not_buy_a_dear_one() {
+    let (url, _) = stub("confirmed").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&url, "tg_test_key"))
+        .pricing(|parts: &http::request::Parts| {
+            let amount = if parts.uri.query() == Some("size=large") { "0.05" } else { "0.01" };
+            async move {
+                Some(vec![
+                    Price::native_sol(amount).unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()),
+                ])
+            }
+        })
+        .build()
+        .unwrap();
+    let service = layer.layer(plain(runs.clone()));
+    let paid = |uri: &str| Request::get(uri).header("X-PAYMENT", proof()).body(String::new()).unwrap();
+    let pending = service.clone().oneshot(paid("http://shop.example/report")).await.unwrap();
+    assert_eq!(pending.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Confirmed and remembered for the cheap request: served there, refused for the dear one.
+    let cheap = service.clone().oneshot(paid("http://shop.example/report")).await.unwrap();
+    assert_eq!(cheap.status(), StatusCode::OK);
+    let dear = service.clone().oneshot(paid("http://shop.example/report?size=large")).await.unwrap();
+    assert_eq!(dear.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "served once, for what was paid");
+}
