@@ -110,15 +110,8 @@ async fn sixteen_identical_hosted_sends_on_solana_are_sixteen_transfers() {
     let (_, _, bob_wallet) = t.customer().await;
     t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": alice_wallet, "amount": 2}))).await;
     let body = json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.001});
-    let sends: Vec<_> = (0..16)
-        .map(|_| {
-            let (app, key, body) = (t.app.clone(), alice.clone(), body.clone());
-            tokio::spawn(async move { common::call(&app, "POST", "/payment/send", &key, Some(body)).await })
-        })
-        .collect();
     let mut transactions = std::collections::BTreeSet::new();
-    for send in sends {
-        let (s, paid) = send.await.unwrap();
+    for (s, paid) in common::call_concurrently(&t.app, "/payment/send", &alice, &body, 16).await {
         assert_eq!((s, paid["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{paid}");
         transactions.insert(paid["transaction"].as_str().unwrap().to_owned());
     }
@@ -135,16 +128,9 @@ async fn sixteen_identical_hosted_sends_on_anvil_are_sixteen_transfers() {
     let (_, bob_wallet) = t.customer().await;
     t.fund(&alice_wallet, ETH).await;
     let body = json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.001});
-    let sends: Vec<_> = (0..16)
-        .map(|_| {
-            let (app, key, body) = (t.app.clone(), alice.clone(), body.clone());
-            tokio::spawn(async move { common::call(&app, "POST", "/payment/send", &key, Some(body)).await })
-        })
-        .collect();
     let mut transactions = std::collections::BTreeSet::new();
     let mut fees = 0u128;
-    for send in sends {
-        let (s, paid) = send.await.unwrap();
+    for (s, paid) in common::call_concurrently(&t.app, "/payment/send", &alice, &body, 16).await {
         assert_eq!((s, paid["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{paid}");
         let hash = paid["transaction"].as_str().unwrap().to_owned();
         let receipt = t.backend().rpc.receipt(hash.parse().unwrap()).await.unwrap().unwrap();
@@ -172,7 +158,6 @@ async fn sqlite(path: &std::path::Path, sql: &str) {
 /// has either settled once or is still usable — never claimed by a payment that does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_fault_at_any_step_leaves_the_proof_settled_once_or_usable() {
-    use tollgate_facilitator::settlement::reconcile::reconcile_once;
     let t = SolanaApp::start().await;
     let (seller, _, seller_wallet) = t.customer().await;
     let backend = t.state.chains.embedded_solana().unwrap();
@@ -200,8 +185,7 @@ async fn a_storage_fault_at_any_step_leaves_the_proof_settled_once_or_usable() {
 
         // The facilitator catches up on its own (the reconciler's pass an hour later, when
         // whatever was left is long due), and the seller's retry gets the one outcome.
-        let later = tollgate_facilitator::clock::ManualClock::new(chrono::Utc::now() + chrono::Duration::hours(1));
-        reconcile_once(&*t.store, &later, &t.state.chains).await.unwrap();
+        common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await;
         let (s, answer) = t.call("POST", "/payment/receive", &seller, Some(body)).await;
         match s {
             StatusCode::OK => assert_eq!(answer["status"], "confirmed", "{step}: {answer}"),
@@ -224,7 +208,6 @@ async fn a_storage_fault_at_any_step_leaves_the_proof_settled_once_or_usable() {
 /// confirmed on chain is found in history and confirmed, never expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmation_read_after_the_status_window_is_confirmed_not_expired() {
-    use tollgate_facilitator::settlement::reconcile::reconcile_once;
     let t = SolanaApp::start_behind_proxy().await;
     let proxy = t.proxy.clone().unwrap();
     let (seller, _, seller_wallet) = t.customer().await;
@@ -254,8 +237,7 @@ async fn a_confirmation_read_after_the_status_window_is_confirmed_not_expired() 
     assert!(s == StatusCode::OK || s == StatusCode::ACCEPTED, "{answer}");
     proxy.rule("getBlockHeight", Rule::Rewrite(Arc::new(|_, h| json!(h.as_u64().unwrap() + 1_000_000))));
     // The reconciler's pass an hour later, when the payment is long due.
-    let later = tollgate_facilitator::clock::ManualClock::new(chrono::Utc::now() + chrono::Duration::hours(1));
-    let pass = reconcile_once(&*t.store, &later, &t.state.chains).await.unwrap();
+    let pass = common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await;
     assert_eq!((pass.examined, pass.finished), (1, 1));
     let id = answer["paymentId"].as_str().unwrap();
     let (_, record) = t.call("GET", &format!("/payment/status/{id}"), &seller, None).await;

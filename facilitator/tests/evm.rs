@@ -207,28 +207,14 @@ async fn a_transfer_mined_after_the_wait_is_pending_then_reconciled() {
 
     // Still not mined: the reconciler (its passes a minute and an hour later, when the payment
     // is due) leaves it pending.
-    let chains = t.state.chains.clone();
-    let at = |later| tollgate_facilitator::clock::ManualClock::new(chrono::Utc::now() + later);
-    let pass = tollgate_facilitator::settlement::reconcile::reconcile_once(
-        &*t.store,
-        &at(chrono::Duration::minutes(1)),
-        &chains,
-    )
-    .await
-    .unwrap();
+    let pass = common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::minutes(1)).await;
     assert_eq!((pass.examined, pass.finished), (1, 0));
     let (_, still) =
         t.call("GET", &format!("/payment/status/{}", pending["paymentId"].as_str().unwrap()), &seller, None).await;
     assert_eq!(still["status"], "pending");
 
     let _: Value = provider.raw_request("evm_mine".into(), ()).await.unwrap();
-    let pass = tollgate_facilitator::settlement::reconcile::reconcile_once(
-        &*t.store,
-        &at(chrono::Duration::hours(1)),
-        &chains,
-    )
-    .await
-    .unwrap();
+    let pass = common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await;
     assert_eq!((pass.examined, pass.finished), (1, 1));
     let (_, done) =
         t.call("GET", &format!("/payment/status/{}", pending["paymentId"].as_str().unwrap()), &seller, None).await;

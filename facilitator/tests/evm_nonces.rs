@@ -14,13 +14,11 @@ use common::rpc_proxy::Rule;
 use http::StatusCode;
 use serde_json::{Value, json};
 use tollgate_facilitator::chains::evm::build::{Transfer, sign};
-use tollgate_facilitator::clock::ManualClock;
-use tollgate_facilitator::settlement::reconcile::{Reconciled, reconcile_once};
+use tollgate_facilitator::settlement::reconcile::Reconciled;
 
 /// The reconciler's pass an hour later, when every unfinished payment is due.
 async fn reconcile_later(t: &EvmApp) -> Reconciled {
-    let later = ManualClock::new(chrono::Utc::now() + chrono::Duration::hours(1));
-    reconcile_once(&*t.store, &later, &t.state.chains).await.unwrap()
+    common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

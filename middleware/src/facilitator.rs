@@ -33,6 +33,37 @@ pub struct Payment {
     pub payment_id: Option<String>,
 }
 
+/// A confirmed gateway payment as what it paid — which, for a payment followed by its id, may be
+/// a cheaper request's price or someone else's wallet.
+fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements) -> Verdict {
+    let to_payee = record.to == requirement.pay_to.to_string();
+    let payment = record.asset.parse().ok().map(|asset| Payment {
+        payer: record.payer.or(Some(record.from)),
+        amount: record.amount_atomic,
+        asset,
+        network: record.network,
+        transaction: record.transaction,
+        payment_id: Some(record.payment_id),
+    });
+    match payment {
+        Some(payment) if to_payee && payment.covers(requirement) => Verdict::Paid(payment),
+        _ => Verdict::Refused {
+            reason: "this payment does not pay this request (amount, asset, network or recipient differ)".into(),
+        },
+    }
+}
+
+impl Payment {
+    /// Whether it pays `requirement`'s price: its asset, on its network, at least its amount.
+    /// A payment made for one request of a route may be presented for a dearer one.
+    #[must_use]
+    pub fn covers(&self, requirement: &PaymentRequirements) -> bool {
+        self.asset == requirement.asset
+            && self.network == requirement.network
+            && self.amount.get() >= requirement.amount.get()
+    }
+}
+
 /// What the facilitator said about a proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -200,19 +231,7 @@ impl FacilitatorClient {
                 Err(e) => return unavailable(e),
             };
             return match record.status {
-                // A payment followed by its id may have been made for a cheaper request.
-                PaymentStatus::Confirmed if !pays(&record, requirement) => Verdict::Refused {
-                    reason: "this payment was made for a cheaper request (amount, asset, network or recipient differ)"
-                        .into(),
-                },
-                PaymentStatus::Confirmed => Verdict::Paid(Payment {
-                    payer: record.payer.or(Some(record.from)),
-                    amount: record.amount_atomic,
-                    asset: requirement.asset,
-                    network: record.network,
-                    transaction: record.transaction,
-                    payment_id: Some(record.payment_id),
-                }),
+                PaymentStatus::Confirmed => paid_for(record, requirement),
                 PaymentStatus::Failed | PaymentStatus::Expired => Verdict::Refused {
                     reason: format!("the payment {}: {}", record.status.as_str(), record.error.unwrap_or_default()),
                 },
@@ -317,17 +336,4 @@ fn facilitator_request(
             payment_requirements: requirement.clone(),
         }),
     }
-}
-
-/// Whether a recorded payment pays `requirement`: its network, recipient and asset, and at least
-/// its amount.
-fn pays(record: &PaymentRecord, requirement: &PaymentRequirements) -> bool {
-    let asset = match requirement.asset {
-        tollgate_protocol::x402::Asset::Native => "native".to_owned(),
-        tollgate_protocol::x402::Asset::Token(token) => token.to_string(),
-    };
-    record.network == requirement.network
-        && record.to == requirement.pay_to.to_string()
-        && record.asset == asset
-        && record.amount_atomic.get() >= requirement.amount.get()
 }

@@ -177,11 +177,7 @@ where
         match config.cache.get(key).await.as_deref() {
             // A proof remembered for this resource serves again only if it pays this request's
             // price: one route can price each request differently (a query, a body).
-            Some(Known::Accepted { payment, .. })
-                if payment.asset != requirement.asset
-                    || payment.network != requirement.network
-                    || payment.amount.get() < requirement.amount.get() =>
-            {
+            Some(Known::Accepted { payment, .. }) if !payment.covers(requirement) => {
                 return Ok(challenge("this payment was made for a cheaper request"));
             }
             Some(Known::Accepted { resource: r, payment, headers }) if *r == resource.url => {

@@ -8,6 +8,7 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
+use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_sdk::instruction::{AccountMeta, Instruction};
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
@@ -19,8 +20,6 @@ use tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM;
 use tollgate_facilitator::devnet::SplDevToken;
 use tollgate_protocol::x402::header;
 
-const COMPUTE_BUDGET: Pubkey = Pubkey::from_str_const("ComputeBudget111111111111111111111111111111");
-
 /// A `TransferChecked` of `amount` of `mint` (6 decimals) from `buyer` to `seller`'s account,
 /// with `fee_payer` to sign as the sponsor, as base64.
 fn transfer_of(
@@ -31,10 +30,6 @@ fn transfer_of(
     fee_payer: &Pubkey,
     blockhash: solana_sdk::hash::Hash,
 ) -> String {
-    let mut limit = vec![2];
-    limit.extend_from_slice(&20_000u32.to_le_bytes());
-    let mut price = vec![3];
-    price.extend_from_slice(&1u64.to_le_bytes());
     let mut data = vec![12];
     data.extend_from_slice(&amount.to_le_bytes());
     data.push(6);
@@ -49,8 +44,8 @@ fn transfer_of(
         ],
     );
     let ixs = [
-        Instruction::new_with_bytes(COMPUTE_BUDGET, &limit, vec![]),
-        Instruction::new_with_bytes(COMPUTE_BUDGET, &price, vec![]),
+        ComputeBudgetInstruction::set_compute_unit_limit(20_000),
+        ComputeBudgetInstruction::set_compute_unit_price(1),
         transfer,
     ];
     let message = solana_sdk::message::Message::new_with_blockhash(&ixs, Some(fee_payer), &blockhash);

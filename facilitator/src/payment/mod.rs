@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
-use tollgate_protocol::x402::{Asset, PaymentPayload};
+use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
 pub use self::receive::Handed;
@@ -225,7 +225,7 @@ impl Payments {
             from: payer,
             to: checked.pay_to.to_string(),
             amount_atomic: AtomicAmount(checked.amount),
-            asset: asset_text(checked.asset),
+            asset: checked.asset.to_string(),
             decimals: checked.decimals,
             fee_atomic: checked.fee.map(AtomicAmount),
             transaction: None,
@@ -246,22 +246,13 @@ fn new_id() -> String {
     format!("pay_{}", ulid::Ulid::new())
 }
 
-/// An asset as payments store it: `native`, or the token's address.
-#[must_use]
-pub fn asset_text(asset: Asset) -> String {
-    match asset {
-        Asset::Native => "native".to_owned(),
-        Asset::Token(token) => token.to_string(),
-    }
-}
-
 /// Whether a stored payment pays what `terms` ask: same network, recipient and asset, enough of
 /// it, and the same resource when one is asked. A proof answered again for its owner must meet the
 /// new terms too, or a cheap proof would buy a dear request.
 fn covers(p: &NewPayment, terms: &Terms) -> bool {
     p.network == terms.network
         && p.to == terms.pay_to.to_string()
-        && p.asset == asset_text(terms.asset)
+        && p.asset == terms.asset.to_string()
         && terms.price.check(p.amount_atomic.get(), p.decimals, crate::chains::Reason::InvalidPayload).is_ok()
         && terms.resource.as_ref().is_none_or(|r| p.resource.as_ref() == Some(r))
 }

@@ -42,12 +42,19 @@ impl Gate {
 }
 
 /// A chain that does what it is asked at once, except at the gate.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FakeChain {
     pub gate: Arc<Gate>,
     /// Every broadcast, by transaction id.
     pub broadcasts: Arc<Mutex<Vec<String>>>,
     signed: Arc<AtomicU64>,
+    network: Network,
+}
+
+impl Default for FakeChain {
+    fn default() -> Self {
+        Self { gate: Arc::default(), broadcasts: Arc::default(), signed: Arc::default(), network: network() }
+    }
 }
 
 /// The network it serves.
@@ -73,8 +80,7 @@ impl Signable for FakeSigner {
 #[async_trait]
 impl Chain for FakeChain {
     fn network(&self) -> &Network {
-        static NETWORK: std::sync::OnceLock<Network> = std::sync::OnceLock::new();
-        NETWORK.get_or_init(network)
+        &self.network
     }
 
     fn kinds(&self) -> Kinds {

@@ -26,3 +26,35 @@ pub async fn call(app: &Router, method: &str, path: &str, key: &str, body: Optio
     let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
+
+/// The same call `n` times at once; the answers in the order the calls were made.
+pub async fn call_concurrently(
+    app: &Router,
+    path: &str,
+    key: &str,
+    body: &Value,
+    n: usize,
+) -> Vec<(StatusCode, Value)> {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let (app, key, body) = (app.clone(), key.to_owned(), body.clone());
+            let path = path.to_owned();
+            tokio::spawn(async move { call(&app, "POST", &path, &key, Some(body)).await })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(n);
+    for c in calls {
+        answers.push(c.await.unwrap());
+    }
+    answers
+}
+
+/// One reconciler pass as if run `later` from now, when what was left unfinished is due.
+pub async fn reconcile_in(
+    store: &dyn tollgate_facilitator::store::Store,
+    chains: &tollgate_facilitator::chains::Chains,
+    later: chrono::Duration,
+) -> tollgate_facilitator::settlement::reconcile::Reconciled {
+    let clock = tollgate_facilitator::clock::ManualClock::new(chrono::Utc::now() + later);
+    tollgate_facilitator::settlement::reconcile::reconcile_once(store, &clock, chains).await.unwrap()
+}

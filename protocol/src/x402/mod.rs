@@ -34,19 +34,33 @@ pub enum Asset {
     Token(Address),
 }
 
+/// `native`, or the token's address.
+impl std::fmt::Display for Asset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Native => f.write_str("native"),
+            Self::Token(a) => a.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for Asset {
+    type Err = <Address as std::str::FromStr>::Err;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text == "native" { Ok(Self::Native) } else { text.parse().map(Self::Token) }
+    }
+}
+
 impl Serialize for Asset {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::Native => s.serialize_str("native"),
-            Self::Token(a) => a.serialize(s),
-        }
+        s.collect_str(self)
     }
 }
 
 impl<'de> Deserialize<'de> for Asset {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text == "native" { Ok(Self::Native) } else { text.parse().map(Self::Token).map_err(D::Error::custom) }
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
     }
 }
 
