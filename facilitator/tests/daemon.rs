@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -298,4 +300,83 @@ async fn a_killed_daemon_finishes_its_payment_after_restart() {
     assert_eq!(status["status"], "confirmed", "{status}");
     assert_eq!(rpc.balance(&payee).await.unwrap(), 100_000_000, "exactly one transfer landed");
     assert!(daemon.terminate().success());
+}
+
+/// Two daemons on one PostgreSQL database, one proof presented to both 20 times at once: it
+/// settles once — one payment, one transfer — whichever instance each request reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_on_one_postgres_settle_a_proof_once() {
+    use solana_sdk::pubkey::Pubkey;
+    use solana_sdk::signature::Keypair;
+    use solana_sdk::signer::Signer as _;
+    use tollgate_facilitator::chains::solana::embedded::EmbeddedLedger;
+    use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+
+    let Some(base) = std::env::var("TOLLGATE_TEST_POSTGRES_URL").ok().filter(|v| !v.is_empty()) else {
+        eprintln!("SKIPPED two_daemons_on_one_postgres_settle_a_proof_once: TOLLGATE_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    sqlx::any::install_default_drivers();
+    let schema = format!("tg_daemons_{}", ulid::Ulid::new().to_string().to_lowercase());
+    let admin = sqlx::AnyPool::connect(&base).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let database = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tollgate.toml"),
+        format!("database_url = \"{database}\"\nsolana_rpc_url = \"{}\"\n", ledger.rpc_url()),
+    )
+    .unwrap();
+    let env = [("TOLLGATE_CONFIG", "tollgate.toml")];
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let buyer = Keypair::new();
+    let airdrop = rpc.request_airdrop(&buyer.pubkey(), 1_000_000_000).await.unwrap();
+    rpc.wait_for_outcome(&airdrop, Duration::from_secs(30)).await.unwrap();
+    let seller = Pubkey::new_unique();
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let proof = common::solana::signed_proof(&rpc.network().to_string(), &buyer, &seller, 10_000_000, blockhash);
+    let body = json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 0.01});
+
+    let daemons = [Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env)];
+    let client = reqwest::Client::new();
+    let racers: Vec<_> = (0..20)
+        .map(|i| {
+            let request = client.post(format!("{}/payment/receive", daemons[i % 2].base)).bearer_auth(&key).json(&body);
+            let client = client.clone();
+            tokio::spawn(async move { call(&client, request).await })
+        })
+        .collect();
+    let (mut confirmed, mut ids) = (0, std::collections::BTreeSet::new());
+    for racer in racers {
+        let (status, _, answer) = racer.await.unwrap();
+        match status {
+            200 => confirmed += 1,
+            202 => {}
+            402 => {
+                let message = answer["error"]["message"].as_str().unwrap();
+                assert!(message.contains("already used"), "{answer}");
+                ids.insert(message.split("payment ").nth(1).unwrap().trim_end_matches(')').to_owned());
+                continue;
+            }
+            other => panic!("{other}: {answer}"),
+        }
+        ids.insert(answer["paymentId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(confirmed, 1, "one verdict for one proof");
+    assert_eq!(ids.len(), 1, "one payment: {ids:?}");
+    assert_eq!(rpc.balance(&seller).await.unwrap(), 10_000_000, "one transfer");
+    let id = ids.into_iter().next().unwrap();
+    for daemon in &daemons {
+        let (s, _, record) =
+            call(&client, client.get(format!("{}/payment/status/{id}", daemon.base)).bearer_auth(&key)).await;
+        assert_eq!((s, record["status"].as_str()), (200, Some("confirmed")), "{record}");
+    }
+    for daemon in daemons {
+        assert!(daemon.terminate().success());
+    }
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
 }
