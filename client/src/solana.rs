@@ -28,6 +28,8 @@ const TOKEN_2022_PROGRAM: Pubkey = Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkA
 const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
 /// Token program instruction tag of `TransferChecked`.
 const TRANSFER_CHECKED: u8 = 12;
+/// SPL Memo program (v2).
+const MEMO_PROGRAM: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 /// Size of a mint account's base state; its decimals are at byte 44, `is_initialized` at 45.
 const MINT_LEN: usize = 82;
 /// Least compute units asked for a sponsored token transfer (it uses ~10,000 with Token-2022).
@@ -148,11 +150,16 @@ impl SolanaWallet {
                 decimals,
             );
             let units = SPONSORED_COMPUTE_UNITS + crate::unique_below(UNIQUE_UNITS_SPREAD);
-            let instructions = [
+            let mut instructions = vec![
                 ComputeBudgetInstruction::set_compute_unit_limit(units),
                 ComputeBudgetInstruction::set_compute_unit_price(SPONSORED_COMPUTE_UNIT_PRICE),
                 transfer,
             ];
+            // x402 `exact`: the memo the seller asks for (an order id, say) travels with the
+            // transfer, in a Memo instruction that names no account.
+            if let Some(memo) = requirement.extra.as_ref().and_then(|e| e.get("memo")).and_then(Value::as_str) {
+                instructions.push(Instruction::new_with_bytes(MEMO_PROGRAM, memo.as_bytes(), vec![]));
+            }
             // The fee payer's signature slot stays empty: the facilitator fills it when it settles.
             let mut tx = Transaction::new_with_payer(&instructions, Some(&fee_payer));
             tx.try_partial_sign(&[&self.keypair], blockhash).map_err(build_error)?;

@@ -69,7 +69,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("exact SPL: decode + signature + fee-payer rules", |b| {
         b.iter(|| {
             let tx = decode(std::hint::black_box(&encoded)).unwrap();
-            spl::check_sponsored_transfer(&tx, &sponsor.pubkey(), &policy).unwrap()
+            spl::check_sponsored_transfer(&tx, &sponsor.pubkey(), &policy, None).unwrap()
         });
     });
 

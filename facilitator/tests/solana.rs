@@ -529,10 +529,10 @@ async fn x402_exact_spl_is_verified_settled_once_and_hostile_shapes_are_refused(
     let (_, again) = t.call("POST", "/settle", &key, Some(body.clone())).await;
     assert_eq!(
         (again["success"].as_bool(), again["errorReason"].as_str()),
-        (Some(false), Some("invalid_transaction_state"))
+        (Some(false), Some("duplicate_settlement"))
     );
     let (_, v) = t.call("POST", "/verify", &key, Some(body)).await;
-    assert_eq!(v["invalidReason"], "invalid_transaction_state", "{v}");
+    assert_eq!(v["invalidReason"], "duplicate_settlement", "{v}");
     assert_eq!(fixture.balance(rpc, &seller_ata).await, 1_000_000);
 }
 
@@ -666,9 +666,27 @@ async fn x402_v2_exact_native_verify_and_settle() {
     assert_eq!(settled["network"], network, "v2 answers name the CAIP-2 network");
     assert_eq!(settled["transaction"], tx_signature(&tx));
     assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 1_000_000_000 + 10_000_000);
-    let (_, again) = t.call("POST", "/settle", &key, Some(good)).await;
-    assert_eq!(again["errorReason"], "invalid_transaction_state", "{again}");
+    // Settled again by the same seller for the same terms: that settlement again (x402 /settle
+    // is idempotent, so a seller that saw it pending can follow it), paid once.
+    let (_, again) = t.call("POST", "/settle", &key, Some(good.clone())).await;
+    assert_eq!(again["success"], true, "{again}");
     assert_eq!(again["transaction"], settled["transaction"], "the settling transaction is named: {again}");
+    // A seller that does not remember the proof verifies it first: used.
+    let (_, v) = t.call("POST", "/verify", &key, Some(good.clone())).await;
+    assert_eq!(reason(&v), "duplicate_settlement", "{v}");
+    assert!(v["invalidMessage"].as_str().unwrap().contains("already used"), "{v}");
+    // Another account settling it: used, and not its business which transaction settled it.
+    let (stranger, _, _) = t.customer().await;
+    let (_, theirs) = t.call("POST", "/settle", &stranger, Some(good.clone())).await;
+    assert_eq!(
+        (theirs["success"].as_bool(), theirs["errorReason"].as_str()),
+        (Some(false), Some("duplicate_settlement"))
+    );
+    assert_eq!(theirs["transaction"], "", "{theirs}");
+    // The same proof for a dearer requirement, by the same seller: it does not pay that, used.
+    let (_, dearer) =
+        t.call("POST", "/settle", &key, Some(body(requirement("20000000"), requirement("20000000")))).await;
+    assert_eq!(dearer["errorReason"], "duplicate_settlement", "{dearer}");
     assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 1_000_000_000 + 10_000_000, "paid once");
 }
 

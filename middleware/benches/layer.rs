@@ -37,7 +37,7 @@ fn stand_in() -> Router {
                 "paymentId": "pay_1", "status": "confirmed", "mode": "hosted", "network": NETWORK,
                 "from": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "to": PAY_TO,
                 "amount": 0.01, "amountAtomic": "10000000", "asset": "native", "transaction": "5sig",
-                "createdAt": "2026-11-22T00:00:00Z", "updatedAt": "2026-11-22T00:00:00Z"
+                "resource": "http://shop.example/report", "createdAt": "2026-11-22T00:00:00Z", "updatedAt": "2026-11-22T00:00:00Z"
             }))
         }),
     )

@@ -7,7 +7,7 @@ use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tollgate_protocol::x402::header::PAYMENT_REQUIRED;
 use tollgate_protocol::x402::{Asset, PaymentRequiredV2, PaymentRequirements, ResourceInfo};
-use tollgate_protocol::{ChainFamily, DecimalAmount};
+use tollgate_protocol::{ChainFamily, DecimalAmount, Network};
 
 use crate::body::PaymentBody;
 
@@ -63,9 +63,11 @@ pub(crate) fn payment_required(
     error: &str,
     resource: &ResourceInfo,
     accepts: &[(PaymentRequirements, u8)],
+    extensions: &serde_json::Map<String, serde_json::Value>,
     request_headers: &HeaderMap,
 ) -> Buffered {
-    let message = PaymentRequiredV2::new(error, resource.clone(), accepts.iter().map(|(r, _)| r.clone()).collect());
+    let mut message = PaymentRequiredV2::new(error, resource.clone(), accepts.iter().map(|(r, _)| r.clone()).collect());
+    message.extensions.clone_from(extensions);
     let v2 = tollgate_protocol::x402::header::encode(&message).unwrap_or_default();
     let mut out = if wants_html(request_headers) {
         let items: String = accepts
@@ -120,6 +122,22 @@ pub(crate) fn unavailable(timed_out: bool) -> Buffered {
         status,
         &serde_json::json!({"error": "the payment facilitator is unavailable; nothing was charged by this request"}),
     )
+}
+
+/// The base64 settlement header of a refused proof: `{success: false, errorReason, network,
+/// transaction: ""}`. `reason` is `code: sentence` or a bare sentence; the code is x402's when
+/// the refusal gives one.
+pub(crate) fn failure_header(reason: &str, network: &Network, v1: bool) -> Option<HeaderValue> {
+    let code = reason.split_once(':').map_or(reason, |(code, _)| code).trim();
+    let is_code = !code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let value = serde_json::json!({
+        "success": false,
+        "errorReason": if is_code { code } else { "invalid_payment" },
+        "errorMessage": reason,
+        "transaction": "",
+        "network": if v1 { network.v1_name_or_caip2() } else { network.to_string() },
+    });
+    HeaderValue::from_str(&base64::engine::general_purpose::STANDARD.encode(value.to_string())).ok()
 }
 
 /// The base64 settlement header value (`X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`).

@@ -14,7 +14,7 @@ use tollgate_protocol::x402::{
     Asset, FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentRequirements,
     PaymentRequirementsV1, ResourceInfo, SettleResponse, Supported, V1, V2, VerifyResponse,
 };
-use tollgate_protocol::{AtomicAmount, ErrorEnvelope, Network};
+use tollgate_protocol::{Address, AtomicAmount, ErrorEnvelope, Network};
 
 /// A settled payment, as handlers see it in request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +27,8 @@ pub struct Payment {
     pub asset: Asset,
     /// Where.
     pub network: Network,
+    /// To whom.
+    pub pay_to: Address,
     /// The settling transaction.
     pub transaction: Option<String>,
     /// The gateway's payment id (x402 facilitators have none).
@@ -35,18 +37,25 @@ pub struct Payment {
 
 /// A confirmed gateway payment as what it paid — which, for a payment followed by its id, may be
 /// a cheaper request's price or someone else's wallet.
-fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements) -> Verdict {
-    let to_payee = record.to == requirement.pay_to.to_string();
-    let payment = record.asset.parse().ok().map(|asset| Payment {
-        payer: record.payer.or(Some(record.from)),
-        amount: record.amount_atomic,
-        asset,
-        network: record.network,
-        transaction: record.transaction,
-        payment_id: Some(record.payment_id),
-    });
+fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, resource: &str) -> Verdict {
+    // A payment made for another resource (followed by its id) pays that one, not this.
+    if record.resource.as_deref() != Some(resource) {
+        return Verdict::Refused { reason: "this payment was made for another resource".into() };
+    }
+    let payment = match (record.asset.parse(), record.to.parse()) {
+        (Ok(asset), Ok(pay_to)) => Some(Payment {
+            payer: record.payer.or(Some(record.from)),
+            amount: record.amount_atomic,
+            asset,
+            network: record.network,
+            pay_to,
+            transaction: record.transaction,
+            payment_id: Some(record.payment_id),
+        }),
+        _ => None,
+    };
     match payment {
-        Some(payment) if to_payee && payment.covers(requirement) => Verdict::Paid(payment),
+        Some(payment) if payment.covers(requirement) => Verdict::Paid(payment),
         _ => Verdict::Refused {
             reason: "this payment does not pay this request (amount, asset, network or recipient differ)".into(),
         },
@@ -54,12 +63,14 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements) -> Verdict
 }
 
 impl Payment {
-    /// Whether it pays `requirement`'s price: its asset, on its network, at least its amount.
-    /// A payment made for one request of a route may be presented for a dearer one.
+    /// Whether it pays `requirement`'s price: its asset, on its network, to its recipient, at
+    /// least its amount. A payment made for one request of a route may be presented for a
+    /// dearer one.
     #[must_use]
     pub fn covers(&self, requirement: &PaymentRequirements) -> bool {
         self.asset == requirement.asset
             && self.network == requirement.network
+            && self.pay_to == requirement.pay_to
             && self.amount.get() >= requirement.amount.get()
     }
 }
@@ -112,43 +123,66 @@ struct Inner {
     http: reqwest::Client,
     api: Api,
     timeout: Duration,
+    settle_margin: Duration,
     supported: tokio::sync::RwLock<Option<(Instant, Supported)>>,
 }
 
 /// How long `/supported` is trusted.
 const SUPPORTED_TTL: Duration = Duration::from_secs(300);
-/// Default deadline of a facilitator call (settlement waits for the chain).
+/// Default deadline of a facilitator call that does not settle.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(40);
+/// How much longer than the wait it asks for the layer waits for a settling call's answer.
+pub const SETTLE_MARGIN: Duration = Duration::from_secs(10);
+/// The longest settlement wait asked of a facilitator.
+const MAX_WAIT_SECS: u64 = 300;
+
+/// How long the facilitator is asked to wait for the chain when settling `requirement`.
+fn settle_wait(requirement: &PaymentRequirements) -> u64 {
+    requirement.max_timeout_seconds.clamp(1, MAX_WAIT_SECS)
+}
 
 impl FacilitatorClient {
     /// Tollgate's gateway at `url`, with an API key.
     #[must_use]
     pub fn new(url: impl Into<String>, api_key: impl Into<String>) -> Self {
-        Self::build(url.into(), Some(api_key.into()), Api::Gateway, DEFAULT_TIMEOUT)
+        Self::build(url.into(), Some(api_key.into()), Api::Gateway, (DEFAULT_TIMEOUT, SETTLE_MARGIN))
     }
 
     /// Any x402 facilitator at `url` (`/verify`, `/settle`, `/supported`), without a key.
     #[must_use]
     pub fn x402(url: impl Into<String>) -> Self {
-        Self::build(url.into(), None, Api::X402, DEFAULT_TIMEOUT)
+        Self::build(url.into(), None, Api::X402, (DEFAULT_TIMEOUT, SETTLE_MARGIN))
     }
 
     /// The same facilitator, sending `Authorization: Bearer <key>`.
     #[must_use]
     pub fn with_api_key(self, key: impl Into<String>) -> Self {
-        Self::build(self.inner.base.clone(), Some(key.into()), self.inner.api, self.inner.timeout)
+        let i = &self.inner;
+        Self::build(i.base.clone(), Some(key.into()), i.api, (i.timeout, i.settle_margin))
     }
 
-    /// The same facilitator with another deadline per call (default [`DEFAULT_TIMEOUT`]).
+    /// The same facilitator with another deadline per call (default [`DEFAULT_TIMEOUT`]). A
+    /// call that settles always waits at least the settlement wait it asks for (the
+    /// requirement's `maxTimeoutSeconds`) plus [`SETTLE_MARGIN`].
     #[must_use]
     pub fn with_timeout(self, timeout: Duration) -> Self {
-        Self::build(self.inner.base.clone(), self.inner.api_key.clone(), self.inner.api, timeout)
+        let i = &self.inner;
+        Self::build(i.base.clone(), i.api_key.clone(), i.api, (timeout, i.settle_margin))
     }
 
-    fn build(base: String, api_key: Option<String>, api: Api, timeout: Duration) -> Self {
+    /// The same facilitator, waiting `margin` (default [`SETTLE_MARGIN`]) beyond the settlement
+    /// wait it asks for before it gives up on a settling call (more behind slow proxies).
+    #[must_use]
+    pub fn with_settle_margin(self, margin: Duration) -> Self {
+        let i = &self.inner;
+        Self::build(i.base.clone(), i.api_key.clone(), i.api, (i.timeout, margin))
+    }
+
+    fn build(base: String, api_key: Option<String>, api: Api, (timeout, settle_margin): (Duration, Duration)) -> Self {
         let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
         let base = base.trim_end_matches('/').to_owned();
-        Self { inner: Arc::new(Inner { base, api_key, http, api, timeout, supported: tokio::sync::RwLock::new(None) }) }
+        let supported = tokio::sync::RwLock::new(None);
+        Self { inner: Arc::new(Inner { base, api_key, http, api, timeout, settle_margin, supported }) }
     }
 
     /// Whether this is Tollgate's gateway (one `/payment/receive` call settles).
@@ -187,7 +221,14 @@ impl FacilitatorClient {
         Ok(supported)
     }
 
-    /// Verifies and settles through the gateway's `POST /payment/receive`.
+    /// The deadline of a call that settles `requirement`.
+    fn settle_deadline(&self, requirement: &PaymentRequirements) -> Duration {
+        self.inner.timeout.max(Duration::from_secs(settle_wait(requirement)) + self.inner.settle_margin)
+    }
+
+    /// Verifies and settles through the gateway's `POST /payment/receive`, for the asset the
+    /// requirement names. A call that times out may have settled: it is [`Verdict::Pending`],
+    /// to be followed with [`Self::follow`].
     pub async fn receive(
         &self,
         requirement: &PaymentRequirements,
@@ -195,51 +236,100 @@ impl FacilitatorClient {
         proof: &str,
         resource: &str,
     ) -> Verdict {
+        self.receive_once(requirement, decimals, proof, resource).await.0
+    }
+
+    /// `POST /payment/receive`: the verdict, and the caller's payment that holds the proof when
+    /// the gateway says it is used.
+    async fn receive_once(
+        &self,
+        requirement: &PaymentRequirements,
+        decimals: u8,
+        proof: &str,
+        resource: &str,
+    ) -> (Verdict, Option<String>) {
         let body = ReceivePaymentRequest {
             wallet_address: requirement.pay_to.to_string(),
             payment_proof: proof.to_owned(),
             expected_amount: tollgate_protocol::DecimalAmount::from_atomic(requirement.amount, decimals),
             resource: Some(resource.to_owned()),
             facilitator_url: None,
-            timeout: Some(requirement.max_timeout_seconds.clamp(1, 300)),
+            timeout: Some(settle_wait(requirement)),
             network: Some(requirement.network.clone()),
             asset: Some(requirement.asset),
         };
-        let sent = self.request(reqwest::Method::POST, "/payment/receive").json(&body).send().await;
-        self.gateway_verdict(sent, requirement).await
+        let sent = self
+            .request(reqwest::Method::POST, "/payment/receive")
+            .timeout(self.settle_deadline(requirement))
+            .json(&body)
+            .send()
+            .await;
+        match sent {
+            Err(e) if e.is_timeout() => (Verdict::Pending { payment_id: None, transaction: None }, None),
+            sent => self.gateway_verdict(sent, requirement, resource).await,
+        }
     }
 
-    /// Follows a pending gateway payment (`GET /payment/status/{id}`).
-    pub async fn status(&self, payment_id: &str, requirement: &PaymentRequirements) -> Verdict {
+    /// Follows a payment this layer saw pending (or whose answer it did not get): the gateway's
+    /// payment by its id, or the proof sent again, which the gateway answers with the caller's
+    /// payment holding it; an x402 facilitator's `/settle` again, which Tollgate's facilitator
+    /// answers with the settlement made before (x402 `/settle` is idempotent for one seller).
+    pub async fn follow(
+        &self,
+        payment_id: Option<&str>,
+        paid: (&PaymentPayload, &str),
+        requirement: &PaymentRequirements,
+        decimals: u8,
+        resource: &ResourceInfo,
+    ) -> Verdict {
+        let (payload, proof) = paid;
+        if !self.is_gateway() {
+            return self.settle(payload, requirement, resource).await;
+        }
+        if let Some(id) = payment_id {
+            return self.status(id, requirement, &resource.url).await;
+        }
+        match self.receive_once(requirement, decimals, proof, &resource.url).await {
+            (_, Some(held_by)) => self.status(&held_by, requirement, &resource.url).await,
+            (verdict, None) => verdict,
+        }
+    }
+
+    /// Follows a pending gateway payment (`GET /payment/status/{id}`): paid only when it pays
+    /// `requirement` for `resource`.
+    pub async fn status(&self, payment_id: &str, requirement: &PaymentRequirements, resource: &str) -> Verdict {
         let sent = self.request(reqwest::Method::GET, &format!("/payment/status/{payment_id}")).send().await;
-        self.gateway_verdict(sent, requirement).await
+        self.gateway_verdict(sent, requirement, resource).await.0
     }
 
     async fn gateway_verdict(
         &self,
         sent: Result<reqwest::Response, reqwest::Error>,
         requirement: &PaymentRequirements,
-    ) -> Verdict {
+        resource: &str,
+    ) -> (Verdict, Option<String>) {
         let answer = match sent {
             Ok(a) => a,
-            Err(e) => return unavailable(e),
+            Err(e) => return (unavailable(e), None),
         };
         let status = answer.status();
         if status.is_success() {
             let record: PaymentRecord = match answer.json().await {
                 Ok(r) => r,
-                Err(e) => return unavailable(e),
+                Err(e) => return (unavailable(e), None),
             };
-            return match record.status {
-                PaymentStatus::Confirmed => paid_for(record, requirement),
+            let verdict = match record.status {
+                PaymentStatus::Confirmed => paid_for(record, requirement, resource),
                 PaymentStatus::Failed | PaymentStatus::Expired => Verdict::Refused {
                     reason: format!("the payment {}: {}", record.status.as_str(), record.error.unwrap_or_default()),
                 },
                 _ => Verdict::Pending { payment_id: Some(record.payment_id), transaction: record.transaction },
             };
+            return (verdict, None);
         }
-        let message = answer.json::<ErrorEnvelope>().await.map(|e| e.error.message).unwrap_or_default();
-        match status {
+        let (message, held_by) =
+            answer.json::<ErrorEnvelope>().await.map(|e| (e.error.message, e.error.payment_id)).unwrap_or_default();
+        let verdict = match status {
             StatusCode::PAYMENT_REQUIRED | StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND => {
                 Verdict::Refused { reason: message }
             }
@@ -247,7 +337,8 @@ impl FacilitatorClient {
                 timed_out: false,
                 reason: format!("the facilitator answered {status}: {message}"),
             },
-        }
+        };
+        (verdict, held_by.filter(|_| status == StatusCode::PAYMENT_REQUIRED))
     }
 
     /// x402 `POST /verify`: [`Verdict::Paid`] (without a transaction) when the payload would settle.
@@ -257,27 +348,37 @@ impl FacilitatorClient {
         requirement: &PaymentRequirements,
         resource: &ResourceInfo,
     ) -> Verdict {
-        match self.post_x402::<VerifyResponse>("/verify", payload, requirement, resource).await {
+        match self.post_x402::<VerifyResponse>("/verify", payload, requirement, resource, None).await {
             Ok(v) if v.is_valid => Verdict::Paid(paid(requirement, v.payer, None)),
-            Ok(v) => Verdict::Refused { reason: v.invalid_reason.unwrap_or_else(|| "invalid payment".into()) },
+            Ok(v) => Verdict::Refused { reason: x402_reason(v.invalid_reason, v.invalid_message, "invalid payment") },
             Err(unavailable) => unavailable,
         }
     }
 
-    /// x402 `POST /settle`.
+    /// x402 `POST /settle`. A settlement the facilitator reports pending, and a call that
+    /// times out (it may have settled), are [`Verdict::Pending`]: settling the same payload again
+    /// follows it. A success on another network than required is not a payment of it.
     pub async fn settle(
         &self,
         payload: &PaymentPayload,
         requirement: &PaymentRequirements,
         resource: &ResourceInfo,
     ) -> Verdict {
-        match self.post_x402::<SettleResponse>("/settle", payload, requirement, resource).await {
+        let deadline = Some(self.settle_deadline(requirement));
+        match self.post_x402::<SettleResponse>("/settle", payload, requirement, resource, deadline).await {
+            Ok(s) if s.success && !names_network(&s.network, &requirement.network) => Verdict::Unavailable {
+                timed_out: false,
+                reason: format!("the facilitator settled on {}, not {}", s.network, requirement.network),
+            },
             Ok(s) if s.success => Verdict::Paid(paid(requirement, s.payer, Some(s.transaction))),
             // Broadcast without a verdict yet: not a refusal.
-            Ok(s) if s.error_reason.as_deref().is_some_and(|r| r.ends_with("confirmation_timed_out")) => {
+            Ok(s) if s.error_reason.as_deref().is_some_and(is_pending_reason) => {
                 Verdict::Pending { payment_id: None, transaction: Some(s.transaction).filter(|t| !t.is_empty()) }
             }
-            Ok(s) => Verdict::Refused { reason: s.error_reason.unwrap_or_else(|| "settlement failed".into()) },
+            Ok(s) => Verdict::Refused { reason: x402_reason(s.error_reason, s.error_message, "settlement failed") },
+            Err(Verdict::Unavailable { timed_out: true, .. }) => {
+                Verdict::Pending { payment_id: None, transaction: None }
+            }
             Err(unavailable) => unavailable,
         }
     }
@@ -289,9 +390,14 @@ impl FacilitatorClient {
         payload: &PaymentPayload,
         requirement: &PaymentRequirements,
         resource: &ResourceInfo,
+        deadline: Option<Duration>,
     ) -> Result<T, Verdict> {
         let body = facilitator_request(payload, requirement, resource);
-        let answer = self.request(reqwest::Method::POST, path).json(&body).send().await.map_err(unavailable)?;
+        let mut request = self.request(reqwest::Method::POST, path).json(&body);
+        if let Some(deadline) = deadline {
+            request = request.timeout(deadline);
+        }
+        let answer = request.send().await.map_err(unavailable)?;
         if !answer.status().is_success() {
             return Err(Verdict::Unavailable {
                 timed_out: false,
@@ -302,13 +408,37 @@ impl FacilitatorClient {
     }
 }
 
-/// A payment of what `requirement` asks, as an x402 facilitator reports it.
+/// x402 reasons of a settlement broadcast but not yet confirmed: x402 v2's
+/// `settlement_pending`, and the `*_confirmation_timed_out` of the exact schemes.
+fn is_pending_reason(reason: &str) -> bool {
+    reason == "settlement_pending" || reason.ends_with("confirmation_timed_out")
+}
+
+/// Whether an x402 answer's network (CAIP-2, a v1 name, or left out) is `network`.
+fn names_network(answered: &str, network: &Network) -> bool {
+    answered.is_empty() || answered.parse::<Network>().is_ok_and(|n| n == *network)
+}
+
+/// `reason: message` of an x402 refusal (the reason code first, as the layer reports it).
+fn x402_reason(reason: Option<String>, message: Option<String>, default: &str) -> String {
+    match (reason, message) {
+        (Some(r), Some(m)) if !m.is_empty() => format!("{r}: {m}"),
+        (Some(r), _) => r,
+        (None, Some(m)) => m,
+        (None, None) => default.to_owned(),
+    }
+}
+
+/// A payment of what `requirement` asks, as an x402 facilitator reports it: x402 answers name
+/// the payer, the transaction and the network (checked), and a success means the facilitator
+/// settled exactly the requirement it was sent.
 fn paid(requirement: &PaymentRequirements, payer: Option<String>, transaction: Option<String>) -> Payment {
     Payment {
         payer,
         amount: requirement.amount,
         asset: requirement.asset,
         network: requirement.network.clone(),
+        pay_to: requirement.pay_to,
         transaction: transaction.filter(|t| !t.is_empty()),
         payment_id: None,
     }

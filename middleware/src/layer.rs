@@ -9,12 +9,15 @@ use tower::Layer;
 
 use crate::cache::ProofCache;
 use crate::facilitator::FacilitatorClient;
-use crate::price::Price;
+use crate::price::{Price, Quote};
 use crate::service::PaymentService;
 
 /// Prices chosen per request: `None` lets the request through unpaid.
 pub type PriceFn =
-    Arc<dyn Fn(&http::request::Parts) -> Pin<Box<dyn Future<Output = Option<Vec<Price>>> + Send>> + Send + Sync>;
+    Arc<dyn Fn(&http::request::Parts) -> Pin<Box<dyn Future<Output = Option<Quote>> + Send>> + Send + Sync>;
+
+/// The most memory the decoded payment headers of a layer take (headers of strangers included).
+const DECODED_BYTES: u64 = 8 * 1024 * 1024;
 
 /// When the facilitator settles relative to the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,7 +35,8 @@ pub enum SettlementOrder {
 pub(crate) enum ResourceUrl {
     /// This URL.
     Fixed(String),
-    /// From the request: `base` (or `http://<Host>`) plus its path.
+    /// From the request: `base` (or the scheme and host the request names: `Forwarded`,
+    /// `X-Forwarded-Proto` / `X-Forwarded-Host`, `Host`) plus its path and query.
     FromRequest { base: Option<String> },
 }
 
@@ -81,8 +85,10 @@ pub(crate) struct Config {
     /// 402 answers to requests without payment, per (resource, HTML or not), when offers are
     /// static.
     pub challenges: moka::sync::Cache<(String, bool), Arc<crate::challenge::Buffered>>,
-    /// Payment headers already decoded and matched, when offers are static.
+    /// Payment headers already decoded and matched, when offers are static; bounded in bytes.
     pub decoded: moka::sync::Cache<String, Arc<crate::service::Decoded>>,
+    /// x402 v2 extensions declared in the 402 answer (e.g. `bazaar` discovery info).
+    pub extensions: serde_json::Map<String, serde_json::Value>,
 }
 
 impl std::fmt::Debug for Config {
@@ -133,6 +139,7 @@ pub struct PaymentLayerBuilder {
     cache_capacity: u64,
     accepted_ttl: Duration,
     refused_ttl: Duration,
+    extensions: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for PaymentLayerBuilder {
@@ -151,6 +158,7 @@ impl Default for PaymentLayerBuilder {
             cache_capacity: 100_000,
             accepted_ttl: Duration::from_secs(600),
             refused_ttl: Duration::from_secs(10),
+            extensions: serde_json::Map::new(),
         }
     }
 }
@@ -174,14 +182,27 @@ impl PaymentLayerBuilder {
         self
     }
 
-    /// Prices per request, computed by an async function of the request head; `None` serves the
+    /// Prices per request, computed by an async function of the request head: a
+    /// `Vec<Price>`, or a [`Quote`] that also names the resource paid for; `None` serves the
     /// request without payment. Replaces the prices given with [`Self::accept`].
-    pub fn pricing<F, Fut>(mut self, f: F) -> Self
+    pub fn pricing<F, Fut, Q>(mut self, f: F) -> Self
     where
         F: Fn(&http::request::Parts) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Option<Vec<Price>>> + Send + 'static,
+        Fut: Future<Output = Option<Q>> + Send + 'static,
+        Q: Into<Quote>,
     {
-        self.pricing = Some(Arc::new(move |parts| Box::pin(f(parts))));
+        let f = Arc::new(f);
+        self.pricing = Some(Arc::new(move |parts| {
+            let quote = f(parts);
+            Box::pin(async move { quote.await.map(Into::into) })
+        }));
+        self
+    }
+
+    /// Declares an x402 v2 extension in the 402 answer (`extensions.<name>`), e.g. `bazaar`
+    /// discovery info; buyers echo it in their payment, and the facilitator receives it.
+    pub fn extension(mut self, name: impl Into<String>, info: serde_json::Value) -> Self {
+        self.extensions.insert(name.into(), info);
         self
     }
 
@@ -197,14 +218,17 @@ impl PaymentLayerBuilder {
         self
     }
 
-    /// The resource URL in requirements; by default `http://<Host><path>` of each request.
+    /// The resource URL in requirements, the same for every request. By default it is each
+    /// request's own URL (scheme and host as the request or its proxy names them, path and
+    /// query), and a proof serves only the resource it paid for.
     pub fn resource(mut self, url: impl Into<String>) -> Self {
         self.resource = ResourceUrl::Fixed(url.into());
         self
     }
 
-    /// The base URL (scheme and authority, e.g. behind a proxy) that request paths are appended
-    /// to for the resource URL.
+    /// The base URL (scheme and authority, e.g. behind a proxy) that request paths and queries
+    /// are appended to for the resource URL; without it the request's `Forwarded`,
+    /// `X-Forwarded-Proto` / `X-Forwarded-Host` or `Host` headers name them.
     pub fn resource_base(mut self, base: impl Into<String>) -> Self {
         self.resource = ResourceUrl::FromRequest { base: Some(base.into().trim_end_matches('/').to_owned()) };
         self
@@ -310,9 +334,11 @@ impl PaymentLayerBuilder {
                 static_offers,
                 challenges: moka::sync::Cache::new(1_000),
                 decoded: moka::sync::Cache::builder()
-                    .max_capacity(self.cache_capacity.min(10_000))
+                    .weigher(|header: &String, _| u32::try_from(header.len().saturating_mul(3)).unwrap_or(u32::MAX))
+                    .max_capacity(DECODED_BYTES)
                     .time_to_live(self.accepted_ttl)
                     .build(),
+                extensions: self.extensions,
             }),
         })
     }

@@ -48,12 +48,13 @@ mod challenge;
 pub mod facilitator;
 pub mod future;
 pub mod layer;
+mod offline;
 pub mod price;
 pub mod service;
 
 pub use facilitator::{FacilitatorClient, Payment, Verdict};
 pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
-pub use price::{Price, PriceError};
+pub use price::{Price, PriceError, Quote};
 pub use service::PaymentService;
 pub use tollgate_protocol as protocol;
 

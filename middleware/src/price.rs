@@ -128,6 +128,37 @@ impl Price {
     }
 }
 
+/// What a pricing function answers for one request: its prices and, optionally, the resource
+/// they pay for (by default the request's URL, path and query). A proof serves only the
+/// resource it paid for, so a function that prices by something else than the URL (a header, a
+/// body field) names the resource to bind proofs to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quote {
+    pub(crate) prices: Vec<Price>,
+    pub(crate) resource: Option<String>,
+}
+
+impl Quote {
+    /// These prices, for the request's URL.
+    #[must_use]
+    pub const fn new(prices: Vec<Price>) -> Self {
+        Self { prices, resource: None }
+    }
+
+    /// The resource (an absolute URL) the prices pay for.
+    #[must_use]
+    pub fn for_resource(mut self, url: impl Into<String>) -> Self {
+        self.resource = Some(url.into());
+        self
+    }
+}
+
+impl From<Vec<Price>> for Quote {
+    fn from(prices: Vec<Price>) -> Self {
+        Self::new(prices)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use crate::challenge::{self, Buffered};
 use crate::facilitator::{Payment, Verdict};
 use crate::future::ResponseFuture;
 use crate::layer::{Config, ResourceUrl, SettlementOrder};
-use crate::price::Price;
+use crate::price::{Price, Quote};
 
 /// The service [`crate::PaymentLayer`] wraps around a route.
 #[derive(Debug)]
@@ -106,27 +106,28 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let (parts, body) = request.into_parts();
-    let offers = match &config.static_offers {
-        Some(offers) => offers.clone(),
+    let (offers, named) = match &config.static_offers {
+        Some(offers) => (offers.clone(), None),
         None => {
-            let prices = match &config.pricing {
+            let quote = match &config.pricing {
                 Some(pricing) => pricing(&parts).await,
-                None => Some(config.prices.clone()),
+                None => Some(Quote::new(config.prices.clone())),
             };
-            let Some(prices) = prices.filter(|p| !p.is_empty()) else {
+            let Some(quote) = quote.filter(|q| !q.prices.is_empty()) else {
                 // Free for this request.
                 let response = inner.call(Request::from_parts(parts, body)).await?;
                 return Ok(response.map(PaymentBody::stream));
             };
-            match offers(&config, &prices).await {
-                Ok(o) => Arc::new(o),
+            match offers(&config, &quote.prices).await {
+                Ok(o) => (Arc::new(o), quote.resource),
                 Err(buffered) => return Ok(buffered.into_response()),
             }
         }
     };
-    let resource = resource_info(&config, &parts);
-    let challenge =
-        |error: &str| challenge::payment_required(error, &resource, &offers, &parts.headers).into_response();
+    let resource = resource_info(&config, &parts, named);
+    let challenge = |error: &str| {
+        challenge::payment_required(error, &resource, &offers, &config.extensions, &parts.headers).into_response()
+    };
 
     // Which header, in which version.
     let (header, v1) = match (parts.headers.get(PAYMENT_SIGNATURE), parts.headers.get(X_PAYMENT)) {
@@ -136,7 +137,13 @@ where
             // The same challenge for every request to this resource: built once.
             let html = challenge::wants_html(&parts.headers);
             let cached = config.challenges.get_with((resource.url.clone(), html), || {
-                Arc::new(challenge::payment_required(NO_PAYMENT, &resource, &offers, &parts.headers))
+                Arc::new(challenge::payment_required(
+                    NO_PAYMENT,
+                    &resource,
+                    &offers,
+                    &config.extensions,
+                    &parts.headers,
+                ))
             });
             return Ok((*cached).clone().into_response());
         }
@@ -170,26 +177,27 @@ where
     };
     let (key, payload) = (&decoded.key, &decoded.payload);
     let (requirement, decimals) = &offers[decoded.offer];
-    let paid = Paid { config: &config, requirement, decimals: *decimals, header, payload, resource: &resource };
+    let paid = Paid { config: &config, requirement, decimals: *decimals, header, payload, resource: &resource, v1 };
 
     loop {
-        // Known already?
-        match config.cache.get(key).await.as_deref() {
-            // A proof remembered for this resource serves again only if it pays this request's
-            // price: one route can price each request differently (a query, a body).
+        // Known already? A proof serves only the resource it paid for, and only a price it
+        // covers: one route can price each request differently (a query, a body).
+        let known = config.cache.get(key).await;
+        match known.as_deref() {
+            Some(Known::Accepted { resource: r, .. } | Known::Pending { resource: r, .. }) if *r != resource.url => {
+                return Ok(challenge("this payment was made for another resource"));
+            }
             Some(Known::Accepted { payment, .. }) if !payment.covers(requirement) => {
                 return Ok(challenge("this payment was made for a cheaper request"));
             }
-            Some(Known::Accepted { resource: r, payment, headers }) if *r == resource.url => {
+            Some(Known::Accepted { payment, headers, .. }) => {
                 let header = if v1 { headers.0.clone() } else { headers.1.clone() };
                 let payment = payment.clone();
                 return serve(&config, inner, Request::from_parts(parts, body), payment, (v1, header)).await;
             }
-            Some(Known::Accepted { .. }) => return Ok(challenge("this payment was made for another resource")),
-            Some(Known::Pending { resource: r, .. }) if *r != resource.url => {
-                return Ok(challenge("this payment was made for another resource"));
+            Some(Known::Refused { reason }) => {
+                return Ok(paid.refused(reason, &offers, &parts.headers).into_response());
             }
-            Some(Known::Refused { reason }) => return Ok(challenge(reason)),
             Some(Known::Pending { .. }) | None => {}
         }
         match config.cache.fly(key) {
@@ -206,8 +214,21 @@ where
             }
             Flight::Leader(leader) => {
                 let request = Request::from_parts(parts, body);
-                let outcome = match config.order {
-                    SettlementOrder::SettleBefore => match paid.settle_before(key).await {
+                let headers = request.headers().clone();
+                let pending = match known.as_deref() {
+                    Some(Known::Pending { payment_id, .. }) => Some(payment_id.clone()),
+                    _ => None,
+                };
+                let outcome = if let Some(reason) = pending.is_none().then(|| paid.offline()).flatten() {
+                    // Refused without asking the facilitator.
+                    paid.not_paid(key, Verdict::Refused { reason }, &offers, &headers).await
+                } else if pending.is_some() || config.order == SettlementOrder::SettleBefore {
+                    // Settle (or follow the settlement seen pending), then serve.
+                    let verdict = match &pending {
+                        Some(payment_id) => paid.follow(payment_id.as_deref()).await,
+                        None => paid.settle_before().await,
+                    };
+                    match verdict {
                         Verdict::Paid(payment) => {
                             config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
                             match run_buffered(&config, inner, request, payment.clone()).await? {
@@ -218,26 +239,25 @@ where
                                 None => challenge::unavailable(false),
                             }
                         }
-                        other => paid.not_paid(key, other, &offers, request.headers()).await,
-                    },
-                    SettlementOrder::VerifyThenSettle => {
-                        let headers = request.headers().clone();
-                        match paid.verify().await {
-                            Verdict::Paid(verified) => match run_buffered(&config, inner, request, verified).await? {
-                                // The handler failed: nothing is settled, the buyer keeps the money.
-                                Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
-                                Some(mut buffered) => match paid.settle().await {
-                                    Verdict::Paid(payment) => {
-                                        config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
-                                        add_settlement_header(&mut buffered, &payment, v1);
-                                        buffered
-                                    }
-                                    other => paid.not_paid(key, other, &offers, &headers).await,
-                                },
-                                None => challenge::unavailable(false),
+                        other => paid.not_paid(key, other, &offers, &headers).await,
+                    }
+                } else {
+                    // Verify, serve, and settle only a success.
+                    match paid.verify().await {
+                        Verdict::Paid(verified) => match run_buffered(&config, inner, request, verified).await? {
+                            // The handler failed: nothing is settled, the buyer keeps the money.
+                            Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
+                            Some(mut buffered) => match paid.settle().await {
+                                Verdict::Paid(payment) => {
+                                    config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
+                                    add_settlement_header(&mut buffered, &payment, v1);
+                                    buffered
+                                }
+                                other => paid.not_paid(key, other, &offers, &headers).await,
                             },
-                            other => paid.not_paid(key, other, &offers, &headers).await,
-                        }
+                            None => challenge::unavailable(false),
+                        },
+                        other => paid.not_paid(key, other, &offers, &headers).await,
                     }
                 };
                 leader.finish(Some(Arc::new(outcome.clone())));
@@ -288,19 +308,19 @@ struct Paid<'a> {
     header: &'a str,
     payload: &'a PaymentPayload,
     resource: &'a ResourceInfo,
+    v1: bool,
 }
 
 impl Paid<'_> {
-    /// Settle-before order: the gateway's one call, or x402 verify then settle; a pending
-    /// payment remembered for this proof is followed instead.
-    async fn settle_before(&self, key: &str) -> Verdict {
+    /// Why the proof cannot pay, when the layer can tell alone.
+    fn offline(&self) -> Option<String> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        crate::offline::refusal(self.payload, self.requirement, &self.resource.url, now)
+    }
+
+    /// Settle-before order: the gateway's one call, or x402 verify then settle.
+    async fn settle_before(&self) -> Verdict {
         let facilitator = &self.config.facilitator;
-        if let Some(known) = self.config.cache.get(key).await
-            && let Known::Pending { payment_id: Some(id), .. } = &*known
-            && facilitator.is_gateway()
-        {
-            return facilitator.status(id, self.requirement).await;
-        }
         if facilitator.is_gateway() {
             return facilitator.receive(self.requirement, self.decimals, self.header, &self.resource.url).await;
         }
@@ -308,6 +328,12 @@ impl Paid<'_> {
             Verdict::Paid(_) => self.settle().await,
             other => other,
         }
+    }
+
+    /// Follows a settlement seen pending (or whose answer was lost).
+    async fn follow(&self, payment_id: Option<&str>) -> Verdict {
+        let paid = (self.payload, self.header);
+        self.config.facilitator.follow(payment_id, paid, self.requirement, self.decimals, self.resource).await
     }
 
     /// x402 `/verify`.
@@ -320,6 +346,15 @@ impl Paid<'_> {
         self.config.facilitator.settle(self.payload, self.requirement, self.resource).await
     }
 
+    /// A new challenge for a refused proof, with the failed settlement header.
+    fn refused(&self, reason: &str, offers: &[Offer], headers: &http::HeaderMap) -> Buffered {
+        let mut out = challenge::payment_required(reason, self.resource, offers, &self.config.extensions, headers);
+        if let Some(value) = challenge::failure_header(reason, &self.requirement.network, self.v1) {
+            out.headers.insert(if self.v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE }, value);
+        }
+        out
+    }
+
     /// The answer, and what is remembered, for anything but a definite success.
     async fn not_paid(&self, key: &str, verdict: Verdict, offers: &[Offer], headers: &http::HeaderMap) -> Buffered {
         match verdict {
@@ -330,8 +365,9 @@ impl Paid<'_> {
                 challenge::pending(payment_id.as_deref(), transaction.as_deref(), self.config.retry_after_secs)
             }
             Verdict::Refused { reason } => {
-                self.config.cache.put(key, Known::Refused { reason: reason.clone() }).await;
-                challenge::payment_required(&reason, self.resource, offers, headers)
+                let answer = self.refused(&reason, offers, headers);
+                self.config.cache.put(key, Known::Refused { reason }).await;
+                answer
             }
             Verdict::Unavailable { timed_out, reason } => {
                 tracing::warn!(%reason, "payment facilitator unavailable");
@@ -366,19 +402,51 @@ where
     Ok(response.map(|b| PaymentBody::stream(http_body_util::Limited::new(b, limit))))
 }
 
-/// The resource of this request.
-fn resource_info(config: &Config, parts: &http::request::Parts) -> ResourceInfo {
-    let url = match &config.resource {
-        ResourceUrl::Fixed(url) => url.clone(),
-        ResourceUrl::FromRequest { base } => {
-            let base = base.clone().unwrap_or_else(|| {
-                let host = parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-                format!("http://{host}")
-            });
-            format!("{base}{}", parts.uri.path())
+/// The resource of this request: the configured URL, the one the pricing function named, or
+/// the request's own (scheme and host from the configured base, `Forwarded`,
+/// `X-Forwarded-Proto` / `X-Forwarded-Host` or `Host`; then path and query).
+fn resource_info(config: &Config, parts: &http::request::Parts, named: Option<String>) -> ResourceInfo {
+    let url = match (&config.resource, named) {
+        (_, Some(url)) => url,
+        (ResourceUrl::Fixed(url), None) => url.clone(),
+        (ResourceUrl::FromRequest { base }, None) => {
+            let base = base.clone().unwrap_or_else(|| request_base(&parts.headers, &parts.uri));
+            let path = parts.uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
+            format!("{base}{path}")
         }
     };
     ResourceInfo { url, description: config.description.clone(), mime_type: config.mime_type.clone() }
+}
+
+/// `scheme://host` as the request, or the proxy in front of it, names them.
+fn request_base(headers: &http::HeaderMap, uri: &http::Uri) -> String {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // RFC 7239: the first element is the one the client's first proxy wrote.
+    let forwarded = text("forwarded").and_then(|f| f.split(',').next()).map(|first| {
+        let pair = |key: &str| {
+            first.split(';').find_map(|p| {
+                let (k, v) = p.trim().split_once('=')?;
+                k.eq_ignore_ascii_case(key).then(|| v.trim_matches('"').to_owned())
+            })
+        };
+        (pair("proto"), pair("host"))
+    });
+    let (proto, host) = forwarded.unwrap_or_default();
+    let first = |name: &str| text(name).and_then(|v| v.split(',').next()).map(|v| v.trim().to_owned());
+    let proto = proto.or_else(|| first("x-forwarded-proto")).or_else(|| uri.scheme_str().map(str::to_owned));
+    let host = host
+        .or_else(|| first("x-forwarded-host"))
+        .or_else(|| text("host").map(str::to_owned))
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()));
+    let proto = match proto.as_deref() {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    // A host with anything but host characters is not used to make a URL.
+    let host = host.filter(|h| {
+        !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
+    });
+    format!("{proto}://{}", host.as_deref().unwrap_or("localhost"))
 }
 
 /// The requirements for `prices`: each price's network (or the facilitator's for its chain),
@@ -459,18 +527,12 @@ pub(crate) fn offer(
     ))
 }
 
-/// The offered requirement a payload pays: v2 must name one exactly (its `accepted`); v1 names
-/// scheme and network.
+/// The offered requirement a payload pays: v2 must have accepted one whole (scheme, network,
+/// amount, asset, recipient, timeout and `extra`); v1 names scheme and network, and the
+/// facilitator checks the rest against the requirement.
 fn matching(offers: &[Offer], payload: &PaymentPayload) -> Option<usize> {
     offers.iter().position(|(r, _)| match payload {
-        PaymentPayload::V2(p) => {
-            let a = &p.accepted;
-            a.scheme == r.scheme
-                && a.network == r.network
-                && a.amount == r.amount
-                && a.asset == r.asset
-                && a.pay_to == r.pay_to
-        }
+        PaymentPayload::V2(p) => p.accepted == *r,
         PaymentPayload::V1(p) => p.scheme == r.scheme && p.network == r.network,
     })
 }

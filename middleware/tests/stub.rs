@@ -19,8 +19,9 @@ use tower::{Layer as _, ServiceExt as _};
 const NETWORK: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
 const PAY_TO: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 
-fn record(status: &str) -> Value {
+fn record(status: &str, resource: &str) -> Value {
     json!({
+        "resource": resource,
         "paymentId": "pay_1", "status": status, "mode": "hosted", "network": NETWORK,
         "from": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "to": PAY_TO,
         "amount": 0.01, "amountAtomic": "10000000", "asset": "native", "transaction": "5sig",
@@ -29,19 +30,30 @@ fn record(status: &str) -> Value {
     })
 }
 
-/// A gateway whose `/payment/receive` answers "pending" and whose status answers `later`.
+/// A gateway whose `/payment/receive` answers "pending" and whose status answers `later`, for
+/// the resource the receive named.
 async fn stub(later: &'static str) -> (String, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
+    let resource = Arc::new(std::sync::Mutex::new(String::new()));
+    let seen = resource.clone();
     let app = Router::new()
         .route(
             "/payment/receive",
-            post(move || {
+            post(move |axum::Json(body): axum::Json<Value>| {
                 counted.fetch_add(1, Ordering::SeqCst);
-                async { (StatusCode::ACCEPTED, axum::Json(record("pending"))) }
+                let named = body["resource"].as_str().unwrap_or_default().to_owned();
+                seen.lock().unwrap().clone_from(&named);
+                async move { (StatusCode::ACCEPTED, axum::Json(record("pending", &named))) }
             }),
         )
-        .route("/payment/status/{id}", get(move || async move { axum::Json(record(later)) }));
+        .route(
+            "/payment/status/{id}",
+            get(move || {
+                let named = resource.lock().unwrap().clone();
+                async move { axum::Json(record(later, &named)) }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });

@@ -123,6 +123,10 @@ pub struct ErrorBody {
     pub message: String,
     /// What to do about it.
     pub remedy: String,
+    /// `INVALID_PAYMENT_PROOF` for a used proof: the payment holding it, when it is the
+    /// caller's (so a seller that lost the first answer can follow it).
+    #[serde(default, rename = "paymentId", skip_serializing_if = "Option::is_none")]
+    pub payment_id: Option<String>,
 }
 
 /// `{"error": {...}}`: the body of every error response of the gateway API.
@@ -138,7 +142,14 @@ impl ErrorEnvelope {
     /// An envelope with the code's default remedy.
     #[must_use]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { error: ErrorBody { code, message: message.into(), remedy: code.default_remedy().to_owned() } }
+        Self {
+            error: ErrorBody {
+                code,
+                message: message.into(),
+                remedy: code.default_remedy().to_owned(),
+                payment_id: None,
+            },
+        }
     }
 }
 

@@ -32,6 +32,11 @@ struct Facilitator {
 
 impl Facilitator {
     async fn start() -> Self {
+        Self::start_on(Plan::Enterprise, Some(100_000)).await
+    }
+
+    /// A facilitator whose key is on `plan` (`rpm` requests a minute, or the plan's).
+    async fn start_on(plan: Plan, rpm: Option<u32>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("f.db").to_str().unwrap()).unwrap(),
@@ -40,7 +45,7 @@ impl Facilitator {
         let state = AppState::from_config(config).await.unwrap();
         let created = admin::create_key(
             &*state.store,
-            NewKey { plan: Plan::Enterprise, rpm: Some(100_000), label: None, account: None, env: KeyEnv::Test },
+            NewKey { plan, rpm, label: None, account: None, env: KeyEnv::Test },
             chrono::Utc::now(),
         )
         .await
@@ -413,4 +418,53 @@ async fn the_buyer_client_pays_the_402_and_gets_the_content_twice_with_two_payme
     // No key for this kind of payment.
     let keyless = Buyer::new();
     assert!(matches!(keyless.get(&report).await, Err(PayError::NoOption(_))));
+}
+
+/// A stranger sends the seller 1,000 proofs that look right (a signed transfer of the price to
+/// the seller, from a wallet that holds nothing): each one is the facilitator's to refuse, so
+/// each reaches it, with the seller's key on the standard plan (100 requests a minute). Refused
+/// proofs are given back to the key's window: the paying buyer after them is served, and the key
+/// still has its requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_refused_proofs_from_a_stranger_do_not_rate_limit_the_seller() {
+    let facilitator = Facilitator::start_on(Plan::Standard, None).await;
+    let seller_key = Keypair::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = seller(&facilitator, seller_key.pubkey(), runs.clone()).await;
+    let report = format!("{shop}/report");
+    let mut proofs = Vec::new();
+    for _ in 0..1_000 {
+        proofs.push(facilitator.proof(&Keypair::new(), &seller_key.pubkey(), 10_000_000).await);
+    }
+    let mut refused = 0;
+    for chunk in proofs.chunks(8) {
+        let mut set = tokio::task::JoinSet::new();
+        for proof in chunk {
+            let (url, proof) = (report.clone(), proof.clone());
+            set.spawn(async move { get_with(&url, Some(("X-PAYMENT", &proof))).await });
+        }
+        while let Some(answer) = set.join_next().await {
+            let (status, _, body) = answer.unwrap();
+            assert_eq!(status, 402, "{body}");
+            refused += 1;
+        }
+    }
+    assert_eq!((refused, runs.load(Ordering::SeqCst)), (1_000, 0));
+    assert_eq!(facilitator.receives.load(Ordering::SeqCst), 1_000, "each one was the facilitator's to refuse");
+
+    let buyer = Keypair::new();
+    facilitator.airdrop(&buyer.pubkey(), 1).await;
+    let proof = facilitator.proof(&buyer, &seller_key.pubkey(), 10_000_000).await;
+    let (status, _, body) = get_with(&report, Some(("X-PAYMENT", &proof))).await;
+    assert_eq!((status, &body["report"]), (200, &json!("42")), "{body}");
+    // The airdrop and the paid receive are the key's only requests this minute.
+    let answer = reqwest::Client::new()
+        .get(format!("{}/supported", facilitator.url))
+        .bearer_auth(&facilitator.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    let remaining: u32 = answer.headers()["x-ratelimit-remaining"].to_str().unwrap().parse().unwrap();
+    assert!(remaining >= 90, "{remaining} requests left of 100");
 }

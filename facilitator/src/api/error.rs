@@ -24,6 +24,8 @@ pub struct ApiError {
     message: String,
     remedy: Option<String>,
     retry_after_secs: Option<u64>,
+    /// The caller's payment holding a used proof.
+    payment_id: Option<String>,
     /// Logged, never sent.
     detail: Option<String>,
 }
@@ -32,7 +34,7 @@ impl ApiError {
     /// An error with the code's default remedy.
     #[must_use]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), remedy: None, retry_after_secs: None, detail: None }
+        Self { code, message: message.into(), remedy: None, retry_after_secs: None, payment_id: None, detail: None }
     }
 
     /// Replaces the default remedy.
@@ -121,6 +123,7 @@ impl ApiError {
         if let Some(remedy) = &self.remedy {
             e.error.remedy.clone_from(remedy);
         }
+        e.error.payment_id.clone_from(&self.payment_id);
         e
     }
 }
@@ -140,6 +143,9 @@ impl IntoResponse for ApiError {
             tracing::error!(code = %self.code, detail = self.detail.as_deref().unwrap_or(""), "request failed");
         }
         let mut response = (status, Json(self.envelope())).into_response();
+        if self.code == ErrorCode::InvalidPaymentProof {
+            response.extensions_mut().insert(super::guard::ProofRefused);
+        }
         if let Some(secs) = self.retry_after_secs
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
@@ -190,7 +196,11 @@ impl From<PaymentError> for ApiError {
             PaymentError::Invalid(m) => Self::invalid_params(m),
             PaymentError::InvalidRecipient(m) => Self::invalid_recipient(m),
             PaymentError::Refused(r) => r.into(),
-            e @ PaymentError::ProofUsed { .. } => Self::new(ErrorCode::InvalidPaymentProof, e.to_string()),
+            PaymentError::ProofUsed { payment_id, holder } => Self {
+                // Named to the caller only when the payment is the caller's own.
+                payment_id: holder.map(|h| h.payment.id),
+                ..Self::new(ErrorCode::InvalidPaymentProof, format!("proof already used (payment {payment_id})"))
+            },
             PaymentError::InsufficientBalance(m) => Self::new(ErrorCode::InsufficientBalance, m),
             PaymentError::Forbidden(m) => {
                 Self::forbidden(m).with_remedy("Create one with `tollgate-facilitator wallets create`")

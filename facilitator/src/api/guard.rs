@@ -46,11 +46,19 @@ pub async fn require_key(
             return response;
         }
     };
-    req.extensions_mut().insert(caller);
+    req.extensions_mut().insert(caller.clone());
     let mut response = next.run(req).await;
+    if response.extensions().get::<ProofRefused>().is_some() {
+        state.auth.forgive_refusal(&caller);
+    }
     set_rate_headers(&mut response, &decision);
     response
 }
+
+/// Marks an answer that refused the payment proof it was asked about (see
+/// [`crate::auth::Authenticator::forgive_refusal`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ProofRefused;
 
 fn query_api_key(query: Option<&str>) -> Option<String> {
     query?.split('&').find_map(|pair| {

@@ -25,7 +25,7 @@ use crate::api::validate::{
 };
 use crate::auth::Caller;
 use crate::chains::{Order, Price, Terms};
-use crate::payment::{Receive, SendOrder};
+use crate::payment::{Receive, Repeat, SendOrder};
 use crate::store::StoredPayment;
 
 /// A hosted payment's answer: 200 with the confirmed record, 202 with the pending one.
@@ -245,7 +245,7 @@ pub(crate) fn receive_of(
         requirement: None,
         fee_cap,
     };
-    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait })
+    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat: Repeat::Used })
 }
 
 /// The status and details of a payment of the caller's account.

@@ -17,9 +17,10 @@ use tollgate_protocol::{ChainFamily, Network};
 use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::ApiJson;
+use crate::api::guard::ProofRefused;
 use crate::auth::Caller;
 use crate::chains::{Price, Reason, Refusal, Terms, Unserved};
-use crate::payment::{PaymentError, Receive};
+use crate::payment::{PaymentError, Receive, Repeat};
 
 /// Longest a `/settle` waits for confirmation before answering that it timed out.
 const MAX_SETTLE_WAIT_SECS: u64 = 60;
@@ -33,7 +34,7 @@ fn network_name(req: &FacilitatorRequest, network: &Network) -> String {
 }
 
 /// The request as the payment core's job: its requirement as the terms.
-fn receive_of(caller: &Caller, req: &FacilitatorRequest) -> Receive {
+fn receive_of(caller: &Caller, req: &FacilitatorRequest, repeat: Repeat) -> Receive {
     let (payload, requirement, resource) = req.parts();
     let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
     let terms = Terms {
@@ -46,7 +47,7 @@ fn receive_of(caller: &Caller, req: &FacilitatorRequest) -> Receive {
         requirement: Some(requirement),
         fee_cap: None,
     };
-    Receive { account: caller.account_id.clone(), payload, terms, wait }
+    Receive { account: caller.account_id.clone(), payload, terms, wait, repeat }
 }
 
 /// A refusal in x402's words, or the error the API answers.
@@ -87,17 +88,28 @@ pub async fn verify(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
-) -> Result<Json<VerifyResponse>, ApiError> {
-    Ok(Json(match state.payments().verify(receive_of(&caller, &req)).await {
-        Ok(payer) => VerifyResponse { is_valid: true, invalid_reason: None, payer: Some(payer.to_string()) },
+) -> Result<(Option<Extension<ProofRefused>>, Json<VerifyResponse>), ApiError> {
+    let answer = match state.payments().verify(receive_of(&caller, &req, Repeat::Used)).await {
+        Ok(payer) => VerifyResponse {
+            is_valid: true,
+            invalid_reason: None,
+            invalid_message: None,
+            payer: Some(payer.to_string()),
+        },
         Err(e) => match refused(e) {
             Refused::Reason(r, _) => {
                 tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 verify refused");
-                VerifyResponse { is_valid: false, invalid_reason: Some(r.reason.as_str().to_owned()), payer: None }
+                VerifyResponse {
+                    is_valid: false,
+                    invalid_reason: Some(r.reason.as_str().to_owned()),
+                    invalid_message: Some(r.message),
+                    payer: None,
+                }
             }
             Refused::Error(e) => return Err(e),
         },
-    }))
+    };
+    Ok(((!answer.is_valid).then_some(Extension(ProofRefused)), Json(answer)))
 }
 
 /// Settle this payload on chain.
@@ -111,17 +123,21 @@ pub async fn settle(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
-) -> Result<Json<SettleResponse>, ApiError> {
-    let receive = receive_of(&caller, &req);
+) -> Result<(Option<Extension<ProofRefused>>, Json<SettleResponse>), ApiError> {
+    // Settling a proof settled before for the caller, with the same terms, answers that
+    // settlement again (a seller following a settlement it saw pending).
+    let receive = receive_of(&caller, &req, Repeat::Confirmed);
     let family = receive.terms.network.family();
     let network = network_name(&req, &receive.terms.network);
-    let answer = |success: bool, reason: Option<&str>, transaction: String, payer: Option<String>| SettleResponse {
-        success,
-        error_reason: reason.map(str::to_owned),
-        payer,
-        transaction,
-        network: network.clone(),
-    };
+    let answer =
+        |success: bool, reason: Option<(&str, String)>, transaction: String, payer: Option<String>| SettleResponse {
+            success,
+            error_reason: reason.as_ref().map(|(r, _)| (*r).to_owned()),
+            error_message: reason.map(|(_, m)| m),
+            payer,
+            transaction,
+            network: network.clone(),
+        };
     let stored = match state.payments().receive(receive).await {
         Ok(stored) => stored,
         Err(e) => {
@@ -129,23 +145,32 @@ pub async fn settle(
                 Refused::Reason(r, settled) => {
                     tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 settle refused");
                     let (transaction, payer) = settled.map_or((String::new(), None), |(tx, payer)| (tx, Some(payer)));
-                    Ok(Json(answer(false, Some(r.reason.as_str()), transaction, payer)))
+                    let answer = answer(false, Some((r.reason.as_str(), r.message)), transaction, payer);
+                    Ok((Some(Extension(ProofRefused)), Json(answer)))
                 }
                 Refused::Error(e) => Err(e),
             };
         }
     };
+    let error = stored.error;
     let p = stored.payment;
     let transaction = p.transaction.unwrap_or_default();
     let payer = Some(p.from);
-    Ok(Json(match p.status {
-        PaymentStatus::Confirmed => answer(true, None, transaction, payer),
-        PaymentStatus::Failed | PaymentStatus::Expired => {
-            answer(false, Some(Reason::FailedOnChain.as_str()), transaction, payer)
-        }
-        // Broadcast, no verdict yet: not a failure. The transaction lets the caller follow it.
-        _ => answer(false, Some(timed_out(family)), transaction, payer),
-    }))
+    Ok((
+        None,
+        Json(match p.status {
+            PaymentStatus::Confirmed => answer(true, None, transaction, payer),
+            PaymentStatus::Failed | PaymentStatus::Expired => {
+                let message = error.unwrap_or_else(|| format!("the payment {}", p.status.as_str()));
+                answer(false, Some((Reason::FailedOnChain.as_str(), message)), transaction, payer)
+            }
+            // Broadcast, no verdict yet: not a failure. The transaction lets the caller follow it.
+            _ => {
+                let message = "broadcast; not confirmed within the wait: settle again to follow it".to_owned();
+                answer(false, Some((timed_out(family), message)), transaction, payer)
+            }
+        }),
+    ))
 }
 
 /// The reason for a settlement broadcast but not confirmed within the wait (x402's on Solana,

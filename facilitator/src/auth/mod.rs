@@ -61,6 +61,9 @@ pub struct Caller {
     pub rpm: u32,
 }
 
+/// Refused proofs given back per minute, as a multiple of the plan's requests per minute.
+pub const REFUSALS_PER_REQUEST: u32 = 20;
+
 /// Authentication, rate limiting and plan checks.
 pub struct Authenticator {
     store: Arc<dyn Store>,
@@ -160,6 +163,19 @@ impl Authenticator {
             return Err((err, decision));
         }
         Ok(decision)
+    }
+
+    /// A request of `caller` ended in a refused payment proof: it is given back to the key's
+    /// window, so proofs a stranger hands the seller (which the seller forwards with its key)
+    /// never take a paid request's place. Refusals given back are themselves counted, in a
+    /// window of [`REFUSALS_PER_REQUEST`] × the plan's limit; past it they count as requests,
+    /// so a key cannot be an unlimited free verification oracle.
+    pub fn forgive_refusal(&self, caller: &Caller) {
+        let now = self.clock.now_millis();
+        let refusals = format!("{}:refused", caller.key_id);
+        if self.limiter.check(&refusals, caller.rpm.saturating_mul(REFUSALS_PER_REQUEST), now).allowed {
+            self.limiter.give_back(&caller.key_id, now);
+        }
     }
 
     /// Forgets every cached verdict (after a key is deleted in this process).

@@ -47,6 +47,9 @@ impl RateDecision {
 pub trait RateLimiter: Send + Sync + 'static {
     /// Counts one request of `key` at `now_ms` against `limit` per window.
     fn check(&self, key: &str, limit: u32, now_ms: i64) -> RateDecision;
+
+    /// Gives one request back to `key`'s current window (nothing when it has closed).
+    fn give_back(&self, key: &str, now_ms: i64);
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -100,11 +103,33 @@ impl RateLimiter for InMemoryRateLimiter {
             reset_at_ms: window.start_ms + WINDOW_MS,
         }
     }
+
+    fn give_back(&self, key: &str, now_ms: i64) {
+        let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(w) = windows.get_mut(key)
+            && now_ms < w.start_ms + WINDOW_MS
+        {
+            w.count = w.count.saturating_sub(1);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_given_back_frees_its_place_in_the_same_window_only() {
+        let limiter = InMemoryRateLimiter::new();
+        assert!(limiter.check("k", 1, 0).allowed);
+        assert!(!limiter.check("k", 1, 1).allowed);
+        limiter.give_back("k", 2);
+        assert!(limiter.check("k", 1, 3).allowed, "the place given back is taken again");
+        limiter.give_back("k", WINDOW_MS + 5); // the window has closed: nothing to give back
+        assert!(limiter.check("k", 1, WINDOW_MS + 6).allowed);
+        assert!(!limiter.check("k", 1, WINDOW_MS + 7).allowed);
+        limiter.give_back("unknown", 0);
+    }
 
     #[test]
     fn the_request_after_the_limit_is_refused_until_the_window_closes() {

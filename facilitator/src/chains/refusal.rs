@@ -60,7 +60,7 @@ impl Reason {
             Self::InvalidPayload => "invalid_payload",
             Self::InvalidPaymentRequirements => "invalid_payment_requirements",
             Self::PaymentExpired => "payment_expired",
-            Self::AlreadyUsed => "invalid_transaction_state",
+            Self::AlreadyUsed => "duplicate_settlement",
             Self::SvmTransaction => "invalid_exact_svm_payload_transaction",
             Self::SvmInstructions => "invalid_exact_svm_payload_transaction_instructions",
             Self::SvmInstructionsLength => "invalid_exact_svm_payload_transaction_instructions_length",

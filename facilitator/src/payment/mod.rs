@@ -149,6 +149,23 @@ pub struct Receive {
     pub terms: Terms,
     /// How long to wait for the chain's verdict before answering `pending`.
     pub wait: Duration,
+    /// What the same account presenting the same proof for the same terms again is answered
+    /// once the payment is confirmed.
+    pub repeat: Repeat,
+}
+
+/// The answer to a proof presented again by the account that claimed it, for the same terms,
+/// once its payment is confirmed. (An unfinished payment is always pushed on and answered; any
+/// other caller, and other terms, always get [`PaymentError::ProofUsed`].)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repeat {
+    /// [`PaymentError::ProofUsed`]: one verdict per proof. The gateway's one-call receive: a
+    /// seller that serves on every success would otherwise serve a replayed proof again.
+    Used,
+    /// The confirmed payment again: x402 `/settle` is idempotent, so a seller following a
+    /// settlement it saw pending learns how it ended. Safe because x402 sellers `/verify` a
+    /// proof they do not remember before they settle it, and `/verify` refuses a used proof.
+    Confirmed,
 }
 
 /// The payment service. Cheap to clone.

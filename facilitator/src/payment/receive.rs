@@ -8,7 +8,7 @@ use tollgate_protocol::Address;
 use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 
 use super::pipeline::Source;
-use super::{PaymentError, Payments, Receive, covers, detached};
+use super::{PaymentError, Payments, Receive, Repeat, covers, detached};
 use crate::chains::{Chain, Checked, ProofError, Settle, Settler};
 use crate::store::{NewPayment, StoredPayment};
 
@@ -86,6 +86,9 @@ impl Payments {
             if !holder.payment.status.is_final() {
                 return Ok(holder);
             }
+        }
+        if own && r.repeat == Repeat::Confirmed && holder.payment.status == PaymentStatus::Confirmed {
+            return Ok(holder);
         }
         let p = &holder.payment;
         let visible = holder.visible_to(&r.account);

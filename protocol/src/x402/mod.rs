@@ -507,6 +507,9 @@ pub struct VerifyResponse {
     /// Why not (x402 reason strings such as `insufficient_funds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid_reason: Option<String>,
+    /// What is wrong, for people (x402 v2 `invalidMessage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_message: Option<String>,
     /// The paying address, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
@@ -521,6 +524,9 @@ pub struct SettleResponse {
     /// Why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,
+    /// What went wrong, for people (x402 v2 `errorMessage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
     /// The paying address, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,

@@ -75,7 +75,8 @@ pub(super) async fn check(
     let p =
         ExactSolanaPayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
     let tx = verify::decode(&p.transaction)?;
-    let s = spl::check_sponsored_transfer(&tx, &sponsor, &policy)?;
+    let memo = terms.extra.as_ref().and_then(|e| e.get("memo")).and_then(|m| m.as_str());
+    let s = spl::check_sponsored_transfer(&tx, &sponsor, &policy, memo)?;
     let t = &s.transfer;
     if t.mint != asked {
         return Err(refuse(Reason::SvmInstructions, format!("the transfer moves mint {}, not {asked}", t.mint)));

@@ -10,7 +10,8 @@
 //!   nor its source), and the source token account is not owned by it;
 //! * instructions: compute-unit limit and price (each at most once, within the sponsor's caps),
 //!   exactly one Token / Token-2022 `TransferChecked`, and Memo or Lighthouse assertions; at most
-//!   [`MAX_INSTRUCTIONS`] in all;
+//!   [`MAX_INSTRUCTIONS`] in all; when the requirement's `extra.memo` names a memo, a Memo
+//!   instruction carrying exactly it;
 //! * no address lookup tables (what they name cannot be checked without resolving them);
 //! * the destination is the associated token account of (`payTo`, mint), and exists; the source
 //!   exists, holds the mint and enough of it; decimals match the mint.
@@ -29,8 +30,10 @@ use crate::chains::{ProofError, Reason, Refusal};
 pub const LIGHTHOUSE: Pubkey = Pubkey::from_str_const("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95");
 /// Associated Token Account program.
 pub const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
-/// Most instructions a sponsored transaction may hold.
-pub const MAX_INSTRUCTIONS: usize = 6;
+/// Most instructions a sponsored transaction may hold: two compute-budget, the transfer, and
+/// up to four Memo or Lighthouse (x402's current `exact` SVM rules; wallets such as Phantom add
+/// Lighthouse assertions).
+pub const MAX_INSTRUCTIONS: usize = 7;
 /// Most signers (the sponsor included): the fee of each signature is the sponsor's.
 pub const MAX_SIGNERS: u8 = 3;
 
@@ -107,7 +110,8 @@ fn transfer_checked(data: &[u8]) -> Option<(u64, u8)> {
     }
 }
 
-/// Checks a transaction `sponsor` is asked to pay the fee of, without the chain.
+/// Checks a transaction `sponsor` is asked to pay the fee of, without the chain; `memo` is the
+/// memo the requirement asks for (its `extra.memo`), if any.
 ///
 /// # Errors
 /// [`Refusal`] naming the first rule broken.
@@ -115,6 +119,7 @@ pub fn check_sponsored_transfer(
     tx: &VersionedTransaction,
     sponsor: &Pubkey,
     policy: &SponsorPolicy,
+    memo: Option<&str>,
 ) -> Result<SponsoredTransfer, Refusal> {
     let message = &tx.message;
     let keys = message.static_account_keys();
@@ -148,6 +153,7 @@ pub fn check_sponsored_transfer(
     let mut budget = ComputeBudget::default();
     let mut transfer = None;
     let mut others = 0usize;
+    let mut memo_found = false;
     for ix in instructions {
         let program = key(ix.program_id_index)
             .ok_or_else(|| refuse(Reason::SvmTransaction, "instruction names a missing program"))?;
@@ -176,7 +182,9 @@ pub fn check_sponsored_transfer(
             if transfer.replace(next).is_some() {
                 return Err(refuse(Reason::SvmInstructionsLength, "a payment transaction holds exactly one transfer"));
             }
-        } else if program != MEMO_V2 && program != MEMO_V1 && program != LIGHTHOUSE {
+        } else if program == MEMO_V2 || program == MEMO_V1 {
+            memo_found |= memo.is_some_and(|m| m.as_bytes() == ix.data.as_slice());
+        } else if program != LIGHTHOUSE {
             return Err(refuse(
                 Reason::SvmInstructions,
                 format!("program {program} is not accepted in a payment transaction"),
@@ -193,6 +201,12 @@ pub fn check_sponsored_transfer(
     }
     let transfer =
         transfer.ok_or_else(|| refuse(Reason::SvmNotTransferChecked, "the transaction holds no TransferChecked"))?;
+    if let Some(memo) = memo.filter(|_| !memo_found) {
+        return Err(refuse(
+            Reason::SvmInstructions,
+            format!("the requirement asks for the memo {memo:?}, which no Memo instruction carries"),
+        ));
+    }
     let units = budget.effective_limit(others);
     if units > policy.max_compute_units {
         return Err(refuse(

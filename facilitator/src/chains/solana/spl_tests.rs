@@ -74,7 +74,7 @@ impl Case {
     }
 
     fn check(&self, tx: &VersionedTransaction) -> Result<SponsoredTransfer, Refusal> {
-        check_sponsored_transfer(tx, &self.sponsor.pubkey(), &SponsorPolicy::default())
+        check_sponsored_transfer(tx, &self.sponsor.pubkey(), &SponsorPolicy::default(), None)
     }
 }
 
@@ -94,6 +94,34 @@ fn a_plain_sponsored_payment_passes() {
     assert_eq!(ok.payer_signature, tx.signatures[1]);
     assert_eq!(token_transferred(&tx, &c.mint, &c.buyer.pubkey(), &c.seller), 1_000_000);
     assert_eq!(token_transferred(&tx, &c.mint, &c.buyer.pubkey(), &Pubkey::new_unique()), 0);
+}
+
+/// x402's current rules: up to 7 instructions (a wallet's Lighthouse assertions included), and
+/// the memo a requirement asks for in `extra.memo`.
+#[test]
+fn seven_instructions_with_lighthouse_pass_and_an_asked_memo_is_required() {
+    use solana_compute_budget_interface::ComputeBudgetInstruction as Cb;
+    let c = Case::new();
+    let lighthouse = |tag: u8| Instruction::new_with_bytes(LIGHTHOUSE, &[tag], vec![]);
+    let memo = Instruction::new_with_bytes(MEMO_V2, b"order-42", vec![]);
+    let seven = c.tx(&[
+        Cb::set_compute_unit_limit(40_000),
+        Cb::set_compute_unit_price(1),
+        c.pay(1_000_000),
+        memo,
+        lighthouse(1),
+        lighthouse(2),
+        lighthouse(3),
+    ]);
+    assert_eq!(seven.message.instructions().len(), 7);
+    c.check(&seven).unwrap();
+    let policy = SponsorPolicy::default();
+    let sponsor = c.sponsor.pubkey();
+    check_sponsored_transfer(&seven, &sponsor, &policy, Some("order-42")).unwrap();
+    let other = check_sponsored_transfer(&seven, &sponsor, &policy, Some("order-43")).unwrap_err();
+    assert_eq!(other.reason, Reason::SvmInstructions, "{other}");
+    let bare = c.tx(&[Cb::set_compute_unit_limit(20_000), c.pay(1_000_000)]);
+    assert!(check_sponsored_transfer(&bare, &sponsor, &policy, Some("order-42")).is_err(), "no memo at all");
 }
 
 /// Every hostile shape is refused with its reason, before anything is signed.
@@ -191,6 +219,8 @@ fn hostile_sponsored_transactions_are_refused() {
                 Instruction::new_with_bytes(MEMO_V2, b"3", vec![]),
                 Instruction::new_with_bytes(MEMO_V2, b"4", vec![]),
                 Instruction::new_with_bytes(MEMO_V2, b"5", vec![]),
+                Instruction::new_with_bytes(MEMO_V2, b"6", vec![]),
+                Instruction::new_with_bytes(MEMO_V2, b"7", vec![]),
             ]),
             Reason::SvmInstructionsLength,
         ),

@@ -1,0 +1,29 @@
+// A buyer using the official x402 client (@x402/fetch + @x402/evm, from npm): it GETs the URL,
+// pays the 402 with an EIP-3009 authorization signed by BUYER_KEY, and prints what it got as one
+// JSON line: {status, body, paymentResponse}.
+//
+// Run by tests/tests/official_client.rs with NODE_PATH pointing at .tools/x402/node_modules
+// (scripts/test installs the packages there).
+"use strict";
+
+const { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } = require("@x402/fetch");
+const { ExactEvmScheme } = require("@x402/evm");
+const { privateKeyToAccount } = require("viem/accounts");
+
+async function main() {
+  const [url] = process.argv.slice(2);
+  const account = privateKeyToAccount(process.env.BUYER_KEY);
+  const pay = wrapFetchWithPaymentFromConfig(fetch, {
+    schemes: [{ network: "eip155:*", client: new ExactEvmScheme(account) }],
+  });
+  const response = await pay(url, { method: "GET" });
+  const header = response.headers.get("PAYMENT-RESPONSE");
+  const paymentResponse = header ? decodePaymentResponseHeader(header) : null;
+  const body = await response.text();
+  console.log(JSON.stringify({ status: response.status, body, paymentResponse }));
+}
+
+main().catch((error) => {
+  console.error(error && error.stack ? error.stack : String(error));
+  process.exit(1);
+});

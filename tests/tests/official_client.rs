@@ -1,0 +1,146 @@
+//! The official x402 buyer (`@x402/fetch` + `@x402/evm` from npm, run by Node) pays a Tollgate
+//! seller on a real anvil: x402 v2, an EIP-3009 token price, through the gateway and through the
+//! x402 facilitator API. What it signs must match what the layer offered, to the last field.
+//!
+//! `scripts/test` installs the packages into `.tools/x402/`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use alloy::node_bindings::Anvil;
+use alloy::primitives::U256;
+use alloy::signers::local::PrivateKeySigner;
+use axum::routing::get;
+use axum::{Extension, Router};
+use serde_json::{Value, json};
+use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
+use tollgate_facilitator::admin::{self, NewKey};
+use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::auth::plans::Plan;
+use tollgate_facilitator::chains::Chains;
+use tollgate_facilitator::chains::evm::EvmBackend;
+use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
+use tollgate_facilitator::clock::SystemClock;
+use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::devnet::{self, Erc3009DevToken};
+use tollgate_facilitator::store::SqlStore;
+use tollgate_facilitator::wallets::MasterKey;
+use tollgate_facilitator::{AppState, router};
+
+const TOKEN_NAME: &str = "Tollgate USD";
+
+/// Where `scripts/test` installs the official client's packages.
+fn node_modules() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/x402/node_modules");
+    assert!(
+        path.join("@x402/fetch").exists() && path.join("@x402/evm").exists(),
+        "the official x402 client is not installed in {}: run scripts/test (it installs it)",
+        path.display()
+    );
+    path
+}
+
+/// Runs the official buyer against `url`: its one-line JSON report.
+async fn official_buyer(url: &str, key: &PrivateKeySigner) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/x402-buyer.cjs");
+    let output = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(url)
+        .env("NODE_PATH", node_modules())
+        .env("BUYER_KEY", alloy::hex::encode_prefixed(key.to_bytes()))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the official buyer failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// A seller selling `/report` for 1.5 tokens, through `facilitator`.
+async fn seller(facilitator: FacilitatorClient, price: Price) -> String {
+    let layer = PaymentLayer::builder().facilitator(facilitator).accept(price).description("A report").build().unwrap();
+    let handler = |Extension(payment): Extension<Payment>| async move {
+        axum::Json(json!({"report": 42, "payer": payment.payer, "amount": payment.amount.to_string()}))
+    };
+    let app = Router::new().route("/report", get(handler)).route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/report", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
+    node_modules(); // installed, or say how
+    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
+    let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let eth = U256::from(10u128.pow(19));
+    // The facilitator: its settling account, SQLite, an API key.
+    let signer = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, signer.address(), eth).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        database_url: DatabaseUrl::parse(dir.path().join("f.db").to_str().unwrap()).unwrap(),
+        ..Config::default()
+    };
+    let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+    let chains = Chains::none().with_evm(EvmBackend::new(rpc.clone()).with_signer(signer));
+    let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
+        .with_chains(chains)
+        .with_master_key(MasterKey::generate().unwrap());
+    let new = NewKey { plan: Plan::Enterprise, rpm: Some(10_000), label: None, account: None, env: KeyEnv::Test };
+    let key = admin::create_key(&*store, new, chrono::Utc::now()).await.unwrap().secret.expose().to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let facilitator_url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+
+    // The token, a buyer holding 10 of it, a seller.
+    let minter = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, minter.address(), eth).await.unwrap();
+    let token = Erc3009DevToken::deploy(&rpc, minter, (TOKEN_NAME, "TUSD", 6)).await.unwrap();
+    let buyer = PrivateKeySigner::random();
+    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    let seller_address = PrivateKeySigner::random().address();
+    let network = format!("eip155:{}", anvil.chain_id());
+    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
+        .unwrap()
+        .pay_to(seller_address.to_string().parse().unwrap())
+        .on(network.parse().unwrap())
+        .extra(json!({"name": TOKEN_NAME, "version": "2"}));
+
+    let modes = [
+        ("gateway", FacilitatorClient::new(&facilitator_url, &key)),
+        ("x402", FacilitatorClient::x402(&facilitator_url).with_api_key(&key)),
+    ];
+    for (n, (mode, facilitator)) in modes.into_iter().enumerate() {
+        let url = seller(facilitator, price.clone()).await;
+        let report = official_buyer(&url, &buyer).await;
+        assert_eq!(report["status"], 200, "{mode}: {report}");
+        let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["report"], 42, "{mode}");
+        assert_eq!(
+            body["payer"].as_str().unwrap().to_lowercase(),
+            buyer.address().to_string().to_lowercase(),
+            "{mode}"
+        );
+        assert_eq!(body["amount"], "1500000", "{mode}");
+        let receipt = &report["paymentResponse"];
+        assert_eq!(
+            (receipt["success"].as_bool(), receipt["network"].as_str()),
+            (Some(true), Some(&*network)),
+            "{mode}: {report}"
+        );
+        assert!(receipt["transaction"].as_str().unwrap().starts_with("0x"), "{mode}: {report}");
+        // The money moved, once per purchase.
+        let paid = u64::try_from(n + 1).unwrap() * 1_500_000;
+        assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
+        assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
+    }
+}
