@@ -228,7 +228,9 @@ impl FacilitatorClient {
 
     /// Verifies and settles through the gateway's `POST /payment/receive`, for the asset the
     /// requirement names. A call that times out may have settled: it is [`Verdict::Pending`],
-    /// to be followed with [`Self::follow`].
+    /// to be followed with [`Self::follow`]. A proof the gateway says the caller's own payment
+    /// holds (its answer was lost: the buyer hung up, the call timed out) is that payment, when
+    /// it pays `requirement` for this `resource`: the buyer is not refused after paying.
     pub async fn receive(
         &self,
         requirement: &PaymentRequirements,
@@ -236,7 +238,10 @@ impl FacilitatorClient {
         proof: &str,
         resource: &str,
     ) -> Verdict {
-        self.receive_once(requirement, decimals, proof, resource).await.0
+        match self.receive_once(requirement, decimals, proof, resource).await {
+            (_, Some(held_by)) => self.status(&held_by, requirement, resource).await,
+            (verdict, None) => verdict,
+        }
     }
 
     /// `POST /payment/receive`: the verdict, and the caller's payment that holds the proof when
@@ -286,12 +291,9 @@ impl FacilitatorClient {
         if !self.is_gateway() {
             return self.settle(payload, requirement, resource).await;
         }
-        if let Some(id) = payment_id {
-            return self.status(id, requirement, &resource.url).await;
-        }
-        match self.receive_once(requirement, decimals, proof, &resource.url).await {
-            (_, Some(held_by)) => self.status(&held_by, requirement, &resource.url).await,
-            (verdict, None) => verdict,
+        match payment_id {
+            Some(id) => self.status(id, requirement, &resource.url).await,
+            None => self.receive(requirement, decimals, proof, &resource.url).await,
         }
     }
 

@@ -386,6 +386,27 @@ async fn a_gateway_slower_than_the_layer_is_followed_on_retry() {
     );
 }
 
+/// The buyer hung up after paying (attacker finding): the layer never saw the answer and
+/// remembers nothing, and the retry is "proof already used" by the seller's own payment. That
+/// payment, made for this resource at this price, serves the retry: the buyer is not refused
+/// after paying, and nothing is settled again.
+#[tokio::test]
+async fn a_retry_after_the_buyer_hung_up_is_served_by_the_sellers_own_payment() {
+    let used = json!({"error": {"code": "INVALID_PAYMENT_PROOF", "message": "proof already used (payment pay_1)",
+                                "remedy": "Retry with a fresh proof", "paymentId": "pay_1"}});
+    let receive = Stand::scripted(vec![(StatusCode::PAYMENT_REQUIRED, used)]);
+    let status = Stand::scripted(vec![(StatusCode::OK, record("confirmed", PER_WORD, "native", PAY_TO))]);
+    let url = gateway(receive.clone(), status.clone()).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = words_layer(FacilitatorClient::new(url, "tg_test_key")).layer(handler(runs.clone()));
+    let retry = shop.get("http://shop.example/words?a", Some(("X-PAYMENT", &v1_proof()))).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    // The same proof on a dearer request: the payment holding it was made for another resource.
+    let dear = shop.get("http://shop.example/words?a+b", Some(("X-PAYMENT", &v1_proof()))).await;
+    assert_eq!(dear.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 /// The same, but the payment the gateway names was made for another resource (the proof was
 /// used before, elsewhere on this shop): it does not pay this one.
 #[tokio::test]

@@ -1,6 +1,9 @@
 // A buyer using the official x402 client (@x402/fetch + @x402/evm, from npm): it GETs the URL,
 // pays the 402 with an EIP-3009 authorization signed by BUYER_KEY, and prints what it got as one
-// JSON line: {status, body, paymentResponse}.
+// JSON line: {status, body, paymentResponse}. The client pays only assets it knows unless told:
+// the token (`asset` on `network`) is allowed up to `cap` atomic units a payment.
+//
+//   node x402-buyer.cjs <url> <network> <asset> <cap>
 //
 // Run by tests/tests/official_client.rs with NODE_PATH pointing at .tools/x402/node_modules
 // (scripts/test installs the packages there).
@@ -11,10 +14,11 @@ const { ExactEvmScheme } = require("@x402/evm");
 const { privateKeyToAccount } = require("viem/accounts");
 
 async function main() {
-  const [url] = process.argv.slice(2);
+  const [url, network, asset, cap] = process.argv.slice(2);
   const account = privateKeyToAccount(process.env.BUYER_KEY);
   const pay = wrapFetchWithPaymentFromConfig(fetch, {
     schemes: [{ network: "eip155:*", client: new ExactEvmScheme(account) }],
+    spendControls: { allowedAssets: [{ network, asset, maxAmountPerPayment: cap }] },
   });
   const response = await pay(url, { method: "GET" });
   const header = response.headers.get("PAYMENT-RESPONSE");

@@ -457,7 +457,8 @@ async fn a_thousand_refused_proofs_from_a_stranger_do_not_rate_limit_the_seller(
     let proof = facilitator.proof(&buyer, &seller_key.pubkey(), 10_000_000).await;
     let (status, _, body) = get_with(&report, Some(("X-PAYMENT", &proof))).await;
     assert_eq!((status, &body["report"]), (200, &json!("42")), "{body}");
-    // The airdrop and the paid receive are the key's only requests this minute.
+    // What counted this minute: the airdrop, the paid receive, this call, and the layer's first
+    // `/supported` look-ups (up to one per request of the first batch of 8) — not the refusals.
     let answer = reqwest::Client::new()
         .get(format!("{}/supported", facilitator.url))
         .bearer_auth(&facilitator.key)
@@ -466,5 +467,5 @@ async fn a_thousand_refused_proofs_from_a_stranger_do_not_rate_limit_the_seller(
         .unwrap();
     assert_eq!(answer.status().as_u16(), 200);
     let remaining: u32 = answer.headers()["x-ratelimit-remaining"].to_str().unwrap().parse().unwrap();
-    assert!(remaining >= 90, "{remaining} requests left of 100");
+    assert!(remaining >= 100 - 11, "{remaining} requests left of 100");
 }

@@ -42,12 +42,13 @@ fn node_modules() -> PathBuf {
     path
 }
 
-/// Runs the official buyer against `url`: its one-line JSON report.
-async fn official_buyer(url: &str, key: &PrivateKeySigner) -> Value {
+/// Runs the official buyer against `url`, allowed to pay up to `cap` of `asset` on `network`:
+/// its one-line JSON report.
+async fn official_buyer(url: &str, key: &PrivateKeySigner, (network, asset, cap): (&str, &str, u64)) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/x402-buyer.cjs");
     let output = tokio::process::Command::new("node")
         .arg(script)
-        .arg(url)
+        .args([url, network, asset, &cap.to_string()])
         .env("NODE_PATH", node_modules())
         .env("BUYER_KEY", alloy::hex::encode_prefixed(key.to_bytes()))
         .kill_on_drop(true)
@@ -121,7 +122,7 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
     ];
     for (n, (mode, facilitator)) in modes.into_iter().enumerate() {
         let url = seller(facilitator, price.clone()).await;
-        let report = official_buyer(&url, &buyer).await;
+        let report = official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000)).await;
         assert_eq!(report["status"], 200, "{mode}: {report}");
         let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
         assert_eq!(body["report"], 42, "{mode}");

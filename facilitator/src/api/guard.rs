@@ -49,7 +49,7 @@ pub async fn require_key(
     req.extensions_mut().insert(caller.clone());
     let mut response = next.run(req).await;
     if response.extensions().get::<ProofRefused>().is_some() {
-        state.auth.forgive_refusal(&caller);
+        state.auth.forgive_refusal(&caller, &decision);
     }
     set_rate_headers(&mut response, &decision);
     response

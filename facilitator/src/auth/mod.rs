@@ -170,11 +170,13 @@ impl Authenticator {
     /// never take a paid request's place. Refusals given back are themselves counted, in a
     /// window of [`REFUSALS_PER_REQUEST`] × the plan's limit; past it they count as requests,
     /// so a key cannot be an unlimited free verification oracle.
-    pub fn forgive_refusal(&self, caller: &Caller) {
+    /// `counted` is the decision that admitted the request: the place goes back to that window
+    /// only.
+    pub fn forgive_refusal(&self, caller: &Caller, counted: &RateDecision) {
         let now = self.clock.now_millis();
         let refusals = format!("{}:refused", caller.key_id);
         if self.limiter.check(&refusals, caller.rpm.saturating_mul(REFUSALS_PER_REQUEST), now).allowed {
-            self.limiter.give_back(&caller.key_id, now);
+            self.limiter.give_back(&caller.key_id, counted, now);
         }
     }
 

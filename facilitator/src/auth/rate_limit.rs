@@ -48,8 +48,9 @@ pub trait RateLimiter: Send + Sync + 'static {
     /// Counts one request of `key` at `now_ms` against `limit` per window.
     fn check(&self, key: &str, limit: u32, now_ms: i64) -> RateDecision;
 
-    /// Gives one request back to `key`'s current window (nothing when it has closed).
-    fn give_back(&self, key: &str, now_ms: i64);
+    /// Gives one request back to the window of `key` that `counted` it (nothing once that window
+    /// has closed: a place given back never carries over into the next window).
+    fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64);
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -104,10 +105,11 @@ impl RateLimiter for InMemoryRateLimiter {
         }
     }
 
-    fn give_back(&self, key: &str, now_ms: i64) {
+    fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64) {
         let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(w) = windows.get_mut(key)
             && now_ms < w.start_ms + WINDOW_MS
+            && w.start_ms + WINDOW_MS == counted.reset_at_ms
         {
             w.count = w.count.saturating_sub(1);
         }
@@ -121,14 +123,20 @@ mod tests {
     #[test]
     fn a_request_given_back_frees_its_place_in_the_same_window_only() {
         let limiter = InMemoryRateLimiter::new();
-        assert!(limiter.check("k", 1, 0).allowed);
+        let first = limiter.check("k", 1, 0);
+        assert!(first.allowed);
         assert!(!limiter.check("k", 1, 1).allowed);
-        limiter.give_back("k", 2);
-        assert!(limiter.check("k", 1, 3).allowed, "the place given back is taken again");
-        limiter.give_back("k", WINDOW_MS + 5); // the window has closed: nothing to give back
-        assert!(limiter.check("k", 1, WINDOW_MS + 6).allowed);
-        assert!(!limiter.check("k", 1, WINDOW_MS + 7).allowed);
-        limiter.give_back("unknown", 0);
+        limiter.give_back("k", &first, 2);
+        let second = limiter.check("k", 1, 3);
+        assert!(second.allowed, "the place given back is taken again");
+        limiter.give_back("k", &second, WINDOW_MS + 5); // the window has closed: nothing to give back
+        let next = limiter.check("k", 1, WINDOW_MS + 6);
+        assert!(next.allowed);
+        // A request counted in the old window, refused after the new one opened, gives nothing back
+        // to the new window (no carrying places over windows).
+        limiter.give_back("k", &second, WINDOW_MS + 7);
+        assert!(!limiter.check("k", 1, WINDOW_MS + 8).allowed);
+        limiter.give_back("unknown", &next, 0);
     }
 
     #[test]
