@@ -230,20 +230,17 @@ where
                     };
                     match verdict {
                         Verdict::Paid(payment) => {
-                            config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
-                            match run_buffered(&config, inner, request, payment.clone()).await? {
-                                Some(mut buffered) => {
-                                    add_settlement_header(&mut buffered, &payment, v1);
-                                    buffered
-                                }
-                                None => challenge::unavailable(false),
-                            }
+                            serve_settled((&config, key, &resource.url), inner, request, &payment, v1).await?
                         }
                         other => paid.not_paid(key, other, &offers, &headers).await,
                     }
                 } else {
                     // Verify, serve, and settle only a success.
                     match paid.verify().await {
+                        // Settled already for this seller (its first answer was lost): paid.
+                        Verdict::Paid(payment) if payment.transaction.is_some() => {
+                            serve_settled((&config, key, &resource.url), inner, request, &payment, v1).await?
+                        }
                         Verdict::Paid(verified) => match run_buffered(&config, inner, request, verified).await? {
                             // The handler failed: nothing is settled, the buyer keeps the money.
                             Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
@@ -265,6 +262,31 @@ where
             }
         }
     }
+}
+
+/// A settled proof: remembered as accepted for its resource, then the handler's answer with the
+/// settlement header.
+async fn serve_settled<S, ReqBody, ResBody>(
+    (config, key, resource): (&Config, &str, &str),
+    inner: S,
+    request: Request<ReqBody>,
+    payment: &Payment,
+    v1: bool,
+) -> Result<Buffered, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    config.cache.put(key, Known::accepted(resource, payment)).await;
+    Ok(match run_buffered(config, inner, request, payment.clone()).await? {
+        Some(mut buffered) => {
+            add_settlement_header(&mut buffered, payment, v1);
+            buffered
+        }
+        None => challenge::unavailable(false),
+    })
 }
 
 /// Runs the handler with `payment` in the request's extensions and holds its answer in memory

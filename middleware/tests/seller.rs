@@ -39,6 +39,8 @@ struct Stand {
     script: std::sync::Mutex<Vec<(StatusCode, Value)>>,
     /// Delay of the first call.
     first_delay: Option<Duration>,
+    /// x402 `/verify` answers that the proof was settled already.
+    verify_says_used: bool,
     /// The resource the last `/payment/receive` named: a gateway record answered without one is
     /// for it.
     resource: std::sync::Mutex<String>,
@@ -114,7 +116,11 @@ async fn x402(settle: Arc<Stand>) -> String {
             "/verify",
             post(|State(s): State<Arc<Stand>>| async move {
                 s.verifies.fetch_add(1, Ordering::SeqCst);
-                axum::Json(json!({"isValid": true, "payer": BUYER}))
+                axum::Json(if s.verify_says_used {
+                    json!({"isValid": false, "invalidReason": "duplicate_settlement", "invalidMessage": "proof already used"})
+                } else {
+                    json!({"isValid": true, "payer": BUYER})
+                })
             }),
         )
         .route(
@@ -144,6 +150,25 @@ fn words_layer(facilitator: FacilitatorClient) -> PaymentLayer {
             }
         })
         .retry_after_secs(1)
+        .build()
+        .unwrap()
+}
+
+/// The gateway's 402 for a proof the caller's own payment `pay_1` holds.
+fn used_by_pay_1() -> Value {
+    json!({"error": {"code": "INVALID_PAYMENT_PROOF", "message": "proof already used (payment pay_1)",
+                     "remedy": "Retry with a fresh proof", "paymentId": "pay_1"}})
+}
+
+/// A layer selling `/report` for 0.001 SOL that asks the gateway to wait 1 s
+/// (`maxTimeoutSeconds`) and gives up `margin` later.
+fn impatient_layer(url: String, margin: Duration) -> PaymentLayer {
+    let facilitator =
+        FacilitatorClient::new(url, "tg_test_key").with_timeout(Duration::from_millis(100)).with_settle_margin(margin);
+    PaymentLayer::builder()
+        .facilitator(facilitator)
+        .accept(Price::native_sol("0.001").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+        .max_timeout_seconds(1)
         .build()
         .unwrap()
 }
@@ -349,8 +374,7 @@ async fn an_x402_settlement_pending_is_followed_by_settling_again() {
 /// layer serves once that payment is confirmed. One settlement, one handler run.
 #[tokio::test]
 async fn a_gateway_slower_than_the_layer_is_followed_on_retry() {
-    let used = json!({"error": {"code": "INVALID_PAYMENT_PROOF", "message": "proof already used (payment pay_1)",
-                                "remedy": "Retry with a fresh proof", "paymentId": "pay_1"}});
+    let used = used_by_pay_1();
     let receive = Arc::new(Stand {
         script: std::sync::Mutex::new(vec![
             (StatusCode::OK, record("confirmed", PER_WORD, "native", PAY_TO)),
@@ -362,15 +386,7 @@ async fn a_gateway_slower_than_the_layer_is_followed_on_retry() {
     let status = Stand::scripted(vec![(StatusCode::OK, record("confirmed", PER_WORD, "native", PAY_TO))]);
     let url = gateway(receive.clone(), status.clone()).await;
     // The settlement wait asked is 1 s (maxTimeoutSeconds); the layer waits 0.5 s beyond it.
-    let facilitator = FacilitatorClient::new(url, "tg_test_key")
-        .with_timeout(Duration::from_millis(200))
-        .with_settle_margin(Duration::from_millis(500));
-    let layer = PaymentLayer::builder()
-        .facilitator(facilitator)
-        .accept(Price::native_sol("0.001").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
-        .max_timeout_seconds(1)
-        .build()
-        .unwrap();
+    let layer = impatient_layer(url, Duration::from_millis(500));
     let runs = Arc::new(AtomicUsize::new(0));
     let shop = layer.layer(handler(runs.clone()));
     let slow = shop.get("http://shop.example/report", Some(("X-PAYMENT", &v1_proof()))).await;
@@ -392,8 +408,7 @@ async fn a_gateway_slower_than_the_layer_is_followed_on_retry() {
 /// after paying, and nothing is settled again.
 #[tokio::test]
 async fn a_retry_after_the_buyer_hung_up_is_served_by_the_sellers_own_payment() {
-    let used = json!({"error": {"code": "INVALID_PAYMENT_PROOF", "message": "proof already used (payment pay_1)",
-                                "remedy": "Retry with a fresh proof", "paymentId": "pay_1"}});
+    let used = used_by_pay_1();
     let receive = Stand::scripted(vec![(StatusCode::PAYMENT_REQUIRED, used)]);
     let status = Stand::scripted(vec![(StatusCode::OK, record("confirmed", PER_WORD, "native", PAY_TO))]);
     let url = gateway(receive.clone(), status.clone()).await;
@@ -407,12 +422,39 @@ async fn a_retry_after_the_buyer_hung_up_is_served_by_the_sellers_own_payment() 
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// The same with an x402 facilitator, in verify-then-settle order: `/verify` says the proof was
+/// settled, `/settle` answers the seller's own settlement (Tollgate's is idempotent for it), and
+/// the retry is served with it, settled once more only in the facilitator's books, never on chain.
+#[tokio::test]
+async fn an_x402_retry_after_the_buyer_hung_up_is_served_by_the_settlement_made() {
+    let stand = Arc::new(Stand {
+        script: std::sync::Mutex::new(vec![settled(NETWORK)]),
+        verify_says_used: true,
+        ..Stand::default()
+    });
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::x402(x402(stand.clone()).await))
+        .accept(Price::native_sol("0.001").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+        .settlement_order(tollgate::SettlementOrder::VerifyThenSettle)
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = layer.layer(handler(runs.clone()));
+    let retry = shop.get("http://shop.example/report", Some(("X-PAYMENT", &v1_proof()))).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert!(retry.headers().contains_key("x-payment-response"));
+    assert_eq!(
+        (stand.verifies.load(Ordering::SeqCst), stand.settles.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)),
+        (1, 1, 1),
+        "asked to settle once, served once"
+    );
+}
+
 /// The same, but the payment the gateway names was made for another resource (the proof was
 /// used before, elsewhere on this shop): it does not pay this one.
 #[tokio::test]
 async fn a_followed_payment_made_for_another_resource_is_refused() {
-    let used = json!({"error": {"code": "INVALID_PAYMENT_PROOF", "message": "proof already used (payment pay_1)",
-                                "remedy": "Retry with a fresh proof", "paymentId": "pay_1"}});
+    let used = used_by_pay_1();
     let receive = Arc::new(Stand {
         script: std::sync::Mutex::new(vec![(StatusCode::PAYMENT_REQUIRED, used)]),
         first_delay: Some(Duration::from_millis(3_000)),
@@ -422,15 +464,7 @@ async fn a_followed_payment_made_for_another_resource_is_refused() {
     elsewhere["resource"] = json!("http://shop.example/cheap");
     let status = Stand::scripted(vec![(StatusCode::OK, elsewhere)]);
     let url = gateway(receive, status).await;
-    let facilitator = FacilitatorClient::new(url, "tg_test_key")
-        .with_timeout(Duration::from_millis(100))
-        .with_settle_margin(Duration::from_millis(100));
-    let layer = PaymentLayer::builder()
-        .facilitator(facilitator)
-        .accept(Price::native_sol("0.001").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
-        .max_timeout_seconds(1)
-        .build()
-        .unwrap();
+    let layer = impatient_layer(url, Duration::from_millis(100));
     let runs = Arc::new(AtomicUsize::new(0));
     let shop = layer.layer(handler(runs.clone()));
     let slow = shop.get("http://shop.example/report", Some(("X-PAYMENT", &v1_proof()))).await;
