@@ -43,7 +43,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("authenticate+admit", |b| {
         b.to_async(&rt).iter(|| async {
             let caller = state.auth.authenticate(Some(Ok(&header))).await.unwrap();
-            state.auth.admit(&caller, Endpoint::Supported).unwrap()
+            state.auth.admit(&caller, Endpoint::Supported).await.unwrap()
         });
     });
 

@@ -191,6 +191,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Storage.
     pub database_url: DatabaseUrl,
+    /// Redis shared by every instance for rate limits (`redis://…`); `None` counts them in
+    /// this process. Kept secret: it may carry a password.
+    pub redis_url: Option<Secret>,
     /// Solana JSON-RPC; `None` starts the embedded ledger.
     pub solana_rpc_url: Option<String>,
     /// Keypair file (Solana CLI JSON) of the fee payer for x402 `exact` Solana payments. The
@@ -219,6 +222,16 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// Accepts `redis://…` (never echoing the URL, which may hold a password). This build has no TLS
+/// for Redis: `rediss://` is refused rather than silently sent in clear.
+fn parse_redis_url(text: &str) -> Result<Secret, ConfigError> {
+    if text.starts_with("redis://") {
+        Ok(Secret::new(text))
+    } else {
+        Err(ConfigError::Invalid("the Redis URL must start with redis:// (TLS to Redis is not supported)".into()))
+    }
+}
+
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8402";
 /// Default database: a SQLite file in the working directory.
@@ -229,6 +242,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
             database_url: DatabaseUrl(DEFAULT_DATABASE.to_owned()),
+            redis_url: None,
             solana_rpc_url: None,
             solana_fee_payer: None,
             evm: Vec::new(),
@@ -275,6 +289,7 @@ pub enum ConfigError {
 struct FileConfig {
     listen: Option<SocketAddr>,
     database_url: Option<String>,
+    redis_url: Option<String>,
     solana_rpc_url: Option<String>,
     solana_fee_payer: Option<PathBuf>,
     #[serde(default)]
@@ -370,6 +385,9 @@ impl Config {
         if let Some(v) = file.listen {
             self.listen = v;
         }
+        if let Some(v) = file.redis_url {
+            self.redis_url = Some(parse_redis_url(&v)?);
+        }
         if let Some(v) = file.database_url {
             self.database_url = DatabaseUrl::parse(&v)?;
         }
@@ -431,6 +449,9 @@ impl Config {
         }
         if let Some(v) = non_empty("TOLLGATE_DATABASE_URL") {
             self.database_url = DatabaseUrl::parse(&v)?;
+        }
+        if let Some(v) = non_empty("TOLLGATE_REDIS_URL") {
+            self.redis_url = Some(parse_redis_url(&v)?);
         }
         if let Some(v) = non_empty("TOLLGATE_SOLANA_RPC_URL") {
             self.solana_rpc_url = Some(v);

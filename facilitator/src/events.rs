@@ -1,9 +1,15 @@
-//! The in-process event bus behind `GET /ws`.
+//! The event bus behind `GET /ws`.
 //!
-//! Every change of a payment goes through the [`Store`]; [`PublishingStore`] wraps the store of
-//! an instance and publishes each inserted payment and each state transition it makes, once, on a
-//! tokio broadcast channel ([`EventBus`]). Each instance publishes its own changes. The event is
-//! serialized once, whatever the number of listeners.
+//! Every change of a payment goes through the [`Store`] and reaches the instance's tokio
+//! broadcast channel ([`EventBus`]) once, serialized once whatever the number of listeners:
+//! * on SQLite (one instance), [`PublishingStore`] wraps the store and publishes each inserted
+//!   payment and each state transition it makes;
+//! * on PostgreSQL (any number of instances), the database announces every change, written in
+//!   the transaction that makes it, and [`follow_announcements`] publishes what it hears on every
+//!   instance — so a listener on one instance sees a payment settled through another, in commit
+//!   order, each change once. Key deletions are announced the same way and drop the instance's
+//!   cached keys at once. If the listening connection drops, whatever was announced meanwhile is
+//!   lost: cached keys are dropped and every WebSocket follower is told to reconnect.
 //!
 //! The channel keeps the last [`DEFAULT_CAPACITY`] events for all listeners together, so memory
 //! does not grow with slow listeners: one that falls that far behind loses events and is told
@@ -13,19 +19,19 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
 
 use crate::store::{
-    AccountStore, HistoryPage, IdempotencyBegin, IdempotencyStore, NewPayment, PaymentStore, PaymentUpdate, Store,
-    StoreResult, StoredApiKey, StoredPayment, StoredResponse, StoredWallet,
+    AccountStore, Announcement, Announcements, HistoryPage, IdempotencyBegin, IdempotencyStore, NewPayment,
+    PaymentNotice, PaymentStore, PaymentUpdate, Store, StoreResult, StoredApiKey, StoredPayment, StoredResponse,
+    StoredWallet,
 };
 
 /// Events kept for listeners that are behind.
 pub const DEFAULT_CAPACITY: usize = 4_096;
-/// The event name of a payment change.
-pub const PAYMENT_UPDATED: &str = "payment.updated";
+pub use crate::store::PAYMENT_UPDATED;
 
 /// One payment change, with who may see it.
 #[derive(Debug)]
@@ -54,16 +60,14 @@ impl PaymentEvent {
         self.owner_account == account || self.counterparty_account.as_deref() == Some(account)
     }
 
-    fn from_stored(stored: &StoredPayment) -> Self {
-        let message = serde_json::json!({"event": PAYMENT_UPDATED, "payment": stored.to_record()}).to_string();
-        let p = &stored.payment;
+    fn from_notice(notice: PaymentNotice) -> Self {
         Self {
-            payment_id: p.id.clone(),
-            owner_account: p.owner_account.clone(),
-            counterparty_account: p.counterparty_account.clone(),
-            wallets: [p.from.clone(), p.to.clone()],
-            status: p.status,
-            message: axum::extract::ws::Utf8Bytes::from(message),
+            payment_id: notice.payment_id,
+            owner_account: notice.owner_account,
+            counterparty_account: notice.counterparty_account,
+            wallets: notice.wallets,
+            status: notice.status,
+            message: axum::extract::ws::Utf8Bytes::from(notice.message),
             published: std::time::Instant::now(),
         }
     }
@@ -73,6 +77,8 @@ impl PaymentEvent {
 #[derive(Debug, Clone)]
 pub struct EventBus {
     sender: broadcast::Sender<Arc<PaymentEvent>>,
+    /// Counts the times events may have been lost (the database's announcements were cut).
+    gaps: Arc<watch::Sender<u64>>,
 }
 
 impl Default for EventBus {
@@ -85,7 +91,7 @@ impl EventBus {
     /// A bus keeping the last `capacity` events for listeners that are behind.
     #[must_use]
     pub fn new(capacity: usize) -> Self {
-        Self { sender: broadcast::channel(capacity.max(1)).0 }
+        Self { sender: broadcast::channel(capacity.max(1)).0, gaps: Arc::new(watch::channel(0).0) }
     }
 
     /// Publishes a payment's current state (nobody listening is fine).
@@ -93,8 +99,27 @@ impl EventBus {
         if self.sender.receiver_count() == 0 {
             return;
         }
+        self.publish_notice(PaymentNotice::of(stored));
+    }
+
+    /// Publishes a payment change announced by the database.
+    pub fn publish_notice(&self, notice: PaymentNotice) {
+        if self.sender.receiver_count() == 0 {
+            return;
+        }
         // An error means every listener left meanwhile: nothing to do.
-        let _ = self.sender.send(Arc::new(PaymentEvent::from_stored(stored)));
+        let _ = self.sender.send(Arc::new(PaymentEvent::from_notice(notice)));
+    }
+
+    /// Tells every listener that events may have been lost (they must resubscribe).
+    pub fn gap(&self) {
+        self.gaps.send_modify(|n| *n += 1);
+    }
+
+    /// Learns of gaps from now on.
+    #[must_use]
+    pub fn subscribe_gaps(&self) -> watch::Receiver<u64> {
+        self.gaps.subscribe()
     }
 
     /// A new listener, receiving what is published from now on.
@@ -110,10 +135,13 @@ impl EventBus {
     }
 }
 
-/// A [`Store`] that publishes every payment it inserts or moves on an [`EventBus`].
+/// A [`Store`] that publishes every payment it inserts or moves on an [`EventBus`] — unless the
+/// database announces them itself ([`Store::announces_changes`]), which [`follow_announcements`]
+/// then publishes.
 pub struct PublishingStore {
     inner: Arc<dyn Store>,
     bus: EventBus,
+    publish: bool,
 }
 
 impl std::fmt::Debug for PublishingStore {
@@ -126,7 +154,14 @@ impl PublishingStore {
     /// Wraps `inner`; its payment changes go to `bus`.
     #[must_use]
     pub fn new(inner: Arc<dyn Store>, bus: EventBus) -> Self {
-        Self { inner, bus }
+        let publish = !inner.announces_changes();
+        Self { inner, bus, publish }
+    }
+
+    fn publish(&self, stored: &StoredPayment) {
+        if self.publish {
+            self.bus.publish(stored);
+        }
     }
 }
 
@@ -134,6 +169,15 @@ impl PublishingStore {
 impl Store for PublishingStore {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
+    }
+    fn announces_changes(&self) -> bool {
+        self.inner.announces_changes()
+    }
+    async fn listen(&self) -> StoreResult<Option<Box<dyn Announcements>>> {
+        self.inner.listen().await
+    }
+    async fn purge_announcements(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        self.inner.purge_announcements(before).await
     }
 }
 
@@ -172,7 +216,7 @@ impl AccountStore for PublishingStore {
 impl PaymentStore for PublishingStore {
     async fn insert_payment(&self, payment: &NewPayment) -> StoreResult<StoredPayment> {
         let stored = self.inner.insert_payment(payment).await?;
-        self.bus.publish(&stored);
+        self.publish(&stored);
         Ok(stored)
     }
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>> {
@@ -188,16 +232,17 @@ impl PaymentStore for PublishingStore {
         update: &PaymentUpdate,
     ) -> StoreResult<StoredPayment> {
         let stored = self.inner.transition_payment(id, expected, update).await?;
-        self.bus.publish(&stored);
+        self.publish(&stored);
         Ok(stored)
     }
-    async fn due_payments(
+    async fn claim_due_payments(
         &self,
         networks: &[Network],
         now: DateTime<Utc>,
         limit: u32,
+        claim_until: DateTime<Utc>,
     ) -> StoreResult<Vec<StoredPayment>> {
-        self.inner.due_payments(networks, now, limit).await
+        self.inner.claim_due_payments(networks, now, limit, claim_until).await
     }
     async fn reschedule_payment(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
         self.inner.reschedule_payment(id, at).await
@@ -242,3 +287,64 @@ impl IdempotencyStore for PublishingStore {
         self.inner.idempotency_purge(before).await
     }
 }
+
+/// Publishes what the database announces on this instance's bus, and drops cached keys when one
+/// is deleted anywhere, until `stop` changes. Reconnects after a failure (waiting a little longer
+/// each time, at most [`RELISTEN_MAX`]); a lost connection is a gap (see the module's notes).
+pub async fn follow_announcements(
+    store: Arc<dyn Store>,
+    bus: EventBus,
+    auth: Arc<crate::auth::Authenticator>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        let listening = tokio::select! {
+            l = store.listen() => l,
+            _ = stop.changed() => return,
+        };
+        let mut announcements = match listening {
+            Ok(Some(a)) => a,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen to the database's announcements yet; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                delay = (delay * 2).min(RELISTEN_MAX);
+                continue;
+            }
+        };
+        delay = std::time::Duration::from_millis(100);
+        // Whatever happened before listening began (or while it was down) is unknown here.
+        auth.forget_cached_keys();
+        loop {
+            let next = tokio::select! {
+                n = announcements.next() => n,
+                _ = stop.changed() => return,
+            };
+            match next {
+                Ok(Announcement::Payment(notice)) => bus.publish_notice(notice),
+                Ok(Announcement::KeyDeleted(key_id)) => {
+                    tracing::info!(%key_id, "API key deleted: cached keys dropped");
+                    auth.forget_cached_keys();
+                }
+                Ok(Announcement::Gap) => {
+                    tracing::warn!("lost the database's announcements for a moment: followers must resubscribe");
+                    auth.forget_cached_keys();
+                    bus.gap();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the database's announcements failed; listening again");
+                    auth.forget_cached_keys();
+                    bus.gap();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Longest wait between two attempts to listen to the database.
+pub const RELISTEN_MAX: std::time::Duration = std::time::Duration::from_secs(5);

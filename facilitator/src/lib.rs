@@ -98,6 +98,19 @@ impl AppState {
         }
     }
 
+    /// The same state counting rate limits with `limiter` (e.g. shared through Redis).
+    #[must_use]
+    pub fn with_rate_limiter(mut self, limiter: Arc<dyn auth::rate_limit::RateLimiter>) -> Self {
+        self.auth = Arc::new(Authenticator::new(
+            self.store.clone(),
+            self.config.plans.clone(),
+            limiter,
+            self.clock.clone(),
+            Duration::from_secs(self.config.limits.key_cache_ttl_secs),
+        ));
+        self
+    }
+
     /// The same state serving these chains.
     #[must_use]
     pub fn with_chains(mut self, chains: Chains) -> Self {
@@ -131,10 +144,24 @@ impl AppState {
             tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");
         }
         let mut chains = Chains::none().with_solana(solana_backend(&config).await?);
-        for backend in evm_backends(&config).await? {
+        // Several instances on one PostgreSQL take turns with each sending account's nonce.
+        let shared_nonces = config.database_url.is_postgres().then(|| Arc::new(store.clone()));
+        for mut backend in evm_backends(&config).await? {
+            if let Some(store) = &shared_nonces {
+                backend = backend.with_shared_nonces(store.clone());
+            }
             chains = chains.with_evm(backend);
         }
+        let limiter: Option<Arc<dyn auth::rate_limit::RateLimiter>> = match &config.redis_url {
+            Some(url) => Some(Arc::new(
+                auth::rate_limit::RedisRateLimiter::connect(url.expose()).await.map_err(|e| anyhow::anyhow!(e))?,
+            )),
+            None => None,
+        };
         let mut state = Self::new(config, Arc::new(store), Arc::new(SystemClock)).with_chains(chains);
+        if let Some(limiter) = limiter {
+            state = state.with_rate_limiter(limiter);
+        }
         state.master_key = master_key.map(Arc::new);
         Ok(state)
     }
@@ -231,6 +258,15 @@ pub async fn run(
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
     let reconciler = tokio::spawn(reconcile_periodically(state.clone(), stop_rx.clone()));
+    // PostgreSQL: changes made on every instance reach this one's WebSocket feed and key cache.
+    let follow = state.store.announces_changes().then(|| {
+        tokio::spawn(events::follow_announcements(
+            state.store.clone(),
+            state.events.clone(),
+            state.auth.clone(),
+            stop_rx.clone(),
+        ))
+    });
     let app = router(state);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
@@ -251,6 +287,9 @@ pub async fn run(
     };
     purge.abort();
     reconciler.abort();
+    if let Some(follow) = follow {
+        follow.abort();
+    }
     result.unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
@@ -298,6 +337,12 @@ async fn purge_idempotency_keys(state: AppState, mut stop: tokio::sync::watch::R
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "purged expired idempotency keys"),
             Err(e) => tracing::warn!(error = %e, "could not purge idempotency keys"),
+        }
+        // Announced changes are read within moments; an hour is ample.
+        match state.store.purge_announcements(state.clock.now() - chrono::Duration::hours(1)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "purged announced payment changes"),
+            Err(e) => tracing::warn!(error = %e, "could not purge announced payment changes"),
         }
     }
 }

@@ -13,7 +13,8 @@
 //! `payment.updated` event), so a change made just before subscribing is not missed.
 //!
 //! Bounds: `[limits] ws_max_subscriptions` per connection, `ws_max_message_bytes` per message,
-//! [`MESSAGES_PER_SECOND`] messages a second,
+//! [`MESSAGES_PER_SECOND`] messages a second for all of a key's connections (counted by the
+//! shared rate limiter, so on every instance together),
 //! a ping every `ws_ping_secs` (a client silent for three of them is closed), a send that takes
 //! more than [`SEND_TIMEOUT`] closes the connection, and a client that falls behind the event bus
 //! (see [`crate::events`]) is closed with the reason instead of being buffered for.
@@ -35,8 +36,9 @@ use crate::api::error::ApiError;
 use crate::auth::Caller;
 use crate::events::PaymentEvent;
 
-/// Most messages a client may send in one second; more get a `RATE_LIMIT` error event.
-pub const MESSAGES_PER_SECOND: u32 = 20;
+/// Most messages a key may send in one second over all its connections; more get a `RATE_LIMIT`
+/// error event.
+pub const MESSAGES_PER_SECOND: u32 = crate::auth::WS_MESSAGES_PER_SECOND;
 
 /// Bytes read from a client's socket at a time.
 const READ_BUFFER: usize = 4 * 1024;
@@ -116,8 +118,6 @@ struct Connection {
     caller: Caller,
     wallets: HashSet<String>,
     payments: HashSet<String>,
-    /// Messages read in the current one-second window, and when it opened.
-    window: (tokio::time::Instant, u32),
     /// Events to send right after the answer being prepared.
     then_send: Vec<Value>,
 }
@@ -132,25 +132,7 @@ enum End {
 
 impl Connection {
     fn new(state: AppState, caller: Caller) -> Self {
-        Self {
-            state,
-            caller,
-            wallets: HashSet::new(),
-            payments: HashSet::new(),
-            window: (tokio::time::Instant::now(), 0),
-            then_send: Vec::new(),
-        }
-    }
-
-    /// Counts a client message; false when it is over [`MESSAGES_PER_SECOND`] (each message may
-    /// cost storage reads, so their rate is bounded as well as their size).
-    fn admit(&mut self) -> bool {
-        let now = tokio::time::Instant::now();
-        if now.duration_since(self.window.0) >= std::time::Duration::from_secs(1) {
-            self.window = (now, 0);
-        }
-        self.window.1 += 1;
-        self.window.1 <= MESSAGES_PER_SECOND
+        Self { state, caller, wallets: HashSet::new(), payments: HashSet::new(), then_send: Vec::new() }
     }
 
     fn wants(&self, event: &PaymentEvent) -> bool {
@@ -160,6 +142,7 @@ impl Connection {
 
     async fn run(mut self, mut socket: WebSocket) {
         let mut events = self.state.events.subscribe();
+        let mut gaps = self.state.events.subscribe_gaps();
         let ping_every = Duration::from_secs(self.state.config.limits.ws_ping_secs);
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -184,15 +167,26 @@ impl Connection {
                     }
                     Err(RecvError::Closed) => break End::Close(close_code::AWAY, "the server is shutting down".into()),
                 },
+                // The instance lost the database's announcements for a moment: this feed may miss
+                // changes, so the client must reconnect and resubscribe (which sends current states).
+                Ok(()) = gaps.changed() => {
+                    break End::Close(close_code::AGAIN, "events may have been missed; reconnect and resubscribe".into());
+                }
                 incoming = socket.recv() => {
                     last_heard = tokio::time::Instant::now();
                     let reply = match incoming {
                         None | Some(Err(_) | Ok(Message::Close(_))) => break End::Gone,
-                        Some(Ok(Message::Text(_))) if !self.admit() => error_event(
-                            ErrorCode::RateLimit,
-                            format!("at most {MESSAGES_PER_SECOND} messages a second; this one was ignored"),
-                        ),
-                        Some(Ok(Message::Text(text))) => self.handle(&text).await,
+                        // Each message may cost storage reads: their rate is bounded as well as their size.
+                        Some(Ok(Message::Text(text))) => {
+                            if self.state.auth.admit_ws_message(&self.caller).await {
+                                self.handle(&text).await
+                            } else {
+                                error_event(
+                                    ErrorCode::RateLimit,
+                                    format!("at most {MESSAGES_PER_SECOND} messages a second; this one was ignored"),
+                                )
+                            }
+                        }
                         Some(Ok(Message::Binary(_))) => {
                             error_event(ErrorCode::InvalidParameters, "send JSON text messages, not binary ones")
                         }

@@ -38,7 +38,7 @@ pub async fn require_key(
         Ok(c) => c,
         Err(e) => return ApiError::from(e).into_response(),
     };
-    let decision = match state.auth.admit(&caller, endpoint) {
+    let decision = match state.auth.admit(&caller, endpoint).await {
         Ok(d) => d,
         Err((e, decision)) => {
             let mut response = ApiError::from(e).into_response();
@@ -49,7 +49,7 @@ pub async fn require_key(
     req.extensions_mut().insert(caller.clone());
     let mut response = next.run(req).await;
     if response.extensions().get::<ProofRefused>().is_some() {
-        state.auth.forgive_refusal(&caller, &decision);
+        state.auth.forgive_refusal(&caller, &decision).await;
     }
     set_rate_headers(&mut response, &decision);
     response

@@ -18,7 +18,7 @@ use moka::sync::Cache;
 
 use self::keys::{KeyDigest, looks_like_key};
 use self::plans::{Endpoint, Plan, Plans};
-use self::rate_limit::{RateDecision, RateLimiter};
+use self::rate_limit::{RateDecision, RateLimiter, WINDOW_MS};
 use crate::clock::SharedClock;
 use crate::store::Store;
 
@@ -60,6 +60,9 @@ pub struct Caller {
     /// Requests per minute allowed.
     pub rpm: u32,
 }
+
+/// WebSocket messages a key may send per second, over all its connections.
+pub const WS_MESSAGES_PER_SECOND: u32 = 20;
 
 /// Refused proofs given back per minute, as a multiple of the plan's requests per minute.
 pub const REFUSALS_PER_REQUEST: u32 = 20;
@@ -150,9 +153,9 @@ impl Authenticator {
     ///
     /// # Errors
     /// [`AuthError::RateLimited`] or [`AuthError::Forbidden`], with the decision (for headers).
-    pub fn admit(&self, caller: &Caller, endpoint: Endpoint) -> Result<RateDecision, (AuthError, RateDecision)> {
+    pub async fn admit(&self, caller: &Caller, endpoint: Endpoint) -> Result<RateDecision, (AuthError, RateDecision)> {
         let now = self.clock.now_millis();
-        let decision = self.limiter.check(&caller.key_id, caller.rpm, now);
+        let decision = self.limiter.check(&caller.key_id, caller.rpm, WINDOW_MS, now).await;
         if !decision.allowed {
             let secs = decision.retry_after_secs(now);
             let message = format!("rate limit of {} requests per minute exceeded; retry in {secs} s", caller.rpm);
@@ -172,15 +175,23 @@ impl Authenticator {
     /// so a key cannot be an unlimited free verification oracle.
     /// `counted` is the decision that admitted the request: the place goes back to that window
     /// only.
-    pub fn forgive_refusal(&self, caller: &Caller, counted: &RateDecision) {
+    pub async fn forgive_refusal(&self, caller: &Caller, counted: &RateDecision) {
         let now = self.clock.now_millis();
         let refusals = format!("{}:refused", caller.key_id);
-        if self.limiter.check(&refusals, caller.rpm.saturating_mul(REFUSALS_PER_REQUEST), now).allowed {
-            self.limiter.give_back(&caller.key_id, counted, now);
+        let limit = caller.rpm.saturating_mul(REFUSALS_PER_REQUEST);
+        if self.limiter.check(&refusals, limit, WINDOW_MS, now).await.allowed {
+            self.limiter.give_back(&caller.key_id, counted, now).await;
         }
     }
 
-    /// Forgets every cached verdict (after a key is deleted in this process).
+    /// Counts one WebSocket message of `caller`'s key: at most [`WS_MESSAGES_PER_SECOND`] a
+    /// second for all the key's connections together (on every instance sharing the limiter).
+    pub async fn admit_ws_message(&self, caller: &Caller) -> bool {
+        let key = format!("{}:ws", caller.key_id);
+        self.limiter.check(&key, WS_MESSAGES_PER_SECOND, 1_000, self.clock.now_millis()).await.allowed
+    }
+
+    /// Forgets every cached verdict (after a key is deleted, here or on another instance).
     pub fn forget_cached_keys(&self) {
         self.cache.invalidate_all();
     }

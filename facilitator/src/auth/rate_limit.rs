@@ -1,18 +1,32 @@
-//! Per-key rate limiting in fixed one-minute windows.
+//! Per-key rate limiting in fixed windows.
 //!
-//! A key's window opens at its first request and lasts 60 s; within it the key may make `limit`
-//! requests, and request `limit + 1` is refused until the window closes. The answer carries what
-//! the `X-RateLimit-*` and `Retry-After` headers need. Fixed windows make `X-RateLimit-Reset` an
-//! exact promise (the moment the full limit is available again), at the price of allowing up to
-//! twice the limit across a window boundary.
+//! A key's window opens at its first request and lasts `window_ms` (one minute for API requests,
+//! one second for WebSocket messages); within it the key may make `limit` requests, and request
+//! `limit + 1` is refused until the window closes. The answer carries what the `X-RateLimit-*`
+//! and `Retry-After` headers need. Fixed windows make `X-RateLimit-Reset` an exact promise (the
+//! moment the full limit is available again), at the price of allowing up to twice the limit
+//! across a window boundary.
 //!
-//! [`RateLimiter`] is a trait so that instances behind a load balancer can share limits through
-//! an external store; [`InMemoryRateLimiter`] is the single-instance default.
+//! Two implementations of [`RateLimiter`]:
+//! * [`InMemoryRateLimiter`], the single-instance default;
+//! * [`RedisRateLimiter`], shared by every instance pointed at one Redis (`redis_url`): one Lua
+//!   script per request, run atomically by Redis, so instances behind a load balancer hold one
+//!   limit together. When Redis cannot be asked, it **fails open to per-instance limits**: the
+//!   request is counted by an in-process limiter instead (each instance then enforces the plan on
+//!   its own), a warning is logged (at most every [`WARN_EVERY_MS`]) and
+//!   [`RedisRateLimiter::failures`] counts it. A Redis outage never refuses a paying request.
+//!
+//! Windows are timed with the facilitator's clock (passed in as `now_ms`), never Redis's, so the
+//! two implementations answer alike.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::Duration;
 
-/// Window length.
+use async_trait::async_trait;
+
+/// Length of an API key's request window.
 pub const WINDOW_MS: i64 = 60_000;
 
 /// The verdict for one request.
@@ -41,21 +55,26 @@ impl RateDecision {
     pub fn reset_epoch_secs(&self) -> i64 {
         (self.reset_at_ms + 999).div_euclid(1000)
     }
+
+    fn of(allowed: bool, limit: u32, count: u32, reset_at_ms: i64) -> Self {
+        Self { allowed, limit, remaining: limit.saturating_sub(count), reset_at_ms }
+    }
 }
 
 /// Counts requests per key.
+#[async_trait]
 pub trait RateLimiter: Send + Sync + 'static {
-    /// Counts one request of `key` at `now_ms` against `limit` per window.
-    fn check(&self, key: &str, limit: u32, now_ms: i64) -> RateDecision;
+    /// Counts one request of `key` at `now_ms` against `limit` per window of `window_ms`.
+    async fn check(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision;
 
     /// Gives one request back to the window of `key` that `counted` it (nothing once that window
     /// has closed: a place given back never carries over into the next window).
-    fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64);
+    async fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64);
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Window {
-    start_ms: i64,
+    end_ms: i64,
     count: u32,
 }
 
@@ -74,44 +93,242 @@ impl InMemoryRateLimiter {
     pub fn new() -> Self {
         Self::default()
     }
-}
 
-impl RateLimiter for InMemoryRateLimiter {
-    fn check(&self, key: &str, limit: u32, now_ms: i64) -> RateDecision {
+    fn check_now(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision {
         // A poisoned lock only means another request panicked mid-update; the counts are still usable.
         let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let window = match windows.get_mut(key) {
-            Some(w) if now_ms < w.start_ms + WINDOW_MS => w,
+            Some(w) if now_ms < w.end_ms => w,
             Some(w) => {
-                *w = Window { start_ms: now_ms, count: 0 };
+                *w = Window { end_ms: now_ms + window_ms, count: 0 };
                 w
             }
             None => {
                 if windows.len() >= SWEEP_THRESHOLD {
-                    windows.retain(|_, w| now_ms < w.start_ms + WINDOW_MS);
+                    windows.retain(|_, w| now_ms < w.end_ms);
                 }
-                windows.entry(key.to_owned()).or_insert(Window { start_ms: now_ms, count: 0 })
+                windows.entry(key.to_owned()).or_insert(Window { end_ms: now_ms + window_ms, count: 0 })
             }
         };
         let allowed = window.count < limit;
         if allowed {
             window.count += 1;
         }
-        RateDecision {
-            allowed,
-            limit,
-            remaining: limit.saturating_sub(window.count),
-            reset_at_ms: window.start_ms + WINDOW_MS,
+        RateDecision::of(allowed, limit, window.count, window.end_ms)
+    }
+
+    fn give_back_now(&self, key: &str, counted: &RateDecision, now_ms: i64) {
+        let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(w) = windows.get_mut(key)
+            && now_ms < w.end_ms
+            && w.end_ms == counted.reset_at_ms
+        {
+            w.count = w.count.saturating_sub(1);
+        }
+    }
+}
+
+#[async_trait]
+impl RateLimiter for InMemoryRateLimiter {
+    async fn check(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision {
+        self.check_now(key, limit, window_ms, now_ms)
+    }
+
+    async fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64) {
+        self.give_back_now(key, counted, now_ms);
+    }
+}
+
+/// Counts one request in the key's window (a hash `{e: window end ms, n: count}`), opening a new
+/// window when there is none or it has closed. Returns `{allowed, count, window end}`.
+const CHECK_SCRIPT: &str = r"
+local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local e = tonumber(redis.call('HGET', KEYS[1], 'e'))
+if e == nil or now >= e then
+  e = now + window
+  redis.call('HSET', KEYS[1], 'e', e, 'n', 0)
+  redis.call('PEXPIRE', KEYS[1], window + 60000)
+end
+local n = tonumber(redis.call('HGET', KEYS[1], 'n'))
+if n < limit then
+  n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+  return {1, n, e}
+end
+return {0, n, e}
+";
+
+/// Gives one request back to the window ending at `ARGV[2]`, if it is still the open one.
+const GIVE_BACK_SCRIPT: &str = r"
+local e = tonumber(redis.call('HGET', KEYS[1], 'e'))
+if e ~= nil and e == tonumber(ARGV[2]) and tonumber(ARGV[1]) < e then
+  if tonumber(redis.call('HGET', KEYS[1], 'n')) > 0 then
+    redis.call('HINCRBY', KEYS[1], 'n', -1)
+  end
+end
+return 0
+";
+
+/// Redis key prefix of the windows.
+pub const REDIS_PREFIX: &str = "tollgate:rate:";
+/// Longest wait for Redis's answer (or a connection) before falling back to in-process limits.
+pub const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+/// Least time between two "Redis is unavailable" warnings, and between two reconnection attempts.
+pub const WARN_EVERY_MS: i64 = 10_000;
+
+/// Limits shared through Redis by every instance that uses the same server.
+pub struct RedisRateLimiter {
+    client: redis::Client,
+    connection: RwLock<Option<redis::aio::ConnectionManager>>,
+    connecting: tokio::sync::Mutex<()>,
+    last_connect_attempt_ms: AtomicI64,
+    check_script: redis::Script,
+    give_back_script: redis::Script,
+    fallback: InMemoryRateLimiter,
+    failures: AtomicU64,
+    last_warning_ms: AtomicI64,
+}
+
+impl std::fmt::Debug for RedisRateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL: it may carry a password.
+        f.debug_struct("RedisRateLimiter").field("failures", &self.failures()).finish_non_exhaustive()
+    }
+}
+
+impl RedisRateLimiter {
+    /// A limiter on the Redis at `url` (`redis://[:password@]host:port[/db]`). Connects now;
+    /// when Redis cannot be reached yet, the limiter starts in its fallback and keeps trying.
+    ///
+    /// # Errors
+    /// When `url` is not a Redis URL.
+    pub async fn connect(url: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("not a Redis URL ({})", e.category()))?;
+        let limiter = Self {
+            client,
+            connection: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            last_connect_attempt_ms: AtomicI64::new(i64::MIN),
+            check_script: redis::Script::new(CHECK_SCRIPT),
+            give_back_script: redis::Script::new(GIVE_BACK_SCRIPT),
+            fallback: InMemoryRateLimiter::new(),
+            failures: AtomicU64::new(0),
+            last_warning_ms: AtomicI64::new(i64::MIN),
+        };
+        if let Err(e) = limiter.reconnect(0).await {
+            tracing::warn!(error = %e, "cannot reach Redis yet: rate limits are counted per instance until it answers");
+        }
+        Ok(limiter)
+    }
+
+    /// Requests counted in-process because Redis could not be asked, since start.
+    #[must_use]
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Whether the limiter holds a connection to Redis right now.
+    #[must_use]
+    pub fn connected(&self) -> bool {
+        self.connection.read().unwrap_or_else(std::sync::PoisonError::into_inner).is_some()
+    }
+
+    async fn reconnect(&self, now_ms: i64) -> Result<redis::aio::ConnectionManager, String> {
+        // One attempt at a time; requests meanwhile are counted in-process rather than wait.
+        let Ok(_one_at_a_time) = self.connecting.try_lock() else {
+            return Err("not connected (reconnecting)".into());
+        };
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        self.last_connect_attempt_ms.store(now_ms, Ordering::Relaxed);
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(REDIS_TIMEOUT)
+            .set_response_timeout(REDIS_TIMEOUT)
+            .set_number_of_retries(1);
+        let connection =
+            tokio::time::timeout(REDIS_TIMEOUT * 2, self.client.get_connection_manager_with_config(config))
+                .await
+                .map_err(|_| "timed out connecting".to_owned())?
+                .map_err(|e| e.to_string())?;
+        *self.connection.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(connection.clone());
+        tracing::info!("rate limits are shared through Redis");
+        Ok(connection)
+    }
+
+    fn current(&self) -> Option<redis::aio::ConnectionManager> {
+        self.connection.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The connection, or a new one when none is held and the last attempt is old enough.
+    async fn connection(&self, now_ms: i64) -> Result<redis::aio::ConnectionManager, String> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let last = self.last_connect_attempt_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < WARN_EVERY_MS && last <= now_ms {
+            return Err("not connected (reconnecting later)".into());
+        }
+        self.reconnect(now_ms).await
+    }
+
+    fn failed(&self, now_ms: i64, error: &str) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let last = self.last_warning_ms.load(Ordering::Relaxed);
+        if (now_ms.saturating_sub(last) >= WARN_EVERY_MS || last > now_ms)
+            && self.last_warning_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            tracing::warn!(
+                error,
+                failures = self.failures(),
+                "Redis is unavailable: rate limits are counted per instance until it answers again"
+            );
         }
     }
 
-    fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64) {
-        let mut windows = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(w) = windows.get_mut(key)
-            && now_ms < w.start_ms + WINDOW_MS
-            && w.start_ms + WINDOW_MS == counted.reset_at_ms
-        {
-            w.count = w.count.saturating_sub(1);
+    fn redis_key(key: &str) -> String {
+        format!("{REDIS_PREFIX}{key}")
+    }
+}
+
+#[async_trait]
+impl RateLimiter for RedisRateLimiter {
+    async fn check(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision {
+        match self.connection(now_ms).await {
+            Ok(mut connection) => {
+                let mut invocation = self.check_script.key(Self::redis_key(key));
+                invocation.arg(now_ms).arg(limit).arg(window_ms);
+                let answer: redis::RedisResult<(i64, i64, i64)> =
+                    tokio::time::timeout(REDIS_TIMEOUT, invocation.invoke_async(&mut connection))
+                        .await
+                        .unwrap_or_else(|_| Err((redis::ErrorKind::IoError, "timed out").into()));
+                match answer {
+                    Ok((allowed, count, end_ms)) => {
+                        let count = u32::try_from(count).unwrap_or(u32::MAX);
+                        return RateDecision::of(allowed == 1, limit, count, end_ms);
+                    }
+                    Err(e) => self.failed(now_ms, &e.to_string()),
+                }
+            }
+            Err(e) => self.failed(now_ms, &e),
+        }
+        self.fallback.check_now(key, limit, window_ms, now_ms)
+    }
+
+    async fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64) {
+        // A decision the fallback made is given back there (it knows that window); otherwise Redis.
+        self.fallback.give_back_now(key, counted, now_ms);
+        if let Some(mut connection) = self.current() {
+            let mut invocation = self.give_back_script.key(Self::redis_key(key));
+            invocation.arg(now_ms).arg(counted.reset_at_ms);
+            let answer: redis::RedisResult<i64> =
+                tokio::time::timeout(REDIS_TIMEOUT, invocation.invoke_async(&mut connection))
+                    .await
+                    .unwrap_or_else(|_| Err((redis::ErrorKind::IoError, "timed out").into()));
+            if let Err(e) = answer {
+                self.failed(now_ms, &e.to_string());
+            }
         }
     }
 }
@@ -120,44 +337,44 @@ impl RateLimiter for InMemoryRateLimiter {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_request_given_back_frees_its_place_in_the_same_window_only() {
+    #[tokio::test]
+    async fn a_request_given_back_frees_its_place_in_the_same_window_only() {
         let limiter = InMemoryRateLimiter::new();
-        let first = limiter.check("k", 1, 0);
+        let first = limiter.check("k", 1, WINDOW_MS, 0).await;
         assert!(first.allowed);
-        assert!(!limiter.check("k", 1, 1).allowed);
-        limiter.give_back("k", &first, 2);
-        let second = limiter.check("k", 1, 3);
+        assert!(!limiter.check("k", 1, WINDOW_MS, 1).await.allowed);
+        limiter.give_back("k", &first, 2).await;
+        let second = limiter.check("k", 1, WINDOW_MS, 3).await;
         assert!(second.allowed, "the place given back is taken again");
-        limiter.give_back("k", &second, WINDOW_MS + 5); // the window has closed: nothing to give back
-        let next = limiter.check("k", 1, WINDOW_MS + 6);
+        limiter.give_back("k", &second, WINDOW_MS + 5).await; // the window has closed: nothing to give back
+        let next = limiter.check("k", 1, WINDOW_MS, WINDOW_MS + 6).await;
         assert!(next.allowed);
         // A request counted in the old window, refused after the new one opened, gives nothing back
         // to the new window (no carrying places over windows).
-        limiter.give_back("k", &second, WINDOW_MS + 7);
-        assert!(!limiter.check("k", 1, WINDOW_MS + 8).allowed);
-        limiter.give_back("unknown", &next, 0);
+        limiter.give_back("k", &second, WINDOW_MS + 7).await;
+        assert!(!limiter.check("k", 1, WINDOW_MS, WINDOW_MS + 8).await.allowed);
+        limiter.give_back("unknown", &next, 0).await;
     }
 
-    #[test]
-    fn the_request_after_the_limit_is_refused_until_the_window_closes() {
+    #[tokio::test]
+    async fn the_request_after_the_limit_is_refused_until_the_window_closes() {
         let rl = InMemoryRateLimiter::new();
         let t0 = 1_000_000;
         for i in 0..100 {
-            let d = rl.check("k", 100, t0 + i);
+            let d = rl.check("k", 100, WINDOW_MS, t0 + i).await;
             assert!(d.allowed, "request {} refused", i + 1);
             assert_eq!(d.remaining, 99 - u32::try_from(i).unwrap());
         }
-        let refused = rl.check("k", 100, t0 + 30_000);
+        let refused = rl.check("k", 100, WINDOW_MS, t0 + 30_000).await;
         assert!(!refused.allowed);
         assert_eq!(refused.remaining, 0);
         assert_eq!(refused.reset_at_ms, t0 + WINDOW_MS);
         assert_eq!(refused.retry_after_secs(t0 + 30_000), 30);
         // Another key is not affected.
-        assert!(rl.check("other", 100, t0 + 30_000).allowed);
+        assert!(rl.check("other", 100, WINDOW_MS, t0 + 30_000).await.allowed);
         // Just before the window closes: still refused. At the boundary: a fresh window.
-        assert!(!rl.check("k", 100, t0 + WINDOW_MS - 1).allowed);
-        let fresh = rl.check("k", 100, t0 + WINDOW_MS);
+        assert!(!rl.check("k", 100, WINDOW_MS, t0 + WINDOW_MS - 1).await.allowed);
+        let fresh = rl.check("k", 100, WINDOW_MS, t0 + WINDOW_MS).await;
         assert!(fresh.allowed);
         assert_eq!(fresh.remaining, 99);
     }
@@ -170,13 +387,109 @@ mod tests {
         assert_eq!(d.reset_epoch_secs(), 11);
     }
 
-    #[test]
-    fn sweeps_closed_windows() {
+    #[tokio::test]
+    async fn sweeps_closed_windows() {
         let rl = InMemoryRateLimiter::new();
         for i in 0..SWEEP_THRESHOLD {
-            rl.check(&format!("k{i}"), 1, 0);
+            rl.check(&format!("k{i}"), 1, WINDOW_MS, 0).await;
         }
-        rl.check("late", 1, WINDOW_MS * 2);
+        rl.check("late", 1, WINDOW_MS, WINDOW_MS * 2).await;
         assert_eq!(rl.windows.lock().unwrap().len(), 1);
+    }
+
+    /// The local Redis for these tests (`TOLLGATE_TEST_REDIS_URL`); `None` skips them, and says so.
+    fn redis_url() -> Option<String> {
+        let url = std::env::var("TOLLGATE_TEST_REDIS_URL").ok().filter(|u| !u.is_empty());
+        if url.is_none() {
+            eprintln!("TOLLGATE_TEST_REDIS_URL is not set: skipping the Redis rate-limit test");
+        }
+        url
+    }
+
+    fn unique_key() -> String {
+        format!("test-{}", ulid::Ulid::new())
+    }
+
+    #[tokio::test]
+    async fn two_instances_on_one_redis_hold_one_limit_even_when_racing() {
+        let Some(url) = redis_url() else { return };
+        let a = std::sync::Arc::new(RedisRateLimiter::connect(&url).await.unwrap());
+        let b = std::sync::Arc::new(RedisRateLimiter::connect(&url).await.unwrap());
+        assert!(a.connected() && b.connected());
+        let key = unique_key();
+        let now = 1_000_000;
+        // 150 requests alternating between the two instances: exactly 100 let through.
+        let mut allowed = 0;
+        for i in 0..150 {
+            let limiter = if i % 2 == 0 { &a } else { &b };
+            if limiter.check(&key, 100, WINDOW_MS, now + i).await.allowed {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 100);
+        // 200 at once on a fresh key, split across both: exactly 100.
+        let key = unique_key();
+        let racing = (0..200).map(|i| {
+            let limiter = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let key = key.clone();
+            tokio::spawn(async move { limiter.check(&key, 100, WINDOW_MS, now).await })
+        });
+        let decisions: Vec<RateDecision> =
+            futures_util::future::join_all(racing).await.into_iter().map(Result::unwrap).collect();
+        assert_eq!(decisions.iter().filter(|d| d.allowed).count(), 100);
+        let mut remaining: Vec<u32> = decisions.iter().filter(|d| d.allowed).map(|d| d.remaining).collect();
+        remaining.sort_unstable();
+        assert_eq!(remaining, (0..100).collect::<Vec<_>>(), "each request saw its own count");
+        assert!(decisions.iter().all(|d| d.reset_at_ms == now + WINDOW_MS));
+        assert_eq!(a.failures() + b.failures(), 0);
+    }
+
+    #[tokio::test]
+    async fn redis_windows_close_give_back_and_time_like_the_in_process_ones() {
+        let Some(url) = redis_url() else { return };
+        let redis = RedisRateLimiter::connect(&url).await.unwrap();
+        let memory = InMemoryRateLimiter::new();
+        let key = unique_key();
+        // The same script of calls, answered alike by both.
+        let t0 = 5_000_000;
+        let mut answers = Vec::new();
+        for limiter in [&redis as &dyn RateLimiter, &memory] {
+            let mut seen = Vec::new();
+            let first = limiter.check(&key, 2, 1_000, t0).await;
+            seen.push(first);
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 1).await);
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 2).await); // refused
+            limiter.give_back(&key, &first, t0 + 3).await;
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 4).await); // the place given back
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 999).await); // refused, last ms of the window
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 1_000).await); // a new window
+            limiter.give_back(&key, &first, t0 + 1_001).await; // the old window's: nothing
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 1_002).await);
+            seen.push(limiter.check(&key, 2, 1_000, t0 + 1_003).await); // refused
+            answers.push(seen);
+        }
+        let allowed: Vec<bool> = answers[0].iter().map(|d| d.allowed).collect();
+        assert_eq!(allowed, [true, true, false, true, false, true, true, false]);
+        assert_eq!(answers[0], answers[1]);
+    }
+
+    #[tokio::test]
+    async fn without_redis_each_instance_limits_on_its_own_and_counts_the_failures() {
+        // A port nothing listens on: connecting fails at once.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let limiter = RedisRateLimiter::connect(&url).await.unwrap();
+        assert!(!limiter.connected());
+        let key = unique_key();
+        let decisions: Vec<bool> =
+            futures_util::future::join_all((0..3).map(|i| limiter.check(&key, 2, WINDOW_MS, 10 + i)))
+                .await
+                .into_iter()
+                .map(|d| d.allowed)
+                .collect();
+        assert_eq!(decisions, [true, true, false], "the in-process fallback still limits");
+        assert_eq!(limiter.failures(), 3, "each request counted in-process is a failure");
+        assert!(RedisRateLimiter::connect("http://not-redis").await.is_err());
     }
 }

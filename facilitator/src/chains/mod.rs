@@ -121,10 +121,12 @@ pub enum Sent {
     Unknown,
 }
 
-/// Held from signing until the broadcast's fate is known (an EVM account's nonce).
+/// Held from signing until the broadcast's fate is known (an EVM account's nonce). Dropped
+/// without [`Hold::release`], it counts as [`Sent::Unknown`].
+#[async_trait]
 pub trait Hold: Send + Sync {
     /// Releases it, saying how the broadcast went.
-    fn release(self: Box<Self>, sent: Sent);
+    async fn release(self: Box<Self>, sent: Sent);
 }
 
 /// A signed transaction ready to go out.
@@ -146,17 +148,11 @@ impl Outgoing {
         Self { tx_id, raw, horizon, hold: None }
     }
 
-    /// Releases what it holds.
-    pub fn release(&mut self, sent: Sent) {
+    /// Releases what it holds (dropped unreleased, it counts as [`Sent::Unknown`]).
+    pub async fn release(&mut self, sent: Sent) {
         if let Some(hold) = self.hold.take() {
-            hold.release(sent);
+            hold.release(sent).await;
         }
-    }
-}
-
-impl Drop for Outgoing {
-    fn drop(&mut self) {
-        self.release(Sent::Unknown);
     }
 }
 

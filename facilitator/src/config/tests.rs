@@ -90,3 +90,22 @@ fn secrets_are_redacted_in_debug() {
     assert!(debug.contains("postgres://user:[REDACTED]@127.0.0.1:5432/test"));
     assert_eq!(c.master_key.as_ref().map(Secret::expose), Some("master-secret-value"));
 }
+
+#[test]
+fn the_redis_url_comes_from_file_or_env_and_is_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(&file, "redis_url = \"redis://:file-secret@127.0.0.1:6379/0\"\n").unwrap();
+    let from_file = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
+    assert_eq!(from_file.redis_url.as_ref().unwrap().expose(), "redis://:file-secret@127.0.0.1:6379/0");
+    let env = env_of(&[("TOLLGATE_REDIS_URL", "redis://:env-secret@127.0.0.1:6380")]);
+    let c = Config::load(Some(&file), env, &Flags::default()).unwrap();
+    assert_eq!(c.redis_url.as_ref().unwrap().expose(), "redis://:env-secret@127.0.0.1:6380", "env beats file");
+    let printed = format!("{c:?}");
+    assert!(!printed.contains("env-secret") && !printed.contains("file-secret"), "{printed}");
+    assert_eq!(Config::default().redis_url, None, "in-process limits by default");
+    for bad in ["http://127.0.0.1:6379", "rediss://h:6379", "127.0.0.1:6379"] {
+        let err = Config::load(None, env_of(&[("TOLLGATE_REDIS_URL", bad)]), &Flags::default()).unwrap_err();
+        assert!(err.to_string().contains("redis://"), "{err}");
+    }
+}

@@ -105,13 +105,13 @@ impl Payments {
             Err(e) => return Err(PaymentError::Internal(e.to_string())),
         }
         match chain.broadcast(&outgoing.raw).await {
-            Ok(()) => outgoing.release(Sent::Accepted),
+            Ok(()) => outgoing.release(Sent::Accepted).await,
             Err(SendError::Uncertain(reason)) => {
                 tracing::warn!(payment_id = %id, %reason, "broadcast outcome unknown; watching the chain");
-                outgoing.release(Sent::Unknown);
+                outgoing.release(Sent::Unknown).await;
             }
             Err(SendError::Rejected(reason)) => {
-                outgoing.release(Sent::Unknown);
+                outgoing.release(Sent::Unknown).await;
                 return self.refused_by_node(chain, &stored, &outgoing, reason).await;
             }
         }

@@ -2,9 +2,15 @@
 //!
 //! Every unfinished payment has a due time (`next_check_at`): set past the wait of the request
 //! that settles it, and pushed back with a growing delay each time the chain has no verdict yet.
-//! A pass takes every payment due, most overdue first, a page at a time, and asks the chain about
+//! A pass claims every payment due, most overdue first, a page at a time, and asks the chain about
 //! several at once; a payment with no verdict goes back on the schedule, so payments that stay
 //! stuck (a transaction that never mines) cannot starve newer ones.
+//!
+//! Several instances share the work: a page is *claimed* for [`CLAIM_FOR`]
+//! ([`crate::store::PaymentStore::claim_due_payments`], `FOR UPDATE SKIP LOCKED` on PostgreSQL),
+//! and another instance's pass skips claimed payments, so one payment is asked about by one
+//! instance at a time. Putting it back on the schedule releases the claim; the claim of an
+//! instance that died lapses after [`CLAIM_FOR`], and another instance takes the payment.
 //!
 //! What the chain can say ([`Chain::status`], which searches its whole history):
 //! * the transaction landed — the verdict is recorded, however long ago it landed;
@@ -31,6 +37,9 @@ use crate::store::{Store, StoreError, StoredPayment};
 pub const PAGE: u32 = 200;
 /// Payments asked about at once.
 pub const CONCURRENCY: usize = 16;
+/// How long a pass holds the payments it claimed before another instance may take them (far
+/// longer than a page's chain look-ups, which time out within seconds).
+pub const CLAIM_FOR: Duration = Duration::from_secs(120);
 /// Most pages in one pass (a bound on a pass's length, whatever happens to the schedule).
 const MAX_PAGES: usize = 1_000;
 
@@ -64,7 +73,8 @@ pub async fn reconcile_once(store: &dyn Store, clock: &dyn Clock, chains: &Chain
     let served = chains.served();
     let mut done = Reconciled::default();
     for _ in 0..MAX_PAGES {
-        let page = store.due_payments(&served, now, PAGE).await?;
+        let claim_until = now + chrono::Duration::from_std(CLAIM_FOR).unwrap_or(chrono::Duration::MAX);
+        let page = store.claim_due_payments(&served, now, PAGE, claim_until).await?;
         let full = page.len() == usize::try_from(PAGE).unwrap_or(usize::MAX);
         done.examined += page.len();
         let results: Vec<bool> = futures_util::stream::iter(page)

@@ -379,18 +379,24 @@ pub trait PaymentStore: Send + Sync + 'static {
         expected: PaymentStatus,
         update: &PaymentUpdate,
     ) -> StoreResult<StoredPayment>;
-    /// Unfinished payments due for a look at `now`, most overdue first: those on `networks` (the
-    /// chain can tell), and `verified` ones without a transaction id anywhere (never broadcast).
-    async fn due_payments(
+    /// Claims, until `claim_until`, up to `limit` unfinished payments due for a look at `now`,
+    /// most overdue first: those on `networks` (the chain can tell), and `verified` ones without a
+    /// transaction id anywhere (never broadcast). A payment claimed by another caller (another
+    /// instance's reconciler) and not yet released is skipped, so each is looked at by one
+    /// instance at a time; a claim lapses at its time (its holder died).
+    async fn claim_due_payments(
         &self,
         networks: &[Network],
         now: DateTime<Utc>,
         limit: u32,
+        claim_until: DateTime<Utc>,
     ) -> StoreResult<Vec<StoredPayment>>;
-    /// Puts an unfinished payment back on the schedule for `at` (one more check without verdict).
+    /// Puts an unfinished payment back on the schedule for `at` (one more check without verdict),
+    /// releasing its claim.
     async fn reschedule_payment(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
-    /// Makes every unfinished payment scheduled after `at` due at `at` (a restart looks at what
-    /// the stopped process left at once); returns how many moved.
+    /// Makes every unfinished payment scheduled after `at`, and not claimed by a running
+    /// reconciler, due at `at` (a restart looks at what the stopped process left at once);
+    /// returns how many moved.
     async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64>;
     /// The latest `limit` payments of every account, newest first (the operator's dashboard).
     async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>>;
@@ -430,6 +436,111 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 pub trait Store: AccountStore + PaymentStore + IdempotencyStore {
     /// Checks the database answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Whether the database itself announces payment changes and key deletions to every instance
+    /// ([`Store::listen`]); when false, each instance publishes its own changes.
+    fn announces_changes(&self) -> bool {
+        false
+    }
+
+    /// A stream of the changes announced by the database (see [`Store::announces_changes`]);
+    /// `None` when it announces none.
+    ///
+    /// # Errors
+    /// When the listening connection cannot be opened.
+    async fn listen(&self) -> StoreResult<Option<Box<dyn Announcements>>> {
+        Ok(None)
+    }
+
+    /// Deletes announced payment changes written before `before`; returns how many.
+    ///
+    /// # Errors
+    /// When the database fails.
+    async fn purge_announcements(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        let _ = before;
+        Ok(0)
+    }
+}
+
+/// A payment change as every instance's event feed needs it: who may see it, and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNotice {
+    /// The payment.
+    pub payment_id: String,
+    /// The account that owns it.
+    pub owner_account: String,
+    /// The other side's account, when it is a custodial wallet here.
+    pub counterparty_account: Option<String>,
+    /// Payer and payee addresses (canonical text).
+    pub wallets: [String; 2],
+    /// Its new status.
+    pub status: PaymentStatus,
+    /// `{"event": "payment.updated", "payment": <record>}`.
+    pub message: String,
+}
+
+/// The event name of a payment change.
+pub const PAYMENT_UPDATED: &str = "payment.updated";
+
+impl PaymentNotice {
+    /// The notice of a payment as stored now.
+    #[must_use]
+    pub fn of(stored: &StoredPayment) -> Self {
+        let p = &stored.payment;
+        Self {
+            payment_id: p.id.clone(),
+            owner_account: p.owner_account.clone(),
+            counterparty_account: p.counterparty_account.clone(),
+            wallets: [p.from.clone(), p.to.clone()],
+            status: p.status,
+            message: serde_json::json!({"event": PAYMENT_UPDATED, "payment": stored.to_record()}).to_string(),
+        }
+    }
+}
+
+/// What the database announced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    /// A payment changed (on any instance).
+    Payment(PaymentNotice),
+    /// An API key was deleted (by any instance or the CLI).
+    KeyDeleted(String),
+    /// The listening connection was lost and is being reopened: announcements in between are
+    /// lost (caches must be dropped, followers told).
+    Gap,
+}
+
+/// Announcements in the order the database committed them.
+#[async_trait]
+pub trait Announcements: Send {
+    /// The next announcement (waits for it).
+    ///
+    /// # Errors
+    /// When the database cannot be reached; the next call tries again.
+    async fn next(&mut self) -> StoreResult<Announcement>;
+}
+
+/// The next nonce of the EVM accounts the facilitator sends from, shared by every instance.
+#[async_trait]
+pub trait NonceStore: Send + Sync + 'static {
+    /// Locks `address`'s nonce on `network` until the lock is advanced or dropped; other callers
+    /// (on any instance) wait. Dropping it without [`NonceLock::advance`] changes nothing.
+    ///
+    /// # Errors
+    /// When the database fails.
+    async fn lock_nonce(&self, network: &Network, address: &str) -> StoreResult<Box<dyn NonceLock>>;
+}
+
+/// A held nonce row.
+#[async_trait]
+pub trait NonceLock: Send + Sync {
+    /// The next nonce as last recorded and when, if any.
+    fn recorded(&self) -> Option<(u64, DateTime<Utc>)>;
+    /// Records `next` as the account's next nonce and releases the lock.
+    ///
+    /// # Errors
+    /// When the database fails (nothing is recorded then).
+    async fn advance(self: Box<Self>, next: u64, at: DateTime<Utc>) -> StoreResult<()>;
 }
 
 #[cfg(test)]

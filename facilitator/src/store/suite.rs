@@ -175,13 +175,20 @@ async fn unfinished_payments_are_due_in_order(store: Arc<SqlStore>) {
     let unscheduled = payment("pay_built", "acct", "f", "t", t0());
     store.insert_payment(&unscheduled).await.unwrap();
     let at = |s: i64| t0() + Duration::seconds(s);
-    assert!(store.due_payments(&devnet, at(9), 10).await.unwrap().is_empty(), "nothing due yet");
-    assert_eq!(ids(store.due_payments(&devnet, at(30), 10).await.unwrap()), ["pay_early", "pay_bare", "pay_late"]);
-    assert_eq!(ids(store.due_payments(&devnet, at(30), 2).await.unwrap()), ["pay_early", "pay_bare"]);
+    // A claim that lapses at once: a look without holding anything.
+    let due = |networks: &'static [Network], now| {
+        let store = store.clone();
+        async move { store.claim_due_payments(networks, now, 10, now).await.unwrap() }
+    };
+    static DEVNET: std::sync::LazyLock<[Network; 1]> = std::sync::LazyLock::new(|| [Network::solana_devnet()]);
+    static MAINNET: std::sync::LazyLock<[Network; 1]> = std::sync::LazyLock::new(|| [Network::solana_mainnet()]);
+    assert!(due(&*DEVNET, at(9)).await.is_empty(), "nothing due yet");
+    assert_eq!(ids(due(&*DEVNET, at(30)).await), ["pay_early", "pay_bare", "pay_late"]);
+    assert_eq!(ids(store.claim_due_payments(&devnet, at(30), 2, at(30)).await.unwrap()), ["pay_early", "pay_bare"]);
     // A network not served: only what needs no chain.
-    assert_eq!(ids(store.due_payments(&[Network::solana_mainnet()], at(30), 10).await.unwrap()), ["pay_bare"]);
+    assert_eq!(ids(due(&*MAINNET, at(30)).await), ["pay_bare"]);
     store.reschedule_payment("pay_early", at(100)).await.unwrap();
-    assert_eq!(ids(store.due_payments(&devnet, at(30), 10).await.unwrap()), ["pay_bare", "pay_late"]);
+    assert_eq!(ids(due(&*DEVNET, at(30)).await), ["pay_bare", "pay_late"]);
     let rescheduled = store.get_payment("pay_early").await.unwrap().unwrap();
     assert_eq!((rescheduled.checks, rescheduled.payment.next_check_at), (1, Some(at(100))));
     let mut submit = update(PaymentStatus::Submitted);
@@ -189,12 +196,146 @@ async fn unfinished_payments_are_due_in_order(store: Arc<SqlStore>) {
     store.transition_payment("pay_late", PaymentStatus::Verified, &submit).await.unwrap();
     let failed = store.transition_payment("pay_late", PaymentStatus::Submitted, &update(PaymentStatus::Failed)).await;
     assert_eq!(failed.unwrap().payment.next_check_at, None, "final payments leave the schedule");
-    assert_eq!(ids(store.due_payments(&devnet, at(1_000), 10).await.unwrap()), ["pay_bare", "pay_early"]);
+    assert_eq!(ids(due(&*DEVNET, at(50)).await), ["pay_bare"]);
     // A restart: everything unfinished is due now, the finished and unscheduled stay off.
-    assert_eq!(store.bring_checks_forward(at(31)).await.unwrap(), 1, "pay_early (due at 100)");
-    assert_eq!(ids(store.due_payments(&devnet, at(31), 10).await.unwrap()), ["pay_bare", "pay_early"]);
+    assert_eq!(store.bring_checks_forward(at(51)).await.unwrap(), 1, "pay_early (due at 100)");
+    assert_eq!(ids(due(&*DEVNET, at(51)).await), ["pay_bare", "pay_early"]);
 }
 
+/// Several reconcilers: a claimed payment is skipped by the others until its claim is released
+/// (rescheduled) or lapses (its holder died); a restart does not bring claimed payments forward.
+async fn a_due_payment_is_claimed_by_one_reconciler_at_a_time(store: Arc<SqlStore>) {
+    let devnet = [Network::solana_devnet()];
+    let at = |s: i64| t0() + Duration::seconds(s);
+    for i in 0..3 {
+        let p = NewPayment {
+            transaction: Some(format!("sig_{i}")),
+            next_check_at: Some(at(10 + i)),
+            ..payment(&format!("pay_{i}"), "acct", "f", "t", t0())
+        };
+        store.insert_payment(&p).await.unwrap();
+    }
+    let ids = |v: Vec<StoredPayment>| v.into_iter().map(|p| p.payment.id).collect::<Vec<_>>();
+    // Instance A claims two until 200; instance B, at the same moment, gets only the third.
+    assert_eq!(ids(store.claim_due_payments(&devnet, at(20), 2, at(200)).await.unwrap()), ["pay_0", "pay_1"]);
+    assert_eq!(ids(store.claim_due_payments(&devnet, at(20), 10, at(200)).await.unwrap()), ["pay_2"]);
+    assert!(store.claim_due_payments(&devnet, at(21), 10, at(200)).await.unwrap().is_empty(), "all claimed");
+    // A restart elsewhere leaves claimed payments alone.
+    assert_eq!(store.bring_checks_forward(at(22)).await.unwrap(), 0);
+    // A releases pay_0 (no verdict: back on the schedule for 60), and dies holding pay_1.
+    store.reschedule_payment("pay_0", at(60)).await.unwrap();
+    assert!(store.claim_due_payments(&devnet, at(59), 10, at(300)).await.unwrap().is_empty());
+    assert_eq!(ids(store.claim_due_payments(&devnet, at(60), 10, at(300)).await.unwrap()), ["pay_0"]);
+    // pay_1's and pay_2's claims lapse at 200: another instance takes them then.
+    assert!(store.claim_due_payments(&devnet, at(199), 10, at(400)).await.unwrap().is_empty());
+    assert_eq!(ids(store.claim_due_payments(&devnet, at(200), 10, at(400)).await.unwrap()), ["pay_1", "pay_2"]);
+}
+
+/// Many reconcilers claiming at once take every due payment exactly once.
+async fn racing_claims_take_each_payment_once(store: Arc<SqlStore>) {
+    let at = |s: i64| t0() + Duration::seconds(s);
+    for i in 0..120 {
+        let p = NewPayment {
+            transaction: Some(format!("sig_{i}")),
+            next_check_at: Some(at(i % 7)),
+            ..payment(&format!("pay_{i:03}"), "acct", "f", "t", t0())
+        };
+        store.insert_payment(&p).await.unwrap();
+    }
+    let claimers: Vec<_> = (0..6)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let page = store.claim_due_payments(&[Network::solana_devnet()], at(10), 7, at(500)).await.unwrap();
+                    if page.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(page.into_iter().map(|p| p.payment.id));
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for c in claimers {
+        all.extend(c.await.unwrap());
+    }
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!((total, all.len()), (120, 120), "each payment claimed once, none left out");
+}
+
+/// PostgreSQL announces every payment change in commit order and every key deletion; SQLite
+/// announces nothing (its one instance publishes its own).
+async fn changes_are_announced_in_order(store: Arc<SqlStore>) {
+    let Some(mut heard) = store.listen().await.unwrap() else {
+        assert!(!store.announces_changes());
+        return;
+    };
+    assert!(store.announces_changes());
+    store.insert_payment(&payment("pay_1", "acct", "f", "t", t0())).await.unwrap();
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig1".into());
+    store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.unwrap();
+    // A lost compare-and-set announces nothing.
+    assert!(store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.is_err());
+    store.transition_payment("pay_1", PaymentStatus::Submitted, &update(PaymentStatus::Confirmed)).await.unwrap();
+    store.create_account("acct", t0()).await.unwrap();
+    store.insert_api_key(&key("key_1", "acct", "look0001")).await.unwrap();
+    store.delete_api_key("key_1").await.unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        match heard.next().await.unwrap() {
+            super::Announcement::Payment(n) => {
+                assert_eq!((n.payment_id.as_str(), n.owner_account.as_str()), ("pay_1", "acct"));
+                assert_eq!(n.wallets, ["f".to_owned(), "t".to_owned()]);
+                let body: serde_json::Value = serde_json::from_str(&n.message).unwrap();
+                assert_eq!(body["event"], "payment.updated");
+                assert_eq!(body["payment"]["status"], n.status.as_str());
+                statuses.push(n.status);
+            }
+            other => panic!("expected a payment change, heard {other:?}"),
+        }
+    }
+    assert_eq!(statuses, [PaymentStatus::Verified, PaymentStatus::Submitted, PaymentStatus::Confirmed]);
+    assert_eq!(heard.next().await.unwrap(), super::Announcement::KeyDeleted("key_1".into()));
+    assert_eq!(store.purge_announcements(t0() + Duration::seconds(2)).await.unwrap(), 3);
+}
+
+/// PostgreSQL: one holder of an account's nonce at a time, across connections (instances); a
+/// lock dropped without advancing records nothing. SQLite refuses (one instance, in-process).
+async fn a_nonce_is_held_by_one_sender_at_a_time(store: Arc<SqlStore>) {
+    use super::NonceStore as _;
+    let network = Network::eip155(31337);
+    if !store.announces_changes() {
+        assert!(store.lock_nonce(&network, "0xabc").await.is_err());
+        return;
+    }
+    let first = store.lock_nonce(&network, "0xabc").await.unwrap();
+    assert_eq!(first.recorded(), None, "nothing recorded: ask the chain");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let waiter = {
+        let store = store.clone();
+        let network = network.clone();
+        tokio::spawn(async move {
+            let second = store.lock_nonce(&network, "0xabc").await.unwrap();
+            tx.send(second.recorded()).unwrap();
+            drop(second); // released without advancing
+        })
+    };
+    // Another account is not held up.
+    let other = store.lock_nonce(&network, "0xdef").await.unwrap();
+    other.advance(1, t0()).await.unwrap();
+    assert!(rx.try_recv().is_err(), "the second sender waits while the first holds the row");
+    first.advance(7, t0()).await.unwrap();
+    waiter.await.unwrap();
+    assert_eq!(rx.recv().await.unwrap(), Some((7, t0())), "it reads what the first recorded");
+    let third = store.lock_nonce(&network, "0xabc").await.unwrap();
+    assert_eq!(third.recorded(), Some((7, t0())), "a dropped lock changed nothing");
+}
 async fn two_contenders_one_transition(store: Arc<SqlStore>) {
     store.insert_payment(&payment("pay_1", "acct", "f", "t", t0())).await.unwrap();
     let tasks: Vec<_> = (0..16)
@@ -438,6 +579,10 @@ suite!(
     payments_round_trip,
     transitions_are_compare_and_set,
     unfinished_payments_are_due_in_order,
+    a_due_payment_is_claimed_by_one_reconciler_at_a_time,
+    racing_claims_take_each_payment_once,
+    changes_are_announced_in_order,
+    a_nonce_is_held_by_one_sender_at_a_time,
     two_contenders_one_transition,
     a_proof_is_claimed_once,
     a_transaction_is_one_payments_own_transfer,

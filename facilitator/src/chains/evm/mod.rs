@@ -76,6 +76,14 @@ impl EvmBackend {
         }
     }
 
+    /// The same backend, its accounts' nonces shared with every instance using `store` (several
+    /// instances on one PostgreSQL).
+    #[must_use]
+    pub fn with_shared_nonces(mut self, store: Arc<dyn crate::store::NonceStore>) -> Self {
+        self.nonces = Arc::new(nonce::NonceManager::shared(store, self.rpc.network().clone()));
+        self
+    }
+
     /// The same backend, settling x402 `exact` from `signer`'s account.
     #[must_use]
     pub fn with_signer(mut self, signer: PrivateKeySigner) -> Self {

@@ -6,7 +6,9 @@
 //! decimal text (they can exceed 64 bits), metadata as JSON text.
 
 mod accounts;
+mod announce;
 mod idempotency;
+mod nonces;
 mod payments;
 
 use std::borrow::Cow;
@@ -35,10 +37,19 @@ enum Backend {
 }
 
 /// The SQL implementation of [`Store`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SqlStore {
     pub(in crate::store) pool: AnyPool,
     backend: Backend,
+    /// PostgreSQL: the URL again, for the connection that listens to announcements (secret).
+    listen_url: Option<String>,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL: it may carry a password.
+        f.debug_struct("SqlStore").field("backend", &self.backend).finish_non_exhaustive()
+    }
 }
 
 const PAYMENT_COLUMNS: &str = "seq, id, owner_account, owner_side, counterparty_account, status, mode, network, \
@@ -84,7 +95,8 @@ impl SqlStore {
             Backend::Postgres => &POSTGRES_MIGRATIONS,
         };
         migrator.run(&pool).await?;
-        Ok(Self { pool, backend })
+        let listen_url = (backend == Backend::Postgres).then_some(url_text);
+        Ok(Self { pool, backend, listen_url })
     }
 
     /// Closes the pool (waits for connections to be returned).
@@ -221,6 +233,28 @@ impl Store for SqlStore {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    fn announces_changes(&self) -> bool {
+        self.backend == Backend::Postgres
+    }
+
+    async fn listen(&self) -> StoreResult<Option<Box<dyn super::Announcements>>> {
+        match &self.listen_url {
+            Some(url) => Ok(Some(Box::new(announce::PgAnnouncements::listen(url, self.pool.clone()).await?))),
+            None => Ok(None),
+        }
+    }
+
+    async fn purge_announcements(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        if self.backend != Backend::Postgres {
+            return Ok(0);
+        }
+        let done = sqlx::query(&self.sql("DELETE FROM payment_events WHERE created_at < ?"))
+            .bind(before.timestamp_millis())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 }
 #[cfg(test)]

@@ -115,15 +115,17 @@ impl PaymentStore for SqlStore {
             sqlx::query(&index).bind(account).bind(wallet).bind(direction.as_str()).bind(seq).execute(&mut *tx).await?;
             sqlx::query(&count).bind(account).bind(wallet).bind(direction.as_str()).execute(&mut *tx).await?;
         }
-        tx.commit().await?;
-        Ok(StoredPayment {
+        let stored = StoredPayment {
             payment: p.clone(),
             seq,
             updated_at: p.created_at,
             confirmed_at: None,
             error: None,
             checks: 0,
-        })
+        };
+        self.announce(&mut tx, &stored).await?;
+        tx.commit().await?;
+        Ok(stored)
     }
 
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>> {
@@ -146,71 +148,89 @@ impl PaymentStore for SqlStore {
     ) -> StoreResult<StoredPayment> {
         let at = u.at.timestamp_millis();
         let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
-        let done = sqlx::query(&self.sql(
+        let sql = format!(
             "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
              error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
              proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
              next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
-             WHERE id = ? AND status = ?",
-        ))
-        .bind(u.status.as_str())
-        .bind(u.transaction.as_deref())
-        .bind(u.fee_atomic.map(|f| f.to_string()))
-        .bind(u.error.as_deref())
-        .bind(at)
-        .bind(confirmed_at)
-        .bind(u.release_proof)
-        .bind(u.status.is_final())
-        .bind(id)
-        .bind(expected.as_str())
-        .execute(&self.pool)
-        .await;
-        let done = match done {
-            Ok(done) => done,
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+             WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
+        );
+        // One transaction: the change and its announcement (PostgreSQL) commit together, and the
+        // row returned is the one this change wrote.
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(&self.sql(&sql))
+            .bind(u.status.as_str())
+            .bind(u.transaction.as_deref())
+            .bind(u.fee_atomic.map(|f| f.to_string()))
+            .bind(u.error.as_deref())
+            .bind(at)
+            .bind(confirmed_at)
+            .bind(u.release_proof)
+            .bind(u.status.is_final())
+            .bind(id)
+            .bind(expected.as_str())
+            .fetch_optional(&mut *tx)
+            .await;
+        let moved = match moved {
+            Ok(Some(row)) => payment_from_row(&row)?,
+            Ok(None) => {
+                tx.rollback().await?;
                 let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
-                let tx = u.transaction.as_deref().unwrap_or_default();
-                let holder = self.transaction_holder(&current.payment, tx).await?.unwrap_or_default();
+                return Err(StoreError::Conflict { current: current.payment.status });
+            }
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                tx.rollback().await?;
+                let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+                let tx_id = u.transaction.as_deref().unwrap_or_default();
+                let holder = self.transaction_holder(&current.payment, tx_id).await?.unwrap_or_default();
                 return Err(StoreError::TransactionUsed { payment_id: holder });
             }
             Err(e) => return Err(e.into()),
         };
-        let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
-        if done.rows_affected() == 1 {
-            Ok(current)
-        } else {
-            Err(StoreError::Conflict { current: current.payment.status })
-        }
+        self.announce(&mut tx, &moved).await?;
+        tx.commit().await?;
+        Ok(moved)
     }
 
-    async fn due_payments(
+    async fn claim_due_payments(
         &self,
         networks: &[Network],
         now: DateTime<Utc>,
         limit: u32,
+        claim_until: DateTime<Utc>,
     ) -> StoreResult<Vec<StoredPayment>> {
         let served = if networks.is_empty() {
             String::new()
         } else {
             format!("network IN ({}) OR ", vec!["?"; networks.len()].join(", "))
         };
+        // PostgreSQL: rows another instance is claiming right now are skipped, not waited for
+        // (and rows it claimed already fail the `claimed_until` test when re-read).
+        let skip_locked = if self.backend == Backend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
         let sql = format!(
-            "SELECT {PAYMENT_COLUMNS} FROM payments WHERE next_check_at IS NOT NULL AND next_check_at <= ? \
+            "UPDATE payments SET claimed_until = ? WHERE id IN (SELECT id FROM payments \
+             WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?) \
              AND status IN ('verified', 'submitted', 'pending') AND ({served}(status = 'verified' AND tx_id IS NULL)) \
-             ORDER BY next_check_at, seq LIMIT ?"
+             ORDER BY next_check_at, seq LIMIT ?{skip_locked}) RETURNING {PAYMENT_COLUMNS}"
         );
         let sql = self.sql(&sql);
-        let mut query = sqlx::query(&sql).bind(now.timestamp_millis());
+        let mut query = sqlx::query(&sql)
+            .bind(claim_until.timestamp_millis())
+            .bind(now.timestamp_millis())
+            .bind(now.timestamp_millis());
         for network in networks {
             query = query.bind(network.to_string());
         }
         let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
-        rows.iter().map(payment_from_row).collect()
+        let mut claimed = rows.iter().map(payment_from_row).collect::<StoreResult<Vec<_>>>()?;
+        claimed.sort_by_key(|p| (p.payment.next_check_at, p.seq));
+        Ok(claimed)
     }
 
     async fn reschedule_payment(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
         sqlx::query(&self.sql(
-            "UPDATE payments SET next_check_at = ?, checks = checks + 1 WHERE id = ? AND next_check_at IS NOT NULL",
+            "UPDATE payments SET next_check_at = ?, checks = checks + 1, claimed_until = NULL \
+             WHERE id = ? AND next_check_at IS NOT NULL",
         ))
         .bind(at.timestamp_millis())
         .bind(id)
@@ -220,11 +240,15 @@ impl PaymentStore for SqlStore {
     }
 
     async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64> {
-        let moved = sqlx::query(&self.sql("UPDATE payments SET next_check_at = ? WHERE next_check_at > ?"))
-            .bind(at.timestamp_millis())
-            .bind(at.timestamp_millis())
-            .execute(&self.pool)
-            .await?;
+        let moved = sqlx::query(&self.sql(
+            "UPDATE payments SET next_check_at = ? WHERE next_check_at > ? \
+             AND (claimed_until IS NULL OR claimed_until <= ?)",
+        ))
+        .bind(at.timestamp_millis())
+        .bind(at.timestamp_millis())
+        .bind(at.timestamp_millis())
+        .execute(&self.pool)
+        .await?;
         Ok(moved.rows_affected())
     }
 
