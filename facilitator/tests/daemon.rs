@@ -6,94 +6,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate-facilitator");
-
-fn command(dir: &Path) -> Command {
-    command_with(dir, &[])
-}
-
-/// The binary in `dir`, with the caller's `TOLLGATE_*` environment replaced by `env`.
-fn command_with(dir: &Path, env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(BIN);
-    c.current_dir(dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("TOLLGATE_") {
-            c.env_remove(k);
-        }
-    }
-    c.envs(env.iter().copied());
-    c
-}
-
-/// Runs a CLI command to completion; returns stdout.
-fn cli(dir: &Path, args: &[&str]) -> String {
-    cli_with(dir, &[], args)
-}
-
-fn cli_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
-    let out = command_with(dir, env).args(args).output().unwrap();
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-struct Daemon {
-    child: Child,
-    base: String,
-}
-
-impl Daemon {
-    /// Starts `serve` on a free port and waits for its "listening on" line.
-    fn start(dir: &Path) -> Self {
-        Self::start_with(dir, &[])
-    }
-
-    fn start_with(dir: &Path, env: &[(&str, &str)]) -> Self {
-        let mut child = command_with(dir, env)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("listening on http://") {
-                    let _ =
-                        tx.send(line[i + "listening on ".len()..].split_whitespace().next().unwrap_or("").to_owned());
-                }
-            }
-        });
-        let base = rx.recv_timeout(Duration::from_secs(30)).expect("the daemon did not report its address");
-        Self { child, base }
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the daemon did not stop after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
-}
+use common::process::{Daemon, cli, cli_with, command};
 
 async fn call(client: &reqwest::Client, req: reqwest::RequestBuilder) -> (u16, reqwest::header::HeaderMap, Value) {
     let response = client.execute(req.build().unwrap()).await.unwrap();
@@ -302,10 +219,10 @@ async fn a_killed_daemon_finishes_its_payment_after_restart() {
     assert!(daemon.terminate().success());
 }
 
-/// Two daemons on one PostgreSQL database, one proof presented to both 20 times at once: it
+/// Three daemons on one PostgreSQL database, one proof presented to them 64 times at once: it
 /// settles once — one payment, one transfer — whichever instance each request reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_daemons_on_one_postgres_settle_a_proof_once() {
+async fn three_daemons_on_one_postgres_settle_a_proof_once() {
     use solana_sdk::pubkey::Pubkey;
     use solana_sdk::signature::Keypair;
     use solana_sdk::signer::Signer as _;
@@ -313,7 +230,7 @@ async fn two_daemons_on_one_postgres_settle_a_proof_once() {
     use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
 
     let Some(base) = std::env::var("TOLLGATE_TEST_POSTGRES_URL").ok().filter(|v| !v.is_empty()) else {
-        eprintln!("SKIPPED two_daemons_on_one_postgres_settle_a_proof_once: TOLLGATE_TEST_POSTGRES_URL is not set");
+        eprintln!("SKIPPED three_daemons_on_one_postgres_settle_a_proof_once: TOLLGATE_TEST_POSTGRES_URL is not set");
         return;
     };
     sqlx::any::install_default_drivers();
@@ -341,11 +258,15 @@ async fn two_daemons_on_one_postgres_settle_a_proof_once() {
     let proof = common::solana::signed_proof(&rpc.network().to_string(), &buyer, &seller, 10_000_000, blockhash);
     let body = json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 0.01});
 
-    let daemons = [Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env)];
+    let daemons = [
+        Daemon::start_with(dir.path(), &env),
+        Daemon::start_with(dir.path(), &env),
+        Daemon::start_with(dir.path(), &env),
+    ];
     let client = reqwest::Client::new();
-    let racers: Vec<_> = (0..20)
+    let racers: Vec<_> = (0..64)
         .map(|i| {
-            let request = client.post(format!("{}/payment/receive", daemons[i % 2].base)).bearer_auth(&key).json(&body);
+            let request = client.post(format!("{}/payment/receive", daemons[i % 3].base)).bearer_auth(&key).json(&body);
             let client = client.clone();
             tokio::spawn(async move { call(&client, request).await })
         })

@@ -3,6 +3,7 @@
 
 pub mod evm;
 pub mod fake;
+pub mod process;
 pub mod rpc_proxy;
 pub mod solana;
 

@@ -1,0 +1,348 @@
+//! Several daemon processes on one PostgreSQL and one Redis behave as one facilitator: one rate
+//! limit, one event feed, one key list, one nonce sequence per sending account, and a payment
+//! whose instance died is finished by another. Each test starts real daemons (the binary) in a
+//! PostgreSQL schema of its own; they are skipped, and say so, without `TOLLGATE_TEST_POSTGRES_URL`
+//! (and `TOLLGATE_TEST_REDIS_URL` where Redis is needed).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use alloy::node_bindings::Anvil;
+use alloy::primitives::{Address, U256};
+use alloy::providers::Provider as _;
+use alloy::signers::local::PrivateKeySigner;
+use futures_util::{SinkExt as _, StreamExt as _};
+use serde_json::{Value, json};
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer as _;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tollgate_facilitator::chains::evm::build::{Transfer, sign};
+use tollgate_facilitator::chains::evm::rpc::EvmRpc;
+use tollgate_facilitator::chains::solana::embedded::EmbeddedLedger;
+use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
+use tollgate_facilitator::devnet;
+
+use common::process::{Daemon, PgSchema, cli_with, redis_url};
+use common::rpc_proxy::{RpcProxy, Rule};
+
+/// A 32-byte master key (hex) shared by the instances of a test.
+const MASTER_KEY: &str = "6b2f0c5e9a71d3884f1e2a7c5d9b0e3f6a8c1d4e7b2f5a9c0d3e6f1a4b7c8d9e";
+
+const ETH: u128 = 1_000_000_000_000_000_000;
+
+/// Writes the shared configuration; returns the environment that points a daemon at it.
+fn configure(dir: &Path, lines: &[String]) -> [(&'static str, &'static str); 2] {
+    std::fs::write(dir.join("tollgate.toml"), lines.join("\n") + "\n").unwrap();
+    [("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", MASTER_KEY)]
+}
+
+/// The id (`key_…`) of the only key of a fresh schema.
+fn only_key_id(dir: &Path, env: &[(&str, &str)]) -> String {
+    let list = cli_with(dir, env, &["keys", "list"]);
+    list.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned()
+}
+
+async fn get(client: &reqwest::Client, url: String, key: &str) -> (u16, Value) {
+    let response = client.get(url).bearer_auth(key).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn post(client: &reqwest::Client, url: String, key: &str, body: &Value) -> (u16, Value) {
+    let response = client.post(url).bearer_auth(key).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A standard-plan key (100 requests a minute) used through three instances in turn: exactly 100
+/// requests pass and 50 get 429, as with one instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_hold_one_rate_limit_through_redis() {
+    let test = "three_instances_hold_one_rate_limit_through_redis";
+    let Some(redis) = redis_url(test) else { return };
+    let Some(pg) = PgSchema::create(test).await else { return };
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = configure(
+        dir.path(),
+        &[
+            format!("database_url = \"{}\"", pg.url),
+            format!("redis_url = \"{redis}\""),
+            format!("solana_rpc_url = \"{}\"", ledger.rpc_url()),
+        ],
+    );
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "standard"]).trim().to_owned();
+    let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start_with(dir.path(), &env)).collect();
+    let client = reqwest::Client::new();
+    let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+    let mut remaining = Vec::new();
+    for i in 0..150 {
+        let response = client.get(format!("{}/supported", daemons[i % 3].base)).bearer_auth(&key).send().await.unwrap();
+        *answers.entry(response.status().as_u16()).or_default() += 1;
+        if response.status() == 200 {
+            remaining.push(response.headers()["x-ratelimit-remaining"].to_str().unwrap().parse::<u32>().unwrap());
+        }
+    }
+    assert_eq!(answers, [(200, 100), (429, 50)].into_iter().collect(), "one limit for all instances");
+    assert_eq!(remaining, (0..100).rev().collect::<Vec<_>>(), "one count, whichever instance answered");
+    for daemon in daemons {
+        assert!(daemon.terminate().success());
+    }
+    pg.drop_schema().await;
+}
+
+/// Redis is down: the documented choice is to fail open to per-instance limits. Requests are
+/// served, and the instance still enforces the plan on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_an_instance_limits_on_its_own_and_keeps_serving() {
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_redis = format!("redis://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let env = configure(
+        dir.path(),
+        &[format!("redis_url = \"{dead_redis}\""), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
+    );
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "standard"]).trim().to_owned();
+    let daemon = Daemon::start_with(dir.path(), &env);
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for _ in 0..101 {
+        statuses.push(get(&client, format!("{}/supported", daemon.base), &key).await.0);
+    }
+    assert!(statuses[..100].iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(statuses[100], 429, "the in-process fallback still enforces the plan");
+    assert!(daemon.terminate().success());
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn next_json(socket: &mut Socket) -> Value {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), socket.next()).await.expect("a message in time");
+        match message.unwrap().unwrap() {
+            Message::Text(text) => return serde_json::from_str(&text).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// A WebSocket subscriber on instance A follows a payment received through instance B, every
+/// change once and in order; a key deleted elsewhere is refused by B within a second (B's key
+/// cache would otherwise trust it for 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_on_one_instance_reach_the_others_at_once() {
+    let test = "changes_made_on_one_instance_reach_the_others_at_once";
+    let Some(pg) = PgSchema::create(test).await else { return };
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = configure(
+        dir.path(),
+        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
+    );
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let (a, b) = (Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env));
+
+    let seller = Pubkey::new_unique();
+    let mut request = format!("{}/ws", a.base.replace("http://", "ws://")).into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let subscribe = json!({"method": "subscribeWallet", "keys": [seller.to_string()]});
+    socket.send(Message::Text(subscribe.to_string().into())).await.unwrap();
+    assert_eq!(next_json(&mut socket).await["event"], "subscribed");
+
+    let buyer = Keypair::new();
+    let airdrop = rpc.request_airdrop(&buyer.pubkey(), 1_000_000_000).await.unwrap();
+    rpc.wait_for_outcome(&airdrop, Duration::from_secs(30)).await.unwrap();
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let proof = common::solana::signed_proof(&rpc.network().to_string(), &buyer, &seller, 10_000_000, blockhash);
+    let body = json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 0.01});
+    let client = reqwest::Client::new();
+    let (status, paid) = post(&client, format!("{}/payment/receive", b.base), &key, &body).await;
+    assert_eq!((status, paid["status"].as_str()), (200, Some("confirmed")), "{paid}");
+
+    let mut seen = Vec::new();
+    loop {
+        let event = next_json(&mut socket).await;
+        assert_eq!(event["event"], "payment.updated", "{event}");
+        assert_eq!(event["payment"]["paymentId"], paid["paymentId"]);
+        let status = event["payment"]["status"].as_str().unwrap().to_owned();
+        seen.push(status.clone());
+        if status == "confirmed" {
+            break;
+        }
+    }
+    assert_eq!(seen, ["verified", "submitted", "confirmed"], "every change once, in order");
+
+    // A second key, trusted by B (cached), then deleted from another process.
+    let doomed = cli_with(dir.path(), &env, &["keys", "create", "--plan", "standard"]).trim().to_owned();
+    assert_eq!(get(&client, format!("{}/supported", b.base), &doomed).await.0, 200);
+    let list = cli_with(dir.path(), &env, &["keys", "list"]);
+    let doomed_id = list.lines().skip(1).map(|l| l.split_whitespace().next().unwrap()).last().unwrap().to_owned();
+    assert!(list.lines().last().unwrap().contains("standard"), "{list}");
+    cli_with(dir.path(), &env, &["keys", "delete", &doomed_id]);
+    let deleted = Instant::now();
+    loop {
+        let (status, _) = get(&client, format!("{}/supported", b.base), &doomed).await;
+        if status == 401 {
+            break;
+        }
+        assert_eq!(status, 200);
+        assert!(deleted.elapsed() < Duration::from_secs(1), "B still trusts a deleted key after a second");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(&client, format!("{}/supported", a.base), &doomed).await.0, 401);
+    assert_eq!(get(&client, format!("{}/supported", a.base), &key).await.0, 200, "other keys unaffected");
+
+    drop(socket);
+    for daemon in [a, b] {
+        assert!(daemon.terminate().success());
+    }
+    pg.drop_schema().await;
+}
+
+/// Sets an account's balance on anvil.
+async fn set_balance(rpc: &EvmRpc, address: Address, wei: u128) {
+    let _: Value = rpc.provider().raw_request("anvil_setBalance".into(), (address, U256::from(wei))).await.unwrap();
+}
+
+/// 16 hosted sends from one custodial wallet, at once, split across two instances: 16 distinct
+/// nonces (the account's row is leased through PostgreSQL), all confirmed, 16 transfers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces() {
+    let test = "sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces";
+    let Some(pg) = PgSchema::create(test).await else { return };
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
+    let evm = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = configure(
+        dir.path(),
+        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
+    )
+    .to_vec();
+    let endpoint = anvil.endpoint();
+    env.push(("TOLLGATE_EVM_RPC_URL", endpoint.as_str()));
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let key_id = only_key_id(dir.path(), &env);
+    let wallet =
+        cli_with(dir.path(), &env, &["wallets", "create", "--key", &key_id, "--chain", "evm"]).trim().to_owned();
+    set_balance(&evm, wallet.parse().unwrap(), 10 * ETH).await;
+    let payee = PrivateKeySigner::random().address();
+    let (a, b) = (Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env));
+
+    let client = reqwest::Client::new();
+    let body = json!({"walletAddress": wallet, "recipientAddress": payee.to_string(), "amount": 0.01});
+    let sends: Vec<_> = (0..16)
+        .map(|i| {
+            let (client, key, body) = (client.clone(), key.clone(), body.clone());
+            let url = format!("{}/payment/send", if i % 2 == 0 { &a.base } else { &b.base });
+            tokio::spawn(async move { post(&client, url, &key, &body).await })
+        })
+        .collect();
+    let mut transactions = BTreeSet::new();
+    for send in sends {
+        let (status, answer) = send.await.unwrap();
+        assert_eq!((status, answer["status"].as_str()), (200, Some("confirmed")), "{answer}");
+        transactions.insert(answer["transaction"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(transactions.len(), 16, "16 transactions of their own");
+    assert_eq!(evm.mined_nonce(wallet.parse().unwrap()).await.unwrap(), 16, "nonces 0..16, each once, no gap");
+    assert_eq!(u128::try_from(evm.balance(payee).await.unwrap()).unwrap(), 16 * ETH / 100, "16 transfers");
+    for daemon in [a, b] {
+        assert!(daemon.terminate().success());
+    }
+    pg.drop_schema().await;
+}
+
+/// Instance A broadcasts a payment and is killed while it waits for the chain (which never
+/// answers it). Instance B, running all along, finds the payment in its periodic reconciliation
+/// when it falls due (A's wait plus a margin) and records the chain's verdict: confirmed, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_left_by_a_killed_instance_is_finished_by_another() {
+    let test = "a_payment_left_by_a_killed_instance_is_finished_by_another";
+    let Some(pg) = PgSchema::create(test).await else { return };
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
+    let evm = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    // A reaches anvil through a proxy that never tells it how its transaction went.
+    let proxy = RpcProxy::start(&anvil.endpoint()).await;
+    proxy.rule("eth_getTransactionReceipt", Rule::Lose);
+    let dir = tempfile::tempdir().unwrap();
+    let env = configure(
+        dir.path(),
+        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
+    );
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let mut env_a = env.to_vec();
+    env_a.push(("TOLLGATE_EVM_RPC_URL", proxy.url.as_str()));
+    let endpoint = anvil.endpoint();
+    let mut env_b = env.to_vec();
+    env_b.push(("TOLLGATE_EVM_RPC_URL", endpoint.as_str()));
+    let a = Daemon::start_with(dir.path(), &env_a);
+    let b = Daemon::start_with(dir.path(), &env_b);
+
+    let buyer = PrivateKeySigner::random();
+    set_balance(&evm, buyer.address(), ETH).await;
+    let seller = PrivateKeySigner::random().address();
+    let fees = evm.fees().await.unwrap();
+    let transfer = Transfer {
+        chain_id: evm.chain_id(),
+        nonce: 0,
+        to: seller,
+        value: U256::from(ETH / 100),
+        gas_limit: 21_000,
+        max_fee_per_gas: fees.max_fee_per_gas,
+        max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+    };
+    let (raw, hash) = sign(transfer.tx(), &buyer).unwrap();
+    let proof = tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact-native", "network": evm.network().to_string(),
+        "payload": {"transaction": format!("0x{}", alloy::primitives::hex::encode(raw))}
+    }))
+    .unwrap();
+    let body =
+        json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 0.01, "timeout": 2});
+    let client = reqwest::Client::new();
+    let waiting = tokio::spawn({
+        let (client, url, key) = (client.clone(), format!("{}/payment/receive", a.base), key.clone());
+        async move { client.post(url).bearer_auth(key).json(&body).send().await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.calls("eth_sendRawTransaction") == 0 || proxy.calls("eth_getTransactionReceipt") == 0 {
+        assert!(Instant::now() < deadline, "A never broadcast");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.kill();
+    assert!(waiting.await.unwrap().is_err(), "the buyer's request died with A");
+    assert!(evm.receipt(hash).await.unwrap().is_some(), "the transfer landed");
+
+    let seller_history = format!("{}/payment/history/{seller}", b.base);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let record = loop {
+        let (status, page) = get(&client, seller_history.clone(), &key).await;
+        assert_eq!(status, 200, "{page}");
+        let payments = page["payments"].as_array().cloned().unwrap_or_default();
+        assert!(payments.len() <= 1, "one payment: {page}");
+        if let Some(p) = payments.first()
+            && p["status"] == "confirmed"
+        {
+            break p.clone();
+        }
+        assert!(Instant::now() < deadline, "B did not finish A's payment: {page}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(record["transaction"].as_str(), Some(format!("{hash:#x}").as_str()), "{record}");
+    assert!(b.terminate().success());
+    pg.drop_schema().await;
+}
