@@ -289,19 +289,25 @@ impl IdempotencyStore for PublishingStore {
 }
 
 /// Publishes what the database announces on this instance's bus, and drops cached keys when one
-/// is deleted anywhere, until `stop` changes. Reconnects after a failure (waiting a little longer
-/// each time, at most [`RELISTEN_MAX`]); a lost connection is a gap (see the module's notes).
+/// is deleted anywhere, until `stop` changes. `first` is a stream opened already (before the
+/// server accepted its first connection, so nothing a client could see is missed); without one,
+/// or once it fails, it listens anew (waiting a little longer each time, at most
+/// [`RELISTEN_MAX`]); a lost connection is a gap (see the module's notes).
 pub async fn follow_announcements(
     store: Arc<dyn Store>,
     bus: EventBus,
     auth: Arc<crate::auth::Authenticator>,
     mut stop: watch::Receiver<bool>,
+    mut first: Option<Box<dyn Announcements>>,
 ) {
     let mut delay = std::time::Duration::from_millis(100);
     loop {
-        let listening = tokio::select! {
-            l = store.listen() => l,
-            _ = stop.changed() => return,
+        let listening = match first.take() {
+            Some(opened) => Ok(Some(opened)),
+            None => tokio::select! {
+                l = store.listen() => l,
+                _ = stop.changed() => return,
+            },
         };
         let mut announcements = match listening {
             Ok(Some(a)) => a,
@@ -348,3 +354,87 @@ pub async fn follow_announcements(
 
 /// Longest wait between two attempts to listen to the database.
 pub const RELISTEN_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::plans::Plans;
+    use crate::auth::rate_limit::InMemoryRateLimiter;
+    use crate::store::SqlStore;
+
+    /// Announcements the test sends one by one.
+    struct Scripted(tokio::sync::mpsc::UnboundedReceiver<Announcement>);
+
+    #[async_trait]
+    impl Announcements for Scripted {
+        async fn next(&mut self) -> StoreResult<Announcement> {
+            match self.0.recv().await {
+                Some(next) => Ok(next),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn notice(status: PaymentStatus) -> PaymentNotice {
+        PaymentNotice {
+            payment_id: "pay_1".into(),
+            owner_account: "acct".into(),
+            counterparty_account: None,
+            wallets: ["f".into(), "t".into()],
+            status,
+            message: format!("{{\"status\":\"{}\"}}", status.as_str()),
+        }
+    }
+
+    #[tokio::test]
+    async fn announcements_reach_the_bus_in_order_and_deletions_and_gaps_drop_cached_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::config::DatabaseUrl::parse(dir.path().join("t.db").to_str().unwrap()).unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqlStore::connect(&url).await.unwrap());
+        let auth = Arc::new(crate::auth::Authenticator::new(
+            store.clone(),
+            Plans::default(),
+            Arc::new(InMemoryRateLimiter::new()),
+            Arc::new(crate::clock::SystemClock),
+            std::time::Duration::from_secs(600),
+        ));
+        let cache_a_verdict = || async {
+            // An unknown key: its verdict is cached too.
+            let _ = auth.authenticate_key(&format!("tg_test_{}", "1".repeat(40))).await;
+            auth.cache_sync();
+            assert_eq!(auth.cached_keys(), 1);
+        };
+        let bus = EventBus::default();
+        let mut events = bus.subscribe();
+        let mut gaps = bus.subscribe_gaps();
+        let (script, announcements) = tokio::sync::mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let follower = tokio::spawn(follow_announcements(
+            store,
+            bus.clone(),
+            auth.clone(),
+            stop_rx,
+            Some(Box::new(Scripted(announcements))),
+        ));
+        script.send(Announcement::Payment(notice(PaymentStatus::Submitted))).unwrap();
+        script.send(Announcement::Payment(notice(PaymentStatus::Confirmed))).unwrap();
+        assert_eq!(events.recv().await.unwrap().status, PaymentStatus::Submitted);
+        assert_eq!(events.recv().await.unwrap().status, PaymentStatus::Confirmed);
+
+        cache_a_verdict().await;
+        script.send(Announcement::KeyDeleted("key_1".into())).unwrap();
+        script.send(Announcement::Payment(notice(PaymentStatus::Failed))).unwrap();
+        assert_eq!(events.recv().await.unwrap().status, PaymentStatus::Failed, "in order after the deletion");
+        auth.cache_sync();
+        assert_eq!(auth.cached_keys(), 0, "a deletion anywhere drops the cached verdicts");
+
+        cache_a_verdict().await;
+        script.send(Announcement::Gap).unwrap();
+        gaps.changed().await.unwrap();
+        assert_eq!(*gaps.borrow(), 1, "followers told once");
+        auth.cache_sync();
+        assert_eq!(auth.cached_keys(), 0, "a gap drops the cached verdicts");
+        stop_tx.send(true).unwrap();
+        follower.await.unwrap();
+    }
+}

@@ -259,14 +259,25 @@ pub async fn run(
     let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
     let reconciler = tokio::spawn(reconcile_periodically(state.clone(), stop_rx.clone()));
     // PostgreSQL: changes made on every instance reach this one's WebSocket feed and key cache.
-    let follow = state.store.announces_changes().then(|| {
-        tokio::spawn(events::follow_announcements(
+    // Listening starts before the first connection is accepted.
+    let follow = if state.store.announces_changes() {
+        let first = match state.store.listen().await {
+            Ok(first) => first,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen to the database's announcements yet; retrying");
+                None
+            }
+        };
+        Some(tokio::spawn(events::follow_announcements(
             state.store.clone(),
             state.events.clone(),
             state.auth.clone(),
             stop_rx.clone(),
-        ))
-    });
+            first,
+        )))
+    } else {
+        None
+    };
     let app = router(state);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;

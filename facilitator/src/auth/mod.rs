@@ -191,6 +191,17 @@ impl Authenticator {
         self.limiter.check(&key, WS_MESSAGES_PER_SECOND, 1_000, self.clock.now_millis()).await.allowed
     }
 
+    /// Cached verdicts right now (after [`Self::cache_sync`]).
+    #[must_use]
+    pub fn cached_keys(&self) -> u64 {
+        self.cache.entry_count()
+    }
+
+    /// Applies the cache's pending maintenance (so counts are exact).
+    pub fn cache_sync(&self) {
+        self.cache.run_pending_tasks();
+    }
+
     /// Forgets every cached verdict (after a key is deleted, here or on another instance).
     pub fn forget_cached_keys(&self) {
         self.cache.invalidate_all();

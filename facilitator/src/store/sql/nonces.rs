@@ -17,6 +17,10 @@ use super::{Backend, SqlStore};
 use crate::clock::from_millis;
 use crate::store::{NonceLock, NonceStore, StoreError, StoreResult};
 
+/// Longest wait for another sender's hold on an account's nonce; then the send fails cleanly
+/// (nothing signed, nothing recorded) rather than wait forever.
+pub const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 struct SqlNonceLock {
     tx: tokio::sync::Mutex<Option<Transaction<'static, Any>>>,
     recorded: Option<(u64, DateTime<Utc>)>,
@@ -33,6 +37,8 @@ impl NonceStore for SqlStore {
         }
         let network = network.to_string();
         let mut tx = self.pool.begin().await?;
+        // A holder that hangs (alive, but never finishing) must not stall every other sender.
+        sqlx::query(&format!("SET LOCAL lock_timeout = '{}s'", LOCK_TIMEOUT.as_secs())).execute(&mut *tx).await?;
         sqlx::query(&self.sql(
             "INSERT INTO evm_nonces (network, address, next_nonce, updated_at) VALUES (?, ?, NULL, ?) \
              ON CONFLICT DO NOTHING",
