@@ -142,7 +142,8 @@ async fn authentication_is_required_and_checked() {
     assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.body);
     // Health, readiness and the API description need no key.
     assert_eq!(t.get("/healthz", None).await.status, StatusCode::OK);
-    assert_eq!(t.get("/readyz", None).await.body["status"], "ready");
+    let ready = t.get("/readyz", None).await.body;
+    assert_eq!((ready["status"].as_str(), ready["rateLimits"].as_str()), (Some("ready"), Some("in-process")));
 }
 
 #[tokio::test]

@@ -92,6 +92,8 @@ async fn three_instances_hold_one_rate_limit_through_redis() {
     }
     assert_eq!(answers, [(200, 100), (429, 50)].into_iter().collect(), "one limit for all instances");
     assert_eq!(remaining, (0..100).rev().collect::<Vec<_>>(), "one count, whichever instance answered");
+    let ready: Value = client.get(format!("{}/readyz", daemons[0].base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ready, json!({"status": "ready", "rateLimits": "shared"}));
     for daemon in daemons {
         assert!(daemon.terminate().success());
     }
@@ -120,6 +122,12 @@ async fn without_redis_an_instance_limits_on_its_own_and_keeps_serving() {
     }
     assert!(statuses[..100].iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(statuses[100], 429, "the in-process fallback still enforces the plan");
+    // Still ready (rate limits fail open), and saying why limits are per instance.
+    let ready = client.get(format!("{}/readyz", daemon.base)).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!((ready["status"].as_str(), ready["rateLimits"].as_str()), (Some("ready"), Some("degraded")), "{ready}");
+    assert_eq!(ready["rateLimitFallbacks"], 101, "every request counted in the process");
     assert!(daemon.terminate().success());
 }
 

@@ -17,12 +17,26 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The process can serve: storage answers.
+/// The process can serve: storage answers. `rateLimits` says where requests are counted:
+/// `in-process`, `shared` (Redis), or `degraded` (Redis configured but failing: counted in this
+/// process, which is still ready — rate limits fail open to per-instance limits).
 #[utoipa::path(get, path = "/readyz", tag = "system",
-    responses((status = 200, description = "`{\"status\": \"ready\"}`"), (status = 503, description = "storage unreachable")))]
+    responses((status = 200, description = "`{\"status\": \"ready\", \"rateLimits\": \"in-process\" | \"shared\" | \"degraded\"}`"), (status = 503, description = "storage unreachable")))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
+    use crate::auth::rate_limit::Counting;
+    let rate_limits = match state.auth.rate_limit_counting() {
+        Counting::InProcess => json!({"rateLimits": "in-process"}),
+        Counting::Shared => json!({"rateLimits": "shared"}),
+        Counting::Degraded { fallbacks } => json!({"rateLimits": "degraded", "rateLimitFallbacks": fallbacks}),
+    };
     match state.store.ping().await {
-        Ok(()) => Json(json!({"status": "ready"})).into_response(),
+        Ok(()) => {
+            let mut ready = json!({"status": "ready"});
+            if let (Some(body), Some(extra)) = (ready.as_object_mut(), rate_limits.as_object()) {
+                body.extend(extra.clone());
+            }
+            Json(ready).into_response()
+        }
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "reason": "storage"})))

@@ -191,6 +191,12 @@ impl Authenticator {
         self.limiter.check(&key, WS_MESSAGES_PER_SECOND, 1_000, self.clock.now_millis()).await.allowed
     }
 
+    /// Where rate limits are counted right now.
+    #[must_use]
+    pub fn rate_limit_counting(&self) -> rate_limit::Counting {
+        self.limiter.counting()
+    }
+
     /// Cached verdicts right now (after [`Self::cache_sync`]).
     #[must_use]
     pub fn cached_keys(&self) -> u64 {

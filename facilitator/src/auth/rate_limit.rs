@@ -61,9 +61,28 @@ impl RateDecision {
     }
 }
 
+/// Where requests are counted right now (for `/readyz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// In this process only (no shared store configured).
+    InProcess,
+    /// In the store every instance shares.
+    Shared,
+    /// A shared store is configured but its last request failed: counted in this process instead.
+    Degraded {
+        /// Requests counted in process because of it, since start.
+        fallbacks: u64,
+    },
+}
+
 /// Counts requests per key.
 #[async_trait]
 pub trait RateLimiter: Send + Sync + 'static {
+    /// Where requests are counted right now.
+    fn counting(&self) -> Counting {
+        Counting::InProcess
+    }
+
     /// Counts one request of `key` at `now_ms` against `limit` per window of `window_ms`.
     async fn check(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision;
 
@@ -188,6 +207,8 @@ pub struct RedisRateLimiter {
     fallback: InMemoryRateLimiter,
     failures: AtomicU64,
     last_warning_ms: AtomicI64,
+    /// Whether the last request was counted by Redis.
+    last_ok: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisRateLimiter {
@@ -215,9 +236,13 @@ impl RedisRateLimiter {
             fallback: InMemoryRateLimiter::new(),
             failures: AtomicU64::new(0),
             last_warning_ms: AtomicI64::new(i64::MIN),
+            last_ok: std::sync::atomic::AtomicBool::new(false),
         };
-        if let Err(e) = limiter.reconnect(0).await {
-            tracing::warn!(error = %e, "cannot reach Redis yet: rate limits are counted per instance until it answers");
+        match limiter.reconnect(0).await {
+            Ok(_) => limiter.last_ok.store(true, Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reach Redis yet: rate limits are counted per instance until it answers");
+            }
         }
         Ok(limiter)
     }
@@ -274,6 +299,7 @@ impl RedisRateLimiter {
     }
 
     fn failed(&self, now_ms: i64, error: &str) {
+        self.last_ok.store(false, Ordering::Relaxed);
         self.failures.fetch_add(1, Ordering::Relaxed);
         let last = self.last_warning_ms.load(Ordering::Relaxed);
         if (now_ms.saturating_sub(last) >= WARN_EVERY_MS || last > now_ms)
@@ -294,6 +320,14 @@ impl RedisRateLimiter {
 
 #[async_trait]
 impl RateLimiter for RedisRateLimiter {
+    fn counting(&self) -> Counting {
+        if self.last_ok.load(Ordering::Relaxed) {
+            Counting::Shared
+        } else {
+            Counting::Degraded { fallbacks: self.failures() }
+        }
+    }
+
     async fn check(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision {
         match self.connection(now_ms).await {
             Ok(mut connection) => {
@@ -305,6 +339,7 @@ impl RateLimiter for RedisRateLimiter {
                         .unwrap_or_else(|_| Err((redis::ErrorKind::IoError, "timed out").into()));
                 match answer {
                     Ok((allowed, count, end_ms)) => {
+                        self.last_ok.store(true, Ordering::Relaxed);
                         let count = u32::try_from(count).unwrap_or(u32::MAX);
                         return RateDecision::of(allowed == 1, limit, count, end_ms);
                     }
@@ -442,6 +477,7 @@ mod tests {
         assert_eq!(remaining, (0..100).collect::<Vec<_>>(), "each request saw its own count");
         assert!(decisions.iter().all(|d| d.reset_at_ms == now + WINDOW_MS));
         assert_eq!(a.failures() + b.failures(), 0);
+        assert_eq!((a.counting(), b.counting()), (Counting::Shared, Counting::Shared));
     }
 
     #[tokio::test]
@@ -490,6 +526,8 @@ mod tests {
                 .collect();
         assert_eq!(decisions, [true, true, false], "the in-process fallback still limits");
         assert_eq!(limiter.failures(), 3, "each request counted in-process is a failure");
+        assert_eq!(limiter.counting(), Counting::Degraded { fallbacks: 3 });
+        assert_eq!(InMemoryRateLimiter::new().counting(), Counting::InProcess);
         assert!(RedisRateLimiter::connect("http://not-redis").await.is_err());
     }
 }
