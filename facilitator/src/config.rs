@@ -162,6 +162,10 @@ pub struct Limits {
     /// How often the server pings a WebSocket client, seconds; one that stays silent for three
     /// of these is disconnected.
     pub ws_ping_secs: u64,
+    /// Most PostgreSQL connections this instance opens (plus one that listens for announcements).
+    /// Several instances share the server's `max_connections` (100 by default): size them so the
+    /// sum fits. SQLite uses 8.
+    pub database_max_connections: u32,
 }
 
 impl Default for Limits {
@@ -180,6 +184,7 @@ impl Default for Limits {
             ws_max_subscriptions: 100,
             ws_max_message_bytes: 16 * 1024,
             ws_ping_secs: 30,
+            database_max_connections: 16,
         }
     }
 }
@@ -316,6 +321,7 @@ struct FileLimits {
     ws_max_subscriptions: Option<usize>,
     ws_max_message_bytes: Option<usize>,
     ws_ping_secs: Option<u64>,
+    database_max_connections: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -424,6 +430,8 @@ impl Config {
             self.limits.ws_max_subscriptions = l.ws_max_subscriptions.unwrap_or(self.limits.ws_max_subscriptions);
             self.limits.ws_max_message_bytes = l.ws_max_message_bytes.unwrap_or(self.limits.ws_max_message_bytes);
             self.limits.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.limits.ws_ping_secs).max(1);
+            self.limits.database_max_connections =
+                l.database_max_connections.unwrap_or(self.limits.database_max_connections).max(2);
         }
         if let Some(p) = file.plans {
             for (plan, given) in

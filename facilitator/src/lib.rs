@@ -136,7 +136,7 @@ impl AppState {
     /// # Errors
     /// When the database cannot be opened or migrated.
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
-        let store = SqlStore::connect(&config.database_url)
+        let store = SqlStore::connect_with(&config.database_url, config.limits.database_max_connections)
             .await
             .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
         let master_key = wallets::resolve_master_key(&config)?;

@@ -229,23 +229,20 @@ async fn three_daemons_on_one_postgres_settle_a_proof_once() {
     use tollgate_facilitator::chains::solana::embedded::EmbeddedLedger;
     use tollgate_facilitator::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
 
-    let Some(base) = std::env::var("TOLLGATE_TEST_POSTGRES_URL").ok().filter(|v| !v.is_empty()) else {
-        eprintln!("SKIPPED three_daemons_on_one_postgres_settle_a_proof_once: TOLLGATE_TEST_POSTGRES_URL is not set");
+    let Some(pg) = common::process::PgSchema::create("three_daemons_on_one_postgres_settle_a_proof_once").await else {
         return;
     };
-    sqlx::any::install_default_drivers();
-    let schema = format!("tg_daemons_{}", ulid::Ulid::new().to_string().to_lowercase());
-    let admin = sqlx::AnyPool::connect(&base).await.unwrap();
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let database = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    let database = pg.url.clone();
 
     let ledger = EmbeddedLedger::start().await.unwrap();
     let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("tollgate.toml"),
-        format!("database_url = \"{database}\"\nsolana_rpc_url = \"{}\"\n", ledger.rpc_url()),
+        format!(
+            "database_url = \"{database}\"\nsolana_rpc_url = \"{}\"\n[limits]\ndatabase_max_connections = 5\n",
+            ledger.rpc_url()
+        ),
     )
     .unwrap();
     let env = [("TOLLGATE_CONFIG", "tollgate.toml")];
@@ -299,5 +296,5 @@ async fn three_daemons_on_one_postgres_settle_a_proof_once() {
     for daemon in daemons {
         assert!(daemon.terminate().success());
     }
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
+    pg.drop_schema().await;
 }

@@ -37,9 +37,11 @@ const MASTER_KEY: &str = "6b2f0c5e9a71d3884f1e2a7c5d9b0e3f6a8c1d4e7b2f5a9c0d3e6f
 
 const ETH: u128 = 1_000_000_000_000_000_000;
 
-/// Writes the shared configuration; returns the environment that points a daemon at it.
+/// Writes the shared configuration; returns the environment that points a daemon at it. Each
+/// daemon opens at most 5 PostgreSQL connections (tests run at once share the server's 100).
 fn configure(dir: &Path, lines: &[String]) -> [(&'static str, &'static str); 2] {
-    std::fs::write(dir.join("tollgate.toml"), lines.join("\n") + "\n").unwrap();
+    let text = lines.join("\n") + "\n[limits]\ndatabase_max_connections = 5\n";
+    std::fs::write(dir.join("tollgate.toml"), text).unwrap();
     [("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", MASTER_KEY)]
 }
 
@@ -219,6 +221,14 @@ async fn changes_made_on_one_instance_reach_the_others_at_once() {
     pg.drop_schema().await;
 }
 
+/// The embedded Solana ledger (every daemon needs a Solana RPC) and an anvil, with its RPC.
+async fn chains() -> (EmbeddedLedger, alloy::node_bindings::AnvilInstance, EvmRpc) {
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
+    let evm = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    (ledger, anvil, evm)
+}
+
 /// Sets an account's balance on anvil.
 async fn set_balance(rpc: &EvmRpc, address: Address, wei: u128) {
     let _: Value = rpc.provider().raw_request("anvil_setBalance".into(), (address, U256::from(wei))).await.unwrap();
@@ -230,9 +240,7 @@ async fn set_balance(rpc: &EvmRpc, address: Address, wei: u128) {
 async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces() {
     let test = "sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces";
     let Some(pg) = PgSchema::create(test).await else { return };
-    let ledger = EmbeddedLedger::start().await.unwrap();
-    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
-    let evm = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let (ledger, anvil, evm) = chains().await;
     let dir = tempfile::tempdir().unwrap();
     let mut env = configure(
         dir.path(),
@@ -280,9 +288,7 @@ async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces(
 async fn a_payment_left_by_a_killed_instance_is_finished_by_another() {
     let test = "a_payment_left_by_a_killed_instance_is_finished_by_another";
     let Some(pg) = PgSchema::create(test).await else { return };
-    let ledger = EmbeddedLedger::start().await.unwrap();
-    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
-    let evm = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let (ledger, anvil, evm) = chains().await;
     // A reaches anvil through a proxy that never tells it how its transaction went.
     let proxy = RpcProxy::start(&anvil.endpoint()).await;
     proxy.rule("eth_getTransactionReceipt", Rule::Lose);

@@ -109,3 +109,15 @@ fn the_redis_url_comes_from_file_or_env_and_is_never_printed() {
         assert!(err.to_string().contains("redis://"), "{err}");
     }
 }
+
+#[test]
+fn the_database_pool_size_is_a_limit_with_a_floor() {
+    assert_eq!(Config::default().limits.database_max_connections, 16);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(&file, "[limits]\ndatabase_max_connections = 5\n").unwrap();
+    assert_eq!(Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap().limits.database_max_connections, 5);
+    std::fs::write(&file, "[limits]\ndatabase_max_connections = 0\n").unwrap();
+    let floor = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
+    assert_eq!(floor.limits.database_max_connections, 2, "one to listen with, one to work with");
+}

@@ -58,6 +58,10 @@ impl Daemon {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // What went wrong inside a daemon shows beside the test's own failure.
+                if line.contains("ERROR") || line.contains("WARN") {
+                    eprintln!("[daemon] {line}");
+                }
                 if let Some(i) = line.find("listening on http://") {
                     let _ =
                         tx.send(line[i + "listening on ".len()..].split_whitespace().next().unwrap_or("").to_owned());

@@ -62,11 +62,21 @@ static PAYMENT_COLUMNS_P: LazyLock<String> =
 const KEY_COLUMNS: &str = "id, account_id, env, lookup, hash, hint, plan, rpm, label, created_at, last_used_at";
 
 impl SqlStore {
-    /// Connects (creating a SQLite file if needed) and runs the migrations.
+    /// Connects (creating a SQLite file if needed) and runs the migrations, with at most 16
+    /// PostgreSQL connections.
     ///
     /// # Errors
     /// [`StoreError::Database`] when the database cannot be reached or migrated.
     pub async fn connect(url: &DatabaseUrl) -> StoreResult<Self> {
+        Self::connect_with(url, 16).await
+    }
+
+    /// As [`Self::connect`], with at most `max_connections` PostgreSQL connections (SQLite: 8).
+    /// Idle connections are closed after a minute, so instances give back what a burst took.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] when the database cannot be reached or migrated.
+    pub async fn connect_with(url: &DatabaseUrl, max_connections: u32) -> StoreResult<Self> {
         sqlx::any::install_default_drivers();
         let (backend, url_text) = if url.is_postgres() {
             (Backend::Postgres, url.expose().to_owned())
@@ -87,7 +97,9 @@ impl SqlStore {
                     Ok(())
                 })
             }),
-            Backend::Postgres => pool_options.max_connections(16),
+            Backend::Postgres => {
+                pool_options.max_connections(max_connections.max(2)).idle_timeout(Duration::from_secs(60))
+            }
         };
         let pool = pool_options.connect_with(options).await?;
         let migrator = match backend {
