@@ -229,6 +229,64 @@ async fn chains() -> (EmbeddedLedger, alloy::node_bindings::AnvilInstance, EvmRp
     (ledger, anvil, evm)
 }
 
+async fn connect_ws(base: &str, key: &str) -> Socket {
+    let mut request = format!("{}/ws", base.replace("http://", "ws://")).into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {key}").parse().unwrap());
+    tokio_tungstenite::connect_async(request).await.unwrap().0
+}
+
+/// One key's WebSocket messages are limited per key per second across its connections on every
+/// instance (20 a second), through Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_websocket_message_limit_holds_across_instances() {
+    let test = "the_websocket_message_limit_holds_across_instances";
+    let Some(redis) = redis_url(test) else { return };
+    let Some(pg) = PgSchema::create(test).await else { return };
+    let ledger = EmbeddedLedger::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = configure(
+        dir.path(),
+        &[
+            format!("database_url = \"{}\"", pg.url),
+            format!("redis_url = \"{redis}\""),
+            format!("solana_rpc_url = \"{}\"", ledger.rpc_url()),
+        ],
+    );
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let (a, b) = (Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env));
+    let mut sockets = [connect_ws(&a.base, &key).await, connect_ws(&b.base, &key).await];
+    let message = json!({"method": "subscribeWallet", "keys": [Pubkey::new_unique().to_string()]}).to_string();
+    let started = Instant::now();
+    for i in 0..30 {
+        sockets[i % 2].send(Message::Text(message.clone().into())).await.unwrap();
+    }
+    let (mut accepted, mut limited) = (0, 0);
+    for socket in &mut sockets {
+        for _ in 0..15 {
+            let answer = next_json(socket).await;
+            match answer["event"].as_str() {
+                Some("subscribed") => accepted += 1,
+                Some("error") if answer["code"] == "RATE_LIMIT" => limited += 1,
+                _ => panic!("unexpected {answer}"),
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(accepted + limited, 30);
+    if elapsed < Duration::from_millis(900) {
+        // All 30 within one window: 20 for the key, whichever connection and instance.
+        assert_eq!((accepted, limited), (20, 10), "one limit for both instances");
+    } else {
+        // A very slow machine spread them over two windows: still far fewer than 2 × 20 + 10.
+        assert!(limited > 0 && accepted <= 40, "{accepted} accepted, {limited} limited in {elapsed:?}");
+    }
+    drop(sockets);
+    for daemon in [a, b] {
+        assert!(daemon.terminate().success());
+    }
+    pg.drop_schema().await;
+}
+
 /// Sets an account's balance on anvil.
 async fn set_balance(rpc: &EvmRpc, address: Address, wei: u128) {
     let _: Value = rpc.provider().raw_request("anvil_setBalance".into(), (address, U256::from(wei))).await.unwrap();
