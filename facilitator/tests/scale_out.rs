@@ -339,6 +339,50 @@ async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces(
     pg.drop_schema().await;
 }
 
+/// Sends from more wallets at once than the instance has database connections: each holds its
+/// wallet's nonce row on a connection of the lease pool while its payment is written through the
+/// main pool, so none waits for a connection another holds (before: a pool deadlock, then 500s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_from_many_wallets_at_once_do_not_exhaust_the_pool() {
+    let test = "sends_from_many_wallets_at_once_do_not_exhaust_the_pool";
+    let Some(pg) = PgSchema::create(test).await else { return };
+    let (ledger, anvil, evm) = chains().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = configure(
+        dir.path(),
+        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
+    )
+    .to_vec();
+    let endpoint = anvil.endpoint();
+    env.push(("TOLLGATE_EVM_RPC_URL", endpoint.as_str()));
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let key_id = only_key_id(dir.path(), &env);
+    let mut wallets = Vec::new();
+    for _ in 0..12 {
+        let wallet =
+            cli_with(dir.path(), &env, &["wallets", "create", "--key", &key_id, "--chain", "evm"]).trim().to_owned();
+        set_balance(&evm, wallet.parse().unwrap(), ETH).await;
+        wallets.push(wallet);
+    }
+    let daemon = Daemon::start_with(dir.path(), &env); // 5 connections: 1 for leases, 4 for the rest
+    let client = reqwest::Client::new();
+    let payee = PrivateKeySigner::random().address().to_string();
+    let sends: Vec<_> = wallets
+        .iter()
+        .map(|wallet| {
+            let body = json!({"walletAddress": wallet, "recipientAddress": payee, "amount": 0.01});
+            let (client, key, url) = (client.clone(), key.clone(), format!("{}/payment/send", daemon.base));
+            tokio::spawn(async move { post(&client, url, &key, &body).await })
+        })
+        .collect();
+    for send in sends {
+        let (status, answer) = send.await.unwrap();
+        assert_eq!((status, answer["status"].as_str()), (200, Some("confirmed")), "{answer}");
+    }
+    assert!(daemon.terminate().success());
+    pg.drop_schema().await;
+}
+
 /// Instance A broadcasts a payment and is killed while it waits for the chain (which never
 /// answers it). Instance B, running all along, finds the payment in its periodic reconciliation
 /// when it falls due (A's wait plus a margin) and records the chain's verdict: confirmed, once.

@@ -74,6 +74,8 @@ pub struct Authenticator {
     limiter: Arc<dyn RateLimiter>,
     clock: SharedClock,
     cache: Cache<[u8; 32], Option<Arc<Caller>>>,
+    /// Counts [`Self::forget_cached_keys`] calls: a verdict read before one is not cached after it.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -96,7 +98,7 @@ impl Authenticator {
         cache_ttl: Duration,
     ) -> Self {
         let cache = Cache::builder().max_capacity(100_000).time_to_live(cache_ttl).build();
-        Self { store, plans, limiter, clock, cache }
+        Self { store, plans, limiter, clock, cache, generation: std::sync::atomic::AtomicU64::new(0) }
     }
 
     /// The plans in force.
@@ -134,6 +136,7 @@ impl Authenticator {
         if let Some(verdict) = self.cache.get(&digest.hash) {
             return verdict.ok_or_else(|| unauthorized("invalid API key"));
         }
+        let generation = self.generation.load(std::sync::atomic::Ordering::Acquire);
         let stored = self.store.find_api_key(&digest.lookup()).await.map_err(|e| AuthError::Internal(e.to_string()))?;
         let caller = stored.filter(|k| digest.matches(&k.hash)).map(|k| {
             let rpm = k.rpm.unwrap_or_else(|| self.plans.get(k.plan).rpm);
@@ -145,7 +148,15 @@ impl Authenticator {
                 tracing::warn!(error = %e, key_id = %c.key_id, "could not record key use");
             }
         }
-        self.cache.insert(digest.hash, caller.clone());
+        // A key deleted while this was read (its deletion announced meanwhile) must not be
+        // trusted for a whole cache period: the verdict is kept only if no deletion came since.
+        if self.generation.load(std::sync::atomic::Ordering::Acquire) == generation {
+            self.cache.insert(digest.hash, caller.clone());
+            // A deletion between the check and the insert: take it back out.
+            if self.generation.load(std::sync::atomic::Ordering::Acquire) != generation {
+                self.cache.invalidate(&digest.hash);
+            }
+        }
         caller.ok_or_else(|| unauthorized("invalid API key"))
     }
 
@@ -210,6 +221,7 @@ impl Authenticator {
 
     /// Forgets every cached verdict (after a key is deleted, here or on another instance).
     pub fn forget_cached_keys(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.cache.invalidate_all();
     }
 }

@@ -195,6 +195,10 @@ pub const REDIS_PREFIX: &str = "tollgate:rate:";
 pub const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 /// Least time between two "Redis is unavailable" warnings, and between two reconnection attempts.
 pub const WARN_EVERY_MS: i64 = 10_000;
+/// After Redis failed a request, it is not asked again for this long (requests are counted in
+/// process meanwhile), so a stalled Redis costs one request [`REDIS_TIMEOUT`] per pause, not
+/// every request.
+pub const PAUSE_AFTER_FAILURE_MS: i64 = 2_000;
 
 /// Limits shared through Redis by every instance that uses the same server.
 pub struct RedisRateLimiter {
@@ -209,6 +213,8 @@ pub struct RedisRateLimiter {
     last_warning_ms: AtomicI64,
     /// Whether the last request was counted by Redis.
     last_ok: std::sync::atomic::AtomicBool,
+    /// Until when Redis is not asked (ms), after a failed request.
+    paused_until_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for RedisRateLimiter {
@@ -237,6 +243,7 @@ impl RedisRateLimiter {
             failures: AtomicU64::new(0),
             last_warning_ms: AtomicI64::new(i64::MIN),
             last_ok: std::sync::atomic::AtomicBool::new(false),
+            paused_until_ms: AtomicI64::new(i64::MIN),
         };
         match limiter.reconnect(0).await {
             Ok(_) => limiter.last_ok.store(true, Ordering::Relaxed),
@@ -313,6 +320,14 @@ impl RedisRateLimiter {
         }
     }
 
+    fn paused(&self, now_ms: i64) -> bool {
+        now_ms < self.paused_until_ms.load(Ordering::Relaxed)
+    }
+
+    fn pause(&self, now_ms: i64) {
+        self.paused_until_ms.store(now_ms.saturating_add(PAUSE_AFTER_FAILURE_MS), Ordering::Relaxed);
+    }
+
     fn redis_key(key: &str) -> String {
         format!("{REDIS_PREFIX}{key}")
     }
@@ -329,6 +344,10 @@ impl RateLimiter for RedisRateLimiter {
     }
 
     async fn check(&self, key: &str, limit: u32, window_ms: i64, now_ms: i64) -> RateDecision {
+        if self.paused(now_ms) {
+            self.failed(now_ms, "paused after a failure");
+            return self.fallback.check_now(key, limit, window_ms, now_ms);
+        }
         match self.connection(now_ms).await {
             Ok(mut connection) => {
                 let mut invocation = self.check_script.key(Self::redis_key(key));
@@ -343,7 +362,10 @@ impl RateLimiter for RedisRateLimiter {
                         let count = u32::try_from(count).unwrap_or(u32::MAX);
                         return RateDecision::of(allowed == 1, limit, count, end_ms);
                     }
-                    Err(e) => self.failed(now_ms, &e.to_string()),
+                    Err(e) => {
+                        self.failed(now_ms, &e.to_string());
+                        self.pause(now_ms);
+                    }
                 }
             }
             Err(e) => self.failed(now_ms, &e),
@@ -354,6 +376,9 @@ impl RateLimiter for RedisRateLimiter {
     async fn give_back(&self, key: &str, counted: &RateDecision, now_ms: i64) {
         // A decision the fallback made is given back there (it knows that window); otherwise Redis.
         self.fallback.give_back_now(key, counted, now_ms);
+        if self.paused(now_ms) {
+            return;
+        }
         if let Some(mut connection) = self.current() {
             let mut invocation = self.give_back_script.key(Self::redis_key(key));
             invocation.arg(now_ms).arg(counted.reset_at_ms);
@@ -363,6 +388,7 @@ impl RateLimiter for RedisRateLimiter {
                     .unwrap_or_else(|_| Err((redis::ErrorKind::IoError, "timed out").into()));
             if let Err(e) = answer {
                 self.failed(now_ms, &e.to_string());
+                self.pause(now_ms);
             }
         }
     }
@@ -507,6 +533,72 @@ mod tests {
         let allowed: Vec<bool> = answers[0].iter().map(|d| d.allowed).collect();
         assert_eq!(allowed, [true, true, false, true, false, true, true, false]);
         assert_eq!(answers[0], answers[1]);
+    }
+
+    /// A TCP proxy to Redis that can stop answering; counts the client's writes while stalled.
+    struct StallingProxy {
+        url: String,
+        stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        writes_while_stalled: std::sync::Arc<AtomicU64>,
+    }
+
+    async fn stalling_proxy(upstream: &str) -> StallingProxy {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let upstream = upstream.trim_start_matches("redis://").trim_end_matches('/').to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writes_while_stalled = std::sync::Arc::new(AtomicU64::new(0));
+        let (stall, writes) = (stalled.clone(), writes_while_stalled.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let (stall_up, writes_up) = (stall.clone(), writes.clone());
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                        if stall_up.load(Ordering::SeqCst) {
+                            writes_up.fetch_add(1, Ordering::SeqCst); // swallowed
+                        } else if server_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        StallingProxy { url, stalled, writes_while_stalled }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_redis_is_asked_once_per_pause_not_on_every_request() {
+        let Some(url) = redis_url() else { return };
+        let proxy = stalling_proxy(&url).await;
+        let limiter = RedisRateLimiter::connect(&proxy.url).await.unwrap();
+        let key = unique_key();
+        let t0 = 9_000_000;
+        assert!(limiter.check(&key, 5, WINDOW_MS, t0).await.allowed);
+        assert_eq!(limiter.counting(), Counting::Shared);
+        proxy.stalled.store(true, Ordering::SeqCst);
+        // The first request waits for Redis in vain, then is counted in process; the next ones,
+        // within the pause, do not ask Redis at all.
+        for i in 0..10 {
+            limiter.check(&key, 5, WINDOW_MS, t0 + 1 + i).await;
+        }
+        assert_eq!(proxy.writes_while_stalled.load(Ordering::SeqCst), 1, "Redis asked once during the pause");
+        assert_eq!(limiter.counting(), Counting::Degraded { fallbacks: 10 });
+        // After the pause Redis is asked again (here: still stalled, so once more in vain).
+        limiter.check(&key, 5, WINDOW_MS, t0 + 11 + PAUSE_AFTER_FAILURE_MS).await;
+        assert_eq!(proxy.writes_while_stalled.load(Ordering::SeqCst), 2, "asked again after the pause");
     }
 
     #[tokio::test]

@@ -336,6 +336,46 @@ async fn a_nonce_is_held_by_one_sender_at_a_time(store: Arc<SqlStore>) {
     let third = store.lock_nonce(&network, "0xabc").await.unwrap();
     assert_eq!(third.recorded(), Some((7, t0())), "a dropped lock changed nothing");
 }
+/// A key deleted (and its deletion announced) while a request was reading it is not trusted for a
+/// cache period afterwards: the verdict read before the announcement is not cached.
+async fn a_key_deleted_while_it_is_read_is_not_cached_as_valid(store: Arc<SqlStore>) {
+    use crate::admin::{NewKey, create_key};
+    use crate::auth::keys::KeyEnv;
+    if !store.announces_changes() {
+        return; // one SQLite instance deletes through itself and forgets at once
+    }
+    let new = NewKey { plan: Plan::Standard, rpm: None, label: None, account: None, env: KeyEnv::Test };
+    let created = create_key(&*store, new, t0()).await.unwrap();
+    let key = created.secret.expose().to_owned();
+    let auth = Arc::new(crate::auth::Authenticator::new(
+        store.clone(),
+        crate::auth::plans::Plans::default(),
+        Arc::new(crate::auth::rate_limit::InMemoryRateLimiter::new()),
+        Arc::new(crate::clock::SystemClock),
+        std::time::Duration::from_secs(600),
+    ));
+    // Another instance deletes the key, not yet committed.
+    let mut deleting = store.pool.begin().await.unwrap();
+    sqlx::query("DELETE FROM api_keys WHERE id = $1").bind(&created.record.id).execute(&mut *deleting).await.unwrap();
+    // This instance reads the key (still there) and waits to record its use behind the deletion.
+    let reading = tokio::spawn({
+        let (auth, key) = (auth.clone(), key.clone());
+        async move { auth.authenticate_key(&key).await }
+    });
+    let waiting = "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND query LIKE 'UPDATE api_keys SET last_used_at%'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sqlx::Row::get::<i64, _>(&sqlx::query(waiting).fetch_one(&store.pool).await.unwrap(), "n") == 0 {
+        assert!(std::time::Instant::now() < deadline, "the read never waited behind the deletion");
+        tokio::task::yield_now().await;
+    }
+    // The deletion's announcement arrives first, then the deletion commits.
+    auth.forget_cached_keys();
+    deleting.commit().await.unwrap();
+    assert!(reading.await.unwrap().is_ok(), "the request in flight read the key before it was deleted");
+    assert!(auth.authenticate_key(&key).await.is_err(), "the next request reads again: deleted");
+}
+
 async fn two_contenders_one_transition(store: Arc<SqlStore>) {
     store.insert_payment(&payment("pay_1", "acct", "f", "t", t0())).await.unwrap();
     let tasks: Vec<_> = (0..16)
@@ -583,6 +623,7 @@ suite!(
     racing_claims_take_each_payment_once,
     changes_are_announced_in_order,
     a_nonce_is_held_by_one_sender_at_a_time,
+    a_key_deleted_while_it_is_read_is_not_cached_as_valid,
     two_contenders_one_transition,
     a_proof_is_claimed_once,
     a_transaction_is_one_payments_own_transfer,

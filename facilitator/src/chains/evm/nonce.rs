@@ -122,10 +122,11 @@ impl NonceManager {
             let nonce = guard.map_or(on_chain, |next| next.max(on_chain));
             return Ok(NonceLease { guard, nonce, used: false, row: None });
         };
-        let row = store
-            .lock_nonce(network, &format!("{address:#x}"))
-            .await
-            .map_err(|e| ChainError(format!("cannot lease a nonce: {e}")))?;
+        let row = store.lock_nonce(network, &format!("{address:#x}")).await.map_err(|e| {
+            // The detail (a database error) is for the operator, not the caller.
+            tracing::warn!(error = %e, %address, "cannot lease a nonce");
+            ChainError(format!("the account {address:#x} is busy with other sends; try again shortly"))
+        })?;
         let on_chain = rpc.pending_nonce(address).await?;
         let nonce = next_nonce(row.recorded(), on_chain, Utc::now());
         Ok(NonceLease { guard, nonce, used: false, row: Some(row) })

@@ -40,6 +40,10 @@ enum Backend {
 #[derive(Clone)]
 pub struct SqlStore {
     pub(in crate::store) pool: AnyPool,
+    /// PostgreSQL: connections that hold EVM nonce rows locked. Apart from `pool`, because a
+    /// holder needs a `pool` connection to record its payment: sharing one pool, enough holders
+    /// at once would each wait for a connection another holder keeps.
+    locks: Option<AnyPool>,
     backend: Backend,
     /// PostgreSQL: the URL again, for the connection that listens to announcements (secret).
     listen_url: Option<String>,
@@ -71,7 +75,8 @@ impl SqlStore {
         Self::connect_with(url, 16).await
     }
 
-    /// As [`Self::connect`], with at most `max_connections` PostgreSQL connections (SQLite: 8).
+    /// As [`Self::connect`], with at most `max_connections` PostgreSQL connections (SQLite: 8):
+    /// a quarter of them (at least one) hold EVM nonce leases, the rest do everything else.
     /// Idle connections are closed after a minute, so instances give back what a burst took.
     ///
     /// # Errors
@@ -97,22 +102,37 @@ impl SqlStore {
                     Ok(())
                 })
             }),
-            Backend::Postgres => {
-                pool_options.max_connections(max_connections.max(2)).idle_timeout(Duration::from_secs(60))
-            }
+            Backend::Postgres => pool_options
+                .max_connections(max_connections.max(2) - lock_connections(max_connections))
+                .idle_timeout(Duration::from_secs(60)),
         };
-        let pool = pool_options.connect_with(options).await?;
+        let pool = pool_options.connect_with(options.clone()).await?;
+        let locks = match backend {
+            Backend::Sqlite => None,
+            // A send waiting for a lease waits as long as for the row itself.
+            Backend::Postgres => Some(
+                AnyPoolOptions::new()
+                    .max_connections(lock_connections(max_connections))
+                    .min_connections(0)
+                    .idle_timeout(Duration::from_secs(60))
+                    .acquire_timeout(nonces::LOCK_TIMEOUT)
+                    .connect_lazy_with(options),
+            ),
+        };
         let migrator = match backend {
             Backend::Sqlite => &SQLITE_MIGRATIONS,
             Backend::Postgres => &POSTGRES_MIGRATIONS,
         };
         migrator.run(&pool).await?;
         let listen_url = (backend == Backend::Postgres).then_some(url_text);
-        Ok(Self { pool, backend, listen_url })
+        Ok(Self { pool, locks, backend, listen_url })
     }
 
     /// Closes the pool (waits for connections to be returned).
     pub async fn close(&self) {
+        if let Some(locks) = &self.locks {
+            locks.close().await;
+        }
         self.pool.close().await;
     }
 
@@ -123,6 +143,11 @@ impl SqlStore {
             Backend::Postgres => Cow::Owned(number_placeholders(query)),
         }
     }
+}
+
+/// Of `max_connections`, those that hold nonce leases: a quarter, at least one.
+fn lock_connections(max_connections: u32) -> u32 {
+    (max_connections.max(2) / 4).max(1)
 }
 
 /// `a = ? AND b = ?` → `a = $1 AND b = $2` (the queries here hold no `?` inside literals).
@@ -276,6 +301,7 @@ mod tests {
     #[test]
     fn placeholders_are_numbered_for_postgres() {
         assert_eq!(number_placeholders("a = ? AND b = ?"), "a = $1 AND b = $2");
+        assert_eq!([2, 5, 16, 40].map(lock_connections), [1, 1, 4, 10]);
         assert_eq!(sqlite_url_with_create("sqlite://x.db"), "sqlite://x.db?mode=rwc");
         assert_eq!(sqlite_url_with_create("sqlite://x.db?cache=shared"), "sqlite://x.db?cache=shared&mode=rwc");
         assert_eq!(sqlite_url_with_create("sqlite://x.db?mode=ro"), "sqlite://x.db?mode=ro");

@@ -2,7 +2,9 @@
 //!
 //! PostgreSQL: `SELECT … FOR UPDATE` inside a transaction that lasts until the nonce's broadcast
 //! is known (or the lock is dropped, which rolls back: nothing recorded). If the instance dies
-//! meanwhile its connection closes and PostgreSQL releases the row.
+//! meanwhile its connection closes and PostgreSQL releases the row. Held transactions use a pool
+//! of their own ([`SqlStore::connect_with`]): the payment a lease is for is written through the
+//! main pool while the lease is held, so the two never wait for each other's connections.
 //!
 //! Not on SQLite: a transaction held there would hold the file's one write lock, and the payment
 //! it is leased for could not be written. One SQLite instance keeps its nonces in process
@@ -32,11 +34,12 @@ struct SqlNonceLock {
 #[async_trait]
 impl NonceStore for SqlStore {
     async fn lock_nonce(&self, network: &Network, address: &str) -> StoreResult<Box<dyn NonceLock>> {
-        if self.backend != Backend::Postgres {
+        let Some(locks) = self.locks.as_ref().filter(|_| self.backend == Backend::Postgres) else {
             return Err(StoreError::Database("nonces are shared through PostgreSQL only".into()));
-        }
+        };
         let network = network.to_string();
-        let mut tx = self.pool.begin().await?;
+        // From the lock pool: the holder will need a connection of the main pool meanwhile.
+        let mut tx = locks.begin().await?;
         // A holder that hangs (alive, but never finishing) must not stall every other sender.
         sqlx::query(&format!("SET LOCAL lock_timeout = '{}s'", LOCK_TIMEOUT.as_secs())).execute(&mut *tx).await?;
         sqlx::query(&self.sql(
