@@ -162,10 +162,14 @@ pub struct Limits {
     /// How often the server pings a WebSocket client, seconds; one that stays silent for three
     /// of these is disconnected.
     pub ws_ping_secs: u64,
-    /// Most PostgreSQL connections this instance opens (plus one that listens for announcements).
-    /// Several instances share the server's `max_connections` (100 by default): size them so the
-    /// sum fits. SQLite uses 8.
+    /// Most PostgreSQL connections this instance opens for its work (besides one that listens
+    /// for announcements and the nonce leases'). Several instances share the server's
+    /// `max_connections` (100 by default): size them so the sum fits. SQLite uses 8.
     pub database_max_connections: u32,
+    /// Most PostgreSQL connections holding EVM nonce leases at once: how many accounts this
+    /// instance can be sending from at the same moment (more wait, up to 60 s). Opened only
+    /// while EVM sends run.
+    pub nonce_lease_connections: u32,
 }
 
 impl Default for Limits {
@@ -185,6 +189,7 @@ impl Default for Limits {
             ws_max_message_bytes: 16 * 1024,
             ws_ping_secs: 30,
             database_max_connections: 16,
+            nonce_lease_connections: 8,
         }
     }
 }
@@ -322,6 +327,7 @@ struct FileLimits {
     ws_max_message_bytes: Option<usize>,
     ws_ping_secs: Option<u64>,
     database_max_connections: Option<u32>,
+    nonce_lease_connections: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -432,6 +438,8 @@ impl Config {
             self.limits.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.limits.ws_ping_secs).max(1);
             self.limits.database_max_connections =
                 l.database_max_connections.unwrap_or(self.limits.database_max_connections).max(2);
+            self.limits.nonce_lease_connections =
+                l.nonce_lease_connections.unwrap_or(self.limits.nonce_lease_connections).max(1);
         }
         if let Some(p) = file.plans {
             for (plan, given) in

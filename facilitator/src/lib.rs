@@ -136,9 +136,14 @@ impl AppState {
     /// # Errors
     /// When the database cannot be opened or migrated.
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
-        let store = SqlStore::connect_with(&config.database_url, config.limits.database_max_connections)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
+        let limits = &config.limits;
+        let store = SqlStore::connect_with(
+            &config.database_url,
+            limits.database_max_connections,
+            limits.nonce_lease_connections,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
         let master_key = wallets::resolve_master_key(&config)?;
         if master_key.is_none() {
             tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");

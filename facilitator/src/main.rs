@@ -161,7 +161,7 @@ async fn wallets(config: Config, cmd: WalletsCommand) -> anyhow::Result<()> {
     let WalletsCommand::Create { key, chain } = cmd;
     let master = tollgate_facilitator::wallets::resolve_master_key(&config)?
         .ok_or_else(|| anyhow::anyhow!("custodial wallets need TOLLGATE_MASTER_KEY (32 bytes, hex or base64)"))?;
-    let store = SqlStore::connect_with(&config.database_url, 2)
+    let store = SqlStore::connect_with(&config.database_url, 2, 1)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
     let address = admin::create_wallet(&store, &master, &key, chain, chrono::Utc::now()).await?;
@@ -172,7 +172,7 @@ async fn wallets(config: Config, cmd: WalletsCommand) -> anyhow::Result<()> {
 }
 
 async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
-    let store = SqlStore::connect_with(&config.database_url, 2)
+    let store = SqlStore::connect_with(&config.database_url, 2, 1)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
     let now = chrono::Utc::now();

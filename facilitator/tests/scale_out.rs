@@ -38,9 +38,9 @@ const MASTER_KEY: &str = "6b2f0c5e9a71d3884f1e2a7c5d9b0e3f6a8c1d4e7b2f5a9c0d3e6f
 const ETH: u128 = 1_000_000_000_000_000_000;
 
 /// Writes the shared configuration; returns the environment that points a daemon at it. Each
-/// daemon opens at most 5 PostgreSQL connections (tests run at once share the server's 100).
+/// daemon opens at most 5 + 2 PostgreSQL connections (tests run at once share the server's 100).
 fn configure(dir: &Path, lines: &[String]) -> [(&'static str, &'static str); 2] {
-    let text = lines.join("\n") + "\n[limits]\ndatabase_max_connections = 5\n";
+    let text = lines.join("\n") + "\n[limits]\ndatabase_max_connections = 5\nnonce_lease_connections = 2\n";
     std::fs::write(dir.join("tollgate.toml"), text).unwrap();
     [("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", MASTER_KEY)]
 }
@@ -341,7 +341,8 @@ async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces(
 
 /// Sends from more wallets at once than the instance has database connections: each holds its
 /// wallet's nonce row on a connection of the lease pool while its payment is written through the
-/// main pool, so none waits for a connection another holds (before: a pool deadlock, then 500s).
+/// work pool, so none waits for a connection another holds (before: a pool deadlock, then 500s);
+/// wallets beyond the lease pool's size wait their turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_from_many_wallets_at_once_do_not_exhaust_the_pool() {
     let test = "sends_from_many_wallets_at_once_do_not_exhaust_the_pool";
@@ -364,7 +365,7 @@ async fn sends_from_many_wallets_at_once_do_not_exhaust_the_pool() {
         set_balance(&evm, wallet.parse().unwrap(), ETH).await;
         wallets.push(wallet);
     }
-    let daemon = Daemon::start_with(dir.path(), &env); // 5 connections: 1 for leases, 4 for the rest
+    let daemon = Daemon::start_with(dir.path(), &env); // 5 connections for the work, 2 for leases
     let client = reqwest::Client::new();
     let payee = PrivateKeySigner::random().address().to_string();
     let sends: Vec<_> = wallets

@@ -320,6 +320,14 @@ impl RedisRateLimiter {
         }
     }
 
+    /// Forgets the connection after a failed request: answers still owed on it (lost, or only
+    /// late) must never be read as another request's. The next request after the pause opens a
+    /// new one.
+    fn drop_connection(&self) {
+        *self.connection.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.last_connect_attempt_ms.store(i64::MIN, Ordering::Relaxed);
+    }
+
     fn paused(&self, now_ms: i64) -> bool {
         now_ms < self.paused_until_ms.load(Ordering::Relaxed)
     }
@@ -365,6 +373,7 @@ impl RateLimiter for RedisRateLimiter {
                     Err(e) => {
                         self.failed(now_ms, &e.to_string());
                         self.pause(now_ms);
+                        self.drop_connection();
                     }
                 }
             }
@@ -389,6 +398,7 @@ impl RateLimiter for RedisRateLimiter {
             if let Err(e) = answer {
                 self.failed(now_ms, &e.to_string());
                 self.pause(now_ms);
+                self.drop_connection();
             }
         }
     }
@@ -596,9 +606,17 @@ mod tests {
         }
         assert_eq!(proxy.writes_while_stalled.load(Ordering::SeqCst), 1, "Redis asked once during the pause");
         assert_eq!(limiter.counting(), Counting::Degraded { fallbacks: 10 });
-        // After the pause Redis is asked again (here: still stalled, so once more in vain).
-        limiter.check(&key, 5, WINDOW_MS, t0 + 11 + PAUSE_AFTER_FAILURE_MS).await;
-        assert_eq!(proxy.writes_while_stalled.load(Ordering::SeqCst), 2, "asked again after the pause");
+        // Redis answers again. After the pause a new connection is opened (the old one still owes
+        // an answer that was lost) and every answer is this request's own.
+        proxy.stalled.store(false, Ordering::SeqCst);
+        let after = t0 + 11 + PAUSE_AFTER_FAILURE_MS;
+        let mut allowed = Vec::new();
+        for i in 0..6 {
+            allowed.push(limiter.check(&key, 5, WINDOW_MS, after + i).await.allowed);
+        }
+        // One counted in Redis before the stall: 4 more places, then refused.
+        assert_eq!(allowed, [true, true, true, true, false, false]);
+        assert_eq!(limiter.counting(), Counting::Shared);
     }
 
     #[tokio::test]

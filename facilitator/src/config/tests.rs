@@ -120,4 +120,8 @@ fn the_database_pool_size_is_a_limit_with_a_floor() {
     std::fs::write(&file, "[limits]\ndatabase_max_connections = 0\n").unwrap();
     let floor = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
     assert_eq!(floor.limits.database_max_connections, 2, "one to listen with, one to work with");
+    assert_eq!(Config::default().limits.nonce_lease_connections, 8);
+    std::fs::write(&file, "[limits]\nnonce_lease_connections = 0\n").unwrap();
+    let floor = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
+    assert_eq!(floor.limits.nonce_lease_connections, 1);
 }

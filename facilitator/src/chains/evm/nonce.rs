@@ -125,7 +125,10 @@ impl NonceManager {
         let row = store.lock_nonce(network, &format!("{address:#x}")).await.map_err(|e| {
             // The detail (a database error) is for the operator, not the caller.
             tracing::warn!(error = %e, %address, "cannot lease a nonce");
-            ChainError(format!("the account {address:#x} is busy with other sends; try again shortly"))
+            ChainError(format!(
+                "could not take the next nonce of {address:#x} in time (this instance is sending from many \
+                 accounts at once, or another send from this account is stuck); nothing was sent: try again shortly"
+            ))
         })?;
         let on_chain = rpc.pending_nonce(address).await?;
         let nonce = next_nonce(row.recorded(), on_chain, Utc::now());

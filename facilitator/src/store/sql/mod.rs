@@ -72,16 +72,17 @@ impl SqlStore {
     /// # Errors
     /// [`StoreError::Database`] when the database cannot be reached or migrated.
     pub async fn connect(url: &DatabaseUrl) -> StoreResult<Self> {
-        Self::connect_with(url, 16).await
+        Self::connect_with(url, 16, 8).await
     }
 
-    /// As [`Self::connect`], with at most `max_connections` PostgreSQL connections (SQLite: 8):
-    /// a quarter of them (at least one) hold EVM nonce leases, the rest do everything else.
-    /// Idle connections are closed after a minute, so instances give back what a burst took.
+    /// As [`Self::connect`], with at most `max_connections` PostgreSQL connections for the work
+    /// (SQLite: 8) and, beside them, at most `lease_connections` that hold EVM nonce leases (one
+    /// per account sending right now; opened only when needed). Idle connections are closed
+    /// after a minute, so instances give back what a burst took.
     ///
     /// # Errors
     /// [`StoreError::Database`] when the database cannot be reached or migrated.
-    pub async fn connect_with(url: &DatabaseUrl, max_connections: u32) -> StoreResult<Self> {
+    pub async fn connect_with(url: &DatabaseUrl, max_connections: u32, lease_connections: u32) -> StoreResult<Self> {
         sqlx::any::install_default_drivers();
         let (backend, url_text) = if url.is_postgres() {
             (Backend::Postgres, url.expose().to_owned())
@@ -102,9 +103,9 @@ impl SqlStore {
                     Ok(())
                 })
             }),
-            Backend::Postgres => pool_options
-                .max_connections(max_connections.max(2) - lock_connections(max_connections))
-                .idle_timeout(Duration::from_secs(60)),
+            Backend::Postgres => {
+                pool_options.max_connections(max_connections.max(2)).idle_timeout(Duration::from_secs(60))
+            }
         };
         let pool = pool_options.connect_with(options.clone()).await?;
         let locks = match backend {
@@ -112,7 +113,7 @@ impl SqlStore {
             // A send waiting for a lease waits as long as for the row itself.
             Backend::Postgres => Some(
                 AnyPoolOptions::new()
-                    .max_connections(lock_connections(max_connections))
+                    .max_connections(lease_connections.max(1))
                     .min_connections(0)
                     .idle_timeout(Duration::from_secs(60))
                     .acquire_timeout(nonces::LOCK_TIMEOUT)
@@ -143,11 +144,6 @@ impl SqlStore {
             Backend::Postgres => Cow::Owned(number_placeholders(query)),
         }
     }
-}
-
-/// Of `max_connections`, those that hold nonce leases: a quarter, at least one.
-fn lock_connections(max_connections: u32) -> u32 {
-    (max_connections.max(2) / 4).max(1)
 }
 
 /// `a = ? AND b = ?` → `a = $1 AND b = $2` (the queries here hold no `?` inside literals).
@@ -301,7 +297,6 @@ mod tests {
     #[test]
     fn placeholders_are_numbered_for_postgres() {
         assert_eq!(number_placeholders("a = ? AND b = ?"), "a = $1 AND b = $2");
-        assert_eq!([2, 5, 16, 40].map(lock_connections), [1, 1, 4, 10]);
         assert_eq!(sqlite_url_with_create("sqlite://x.db"), "sqlite://x.db?mode=rwc");
         assert_eq!(sqlite_url_with_create("sqlite://x.db?cache=shared"), "sqlite://x.db?cache=shared&mode=rwc");
         assert_eq!(sqlite_url_with_create("sqlite://x.db?mode=ro"), "sqlite://x.db?mode=ro");
