@@ -51,6 +51,58 @@ fn only_key_id(dir: &Path, env: &[(&str, &str)]) -> String {
     list.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned()
 }
 
+/// What the instances of a test share: a PostgreSQL schema, the Solana ledger, the working
+/// directory with the configuration, and (when asked) Redis.
+struct Shared {
+    pg: PgSchema,
+    ledger: EmbeddedLedger,
+    dir: tempfile::TempDir,
+    /// `TOLLGATE_EVM_RPC_URL` of the daemons and the CLI, if any.
+    evm_rpc_url: Option<String>,
+}
+
+impl Shared {
+    /// `None` when PostgreSQL (or Redis, if `with_redis`) is not configured for tests.
+    async fn set_up(test: &str, with_redis: bool) -> Option<Self> {
+        let redis = if with_redis { Some(redis_url(test)?) } else { None };
+        let pg = PgSchema::create(test).await?;
+        let ledger = EmbeddedLedger::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut lines =
+            vec![format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())];
+        lines.extend(redis.map(|url| format!("redis_url = \"{url}\"")));
+        configure(dir.path(), &lines);
+        Some(Self { pg, ledger, dir, evm_rpc_url: None })
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        let mut env = vec![("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", MASTER_KEY)];
+        env.extend(self.evm_rpc_url.as_deref().map(|url| ("TOLLGATE_EVM_RPC_URL", url)));
+        env
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        cli_with(self.dir.path(), &self.env(), args).trim().to_owned()
+    }
+
+    fn daemon(&self) -> Daemon {
+        Daemon::start_with(self.dir.path(), &self.env())
+    }
+
+    /// A premium key and `n` custodial EVM wallets of its account, each funded with `wei`.
+    async fn evm_customer(&self, evm: &EvmRpc, n: usize, wei: u128) -> (String, Vec<String>) {
+        let key = self.cli(&["keys", "create", "--plan", "premium"]);
+        let key_id = only_key_id(self.dir.path(), &self.env());
+        let mut wallets = Vec::new();
+        for _ in 0..n {
+            let wallet = self.cli(&["wallets", "create", "--key", &key_id, "--chain", "evm"]);
+            set_balance(evm, wallet.parse().unwrap(), wei).await;
+            wallets.push(wallet);
+        }
+        (key, wallets)
+    }
+}
+
 async fn get(client: &reqwest::Client, url: String, key: &str) -> (u16, Value) {
     let response = client.get(url).bearer_auth(key).send().await.unwrap();
     let status = response.status().as_u16();
@@ -67,21 +119,11 @@ async fn post(client: &reqwest::Client, url: String, key: &str, body: &Value) ->
 /// requests pass and 50 get 429, as with one instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_hold_one_rate_limit_through_redis() {
-    let test = "three_instances_hold_one_rate_limit_through_redis";
-    let Some(redis) = redis_url(test) else { return };
-    let Some(pg) = PgSchema::create(test).await else { return };
-    let ledger = EmbeddedLedger::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let env = configure(
-        dir.path(),
-        &[
-            format!("database_url = \"{}\"", pg.url),
-            format!("redis_url = \"{redis}\""),
-            format!("solana_rpc_url = \"{}\"", ledger.rpc_url()),
-        ],
-    );
-    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "standard"]).trim().to_owned();
-    let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start_with(dir.path(), &env)).collect();
+    let Some(shared) = Shared::set_up("three_instances_hold_one_rate_limit_through_redis", true).await else {
+        return;
+    };
+    let key = shared.cli(&["keys", "create", "--plan", "standard"]);
+    let daemons: Vec<Daemon> = (0..3).map(|_| shared.daemon()).collect();
     let client = reqwest::Client::new();
     let mut answers = std::collections::BTreeMap::<u16, usize>::new();
     let mut remaining = Vec::new();
@@ -99,7 +141,7 @@ async fn three_instances_hold_one_rate_limit_through_redis() {
     for daemon in daemons {
         assert!(daemon.terminate().success());
     }
-    pg.drop_schema().await;
+    shared.pg.drop_schema().await;
 }
 
 /// Redis is down: the documented choice is to fail open to per-instance limits. Requests are
@@ -151,17 +193,12 @@ async fn next_json(socket: &mut Socket) -> Value {
 /// cache would otherwise trust it for 10 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_made_on_one_instance_reach_the_others_at_once() {
-    let test = "changes_made_on_one_instance_reach_the_others_at_once";
-    let Some(pg) = PgSchema::create(test).await else { return };
-    let ledger = EmbeddedLedger::start().await.unwrap();
-    let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let env = configure(
-        dir.path(),
-        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
-    );
-    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
-    let (a, b) = (Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env));
+    let Some(shared) = Shared::set_up("changes_made_on_one_instance_reach_the_others_at_once", false).await else {
+        return;
+    };
+    let rpc = SolanaRpc::connect(shared.ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let key = shared.cli(&["keys", "create", "--plan", "premium"]);
+    let (a, b) = (shared.daemon(), shared.daemon());
 
     let seller = Pubkey::new_unique();
     let mut request = format!("{}/ws", a.base.replace("http://", "ws://")).into_client_request().unwrap();
@@ -195,12 +232,12 @@ async fn changes_made_on_one_instance_reach_the_others_at_once() {
     assert_eq!(seen, ["verified", "submitted", "confirmed"], "every change once, in order");
 
     // A second key, trusted by B (cached), then deleted from another process.
-    let doomed = cli_with(dir.path(), &env, &["keys", "create", "--plan", "standard"]).trim().to_owned();
+    let doomed = shared.cli(&["keys", "create", "--plan", "standard"]);
     assert_eq!(get(&client, format!("{}/supported", b.base), &doomed).await.0, 200);
-    let list = cli_with(dir.path(), &env, &["keys", "list"]);
+    let list = shared.cli(&["keys", "list"]);
     let doomed_id = list.lines().skip(1).map(|l| l.split_whitespace().next().unwrap()).last().unwrap().to_owned();
     assert!(list.lines().last().unwrap().contains("standard"), "{list}");
-    cli_with(dir.path(), &env, &["keys", "delete", &doomed_id]);
+    shared.cli(&["keys", "delete", &doomed_id]);
     let deleted = Instant::now();
     loop {
         let (status, _) = get(&client, format!("{}/supported", b.base), &doomed).await;
@@ -218,15 +255,14 @@ async fn changes_made_on_one_instance_reach_the_others_at_once() {
     for daemon in [a, b] {
         assert!(daemon.terminate().success());
     }
-    pg.drop_schema().await;
+    shared.pg.drop_schema().await;
 }
 
-/// The embedded Solana ledger (every daemon needs a Solana RPC) and an anvil, with its RPC.
-async fn chains() -> (EmbeddedLedger, alloy::node_bindings::AnvilInstance, EvmRpc) {
-    let ledger = EmbeddedLedger::start().await.unwrap();
+/// An anvil on 127.0.0.1, with its RPC.
+async fn anvil() -> (alloy::node_bindings::AnvilInstance, EvmRpc) {
     let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
     let evm = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
-    (ledger, anvil, evm)
+    (anvil, evm)
 }
 
 async fn connect_ws(base: &str, key: &str) -> Socket {
@@ -239,21 +275,11 @@ async fn connect_ws(base: &str, key: &str) -> Socket {
 /// instance (20 a second), through Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_websocket_message_limit_holds_across_instances() {
-    let test = "the_websocket_message_limit_holds_across_instances";
-    let Some(redis) = redis_url(test) else { return };
-    let Some(pg) = PgSchema::create(test).await else { return };
-    let ledger = EmbeddedLedger::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let env = configure(
-        dir.path(),
-        &[
-            format!("database_url = \"{}\"", pg.url),
-            format!("redis_url = \"{redis}\""),
-            format!("solana_rpc_url = \"{}\"", ledger.rpc_url()),
-        ],
-    );
-    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
-    let (a, b) = (Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env));
+    let Some(shared) = Shared::set_up("the_websocket_message_limit_holds_across_instances", true).await else {
+        return;
+    };
+    let key = shared.cli(&["keys", "create", "--plan", "premium"]);
+    let (a, b) = (shared.daemon(), shared.daemon());
     let mut sockets = [connect_ws(&a.base, &key).await, connect_ws(&b.base, &key).await];
     let message = json!({"method": "subscribeWallet", "keys": [Pubkey::new_unique().to_string()]}).to_string();
     let started = Instant::now();
@@ -284,7 +310,7 @@ async fn the_websocket_message_limit_holds_across_instances() {
     for daemon in [a, b] {
         assert!(daemon.terminate().success());
     }
-    pg.drop_schema().await;
+    shared.pg.drop_schema().await;
 }
 
 /// Sets an account's balance on anvil.
@@ -297,23 +323,13 @@ async fn set_balance(rpc: &EvmRpc, address: Address, wei: u128) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces() {
     let test = "sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces";
-    let Some(pg) = PgSchema::create(test).await else { return };
-    let (ledger, anvil, evm) = chains().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut env = configure(
-        dir.path(),
-        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
-    )
-    .to_vec();
-    let endpoint = anvil.endpoint();
-    env.push(("TOLLGATE_EVM_RPC_URL", endpoint.as_str()));
-    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
-    let key_id = only_key_id(dir.path(), &env);
-    let wallet =
-        cli_with(dir.path(), &env, &["wallets", "create", "--key", &key_id, "--chain", "evm"]).trim().to_owned();
-    set_balance(&evm, wallet.parse().unwrap(), 10 * ETH).await;
+    let Some(mut shared) = Shared::set_up(test, false).await else { return };
+    let (anvil, evm) = anvil().await;
+    shared.evm_rpc_url = Some(anvil.endpoint());
+    let (key, wallets) = shared.evm_customer(&evm, 1, 10 * ETH).await;
+    let wallet = wallets[0].clone();
     let payee = PrivateKeySigner::random().address();
-    let (a, b) = (Daemon::start_with(dir.path(), &env), Daemon::start_with(dir.path(), &env));
+    let (a, b) = (shared.daemon(), shared.daemon());
 
     let client = reqwest::Client::new();
     let body = json!({"walletAddress": wallet, "recipientAddress": payee.to_string(), "amount": 0.01});
@@ -336,7 +352,7 @@ async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces(
     for daemon in [a, b] {
         assert!(daemon.terminate().success());
     }
-    pg.drop_schema().await;
+    shared.pg.drop_schema().await;
 }
 
 /// Sends from more wallets at once than the instance has database connections: each holds its
@@ -346,26 +362,11 @@ async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_from_many_wallets_at_once_do_not_exhaust_the_pool() {
     let test = "sends_from_many_wallets_at_once_do_not_exhaust_the_pool";
-    let Some(pg) = PgSchema::create(test).await else { return };
-    let (ledger, anvil, evm) = chains().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut env = configure(
-        dir.path(),
-        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
-    )
-    .to_vec();
-    let endpoint = anvil.endpoint();
-    env.push(("TOLLGATE_EVM_RPC_URL", endpoint.as_str()));
-    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
-    let key_id = only_key_id(dir.path(), &env);
-    let mut wallets = Vec::new();
-    for _ in 0..12 {
-        let wallet =
-            cli_with(dir.path(), &env, &["wallets", "create", "--key", &key_id, "--chain", "evm"]).trim().to_owned();
-        set_balance(&evm, wallet.parse().unwrap(), ETH).await;
-        wallets.push(wallet);
-    }
-    let daemon = Daemon::start_with(dir.path(), &env); // 5 connections for the work, 2 for leases
+    let Some(mut shared) = Shared::set_up(test, false).await else { return };
+    let (anvil, evm) = anvil().await;
+    shared.evm_rpc_url = Some(anvil.endpoint());
+    let (key, wallets) = shared.evm_customer(&evm, 12, ETH).await;
+    let daemon = shared.daemon(); // 5 connections for the work, 2 for leases
     let client = reqwest::Client::new();
     let payee = PrivateKeySigner::random().address().to_string();
     let sends: Vec<_> = wallets
@@ -381,7 +382,7 @@ async fn sends_from_many_wallets_at_once_do_not_exhaust_the_pool() {
         assert_eq!((status, answer["status"].as_str()), (200, Some("confirmed")), "{answer}");
     }
     assert!(daemon.terminate().success());
-    pg.drop_schema().await;
+    shared.pg.drop_schema().await;
 }
 
 /// Instance A broadcasts a payment and is killed while it waits for the chain (which never
@@ -390,24 +391,16 @@ async fn sends_from_many_wallets_at_once_do_not_exhaust_the_pool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payment_left_by_a_killed_instance_is_finished_by_another() {
     let test = "a_payment_left_by_a_killed_instance_is_finished_by_another";
-    let Some(pg) = PgSchema::create(test).await else { return };
-    let (ledger, anvil, evm) = chains().await;
+    let Some(mut shared) = Shared::set_up(test, false).await else { return };
+    let (anvil, evm) = anvil().await;
     // A reaches anvil through a proxy that never tells it how its transaction went.
     let proxy = RpcProxy::start(&anvil.endpoint()).await;
     proxy.rule("eth_getTransactionReceipt", Rule::Lose);
-    let dir = tempfile::tempdir().unwrap();
-    let env = configure(
-        dir.path(),
-        &[format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())],
-    );
-    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
-    let mut env_a = env.to_vec();
-    env_a.push(("TOLLGATE_EVM_RPC_URL", proxy.url.as_str()));
-    let endpoint = anvil.endpoint();
-    let mut env_b = env.to_vec();
-    env_b.push(("TOLLGATE_EVM_RPC_URL", endpoint.as_str()));
-    let a = Daemon::start_with(dir.path(), &env_a);
-    let b = Daemon::start_with(dir.path(), &env_b);
+    let key = shared.cli(&["keys", "create", "--plan", "premium"]);
+    shared.evm_rpc_url = Some(proxy.url.clone());
+    let a = shared.daemon();
+    shared.evm_rpc_url = Some(anvil.endpoint());
+    let b = shared.daemon();
 
     let buyer = PrivateKeySigner::random();
     set_balance(&evm, buyer.address(), ETH).await;
@@ -461,5 +454,5 @@ async fn a_payment_left_by_a_killed_instance_is_finished_by_another() {
     };
     assert_eq!(record["transaction"].as_str(), Some(format!("{hash:#x}").as_str()), "{record}");
     assert!(b.terminate().success());
-    pg.drop_schema().await;
+    shared.pg.drop_schema().await;
 }
