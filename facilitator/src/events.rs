@@ -25,8 +25,8 @@ use tollgate_protocol::gateway::{Direction, PaymentStatus};
 
 use crate::store::{
     AccountStore, Announcement, Announcements, HistoryPage, IdempotencyBegin, IdempotencyStore, NewPayment,
-    PaymentNotice, PaymentStore, PaymentUpdate, Store, StoreResult, StoredApiKey, StoredPayment, StoredResponse,
-    StoredWallet,
+    PaymentNotice, PaymentRoute, PaymentStore, PaymentUpdate, Store, StoreResult, StoredApiKey, StoredPayment,
+    StoredResponse, StoredWallet,
 };
 
 /// Events kept for listeners that are behind.
@@ -36,16 +36,8 @@ pub use crate::store::PAYMENT_UPDATED;
 /// One payment change, with who may see it.
 #[derive(Debug)]
 pub struct PaymentEvent {
-    /// The payment.
-    pub payment_id: String,
-    /// The account that owns it.
-    pub owner_account: String,
-    /// The other side's account, when it is a custodial wallet here.
-    pub counterparty_account: Option<String>,
-    /// Payer and payee addresses (canonical text).
-    pub wallets: [String; 2],
-    /// Its new status.
-    pub status: PaymentStatus,
+    /// Which payment, to what status, seen by whom.
+    pub route: PaymentRoute,
     /// `{"event": "payment.updated", "payment": <record>}`, serialized once; every connection
     /// sends the same bytes (a clone is a reference count).
     pub message: axum::extract::ws::Utf8Bytes,
@@ -54,19 +46,9 @@ pub struct PaymentEvent {
 }
 
 impl PaymentEvent {
-    /// Whether `account` may see it.
-    #[must_use]
-    pub fn visible_to(&self, account: &str) -> bool {
-        self.owner_account == account || self.counterparty_account.as_deref() == Some(account)
-    }
-
     fn from_notice(notice: PaymentNotice) -> Self {
         Self {
-            payment_id: notice.payment_id,
-            owner_account: notice.owner_account,
-            counterparty_account: notice.counterparty_account,
-            wallets: notice.wallets,
-            status: notice.status,
+            route: notice.route,
             message: axum::extract::ws::Utf8Bytes::from(notice.message),
             published: std::time::Instant::now(),
         }
@@ -377,11 +359,13 @@ mod tests {
 
     fn notice(status: PaymentStatus) -> PaymentNotice {
         PaymentNotice {
-            payment_id: "pay_1".into(),
-            owner_account: "acct".into(),
-            counterparty_account: None,
-            wallets: ["f".into(), "t".into()],
-            status,
+            route: PaymentRoute {
+                payment_id: "pay_1".into(),
+                owner_account: "acct".into(),
+                counterparty_account: None,
+                wallets: ["f".into(), "t".into()],
+                status,
+            },
             message: format!("{{\"status\":\"{}\"}}", status.as_str()),
         }
     }
@@ -418,13 +402,13 @@ mod tests {
         ));
         script.send(Announcement::Payment(notice(PaymentStatus::Submitted))).unwrap();
         script.send(Announcement::Payment(notice(PaymentStatus::Confirmed))).unwrap();
-        assert_eq!(events.recv().await.unwrap().status, PaymentStatus::Submitted);
-        assert_eq!(events.recv().await.unwrap().status, PaymentStatus::Confirmed);
+        assert_eq!(events.recv().await.unwrap().route.status, PaymentStatus::Submitted);
+        assert_eq!(events.recv().await.unwrap().route.status, PaymentStatus::Confirmed);
 
         cache_a_verdict().await;
         script.send(Announcement::KeyDeleted("key_1".into())).unwrap();
         script.send(Announcement::Payment(notice(PaymentStatus::Failed))).unwrap();
-        assert_eq!(events.recv().await.unwrap().status, PaymentStatus::Failed, "in order after the deletion");
+        assert_eq!(events.recv().await.unwrap().route.status, PaymentStatus::Failed, "in order after the deletion");
         auth.cache_sync();
         assert_eq!(auth.cached_keys(), 0, "a deletion anywhere drops the cached verdicts");
 

@@ -16,12 +16,10 @@ use alloy::node_bindings::Anvil;
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider as _;
 use alloy::signers::local::PrivateKeySigner;
-use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signer::Signer as _;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tollgate_facilitator::chains::evm::build::{Transfer, sign};
 use tollgate_facilitator::chains::evm::rpc::EvmRpc;
@@ -31,6 +29,7 @@ use tollgate_facilitator::devnet;
 
 use common::process::{Daemon, PgSchema, cli_with, redis_url};
 use common::rpc_proxy::{RpcProxy, Rule};
+use common::ws::{Socket, next_json, send_json};
 
 /// A 32-byte master key (hex) shared by the instances of a test.
 const MASTER_KEY: &str = "6b2f0c5e9a71d3884f1e2a7c5d9b0e3f6a8c1d4e7b2f5a9c0d3e6f1a4b7c8d9e";
@@ -175,19 +174,6 @@ async fn without_redis_an_instance_limits_on_its_own_and_keeps_serving() {
     assert!(daemon.terminate().success());
 }
 
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn next_json(socket: &mut Socket) -> Value {
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(20), socket.next()).await.expect("a message in time");
-        match message.unwrap().unwrap() {
-            Message::Text(text) => return serde_json::from_str(&text).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => {}
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-}
-
 /// A WebSocket subscriber on instance A follows a payment received through instance B, every
 /// change once and in order; a key deleted elsewhere is refused by B within a second (B's key
 /// cache would otherwise trust it for 10 s).
@@ -205,7 +191,7 @@ async fn changes_made_on_one_instance_reach_the_others_at_once() {
     request.headers_mut().insert("authorization", format!("Bearer {key}").parse().unwrap());
     let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     let subscribe = json!({"method": "subscribeWallet", "keys": [seller.to_string()]});
-    socket.send(Message::Text(subscribe.to_string().into())).await.unwrap();
+    send_json(&mut socket, subscribe).await;
     assert_eq!(next_json(&mut socket).await["event"], "subscribed");
 
     let buyer = Keypair::new();
@@ -281,10 +267,10 @@ async fn the_websocket_message_limit_holds_across_instances() {
     let key = shared.cli(&["keys", "create", "--plan", "premium"]);
     let (a, b) = (shared.daemon(), shared.daemon());
     let mut sockets = [connect_ws(&a.base, &key).await, connect_ws(&b.base, &key).await];
-    let message = json!({"method": "subscribeWallet", "keys": [Pubkey::new_unique().to_string()]}).to_string();
+    let message = json!({"method": "subscribeWallet", "keys": [Pubkey::new_unique().to_string()]});
     let started = Instant::now();
     for i in 0..30 {
-        sockets[i % 2].send(Message::Text(message.clone().into())).await.unwrap();
+        send_json(&mut sockets[i % 2], message.clone()).await;
     }
     let (mut accepted, mut limited) = (0, 0);
     for socket in &mut sockets {

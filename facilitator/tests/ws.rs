@@ -4,15 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
+mod common;
+
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
@@ -20,7 +20,7 @@ use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
 use tollgate_protocol::ChainFamily;
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+use common::ws::{Socket, next_json, send_json};
 
 /// A verified hosted payment of `account` from `wallet`.
 fn payment(account: &str, wallet: &str) -> tollgate_facilitator::store::NewPayment {
@@ -82,22 +82,6 @@ impl Served {
         request.headers_mut().insert("authorization", format!("Bearer {key}").parse().unwrap());
         tokio_tungstenite::connect_async(request).await.map(|(socket, _)| socket)
     }
-}
-
-/// The next text message as JSON (pings are skipped), within 10 s.
-async fn next_json(socket: &mut Socket) -> Value {
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), socket.next()).await.expect("a message in time");
-        match message.unwrap().unwrap() {
-            Message::Text(text) => return serde_json::from_str(&text).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => {}
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-}
-
-async fn send_json(socket: &mut Socket, value: Value) {
-    socket.send(Message::Text(value.to_string().into())).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

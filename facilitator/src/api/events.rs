@@ -13,7 +13,7 @@
 //! `payment.updated` event), so a change made just before subscribing is not missed.
 //!
 //! Bounds: `[limits] ws_max_subscriptions` per connection, `ws_max_message_bytes` per message,
-//! [`MESSAGES_PER_SECOND`] messages a second for all of a key's connections (counted by the
+//! [`WS_MESSAGES_PER_SECOND`](crate::auth::WS_MESSAGES_PER_SECOND) messages a second for all of a key's connections (counted by the
 //! shared rate limiter, so on every instance together),
 //! a ping every `ws_ping_secs` (a client silent for three of them is closed), a send that takes
 //! more than [`SEND_TIMEOUT`] closes the connection, and a client that falls behind the event bus
@@ -33,12 +33,8 @@ use tollgate_protocol::ErrorCode;
 
 use crate::AppState;
 use crate::api::error::ApiError;
-use crate::auth::Caller;
+use crate::auth::{Caller, WS_MESSAGES_PER_SECOND};
 use crate::events::PaymentEvent;
-
-/// Most messages a key may send in one second over all its connections; more get a `RATE_LIMIT`
-/// error event.
-pub const MESSAGES_PER_SECOND: u32 = crate::auth::WS_MESSAGES_PER_SECOND;
 
 /// Bytes read from a client's socket at a time.
 const READ_BUFFER: usize = 4 * 1024;
@@ -136,8 +132,9 @@ impl Connection {
     }
 
     fn wants(&self, event: &PaymentEvent) -> bool {
-        event.visible_to(&self.caller.account_id)
-            && (self.payments.contains(&event.payment_id) || event.wallets.iter().any(|w| self.wallets.contains(w)))
+        let route = &event.route;
+        route.visible_to(&self.caller.account_id)
+            && (self.payments.contains(&route.payment_id) || route.wallets.iter().any(|w| self.wallets.contains(w)))
     }
 
     async fn run(mut self, mut socket: WebSocket) {
@@ -183,7 +180,7 @@ impl Connection {
                             } else {
                                 error_event(
                                     ErrorCode::RateLimit,
-                                    format!("at most {MESSAGES_PER_SECOND} messages a second; this one was ignored"),
+                                    format!("at most {WS_MESSAGES_PER_SECOND} messages a second; this one was ignored"),
                                 )
                             }
                         }

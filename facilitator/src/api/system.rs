@@ -24,16 +24,17 @@ pub async fn healthz() -> Json<Value> {
     responses((status = 200, description = "`{\"status\": \"ready\", \"rateLimits\": \"in-process\" | \"shared\" | \"degraded\"}`"), (status = 503, description = "storage unreachable")))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     use crate::auth::rate_limit::Counting;
-    let rate_limits = match state.auth.rate_limit_counting() {
-        Counting::InProcess => json!({"rateLimits": "in-process"}),
-        Counting::Shared => json!({"rateLimits": "shared"}),
-        Counting::Degraded { fallbacks } => json!({"rateLimits": "degraded", "rateLimitFallbacks": fallbacks}),
-    };
     match state.store.ping().await {
         Ok(()) => {
-            let mut ready = json!({"status": "ready"});
-            if let (Some(body), Some(extra)) = (ready.as_object_mut(), rate_limits.as_object()) {
-                body.extend(extra.clone());
+            let counting = state.auth.rate_limit_counting();
+            let rate_limits = match counting {
+                Counting::InProcess => "in-process",
+                Counting::Shared => "shared",
+                Counting::Degraded { .. } => "degraded",
+            };
+            let mut ready = json!({"status": "ready", "rateLimits": rate_limits});
+            if let Counting::Degraded { fallbacks } = counting {
+                ready["rateLimitFallbacks"] = fallbacks.into();
             }
             Json(ready).into_response()
         }

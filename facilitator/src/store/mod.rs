@@ -462,9 +462,9 @@ pub trait Store: AccountStore + PaymentStore + IdempotencyStore {
     }
 }
 
-/// A payment change as every instance's event feed needs it: who may see it, and the message.
+/// Which payment changed, to what, and who may see it: what the event feed routes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PaymentNotice {
+pub struct PaymentRoute {
     /// The payment.
     pub payment_id: String,
     /// The account that owns it.
@@ -475,6 +475,21 @@ pub struct PaymentNotice {
     pub wallets: [String; 2],
     /// Its new status.
     pub status: PaymentStatus,
+}
+
+impl PaymentRoute {
+    /// Whether `account` may see it.
+    #[must_use]
+    pub fn visible_to(&self, account: &str) -> bool {
+        self.owner_account == account || self.counterparty_account.as_deref() == Some(account)
+    }
+}
+
+/// A payment change as every instance's event feed needs it: its route, and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNotice {
+    /// Which payment, to what status, seen by whom.
+    pub route: PaymentRoute,
     /// `{"event": "payment.updated", "payment": <record>}`.
     pub message: String,
 }
@@ -487,14 +502,15 @@ impl PaymentNotice {
     #[must_use]
     pub fn of(stored: &StoredPayment) -> Self {
         let p = &stored.payment;
-        Self {
+        let route = PaymentRoute {
             payment_id: p.id.clone(),
             owner_account: p.owner_account.clone(),
             counterparty_account: p.counterparty_account.clone(),
             wallets: [p.from.clone(), p.to.clone()],
             status: p.status,
-            message: serde_json::json!({"event": PAYMENT_UPDATED, "payment": stored.to_record()}).to_string(),
-        }
+        };
+        let message = serde_json::json!({"event": PAYMENT_UPDATED, "payment": stored.to_record()}).to_string();
+        Self { route, message }
     }
 }
 

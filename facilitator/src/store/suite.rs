@@ -290,12 +290,13 @@ async fn changes_are_announced_in_order(store: Arc<SqlStore>) {
     for _ in 0..3 {
         match heard.next().await.unwrap() {
             super::Announcement::Payment(n) => {
-                assert_eq!((n.payment_id.as_str(), n.owner_account.as_str()), ("pay_1", "acct"));
-                assert_eq!(n.wallets, ["f".to_owned(), "t".to_owned()]);
+                let r = &n.route;
+                assert_eq!((r.payment_id.as_str(), r.owner_account.as_str()), ("pay_1", "acct"));
+                assert_eq!(r.wallets, ["f".to_owned(), "t".to_owned()]);
                 let body: serde_json::Value = serde_json::from_str(&n.message).unwrap();
                 assert_eq!(body["event"], "payment.updated");
-                assert_eq!(body["payment"]["status"], n.status.as_str());
-                statuses.push(n.status);
+                assert_eq!(body["payment"]["status"], r.status.as_str());
+                statuses.push(r.status);
             }
             other => panic!("expected a payment change, heard {other:?}"),
         }

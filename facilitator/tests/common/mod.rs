@@ -6,6 +6,7 @@ pub mod fake;
 pub mod process;
 pub mod rpc_proxy;
 pub mod solana;
+pub mod ws;
 
 use axum::Router;
 use axum::body::{Body, to_bytes};

@@ -13,7 +13,7 @@ use sqlx::{AnyConnection, AnyPool, Row};
 use tollgate_protocol::gateway::PaymentStatus;
 
 use super::{Backend, SqlStore};
-use crate::store::{Announcement, Announcements, PaymentNotice, StoreError, StoreResult, StoredPayment};
+use crate::store::{Announcement, Announcements, PaymentNotice, PaymentRoute, StoreError, StoreResult, StoredPayment};
 
 /// The channel of payment changes.
 pub const PAYMENT_CHANNEL: &str = "tollgate_payment_events";
@@ -27,18 +27,19 @@ impl SqlStore {
         if self.backend != Backend::Postgres {
             return Ok(());
         }
-        let n = PaymentNotice::of(stored);
+        let PaymentNotice { route: r, message } = PaymentNotice::of(stored);
+        let [from, to] = r.wallets;
         sqlx::query(&self.sql(
             "INSERT INTO payment_events (payment_id, owner_account, counterparty_account, from_address, to_address, \
              status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         ))
-        .bind(n.payment_id)
-        .bind(n.owner_account)
-        .bind(n.counterparty_account)
-        .bind(n.wallets[0].clone())
-        .bind(n.wallets[1].clone())
-        .bind(n.status.as_str())
-        .bind(n.message)
+        .bind(r.payment_id)
+        .bind(r.owner_account)
+        .bind(r.counterparty_account)
+        .bind(from)
+        .bind(to)
+        .bind(r.status.as_str())
+        .bind(message)
         .bind(stored.updated_at.timestamp_millis())
         .execute(&mut *conn)
         .await?;
@@ -74,15 +75,15 @@ impl PgAnnouncements {
         .await?;
         let Some(row) = row else { return Ok(None) };
         let status: String = row.try_get("status")?;
-        Ok(Some(PaymentNotice {
+        let route = PaymentRoute {
             payment_id: row.try_get("payment_id")?,
             owner_account: row.try_get("owner_account")?,
             counterparty_account: row.try_get("counterparty_account")?,
             wallets: [row.try_get("from_address")?, row.try_get("to_address")?],
             status: PaymentStatus::from_wire(&status)
                 .ok_or_else(|| StoreError::Database(format!("unreadable status in payment_events: {status}")))?,
-            message: row.try_get("body")?,
-        }))
+        };
+        Ok(Some(PaymentNotice { route, message: row.try_get("body")? }))
     }
 }
 
