@@ -58,6 +58,8 @@ struct Shared {
     dir: tempfile::TempDir,
     /// `TOLLGATE_EVM_RPC_URL` of the daemons and the CLI, if any.
     evm_rpc_url: Option<String>,
+    /// `TOLLGATE_EVM_SIGNER_KEY` (the facilitator's EIP-3009 account), if any.
+    evm_signer_key: Option<String>,
 }
 
 impl Shared {
@@ -71,12 +73,13 @@ impl Shared {
             vec![format!("database_url = \"{}\"", pg.url), format!("solana_rpc_url = \"{}\"", ledger.rpc_url())];
         lines.extend(redis.map(|url| format!("redis_url = \"{url}\"")));
         configure(dir.path(), &lines);
-        Some(Self { pg, ledger, dir, evm_rpc_url: None })
+        Some(Self { pg, ledger, dir, evm_rpc_url: None, evm_signer_key: None })
     }
 
     fn env(&self) -> Vec<(&str, &str)> {
         let mut env = vec![("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", MASTER_KEY)];
         env.extend(self.evm_rpc_url.as_deref().map(|url| ("TOLLGATE_EVM_RPC_URL", url)));
+        env.extend(self.evm_signer_key.as_deref().map(|key| ("TOLLGATE_EVM_SIGNER_KEY", key)));
         env
     }
 
@@ -335,6 +338,55 @@ async fn sixteen_sends_from_one_wallet_across_two_instances_take_sixteen_nonces(
     assert_eq!(transactions.len(), 16, "16 transactions of their own");
     assert_eq!(evm.mined_nonce(wallet.parse().unwrap()).await.unwrap(), 16, "nonces 0..16, each once, no gap");
     assert_eq!(u128::try_from(evm.balance(payee).await.unwrap()).unwrap(), 16 * ETH / 100, "16 transfers");
+    for daemon in [a, b] {
+        assert!(daemon.terminate().success());
+    }
+    shared.pg.drop_schema().await;
+}
+
+/// Twelve x402 `exact` (EIP-3009) settlements at once over two instances, all sent from the
+/// facilitator's one signing account: each takes its own nonce of that account (the row is leased
+/// through PostgreSQL), all land, the seller is paid twelve times, the signer's nonce is 12.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eip3009_settlements_from_one_signer_across_two_instances_take_distinct_nonces() {
+    use common::evm::{EvmApp, Token, x402_v2};
+    let test = "eip3009_settlements_from_one_signer_across_two_instances_take_distinct_nonces";
+    let Some(mut shared) = Shared::set_up(test, false).await else { return };
+    // The chain and the test token (EvmApp's own in-process facilitator is not used).
+    let t = EvmApp::start().await;
+    let token = Token::deploy(&t).await;
+    let signer = PrivateKeySigner::random();
+    t.fund(&signer.address().to_string(), 10 * ETH).await;
+    shared.evm_rpc_url = Some(t.anvil.endpoint());
+    shared.evm_signer_key = Some(alloy::primitives::hex::encode(signer.to_bytes()));
+    let key = shared.cli(&["keys", "create", "--plan", "premium"]);
+    let (a, b) = (shared.daemon(), shared.daemon());
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 1_000_000).await;
+    let seller = PrivateKeySigner::random().address();
+    let requirement = token.requirement(&t, seller, 10_000);
+    let now = u64::try_from(chrono::Utc::now().timestamp()).unwrap();
+    let client = reqwest::Client::new();
+    let settles: Vec<_> = (0..12)
+        .map(|i| {
+            let nonce = alloy::primitives::B256::from(rand::random::<[u8; 32]>());
+            let payload = token.authorize(&t, &buyer, seller, 10_000, (0, now + 600), nonce);
+            let body = x402_v2(&requirement, payload);
+            let url = format!("{}/settle", if i % 2 == 0 { &a.base } else { &b.base });
+            let (client, key) = (client.clone(), key.clone());
+            tokio::spawn(async move { post(&client, url, &key, &body).await })
+        })
+        .collect();
+    let mut transactions = BTreeSet::new();
+    for settle in settles {
+        let (status, answer) = settle.await.unwrap();
+        assert_eq!((status, answer["success"].as_bool()), (200, Some(true)), "{answer}");
+        transactions.insert(answer["transaction"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(transactions.len(), 12);
+    assert_eq!(token.balance(&t, seller).await, 120_000, "paid twelve times");
+    let rpc = t.direct_rpc().await;
+    assert_eq!(rpc.mined_nonce(signer.address()).await.unwrap(), 12, "the signer's nonces 0..12, each once");
     for daemon in [a, b] {
         assert!(daemon.terminate().success());
     }

@@ -306,6 +306,51 @@ async fn changes_are_announced_in_order(store: Arc<SqlStore>) {
     assert_eq!(store.purge_announcements(t0() + Duration::seconds(2)).await.unwrap(), 3);
 }
 
+/// PostgreSQL: a change and its announcement are one write. When the announcement cannot be
+/// written (a fault injected with a trigger), neither the payment nor its status change is
+/// recorded, and nothing is announced; once the fault is gone, the same change goes through.
+async fn a_change_whose_announcement_fails_is_not_recorded(store: Arc<SqlStore>) {
+    if !store.announces_changes() {
+        return;
+    }
+    let mut heard = store.listen().await.unwrap().unwrap();
+    sqlx::query(
+        "CREATE FUNCTION refuse_event() RETURNS trigger AS $$ BEGIN \
+         RAISE EXCEPTION 'disk full (injected)'; END; $$ LANGUAGE plpgsql",
+    )
+    .execute(&store.pool)
+    .await
+    .unwrap();
+    let fault =
+        "CREATE TRIGGER refuse_event BEFORE INSERT ON payment_events FOR EACH ROW EXECUTE FUNCTION refuse_event()";
+    sqlx::query(fault).execute(&store.pool).await.unwrap();
+    // The insert fails whole: no payment, no claim on its proof, nothing announced.
+    let p = NewPayment { proof_id: Some("proof_1".into()), ..payment("pay_1", "acct", "f", "t", t0()) };
+    assert!(matches!(store.insert_payment(&p).await, Err(StoreError::Database(_))));
+    assert!(store.get_payment("pay_1").await.unwrap().is_none());
+    assert!(store.payment_by_proof("proof_1").await.unwrap().is_none(), "the proof is not held");
+    sqlx::query("DROP TRIGGER refuse_event ON payment_events").execute(&store.pool).await.unwrap();
+    store.insert_payment(&p).await.unwrap();
+    // A transition fails whole: the status stays, nothing announced.
+    sqlx::query(fault).execute(&store.pool).await.unwrap();
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig1".into());
+    assert!(store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.is_err());
+    let unchanged = store.get_payment("pay_1").await.unwrap().unwrap();
+    assert_eq!((unchanged.payment.status, unchanged.payment.transaction), (PaymentStatus::Verified, None));
+    sqlx::query("DROP TRIGGER refuse_event ON payment_events").execute(&store.pool).await.unwrap();
+    store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.unwrap();
+    // Heard: the insert and the transition that were recorded, nothing of the failed attempts.
+    let statuses: Vec<_> = [heard.next().await.unwrap(), heard.next().await.unwrap()]
+        .into_iter()
+        .map(|a| match a {
+            super::Announcement::Payment(n) => n.route.status,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(statuses, [PaymentStatus::Verified, PaymentStatus::Submitted]);
+}
+
 /// PostgreSQL: one holder of an account's nonce at a time, across connections (instances); a
 /// lock dropped without advancing records nothing. SQLite refuses (one instance, in-process).
 async fn a_nonce_is_held_by_one_sender_at_a_time(store: Arc<SqlStore>) {
@@ -623,6 +668,7 @@ suite!(
     a_due_payment_is_claimed_by_one_reconciler_at_a_time,
     racing_claims_take_each_payment_once,
     changes_are_announced_in_order,
+    a_change_whose_announcement_fails_is_not_recorded,
     a_nonce_is_held_by_one_sender_at_a_time,
     a_key_deleted_while_it_is_read_is_not_cached_as_valid,
     two_contenders_one_transition,
