@@ -393,6 +393,41 @@ async fn eip3009_settlements_from_one_signer_across_two_instances_take_distinct_
     shared.pg.drop_schema().await;
 }
 
+/// The database fails to record a wallet's next nonce after each accepted broadcast (a fault
+/// injected with a trigger): the sends still confirm, and each next lease starts from the node's
+/// count, so no nonce is reused or skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_go_on_when_the_next_nonce_cannot_be_recorded() {
+    let test = "sends_go_on_when_the_next_nonce_cannot_be_recorded";
+    let Some(mut shared) = Shared::set_up(test, false).await else { return };
+    let (anvil, evm) = anvil().await;
+    shared.evm_rpc_url = Some(anvil.endpoint());
+    let (key, wallets) = shared.evm_customer(&evm, 1, ETH).await;
+    let daemon = shared.daemon();
+    let db = sqlx::AnyPool::connect(&shared.pg.url).await.unwrap();
+    for statement in [
+        "CREATE FUNCTION refuse_nonce() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'disk full (injected)'; END; \
+         $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER refuse_nonce BEFORE UPDATE ON evm_nonces FOR EACH ROW EXECUTE FUNCTION refuse_nonce()",
+    ] {
+        sqlx::query(statement).execute(&db).await.unwrap();
+    }
+    let client = reqwest::Client::new();
+    let payee = PrivateKeySigner::random().address().to_string();
+    let body = json!({"walletAddress": wallets[0], "recipientAddress": payee, "amount": 0.01});
+    for _ in 0..4 {
+        let (status, answer) = post(&client, format!("{}/payment/send", daemon.base), &key, &body).await;
+        assert_eq!((status, answer["status"].as_str()), (200, Some("confirmed")), "{answer}");
+    }
+    let recorded = "SELECT count(*) AS n FROM evm_nonces WHERE next_nonce IS NOT NULL";
+    let recorded: i64 = sqlx::Row::get(&sqlx::query(recorded).fetch_one(&db).await.unwrap(), "n");
+    assert_eq!(recorded, 0, "nothing was recorded");
+    assert_eq!(evm.mined_nonce(wallets[0].parse().unwrap()).await.unwrap(), 4, "nonces 0..4, each once");
+    db.close().await;
+    assert!(daemon.terminate().success());
+    shared.pg.drop_schema().await;
+}
+
 /// Sends from more wallets at once than the instance has database connections: each holds its
 /// wallet's nonce row on a connection of the lease pool while its payment is written through the
 /// work pool, so none waits for a connection another holds (before: a pool deadlock, then 500s);
