@@ -141,7 +141,8 @@ pub struct Limits {
     /// How long an `Idempotency-Key` is remembered, seconds (at least 24 h by contract).
     pub idempotency_ttl_secs: u64,
     /// How long a verified API key is trusted without a database read, seconds. Keys deleted
-    /// by another process (the CLI) stop working after at most this long.
+    /// by another process (the CLI) stop working after at most this long on SQLite; on PostgreSQL
+    /// the database announces deletions and every instance drops its cache at once.
     pub key_cache_ttl_secs: u64,
     /// How long `/payment/send` waits for confirmation before answering `pending`, seconds.
     pub send_wait_secs: u64,
