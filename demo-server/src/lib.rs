@@ -19,7 +19,7 @@ use tollgate_facilitator::AppState;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::auth::plans::Plan;
-use tollgate_facilitator::config::{Config, DatabaseUrl, EvmChainConfig, Secret};
+use tollgate_facilitator::config::{Config, DatabaseUrl, EvmChainConfig, RpcUrl, Secret};
 use tollgate_facilitator::devnet::SplDevToken;
 use tollgate_protocol::{Address, ChainFamily};
 
@@ -185,14 +185,17 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
     let mut config = Config {
         database_url: DatabaseUrl::parse(&data_dir.join("tollgate.db").to_string_lossy())?,
         listen: options.facilitator_addr,
+        // The demo is development mode: the embedded ledger, a generated master key, `/dev/*`.
+        dev: true,
         ..Config::default()
     };
     let evm_chain = match &options.evm_rpc_url {
         Some(url) => {
             let chain_id = evm::chain_id(url).await?;
-            config
-                .evm
-                .push(EvmChainConfig { network: tollgate_protocol::Network::eip155(chain_id), rpc_url: url.clone() });
+            config.evm.push(EvmChainConfig {
+                network: tollgate_protocol::Network::eip155(chain_id),
+                rpc_url: RpcUrl::new(url.clone()),
+            });
             config.evm_signer_key = Some(Secret::new(alloy::hex::encode(evm_signer.to_bytes())));
             Some(chain_id)
         }

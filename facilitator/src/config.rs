@@ -112,6 +112,61 @@ fn redact_url(url: &str) -> String {
     out
 }
 
+/// A JSON-RPC endpoint. Providers put their API key in the path, the query or the user info
+/// (`…/v2/KEY`, `?api-key=KEY`), so only the scheme, host and port are ever printed.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct RpcUrl(String);
+
+impl RpcUrl {
+    /// Wraps an endpoint URL.
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// The URL, for the connection only.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `scheme://host:port`, and `/…` when anything follows: safe to log.
+    #[must_use]
+    pub fn redacted(&self) -> String {
+        redact_endpoint(&self.0)
+    }
+}
+
+impl fmt::Debug for RpcUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Display for RpcUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// `https://user:pw@host:8545/v2/KEY?x=y` → `https://host:8545/…`. Text that is not a URL is
+/// replaced whole.
+#[must_use]
+pub fn redact_endpoint(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else { return "[REDACTED]".to_owned() };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let tail = rest[authority_end..].trim_start_matches('/');
+    let mut out = format!("{}://{host}", &url[..scheme_end]);
+    if !tail.is_empty() {
+        out.push_str("/…");
+    }
+    out
+}
+
 /// One EVM chain the daemon settles on.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,7 +174,7 @@ pub struct EvmChainConfig {
     /// CAIP-2 id (`eip155:8453`).
     pub network: Network,
     /// JSON-RPC endpoint.
-    pub rpc_url: String,
+    pub rpc_url: RpcUrl,
 }
 
 /// How logs are written.
@@ -205,15 +260,16 @@ pub struct Config {
     /// Redis shared by every instance for rate limits (`redis://…`); `None` counts them in
     /// this process. Kept secret: it may carry a password.
     pub redis_url: Option<Secret>,
-    /// Solana JSON-RPC; `None` starts the embedded ledger.
-    pub solana_rpc_url: Option<String>,
+    /// Solana JSON-RPC; `None` serves no Solana chain, except in development mode, which starts
+    /// the embedded ledger.
+    pub solana_rpc_url: Option<RpcUrl>,
     /// Keypair file (Solana CLI JSON) of the fee payer for x402 `exact` Solana payments. The
     /// embedded ledger makes and funds one of its own when none is given.
     pub solana_fee_payer: Option<PathBuf>,
     /// EVM chains.
     pub evm: Vec<EvmChainConfig>,
     /// A single EVM RPC URL given by environment (its chain id is asked from the node).
-    pub evm_rpc_url: Option<String>,
+    pub evm_rpc_url: Option<RpcUrl>,
     /// Key encrypting custodial wallets at rest.
     pub master_key: Option<Secret>,
     /// The facilitator's EVM account (hex private key) that sends x402 `exact` (EIP-3009)
@@ -231,6 +287,10 @@ pub struct Config {
     pub limits: Limits,
     /// Log format.
     pub log_format: LogFormat,
+    /// Development mode (`serve --dev`, `TOLLGATE_DEV=1`): the embedded Solana ledger, a master
+    /// key generated into a file, and `/dev/*`. Never implied: without it the daemon serves
+    /// exactly the chains configured.
+    pub dev: bool,
 }
 
 /// Accepts `redis://…` (never echoing the URL, which may hold a password). This build has no TLS
@@ -266,6 +326,7 @@ impl Default for Config {
             plans: Plans::default(),
             limits: Limits::default(),
             log_format: LogFormat::Text,
+            dev: false,
         }
     }
 }
@@ -301,7 +362,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     database_url: Option<String>,
     redis_url: Option<String>,
-    solana_rpc_url: Option<String>,
+    solana_rpc_url: Option<RpcUrl>,
     solana_fee_payer: Option<PathBuf>,
     #[serde(default)]
     evm: Vec<EvmChainConfig>,
@@ -353,6 +414,8 @@ pub struct Flags {
     pub listen: Option<SocketAddr>,
     /// `--database`.
     pub database_url: Option<String>,
+    /// `--dev`.
+    pub dev: bool,
 }
 
 impl Config {
@@ -390,6 +453,7 @@ impl Config {
         if let Some(url) = &flags.database_url {
             config.database_url = DatabaseUrl::parse(url)?;
         }
+        config.dev |= flags.dev;
         config.validate()?;
         Ok(config)
     }
@@ -471,13 +535,13 @@ impl Config {
             self.redis_url = Some(parse_redis_url(&v)?);
         }
         if let Some(v) = non_empty("TOLLGATE_SOLANA_RPC_URL") {
-            self.solana_rpc_url = Some(v);
+            self.solana_rpc_url = Some(RpcUrl::new(v));
         }
         if let Some(v) = non_empty("TOLLGATE_SOLANA_FEE_PAYER") {
             self.solana_fee_payer = Some(PathBuf::from(v));
         }
         if let Some(v) = non_empty("TOLLGATE_EVM_RPC_URL") {
-            self.evm_rpc_url = Some(v);
+            self.evm_rpc_url = Some(RpcUrl::new(v));
         }
         if let Some(v) = non_empty("TOLLGATE_MASTER_KEY") {
             self.master_key = Some(Secret::new(v));
@@ -487,6 +551,9 @@ impl Config {
         }
         if let Some(v) = non_empty("TOLLGATE_ADMIN_TOKEN") {
             self.admin_token = Some(Secret::new(v));
+        }
+        if let Some(v) = non_empty("TOLLGATE_DEV") {
+            self.dev = parse_bool("TOLLGATE_DEV", &v)?;
         }
         if let Some(v) = non_empty("TOLLGATE_PUBLIC_SUPPORTED") {
             self.public_supported = parse_bool("TOLLGATE_PUBLIC_SUPPORTED", &v)?;
@@ -526,6 +593,45 @@ impl Config {
             if !seen.insert(&chain.network) {
                 return Err(ConfigError::Invalid(format!("[[evm]] lists {} twice", chain.network)));
             }
+        }
+        Ok(())
+    }
+}
+
+/// What `serve` would run: checked before anything starts, so a daemon short of a setting
+/// refuses with the setting's name instead of running half-configured.
+impl Config {
+    /// The chains this configuration serves, or why it cannot serve.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`], naming the setting to add or remove: no chain outside
+    /// development mode; development mode beside a configured Solana RPC; development mode in a
+    /// build without the embedded ledger.
+    pub fn check_serve(&self) -> Result<(), ConfigError> {
+        if self.dev {
+            if !cfg!(feature = "embedded-ledger") {
+                return Err(ConfigError::Invalid(
+                    "development mode (--dev, TOLLGATE_DEV) needs the embedded Solana ledger, which this build leaves \
+                     out: build with `--features embedded-ledger`, or configure your chains and drop --dev"
+                        .into(),
+                ));
+            }
+            if self.solana_rpc_url.is_some() {
+                return Err(ConfigError::Invalid(
+                    "development mode runs its own embedded Solana ledger: unset TOLLGATE_SOLANA_RPC_URL \
+                     (solana_rpc_url), or drop --dev / TOLLGATE_DEV to use that RPC"
+                        .into(),
+                ));
+            }
+            return Ok(());
+        }
+        if self.solana_rpc_url.is_none() && self.evm_rpc_url.is_none() && self.evm.is_empty() {
+            return Err(ConfigError::Invalid(
+                "no chain configured: set TOLLGATE_SOLANA_RPC_URL (solana_rpc_url) and/or TOLLGATE_EVM_RPC_URL \
+                 ([[evm]] in the config file), or run `serve --dev` (TOLLGATE_DEV=1) for the embedded development \
+                 ledger"
+                    .into(),
+            ));
         }
         Ok(())
     }

@@ -192,6 +192,9 @@ impl AccountStore for PublishingStore {
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>> {
         self.inner.get_wallet(address).await
     }
+    async fn count_wallets(&self) -> StoreResult<u64> {
+        self.inner.count_wallets().await
+    }
 }
 
 #[async_trait]

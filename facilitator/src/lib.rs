@@ -45,7 +45,7 @@ use crate::auth::rate_limit::InMemoryRateLimiter;
 use crate::chains::Chains;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
-use crate::store::{SqlStore, Store};
+use crate::store::{AccountStore as _, SqlStore, Store};
 use crate::wallets::MasterKey;
 
 /// Everything a request handler can reach. Cheap to clone.
@@ -136,6 +136,7 @@ impl AppState {
     /// # Errors
     /// When the database cannot be opened or migrated.
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
+        config.check_serve()?;
         let limits = &config.limits;
         let store = SqlStore::connect_with(
             &config.database_url,
@@ -146,9 +147,21 @@ impl AppState {
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
         let master_key = wallets::resolve_master_key(&config)?;
         if master_key.is_none() {
+            // Wallets sealed earlier would be stranded: every send from them would fail.
+            let sealed = store.count_wallets().await?;
+            if sealed > 0 {
+                anyhow::bail!(
+                    "the database holds {sealed} custodial wallet(s), sealed with a master key: set \
+                     TOLLGATE_MASTER_KEY to that key (development mode kept it in {})",
+                    config.dev_master_key_path().display()
+                );
+            }
             tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");
         }
-        let mut chains = Chains::none().with_solana(solana_backend(&config).await?);
+        let mut chains = Chains::none();
+        if let Some(solana) = solana_backend(&config).await? {
+            chains = chains.with_solana(solana);
+        }
         // Several instances on one PostgreSQL take turns with each sending account's nonce.
         let shared_nonces = config.database_url.is_postgres().then(|| Arc::new(store.clone()));
         for mut backend in evm_backends(&config).await? {
@@ -172,9 +185,9 @@ impl AppState {
     }
 }
 
-/// The configured Solana RPC, or the embedded development ledger when none is configured; with
-/// the configured fee payer, or on the embedded ledger a funded one of its own.
-async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend> {
+/// The configured Solana RPC with the configured fee payer; in development mode the embedded
+/// ledger, with a funded fee payer of its own unless one is configured; otherwise none.
+async fn solana_backend(config: &Config) -> anyhow::Result<Option<chains::SolanaBackend>> {
     use chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
     let policy = chains::solana::spl::SponsorPolicy {
         max_compute_units: config.limits.sponsor_max_compute_units,
@@ -185,33 +198,36 @@ async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend
         None => None,
     };
     if let Some(url) = &config.solana_rpc_url {
-        let rpc = SolanaRpc::connect(url, DEFAULT_CALL_TIMEOUT)
+        let rpc = SolanaRpc::connect(url.expose(), DEFAULT_CALL_TIMEOUT)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot reach the Solana RPC: {e}"))?;
-        tracing::info!(network = %rpc.network(), "Solana RPC connected");
+            .map_err(|e| anyhow::anyhow!("cannot reach the Solana RPC {url}: {e}"))?;
+        tracing::info!(network = %rpc.network(), rpc = %url, "Solana RPC connected");
         let backend = chains::SolanaBackend::new(rpc);
-        return Ok(match configured_sponsor {
+        return Ok(Some(match configured_sponsor {
             Some(sponsor) => backend.with_sponsor(sponsor),
             None => {
                 tracing::warn!("no TOLLGATE_SOLANA_FEE_PAYER: x402 `exact` (SPL) payments are disabled on Solana");
                 backend
             }
-        });
+        }));
+    }
+    if !config.dev {
+        return Ok(None);
     }
     #[cfg(feature = "embedded-ledger")]
     {
         let ledger = chains::solana::embedded::EmbeddedLedger::start().await?;
         let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await?;
-        tracing::info!(network = %rpc.network(), rpc = ledger.rpc_url(), "embedded Solana ledger started (development mode, offline)");
+        tracing::warn!(network = %rpc.network(), rpc = ledger.rpc_url(), "development mode: embedded Solana ledger started (offline; nothing on it is real money)");
         let sponsor = match configured_sponsor {
             Some(s) => s,
             None => chains::Sponsor::new(solana_sdk::signature::Keypair::new(), policy),
         };
         chains::solana::embedded::fund(&rpc, &sponsor.keypair).await?;
-        Ok(chains::SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor))
+        Ok(Some(chains::SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor)))
     }
     #[cfg(not(feature = "embedded-ledger"))]
-    anyhow::bail!("no TOLLGATE_SOLANA_RPC_URL, and this build has no embedded ledger")
+    anyhow::bail!("development mode needs the embedded ledger, which this build leaves out")
 }
 
 /// The configured EVM chains: `TOLLGATE_EVM_RPC_URL` (its chain id asked from the node) and each
@@ -219,9 +235,9 @@ async fn solana_backend(config: &Config) -> anyhow::Result<chains::SolanaBackend
 async fn evm_backends(config: &Config) -> anyhow::Result<Vec<chains::evm::EvmBackend>> {
     use chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
     let mut backends = Vec::new();
-    let configured = config.evm.iter().map(|c| (Some(&c.network), c.rpc_url.as_str()));
-    for (expected, url) in config.evm_rpc_url.iter().map(|u| (None, u.as_str())).chain(configured) {
-        let rpc = EvmRpc::connect(url, DEFAULT_CALL_TIMEOUT)
+    let configured = config.evm.iter().map(|c| (Some(&c.network), &c.rpc_url));
+    for (expected, url) in config.evm_rpc_url.iter().map(|u| (None, u)).chain(configured) {
+        let rpc = EvmRpc::connect(url.expose(), DEFAULT_CALL_TIMEOUT)
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the EVM RPC {url}: {e}"))?;
         if let Some(expected) = expected
@@ -229,7 +245,7 @@ async fn evm_backends(config: &Config) -> anyhow::Result<Vec<chains::evm::EvmBac
         {
             anyhow::bail!("the EVM RPC {url} serves {}, not the configured {expected}", rpc.network());
         }
-        tracing::info!(network = %rpc.network(), "EVM RPC connected");
+        tracing::info!(network = %rpc.network(), rpc = %url, "EVM RPC connected");
         let mut backend = chains::evm::EvmBackend::new(rpc);
         backend.confirmations = config.limits.evm_confirmations;
         backend.max_gas = config.limits.evm_max_gas;

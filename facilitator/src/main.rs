@@ -22,6 +22,10 @@ struct Cli {
     /// Database URL: sqlite://FILE (default sqlite://tollgate.db) or postgres://…
     #[arg(long, global = true)]
     database: Option<String>,
+    /// Development mode: the embedded Solana ledger, a generated master key, `/dev/airdrop`.
+    /// Never for real money. Env: TOLLGATE_DEV=1.
+    #[arg(long, global = true)]
+    dev: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -82,6 +86,9 @@ enum KeysCommand {
         /// Create a `tg_test_` key instead of a `tg_live_` key.
         #[arg(long)]
         test: bool,
+        /// Print `{"key", "id", "accountId", "plan"}` as JSON instead of the key alone.
+        #[arg(long)]
+        json: bool,
     },
     /// List keys (never the keys themselves).
     List,
@@ -102,7 +109,7 @@ fn main() -> ExitCode {
         Some(Command::Serve { listen }) => *listen,
         _ => None,
     };
-    let flags = Flags { listen, database_url: cli.database.clone() };
+    let flags = Flags { listen, database_url: cli.database.clone(), dev: cli.dev };
     let config = match Config::load(cli.config.as_deref(), |k| std::env::var(k).ok(), &flags) {
         Ok(c) => c,
         Err(e) => {
@@ -160,7 +167,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 async fn wallets(config: Config, cmd: WalletsCommand) -> anyhow::Result<()> {
     let WalletsCommand::Create { key, chain } = cmd;
     let master = tollgate_facilitator::wallets::resolve_master_key(&config)?
-        .ok_or_else(|| anyhow::anyhow!("custodial wallets need TOLLGATE_MASTER_KEY (32 bytes, hex or base64)"))?;
+        .ok_or_else(|| anyhow::anyhow!("custodial wallets need TOLLGATE_MASTER_KEY (32 bytes, hex or base64), or --dev for development mode's generated key"))?;
     let store = SqlStore::connect_with(&config.database_url, 2, 1)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
@@ -177,7 +184,7 @@ async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
     let now = chrono::Utc::now();
     match cmd {
-        KeysCommand::Create { plan, rpm, label, account, test } => {
+        KeysCommand::Create { plan, rpm, label, account, test, json } => {
             let env = if test { KeyEnv::Test } else { KeyEnv::Live };
             let created = admin::create_key(&store, NewKey { plan, rpm, label, account, env }, now).await?;
             let r = &created.record;
@@ -185,7 +192,17 @@ async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
                 "created {} ({} plan) for account {}; the key is shown only this once:",
                 r.id, r.plan, r.account_id
             );
-            println!("{}", created.secret.expose());
+            if json {
+                let out = serde_json::json!({
+                    "key": created.secret.expose(),
+                    "id": r.id,
+                    "accountId": r.account_id,
+                    "plan": r.plan.as_str(),
+                });
+                println!("{out}");
+            } else {
+                println!("{}", created.secret.expose());
+            }
         }
         KeysCommand::List => {
             println!(

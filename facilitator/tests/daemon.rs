@@ -21,9 +21,9 @@ async fn call(client: &reqwest::Client, req: reqwest::RequestBuilder) -> (u16, r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn starts_without_config_and_answers_the_contract() {
+async fn starts_in_development_mode_without_config_and_answers_the_contract() {
     let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path());
+    let daemon = Daemon::start_with(dir.path(), &[("TOLLGATE_DEV", "1")]);
     assert!(dir.path().join("tollgate.db").exists(), "the default SQLite file is created in the working directory");
 
     let standard = cli(dir.path(), &["keys", "create", "--plan", "standard", "--label", "e2e"]).trim().to_owned();
@@ -88,8 +88,10 @@ async fn starts_without_config_and_answers_the_contract() {
     let premium = cli(dir.path(), &["keys", "create", "--plan", "premium", "--test"]).trim().to_owned();
     let premium_id =
         cli(dir.path(), &["keys", "list"]).lines().last().unwrap().split_whitespace().next().unwrap().to_owned();
-    let payer = cli(dir.path(), &["wallets", "create", "--key", &premium_id, "--chain", "solana"]).trim().to_owned();
-    let payee = cli(dir.path(), &["wallets", "create", "--key", &premium_id, "--chain", "solana"]).trim().to_owned();
+    let payer =
+        cli(dir.path(), &["--dev", "wallets", "create", "--key", &premium_id, "--chain", "solana"]).trim().to_owned();
+    let payee =
+        cli(dir.path(), &["--dev", "wallets", "create", "--key", &premium_id, "--chain", "solana"]).trim().to_owned();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;

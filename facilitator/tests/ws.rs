@@ -47,6 +47,7 @@ impl Served {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("ws.db").to_str().unwrap()).unwrap(),
+            dev: true,
             ..Config::default()
         };
         configure(&mut config);

@@ -40,6 +40,7 @@ impl Facilitator {
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("f.db").to_str().unwrap()).unwrap(),
+            dev: true,
             ..Config::default()
         };
         let state = AppState::from_config(config).await.unwrap();

@@ -38,7 +38,7 @@ rpc_url = "http://127.0.0.1:8545"
     .unwrap();
     let env =
         env_of(&[("TOLLGATE_LISTEN", "127.0.0.1:9001"), ("TOLLGATE_DATABASE_URL", "postgres://u:p@127.0.0.1/db")]);
-    let flags = Flags { listen: Some("127.0.0.1:9002".parse().unwrap()), database_url: None };
+    let flags = Flags { listen: Some("127.0.0.1:9002".parse().unwrap()), ..Flags::default() };
     let c = Config::load(Some(&file), env, &flags).unwrap();
     assert_eq!(c.listen.port(), 9002, "flag beats env beats file");
     assert_eq!(c.database_url.expose(), "postgres://u:p@127.0.0.1/db", "env beats file");
@@ -124,4 +124,79 @@ fn the_database_pool_size_is_a_limit_with_a_floor() {
     std::fs::write(&file, "[limits]\nnonce_lease_connections = 0\n").unwrap();
     let floor = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
     assert_eq!(floor.limits.nonce_lease_connections, 1);
+}
+
+#[test]
+fn development_mode_is_only_ever_asked_for() {
+    let plain = Config::load(None, env_of(&[]), &Flags::default()).unwrap();
+    assert!(!plain.dev, "no flag, no variable: production");
+    let err = plain.check_serve().unwrap_err().to_string();
+    for named in ["TOLLGATE_SOLANA_RPC_URL", "TOLLGATE_EVM_RPC_URL", "--dev"] {
+        assert!(err.contains(named), "the refusal names {named}: {err}");
+    }
+    // A mistyped variable does not switch development mode on; a wrong value is refused.
+    assert!(!Config::load(None, env_of(&[("TOLLGATE_DEVV", "1")]), &Flags::default()).unwrap().dev);
+    assert!(Config::load(None, env_of(&[("TOLLGATE_DEV", "maybe")]), &Flags::default()).is_err());
+    let by_env = Config::load(None, env_of(&[("TOLLGATE_DEV", "1")]), &Flags::default()).unwrap();
+    let by_flag = Config::load(None, env_of(&[]), &Flags { dev: true, ..Flags::default() }).unwrap();
+    assert!(by_env.dev && by_flag.dev);
+    assert_eq!(by_flag.check_serve().is_ok(), cfg!(feature = "embedded-ledger"));
+    // Development mode runs its own ledger: a configured Solana RPC beside it is a mistake.
+    let both = Config::load(
+        None,
+        env_of(&[("TOLLGATE_DEV", "true"), ("TOLLGATE_SOLANA_RPC_URL", "http://127.0.0.1:8899")]),
+        &Flags::default(),
+    )
+    .unwrap();
+    if cfg!(feature = "embedded-ledger") {
+        assert!(both.check_serve().unwrap_err().to_string().contains("TOLLGATE_SOLANA_RPC_URL"));
+    }
+}
+
+#[test]
+fn any_one_chain_is_enough_outside_development_mode() {
+    for env in [
+        vec![("TOLLGATE_SOLANA_RPC_URL", "http://127.0.0.1:8899")],
+        vec![("TOLLGATE_EVM_RPC_URL", "http://127.0.0.1:8545")],
+    ] {
+        let c = Config::load(None, env_of(&env), &Flags::default()).unwrap();
+        assert!(c.check_serve().is_ok(), "{env:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("evm.toml");
+    std::fs::write(&file, "[[evm]]\nnetwork = \"eip155:8453\"\nrpc_url = \"http://127.0.0.1:8545\"\n").unwrap();
+    assert!(Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap().check_serve().is_ok());
+}
+
+#[test]
+fn rpc_urls_never_print_their_key() {
+    for (url, shown) in [
+        ("https://eth-mainnet.g.alchemy.com/v2/SECRETKEY", "https://eth-mainnet.g.alchemy.com/…"),
+        ("https://mainnet.helius-rpc.com/?api-key=SECRETKEY", "https://mainnet.helius-rpc.com/…"),
+        ("https://user:SECRETKEY@rpc.example:8545", "https://rpc.example:8545"),
+        ("http://127.0.0.1:8545", "http://127.0.0.1:8545"),
+        ("http://127.0.0.1:8545/", "http://127.0.0.1:8545"),
+        ("SECRETKEY", "[REDACTED]"),
+    ] {
+        assert_eq!(RpcUrl::new(url).to_string(), shown);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.toml");
+    std::fs::write(&file, "[[evm]]\nnetwork = \"eip155:8453\"\nrpc_url = \"https://base.example/v3/SECRETKEY\"\n")
+        .unwrap();
+    let c = Config::load(
+        Some(&file),
+        env_of(&[
+            ("TOLLGATE_SOLANA_RPC_URL", "https://sol.example/?api-key=SECRETKEY"),
+            ("TOLLGATE_EVM_RPC_URL", "https://eth.example/SECRETKEY"),
+            ("TOLLGATE_MASTER_KEY", "SECRETKEY"),
+            ("TOLLGATE_REDIS_URL", "redis://:SECRETKEY@127.0.0.1:6379"),
+            ("TOLLGATE_DATABASE_URL", "postgres://u:SECRETKEY@127.0.0.1/db"),
+        ]),
+        &Flags::default(),
+    )
+    .unwrap();
+    let printed = format!("{c:?}");
+    assert!(!printed.contains("SECRETKEY"), "{printed}");
+    assert!(printed.contains("sol.example") && printed.contains("base.example"), "{printed}");
 }

@@ -349,6 +349,8 @@ pub trait AccountStore: Send + Sync + 'static {
     async fn insert_wallet(&self, wallet: &StoredWallet) -> StoreResult<()>;
     /// A custodial wallet by canonical address.
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>>;
+    /// How many custodial wallets are stored (sealed under the master key).
+    async fn count_wallets(&self) -> StoreResult<u64>;
 }
 
 /// Payments, their history index and the reconciler's schedule.

@@ -124,7 +124,7 @@ impl MasterKey {
     }
 }
 
-/// The master key in force: `TOLLGATE_MASTER_KEY`, or in development mode (embedded ledger) a
+/// The master key in force: `TOLLGATE_MASTER_KEY`, or in development mode (`--dev`) a
 /// key kept in [`Config::dev_master_key_path`], created on first use. `None` disables custodial
 /// wallets.
 ///
@@ -134,7 +134,7 @@ pub fn resolve_master_key(config: &Config) -> Result<Option<MasterKey>, Keystore
     if let Some(text) = &config.master_key {
         return MasterKey::parse(text.expose()).map(Some);
     }
-    if config.solana_rpc_url.is_some() {
+    if !config.dev {
         return Ok(None);
     }
     let path = config.dev_master_key_path();

@@ -36,17 +36,30 @@ pub fn cli_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Runs `args` expecting the process to refuse and exit on its own within 30 s; returns stderr.
+pub fn refused(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut child = command_with(dir, env).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{args:?} did not refuse: it is still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8(out.stderr).unwrap()
+}
+
 pub struct Daemon {
     pub child: Child,
     pub base: String,
 }
 
 impl Daemon {
-    /// Starts `serve` on a free port and waits for its "listening on" line.
-    pub fn start(dir: &Path) -> Self {
-        Self::start_with(dir, &[])
-    }
-
+    /// Starts `serve` on a free port, with `env` as its only `TOLLGATE_*` environment, and waits
+    /// for its "listening on" line.
     pub fn start_with(dir: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = command_with(dir, env)
             .args(["serve", "--listen", "127.0.0.1:0"])

@@ -85,6 +85,11 @@ impl AccountStore for SqlStore {
         Ok(())
     }
 
+    async fn count_wallets(&self) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar(&self.sql("SELECT COUNT(*) FROM wallets")).fetch_one(&self.pool).await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>> {
         let row = sqlx::query(
             &self.sql("SELECT address, account_id, family, sealed_secret, created_at FROM wallets WHERE address = ?"),
