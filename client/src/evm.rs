@@ -77,8 +77,9 @@ impl std::fmt::Debug for EvmWallet {
     }
 }
 
+/// RPC clients quote the endpoint in their errors, and providers put their key in it.
 fn build_error(e: impl std::fmt::Display) -> PayError {
-    PayError::Build(e.to_string())
+    PayError::Build(tollgate_protocol::redact::redact_urls(&e.to_string()))
 }
 
 /// Awaits an RPC call under [`CALL_TIMEOUT`].
@@ -99,7 +100,9 @@ fn now_secs() -> u64 {
 
 impl EvmWallet {
     pub(crate) fn new(signer: PrivateKeySigner, rpc_url: &str) -> Result<Self, PayError> {
-        let url = rpc_url.parse().map_err(|e| build_error(format!("EVM RPC URL {rpc_url:?}: {e}")))?;
+        let url = rpc_url.parse().map_err(|e| {
+            build_error(format!("the EVM RPC URL {} is not a URL: {e}", tollgate_protocol::redact::redact_url(rpc_url)))
+        })?;
         Ok(Self {
             signer,
             provider: RootProvider::new_http(url),
@@ -264,5 +267,24 @@ impl EvmWallet {
             }),
             None,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_rpc_is_reported_without_its_key() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(1, |a| a.port());
+        let wallet = EvmWallet::new(PrivateKeySigner::random(), &format!("http://127.0.0.1:{port}/v2/SECRETKEY"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let Err(PayError::Build(message)) = wallet.network().await else { panic!("a closed port cannot answer") };
+        assert!(!message.contains("SECRETKEY"), "{message}");
+        assert!(!format!("{wallet:?}").contains("SECRETKEY"));
+        let Err(PayError::Build(message)) = EvmWallet::new(PrivateKeySigner::random(), "not a url SECRETKEY") else {
+            panic!("not a URL")
+        };
+        assert!(!message.contains("SECRETKEY"), "{message}");
     }
 }

@@ -47,6 +47,7 @@ pub use tollgate_protocol as protocol;
 
 /// Why a paid request did not succeed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PayError {
     /// The request could not be sent or read.
     #[error("request failed: {0}")]
@@ -124,6 +125,7 @@ fn truncate(text: &str, decimals: u8) -> String {
 
 /// What this buyer paid for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PaymentMade {
     /// Atomic units.
     pub amount: AtomicAmount,
@@ -139,6 +141,7 @@ pub struct PaymentMade {
 
 /// A response to a (possibly paid) request.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Paid {
     /// HTTP status.
     pub status: u16,

@@ -57,8 +57,9 @@ impl std::fmt::Debug for SolanaWallet {
     }
 }
 
+/// RPC clients quote the endpoint in their errors, and providers put their key in it.
 fn build_error(e: impl std::fmt::Display) -> PayError {
-    PayError::Build(e.to_string())
+    PayError::Build(tollgate_protocol::redact::redact_urls(&e.to_string()))
 }
 
 impl SolanaWallet {
@@ -217,4 +218,23 @@ fn transfer_checked(
             AccountMeta::new_readonly(*owner, true),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port nothing listens on: bound, then closed.
+    fn closed_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(1, |a| a.port())
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_rpc_is_reported_without_its_key() {
+        let port = closed_port();
+        let wallet = SolanaWallet::new(Keypair::new(), format!("http://127.0.0.1:{port}/?api-key=SECRETKEY"));
+        let Err(PayError::Build(message)) = wallet.network().await else { panic!("a closed port cannot answer") };
+        assert!(!message.contains("SECRETKEY"), "{message}");
+        assert!(!format!("{wallet:?}").contains("SECRETKEY"));
+    }
 }

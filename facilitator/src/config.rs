@@ -134,7 +134,7 @@ impl RpcUrl {
     /// `scheme://host:port`, and `/…` when anything follows: safe to log.
     #[must_use]
     pub fn redacted(&self) -> String {
-        redact_endpoint(&self.0)
+        tollgate_protocol::redact::redact_url(&self.0)
     }
 }
 
@@ -148,23 +148,6 @@ impl fmt::Display for RpcUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
     }
-}
-
-/// `https://user:pw@host:8545/v2/KEY?x=y` → `https://host:8545/…`. Text that is not a URL is
-/// replaced whole.
-#[must_use]
-pub fn redact_endpoint(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return "[REDACTED]".to_owned() };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    let tail = rest[authority_end..].trim_start_matches('/');
-    let mut out = format!("{}://{host}", &url[..scheme_end]);
-    if !tail.is_empty() {
-        out.push_str("/…");
-    }
-    out
 }
 
 /// One EVM chain the daemon settles on.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use tollgate_protocol::gateway::{PaymentRecord, PaymentStatus, ReceivePaymentRequest};
+use tollgate_protocol::redact::{redact_url, redact_urls};
 use tollgate_protocol::x402::{
     Asset, FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentRequirements,
     PaymentRequirementsV1, ResourceInfo, SettleResponse, Supported, V1, V2, VerifyResponse,
@@ -18,6 +19,7 @@ use tollgate_protocol::{Address, AtomicAmount, ErrorEnvelope, Network};
 
 /// A settled payment, as handlers see it in request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Payment {
     /// Who paid, when the facilitator says.
     pub payer: Option<String>,
@@ -77,6 +79,7 @@ impl Payment {
 
 /// What the facilitator said about a proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Settled: serve.
     Paid(Payment),
@@ -110,13 +113,25 @@ enum Api {
     X402,
 }
 
-/// A facilitator's address, credentials and timeouts. Cheap to clone.
-#[derive(Debug, Clone)]
+/// A facilitator's address, credentials and timeouts. Cheap to clone. Its `Debug` shows the
+/// URL's scheme, host and port, and never the API key.
+#[derive(Clone)]
 pub struct FacilitatorClient {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for FacilitatorClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FacilitatorClient")
+            .field("url", &redact_url(&self.inner.base))
+            .field("api", &self.inner.api)
+            .field("api_key", &self.inner.api_key.as_ref().map(|_| "[REDACTED]"))
+            .field("timeout", &self.inner.timeout)
+            .field("settle_margin", &self.inner.settle_margin)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     base: String,
     api_key: Option<String>,
@@ -447,7 +462,7 @@ fn paid(requirement: &PaymentRequirements, payer: Option<String>, transaction: O
 }
 
 fn unavailable(e: reqwest::Error) -> Verdict {
-    Verdict::Unavailable { timed_out: e.is_timeout(), reason: e.to_string() }
+    Verdict::Unavailable { timed_out: e.is_timeout(), reason: redact_urls(&e.to_string()) }
 }
 
 /// The `/verify` / `/settle` body in the payload's version.

@@ -21,6 +21,7 @@ const DECODED_BYTES: u64 = 8 * 1024 * 1024;
 
 /// When the facilitator settles relative to the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum SettlementOrder {
     /// Settle, then run the handler (one gateway call). The default.
     #[default]
@@ -42,6 +43,7 @@ pub(crate) enum ResourceUrl {
 
 /// Why a layer cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// No facilitator was given.
     #[error("a facilitator is required (PaymentLayerBuilder::facilitator)")]

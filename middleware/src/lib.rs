@@ -57,6 +57,8 @@ pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
 pub use price::{Price, PriceError, Quote};
 pub use service::PaymentService;
 pub use tollgate_protocol as protocol;
+/// Checking the signature of Tollgate's webhook deliveries (`Tollgate-Signature`).
+pub use tollgate_protocol::webhook;
 
 /// The README's Rust code, compiled as doctests so that it keeps compiling.
 #[cfg(doctest)]

@@ -6,6 +6,7 @@ use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Netwo
 
 /// A price that cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PriceError {
     /// The amount is not a positive decimal with at most the asset's decimals.
     #[error("invalid amount {amount:?}: {reason}")]

@@ -25,6 +25,7 @@ pub enum Address {
 
 /// Why a text is not an address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AddressError {
     /// Nothing given.
     #[error("address is empty")]

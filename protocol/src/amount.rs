@@ -27,6 +27,7 @@ pub const MAX_DECIMALS: u8 = 30;
 
 /// Why a text is not an acceptable amount.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AmountError {
     /// The text is not a number at all (or not a JSON number: `NaN`, `.5`, `1.`, `+1`, `0x10` ...).
     #[error("not a number: {0:?}")]

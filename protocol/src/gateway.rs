@@ -116,6 +116,7 @@ pub struct ConfirmTransactionRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[non_exhaustive]
 pub enum PaymentStatus {
     /// Local mode: unsigned transaction handed out.
     Built,
@@ -359,6 +360,7 @@ pub struct UnsignedTransaction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[non_exhaustive]
 pub enum TokenStandard {
     /// SPL Token program.
     SplToken,

@@ -9,6 +9,8 @@
 //! * [`x402`]: x402 v1 and v2 messages, the base64 header codec, and scheme payloads.
 //! * [`gateway`]: the gateway API's requests, responses and payment record.
 //! * [`error`]: the error envelope and the code → HTTP status table.
+//! * [`redact`]: endpoint URLs shown without the credentials they carry.
+//! * [`webhook`]: signing webhook deliveries and checking their signature.
 
 pub mod address;
 pub mod amount;
@@ -17,6 +19,8 @@ pub mod gateway;
 pub mod network;
 #[cfg(feature = "openapi")]
 mod openapi;
+pub mod redact;
+pub mod webhook;
 pub mod x402;
 
 pub use address::{Address, AddressError};

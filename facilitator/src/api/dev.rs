@@ -58,7 +58,7 @@ pub async fn airdrop(
         validate::native_amount("amount", &req.amount, ChainFamily::Solana, Some(("0.000000001", MAX_AIRDROP_SOL)))?;
     let lamports_u64 = u64::try_from(lamports.get()).map_err(|_| ApiError::invalid_params("amount is too large"))?;
     let backend = state.chains.embedded_solana().ok_or_else(|| ApiError::not_found("no embedded ledger"))?;
-    let chain_error = |e: crate::chains::ChainError| ApiError::verification_failed(e.0);
+    let chain_error = |e: crate::chains::ChainError| ApiError::verification_failed(e.to_string());
     let signature = backend.rpc.request_airdrop(&key, lamports_u64).await.map_err(chain_error)?;
     // Answer once the funds are usable.
     match backend.rpc.wait_for_outcome(&signature, Duration::from_secs(30)).await.map_err(chain_error)? {

@@ -38,6 +38,6 @@ pub async fn info(
     let address = validate::address("mintAddress", &mint)?;
     let network = state.chains.network_for(address.family(), query.network.as_ref())?;
     let chain = state.chains.get(&network)?;
-    let found = chain.token_info(&address).await.map_err(|e| ApiError::verification_failed(e.0))?;
+    let found = chain.token_info(&address).await.map_err(|e| ApiError::verification_failed(e.to_string()))?;
     found.map(Json).ok_or_else(|| ApiError::not_found(format!("{address} is not a token on {network}")))
 }

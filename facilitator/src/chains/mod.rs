@@ -24,6 +24,7 @@ pub mod terms;
 
 use async_trait::async_trait;
 use tollgate_protocol::gateway::TokenInfo;
+use tollgate_protocol::redact::redact_urls;
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
@@ -32,9 +33,11 @@ pub use registry::{Chains, Unserved, schemes_with};
 pub use solana::{SolanaBackend, Sponsor};
 pub use terms::{Checked, Price, Settle, Settler, Terms};
 
-/// A chain node could not be asked (down, slow, or answered nonsense).
+/// A chain node could not be asked (down, slow, or answered nonsense). Shown with every URL in
+/// it cut to scheme, host and port: RPC clients quote the endpoint, and providers put their API
+/// key in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
+#[error("{}", redact_urls(.0))]
 pub struct ChainError(pub String);
 
 /// How long to wait before asking a node about a transaction again after `attempt` fruitless
@@ -64,10 +67,10 @@ pub(crate) async fn bounded<T, E: std::fmt::Display>(
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
     /// The node refused it: it was not broadcast (it may still be on chain from another sender).
-    #[error("rejected: {0}")]
+    #[error("rejected: {}", redact_urls(.0))]
     Rejected(String),
     /// No clear answer: it may or may not have reached the chain.
-    #[error("outcome unknown: {0}")]
+    #[error("outcome unknown: {}", redact_urls(.0))]
     Uncertain(String),
 }
 

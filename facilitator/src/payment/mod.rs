@@ -90,7 +90,7 @@ impl From<StoreError> for PaymentError {
 
 impl From<ChainError> for PaymentError {
     fn from(e: ChainError) -> Self {
-        Self::Unavailable(e.0)
+        Self::Unavailable(e.to_string())
     }
 }
 

@@ -135,7 +135,7 @@ async fn look(
     };
     let chain = chains.get(&p.network).map_err(|e| e.to_string())?;
     let watched = Watched { id: tx_id, raw: p.tx_raw.as_deref(), horizon: p.last_valid_block_height };
-    match chain.status(&watched).await.map_err(|e| e.0)? {
+    match chain.status(&watched).await.map_err(|e| e.to_string())? {
         TxStatus::Landed(outcome) => {
             record_outcome(store, &p.id, outcome, clock.now()).await.map(Some).map_err(|e| e.to_string())
         }

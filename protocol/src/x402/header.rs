@@ -25,6 +25,7 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Why a header value could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeaderError {
     /// Empty value.
     #[error("payment header is empty")]

@@ -5,6 +5,7 @@
 //! one whose fate is unknown ([`SendError::Uncertain`]: it may still land, so it is watched).
 
 use std::time::Duration;
+use tollgate_protocol::redact::redact_urls;
 
 use alloy::consensus::Transaction as _;
 use alloy::eips::eip1559::Eip1559Estimation;
@@ -201,7 +202,7 @@ impl EvmRpc {
                     Err(SendError::Uncertain(resp.message.to_string()))
                 }
                 Some(resp) => Err(SendError::Rejected(resp.message.to_string())),
-                None => Err(SendError::Uncertain(e.to_string())),
+                None => Err(SendError::Uncertain(redact_urls(&e.to_string()))),
             },
         }
     }

@@ -6,6 +6,7 @@
 //! ([`SendError::Uncertain`]: it may still land, so it is watched, not failed).
 
 use std::time::Duration;
+use tollgate_protocol::redact::redact_urls;
 
 use solana_commitment_config::CommitmentConfig;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
@@ -214,7 +215,7 @@ impl SolanaRpc {
                     | solana_rpc_client_api::client_error::ErrorKind::TransactionError(_) => {
                         Err(SendError::Rejected(e.to_string()))
                     }
-                    _ => Err(SendError::Uncertain(e.to_string())),
+                    _ => Err(SendError::Uncertain(redact_urls(&e.to_string()))),
                 }
             }
         }
