@@ -233,6 +233,35 @@ impl Default for Limits {
     }
 }
 
+/// Webhook delivery settings (`[webhooks]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// Let endpoints be loopback, private, link-local or other non-public addresses (default
+    /// off: a registered URL must not reach into the facilitator's own network).
+    pub allow_private_targets: bool,
+    /// Refuse `http://` endpoints (default on).
+    pub require_https: bool,
+    /// The first retry waits this long, seconds; each next one twice as long, up to an hour.
+    pub retry_base_secs: u64,
+    /// Retries stop this long after the event, seconds (default a day); the delivery is then
+    /// `failed`.
+    pub retry_for_secs: u64,
+    /// How long one attempt may take, seconds.
+    pub timeout_secs: u64,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            allow_private_targets: false,
+            require_https: true,
+            retry_base_secs: 10,
+            retry_for_secs: 24 * 3600,
+            timeout_secs: 10,
+        }
+    }
+}
+
 /// The daemon's whole configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -268,6 +297,8 @@ pub struct Config {
     pub plans: Plans,
     /// Limits.
     pub limits: Limits,
+    /// Webhook delivery.
+    pub webhooks: WebhookSettings,
     /// Log format.
     pub log_format: LogFormat,
     /// Development mode (`serve --dev`, `TOLLGATE_DEV=1`): the embedded Solana ledger, a master
@@ -308,6 +339,7 @@ impl Default for Config {
             facilitator_allow_list: Vec::new(),
             plans: Plans::default(),
             limits: Limits::default(),
+            webhooks: WebhookSettings::default(),
             log_format: LogFormat::Text,
             dev: false,
         }
@@ -354,6 +386,17 @@ struct FileConfig {
     log_format: Option<LogFormat>,
     limits: Option<FileLimits>,
     plans: Option<FilePlans>,
+    webhooks: Option<FileWebhooks>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWebhooks {
+    allow_private_targets: Option<bool>,
+    require_https: Option<bool>,
+    retry_base_secs: Option<u64>,
+    retry_for_secs: Option<u64>,
+    timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -488,6 +531,14 @@ impl Config {
                 l.database_max_connections.unwrap_or(self.limits.database_max_connections).max(2);
             self.limits.nonce_lease_connections =
                 l.nonce_lease_connections.unwrap_or(self.limits.nonce_lease_connections).max(1);
+        }
+        if let Some(w) = file.webhooks {
+            let d = &mut self.webhooks;
+            d.allow_private_targets = w.allow_private_targets.unwrap_or(d.allow_private_targets);
+            d.require_https = w.require_https.unwrap_or(d.require_https);
+            d.retry_base_secs = w.retry_base_secs.unwrap_or(d.retry_base_secs).max(1);
+            d.retry_for_secs = w.retry_for_secs.unwrap_or(d.retry_for_secs);
+            d.timeout_secs = w.timeout_secs.unwrap_or(d.timeout_secs).clamp(1, 60);
         }
         if let Some(p) = file.plans {
             for (plan, given) in

@@ -24,9 +24,9 @@ use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
 
 use crate::store::{
-    AccountStore, Announcement, Announcements, HistoryPage, IdempotencyBegin, IdempotencyStore, NewPayment,
-    PaymentNotice, PaymentRoute, PaymentStore, PaymentUpdate, Store, StoreResult, StoredApiKey, StoredPayment,
-    StoredResponse, StoredWallet,
+    AccountStore, Announcement, Announcements, DeliveryOutcome, DeliveryRecord, DueDelivery, HistoryPage,
+    IdempotencyBegin, IdempotencyStore, NewPayment, PaymentNotice, PaymentRoute, PaymentStore, PaymentUpdate, Store,
+    StoreResult, StoredApiKey, StoredPayment, StoredResponse, StoredWallet, StoredWebhookEndpoint, WebhookStore,
 };
 
 /// Events kept for listeners that are behind.
@@ -247,6 +247,39 @@ impl PaymentStore for PublishingStore {
         offset: u64,
     ) -> StoreResult<HistoryPage> {
         self.inner.history(account, wallet, direction, limit, offset).await
+    }
+}
+
+#[async_trait]
+impl WebhookStore for PublishingStore {
+    async fn insert_webhook_endpoint(&self, endpoint: &StoredWebhookEndpoint) -> StoreResult<()> {
+        self.inner.insert_webhook_endpoint(endpoint).await
+    }
+    async fn webhook_endpoints(&self, account_id: Option<&str>) -> StoreResult<Vec<StoredWebhookEndpoint>> {
+        self.inner.webhook_endpoints(account_id).await
+    }
+    async fn webhook_endpoint(&self, id: &str) -> StoreResult<Option<StoredWebhookEndpoint>> {
+        self.inner.webhook_endpoint(id).await
+    }
+    async fn delete_webhook_endpoint(&self, account_id: &str, id: &str) -> StoreResult<bool> {
+        self.inner.delete_webhook_endpoint(account_id, id).await
+    }
+    async fn claim_webhook_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        claim_until: DateTime<Utc>,
+    ) -> StoreResult<Vec<DueDelivery>> {
+        self.inner.claim_webhook_deliveries(now, limit, claim_until).await
+    }
+    async fn record_webhook_attempt(&self, id: i64, at: DateTime<Utc>, outcome: &DeliveryOutcome) -> StoreResult<()> {
+        self.inner.record_webhook_attempt(id, at, outcome).await
+    }
+    async fn webhook_deliveries(&self, endpoint_id: Option<&str>, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {
+        self.inner.webhook_deliveries(endpoint_id, limit).await
+    }
+    async fn webhook_backlog(&self) -> StoreResult<u64> {
+        self.inner.webhook_backlog().await
     }
 }
 

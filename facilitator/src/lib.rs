@@ -11,6 +11,7 @@
 //! | lifecycle | [`settlement`] | the state machine, applied with compare-and-set; the reconciler |
 //! | chains | [`chains`] | the [`chains::Chain`] trait, terms and refusals; [`chains::solana`], [`chains::evm`] split by scheme |
 //! | access | [`auth`], [`wallets`] | API keys, plans, rate limits; custodial keys sealed at rest |
+//! | notification | [`webhooks`] | endpoints per account; the sender working through the outbox the store fills |
 //! | storage | [`store`], [`events`] | three storage traits over SQLite / PostgreSQL; the store that publishes payment changes |
 //! | base | [`config`], [`clock`] | typed configuration; time |
 //!
@@ -32,6 +33,7 @@ pub mod payment;
 pub mod settlement;
 pub mod store;
 pub mod wallets;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -45,7 +47,7 @@ use crate::auth::rate_limit::InMemoryRateLimiter;
 use crate::chains::Chains;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
-use crate::store::{AccountStore as _, SqlStore, Store};
+use crate::store::{AccountStore as _, SqlStore, Store, WebhookStore as _};
 use crate::wallets::MasterKey;
 
 /// Everything a request handler can reach. Cheap to clone.
@@ -148,11 +150,12 @@ impl AppState {
         let master_key = wallets::resolve_master_key(&config)?;
         if master_key.is_none() {
             // Wallets sealed earlier would be stranded: every send from them would fail.
-            let sealed = store.count_wallets().await?;
-            if sealed > 0 {
+            let wallets = store.count_wallets().await?;
+            let endpoints = store.webhook_endpoints(None).await?.len();
+            if wallets > 0 || endpoints > 0 {
                 anyhow::bail!(
-                    "the database holds {sealed} custodial wallet(s), sealed with a master key: set \
-                     TOLLGATE_MASTER_KEY to that key (development mode kept it in {})",
+                    "the database holds {wallets} custodial wallet(s) and {endpoints} webhook endpoint(s), sealed \
+                     with a master key: set TOLLGATE_MASTER_KEY to that key (development mode kept it in {})",
                     config.dev_master_key_path().display()
                 );
             }
@@ -279,6 +282,19 @@ pub async fn run(
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let purge = tokio::spawn(purge_idempotency_keys(state.clone(), stop_rx.clone()));
     let reconciler = tokio::spawn(reconcile_periodically(state.clone(), stop_rx.clone()));
+    // The webhook outbox: every instance sends; claims keep them off each other's rows.
+    let webhooks = match webhooks::Sender::new(
+        state.store.clone(),
+        state.master_key.clone(),
+        state.config.webhooks.clone(),
+        state.clock.clone(),
+    ) {
+        Ok(sender) => Some(tokio::spawn(webhooks::send_periodically(sender, stop_rx.clone()))),
+        Err(e) => {
+            tracing::error!(error = %e, "webhooks will not be sent");
+            None
+        }
+    };
     // PostgreSQL: changes made on every instance reach this one's WebSocket feed and key cache.
     // Listening starts before the first connection is accepted.
     let follow = if state.store.announces_changes() {
@@ -319,6 +335,9 @@ pub async fn run(
     };
     purge.abort();
     reconciler.abort();
+    if let Some(webhooks) = webhooks {
+        webhooks.abort();
+    }
     if let Some(follow) = follow {
         follow.abort();
     }

@@ -68,7 +68,7 @@ async fn without_dev_the_daemon_refuses_to_start_short_of_a_setting() {
     let ledger = EmbeddedLedger::start().await.unwrap();
     let production = [("TOLLGATE_SOLANA_RPC_URL", ledger.rpc_url())];
     let err = refused(dir.path(), &production, &SERVE);
-    assert!(err.contains("TOLLGATE_MASTER_KEY") && err.contains("1 custodial wallet"), "{err}");
+    assert!(err.contains("TOLLGATE_MASTER_KEY") && err.contains("1 custodial wallet(s)"), "{err}");
     assert!(!err.contains(dev_key.trim()), "the key itself is never printed: {err}");
 
     // With the key, it serves that one chain and no development endpoint.

@@ -18,6 +18,7 @@ pub mod system;
 pub mod tokens;
 pub mod transactions;
 pub mod validate;
+pub mod webhooks;
 pub mod x402;
 
 use std::any::Any;
@@ -27,7 +28,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use http::header::AUTHORIZATION;
 use http::{HeaderValue, Method, Uri};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -54,6 +55,7 @@ use crate::auth::plans::Endpoint;
         tokens::info,
         x402::verify, x402::settle, x402::supported,
         events::ws,
+        webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries,
         system::healthz, system::readyz, system::openapi,
         dev::airdrop,
     ),
@@ -104,6 +106,10 @@ pub fn router(state: AppState) -> Router {
         .route("/settle", guard_post(Endpoint::Settle, post(x402::settle)))
         .route("/supported", supported)
         .route("/ws", guard(Endpoint::Ws, get(events::ws)))
+        // Not under the Idempotency-Key layer: a replayed answer would have to keep the secret.
+        .route("/webhooks", guard(Endpoint::Webhooks, post(webhooks::create).get(webhooks::list)))
+        .route("/webhooks/{id}", guard(Endpoint::Webhooks, delete(webhooks::delete)))
+        .route("/webhooks/{id}/deliveries", guard(Endpoint::Webhooks, get(webhooks::deliveries)))
         .route("/dashboard", get(dashboard::show))
         .route("/dashboard/login", post(dashboard::login))
         .route("/dashboard/logout", post(dashboard::logout))

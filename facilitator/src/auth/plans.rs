@@ -2,7 +2,7 @@
 //!
 //! | plan | requests / minute | endpoint groups |
 //! |---|---|---|
-//! | standard | 100 | payment, transaction, verify, settle, supported |
+//! | standard | 100 | payment, transaction, verify, settle, supported, webhooks |
 //! | premium | 1,000 | standard's + token, ws |
 //! | enterprise | per key (default 10,000) | all |
 //!
@@ -74,6 +74,8 @@ pub enum EndpointGroup {
     Token,
     /// `GET /ws`.
     Ws,
+    /// `/webhooks*`.
+    Webhooks,
     /// Every group.
     #[serde(rename = "*")]
     All,
@@ -108,6 +110,8 @@ pub enum Endpoint {
     Ws,
     /// `POST /dev/airdrop` (embedded development ledger only).
     DevAirdrop,
+    /// `/webhooks*`: register, list, delete endpoints; read their delivery log.
+    Webhooks,
 }
 
 impl Endpoint {
@@ -126,6 +130,7 @@ impl Endpoint {
             Self::Settle => EndpointGroup::Settle,
             Self::Supported => EndpointGroup::Supported,
             Self::Ws => EndpointGroup::Ws,
+            Self::Webhooks => EndpointGroup::Webhooks,
         }
     }
 }
@@ -158,7 +163,7 @@ pub struct Plans {
 impl Default for Plans {
     fn default() -> Self {
         use EndpointGroup as G;
-        let standard = vec![G::Payment, G::Transaction, G::Verify, G::Settle, G::Supported];
+        let standard = vec![G::Payment, G::Transaction, G::Verify, G::Settle, G::Supported, G::Webhooks];
         let mut premium = standard.clone();
         premium.extend([G::Token, G::Ws]);
         Self {
@@ -207,6 +212,7 @@ mod tests {
             Endpoint::Verify,
             Endpoint::Settle,
             Endpoint::Supported,
+            Endpoint::Webhooks,
         ] {
             assert!(standard.allows(e) && premium.allows(e) && enterprise.allows(e), "{e:?}");
         }

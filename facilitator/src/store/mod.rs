@@ -3,8 +3,9 @@
 //! * [`AccountStore`]: accounts, API keys (hashed), custodial wallets (sealed).
 //! * [`PaymentStore`]: payments with their per-wallet history index and the reconciler's schedule.
 //! * [`IdempotencyStore`]: answers remembered per `Idempotency-Key`.
+//! * [`WebhookStore`]: webhook endpoints and the outbox of their deliveries.
 //!
-//! [`Store`] is all three. [`SqlStore`] implements them once over sqlx's `Any` driver for SQLite
+//! [`Store`] is all four. [`SqlStore`] implements them once over sqlx's `Any` driver for SQLite
 //! (the embedded default: a file in WAL mode) and PostgreSQL (several instances sharing one
 //! database). Each engine has its own migrations folder because their DDL differs; the queries are
 //! shared.
@@ -16,7 +17,9 @@
 //!   `(owner_account, network, tx_id, owner_side)`);
 //! * a payment's status only changes through a compare-and-set on its current status
 //!   ([`PaymentStore::transition_payment`]), so two writers cannot both move it;
-//! * history pages are newest first and stable: each entry has a unique insertion sequence.
+//! * history pages are newest first and stable: each entry has a unique insertion sequence;
+//! * a payment change and its webhook deliveries are written in one transaction: neither is
+//!   recorded without the other, and an (endpoint, event) pair is queued once.
 
 mod sql;
 
@@ -435,7 +438,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 
 /// Everything Tollgate persists.
 #[async_trait]
-pub trait Store: AccountStore + PaymentStore + IdempotencyStore {
+pub trait Store: AccountStore + PaymentStore + IdempotencyStore + WebhookStore {
     /// Checks the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
@@ -514,6 +517,152 @@ impl PaymentNotice {
         let message = serde_json::json!({"event": PAYMENT_UPDATED, "payment": stored.to_record()}).to_string();
         Self { route, message }
     }
+}
+
+/// A payment change as a webhook event: the body every endpoint of the accounts that may see
+/// the payment receives (`{"id", "type", "createdAt", "data": {"payment"}}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookEvent {
+    /// `evt_<payment id>_<status>`: a payment takes each status at most once, so a receiver
+    /// deduplicates retried deliveries on it.
+    pub id: String,
+    /// `payment.<status>`.
+    pub kind: String,
+    /// The JSON body, signed and sent as is on every attempt.
+    pub body: String,
+}
+
+impl WebhookEvent {
+    /// The event of a payment as stored now.
+    #[must_use]
+    pub fn of(stored: &StoredPayment) -> Self {
+        let status = stored.payment.status.as_str();
+        let id = format!("evt_{}_{status}", stored.payment.id);
+        let kind = format!("payment.{status}");
+        let body = serde_json::json!({
+            "id": id,
+            "type": kind,
+            "createdAt": stored.updated_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "data": {"payment": stored.to_record()},
+        })
+        .to_string();
+        Self { id, kind, body }
+    }
+}
+
+/// A registered webhook endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWebhookEndpoint {
+    /// `whe_…`.
+    pub id: String,
+    /// The account whose payments it hears about.
+    pub account_id: String,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// The owner's note.
+    pub description: Option<String>,
+    /// The signing secret, sealed under the master key (associated data: the id).
+    pub sealed_secret: String,
+    /// When it was registered.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A delivery claimed for sending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueDelivery {
+    /// The outbox row.
+    pub id: i64,
+    /// Its endpoint.
+    pub endpoint_id: String,
+    /// The event.
+    pub event_id: String,
+    /// The body to send.
+    pub body: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+    /// When the event was queued (retries stop a set time after it).
+    pub created_at: DateTime<Utc>,
+}
+
+/// What came of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// The endpoint answered 2xx.
+    Delivered {
+        /// Its status.
+        status: u16,
+    },
+    /// Try again at `next_at`.
+    Retry {
+        /// The endpoint's status, when it answered.
+        status: Option<u16>,
+        /// What went wrong.
+        error: String,
+        /// When to try again.
+        next_at: DateTime<Utc>,
+    },
+    /// Given up (retried for the whole retry period, or the endpoint is gone).
+    Failed {
+        /// The endpoint's last status, when it answered.
+        status: Option<u16>,
+        /// What went wrong last.
+        error: String,
+    },
+}
+
+/// A row of the delivery log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    /// The outbox row.
+    pub id: i64,
+    /// Its endpoint.
+    pub endpoint_id: String,
+    /// The event.
+    pub event_id: String,
+    /// `payment.<status>`.
+    pub event_type: String,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When the next attempt is due (pending only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The last answer's status.
+    pub last_status: Option<u16>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When it was queued.
+    pub created_at: DateTime<Utc>,
+    /// When it was delivered.
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// Webhook endpoints and their outbox. Deliveries are queued by the payment store, in the
+/// transaction of each payment change.
+#[async_trait]
+pub trait WebhookStore: Send + Sync + 'static {
+    /// Registers an endpoint (its account must exist).
+    async fn insert_webhook_endpoint(&self, endpoint: &StoredWebhookEndpoint) -> StoreResult<()>;
+    /// An account's endpoints, or every endpoint (`None`), oldest first.
+    async fn webhook_endpoints(&self, account_id: Option<&str>) -> StoreResult<Vec<StoredWebhookEndpoint>>;
+    /// One endpoint by id.
+    async fn webhook_endpoint(&self, id: &str) -> StoreResult<Option<StoredWebhookEndpoint>>;
+    /// Deletes an account's endpoint and its deliveries; false when it has none of that id.
+    async fn delete_webhook_endpoint(&self, account_id: &str, id: &str) -> StoreResult<bool>;
+    /// Claims up to `limit` pending deliveries due by `now` until `claim_until` (others skip
+    /// them), oldest due first.
+    async fn claim_webhook_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        claim_until: DateTime<Utc>,
+    ) -> StoreResult<Vec<DueDelivery>>;
+    /// Records an attempt and releases the claim.
+    async fn record_webhook_attempt(&self, id: i64, at: DateTime<Utc>, outcome: &DeliveryOutcome) -> StoreResult<()>;
+    /// The newest deliveries of one endpoint, or of all (`None`), newest first.
+    async fn webhook_deliveries(&self, endpoint_id: Option<&str>, limit: u32) -> StoreResult<Vec<DeliveryRecord>>;
+    /// How many deliveries are waiting to be sent.
+    async fn webhook_backlog(&self) -> StoreResult<u64>;
 }
 
 /// What the database announced.

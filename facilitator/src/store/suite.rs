@@ -635,6 +635,137 @@ async fn wallets(store: Arc<SqlStore>) {
     assert!(!format!("{orphan:?}").contains("sealed"), "Debug does not print the sealed key");
 }
 
+fn endpoint(id: &str, account: &str) -> super::StoredWebhookEndpoint {
+    super::StoredWebhookEndpoint {
+        id: id.into(),
+        account_id: account.into(),
+        url: format!("https://{id}.example/hook"),
+        description: None,
+        sealed_secret: "sealed".into(),
+        created_at: t0(),
+    }
+}
+
+/// Every change of a payment queues one delivery per endpoint of each account that may see it,
+/// in the change's transaction; claims are exclusive until recorded or lapsed; outcomes are kept.
+async fn payment_changes_queue_webhook_deliveries(store: Arc<SqlStore>) {
+    use super::{DeliveryOutcome, WebhookStore as _};
+    for account in ["acct_a", "acct_b", "acct_c"] {
+        store.create_account(account, t0()).await.unwrap();
+    }
+    for (id, account) in [("whe_a1", "acct_a"), ("whe_a2", "acct_a"), ("whe_b", "acct_b"), ("whe_c", "acct_c")] {
+        store.insert_webhook_endpoint(&endpoint(id, account)).await.unwrap();
+    }
+    assert_eq!(store.webhook_endpoints(Some("acct_a")).await.unwrap().len(), 2);
+    assert_eq!(store.webhook_endpoints(None).await.unwrap().len(), 4);
+    // acct_a owns the payment, acct_b is the other side; acct_c sees nothing.
+    let mut p = payment("pay_1", "acct_a", "f", "t", t0());
+    p.counterparty_account = Some("acct_b".into());
+    store.insert_payment(&p).await.unwrap();
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig1".into());
+    store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.unwrap();
+    assert_eq!(store.webhook_backlog().await.unwrap(), 6, "2 changes × 3 endpoints");
+    assert!(store.webhook_deliveries(Some("whe_c"), 10).await.unwrap().is_empty());
+    let log = store.webhook_deliveries(Some("whe_b"), 10).await.unwrap();
+    let events: Vec<_> = log.iter().map(|d| (d.event_id.as_str(), d.event_type.as_str())).collect();
+    assert_eq!(events, [("evt_pay_1_submitted", "payment.submitted"), ("evt_pay_1_verified", "payment.verified")]);
+
+    // Claimed rows are skipped by another claimer until released or lapsed.
+    let now = t0() + Duration::seconds(1);
+    let first = store.claim_webhook_deliveries(now, 4, now + Duration::seconds(60)).await.unwrap();
+    let second = store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60)).await.unwrap();
+    assert_eq!((first.len(), second.len()), (4, 2));
+    assert!(store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60)).await.unwrap().is_empty());
+    let body: serde_json::Value = serde_json::from_str(&first[0].body).unwrap();
+    assert_eq!(body["type"], "payment.verified");
+    assert_eq!(body["data"]["payment"]["paymentId"], "pay_1");
+    assert_eq!(body["id"].as_str(), Some(first[0].event_id.as_str()));
+    // Outcomes: delivered; retried later; failed.
+    store.record_webhook_attempt(first[0].id, now, &DeliveryOutcome::Delivered { status: 204 }).await.unwrap();
+    let retry_at = now + Duration::seconds(10);
+    let retry =
+        DeliveryOutcome::Retry { status: Some(500), error: "the endpoint answered 500".into(), next_at: retry_at };
+    store.record_webhook_attempt(first[1].id, now, &retry).await.unwrap();
+    let failed = DeliveryOutcome::Failed { status: None, error: "x".repeat(1000) };
+    store.record_webhook_attempt(first[2].id, now, &failed).await.unwrap();
+    let all = store.webhook_deliveries(None, 10).await.unwrap();
+    let row = |id: i64| all.iter().find(|d| d.id == id).unwrap().clone();
+    let delivered = row(first[0].id);
+    assert_eq!((delivered.state.as_str(), delivered.attempts, delivered.last_status), ("delivered", 1, Some(204)));
+    assert_eq!(delivered.delivered_at, Some(now));
+    let pending = row(first[1].id);
+    assert_eq!(
+        (pending.state.as_str(), pending.next_attempt_at, pending.last_status),
+        ("pending", Some(retry_at), Some(500))
+    );
+    let gone = row(first[2].id);
+    assert_eq!((gone.state.as_str(), gone.last_error.map(|e| e.len())), ("failed", Some(300)));
+    // The retried row is due again at its time, not before; a lapsed claim is taken again.
+    assert!(store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60)).await.unwrap().is_empty());
+    let later = now + Duration::seconds(61);
+    let again = store.claim_webhook_deliveries(later, 10, later + Duration::seconds(60)).await.unwrap();
+    let mut ids: Vec<i64> = again.iter().map(|d| d.id).collect();
+    ids.sort_unstable();
+    let mut expected = vec![first[1].id, first[3].id, second[0].id, second[1].id];
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "the retry and the three whose claims lapsed");
+    assert_eq!(again.iter().find(|d| d.id == first[1].id).unwrap().attempts, 1);
+    // Deleting an endpoint removes its deliveries; another account cannot delete it.
+    assert!(!store.delete_webhook_endpoint("acct_c", "whe_b").await.unwrap());
+    assert!(store.delete_webhook_endpoint("acct_b", "whe_b").await.unwrap());
+    assert!(store.webhook_deliveries(Some("whe_b"), 10).await.unwrap().is_empty());
+    assert!(store.webhook_endpoint("whe_b").await.unwrap().is_none());
+}
+
+/// A payment change and its webhook deliveries are one write: when the outbox cannot be written
+/// (a fault injected with a trigger), the change is not recorded either.
+async fn a_change_whose_webhooks_cannot_be_queued_is_not_recorded(store: Arc<SqlStore>) {
+    use super::WebhookStore as _;
+    store.create_account("acct", t0()).await.unwrap();
+    store.insert_webhook_endpoint(&endpoint("whe_1", "acct")).await.unwrap();
+    // One connection makes and drops the fault: SQLite may prepare DDL against a connection's
+    // cached schema, which another connection's change leaves stale.
+    let mut ddl = store.pool.acquire().await.unwrap();
+    let (fault, heal) = if store.announces_changes() {
+        sqlx::query(
+            "CREATE FUNCTION refuse_delivery() RETURNS trigger AS $$ BEGIN \
+             RAISE EXCEPTION 'disk full (injected)'; END; $$ LANGUAGE plpgsql",
+        )
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        (
+            "CREATE TRIGGER refuse_delivery BEFORE INSERT ON webhook_deliveries FOR EACH ROW \
+             EXECUTE FUNCTION refuse_delivery()",
+            "DROP TRIGGER refuse_delivery ON webhook_deliveries",
+        )
+    } else {
+        (
+            "CREATE TRIGGER refuse_delivery BEFORE INSERT ON webhook_deliveries \
+             BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END",
+            "DROP TRIGGER refuse_delivery",
+        )
+    };
+    sqlx::query(fault).execute(&mut *ddl).await.unwrap();
+    let p = NewPayment { proof_id: Some("proof_1".into()), ..payment("pay_1", "acct", "f", "t", t0()) };
+    assert!(store.insert_payment(&p).await.is_err());
+    assert!(store.get_payment("pay_1").await.unwrap().is_none(), "no payment without its deliveries");
+    assert!(store.payment_by_proof("proof_1").await.unwrap().is_none(), "the proof is not held");
+    sqlx::query(heal).execute(&mut *ddl).await.unwrap();
+    store.insert_payment(&p).await.unwrap();
+    sqlx::query(fault).execute(&mut *ddl).await.unwrap();
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig1".into());
+    assert!(store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.is_err());
+    assert_eq!(store.get_payment("pay_1").await.unwrap().unwrap().payment.status, PaymentStatus::Verified);
+    sqlx::query(heal).execute(&mut *ddl).await.unwrap();
+    store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.unwrap();
+    let log = store.webhook_deliveries(Some("whe_1"), 10).await.unwrap();
+    let events: Vec<_> = log.iter().map(|d| d.event_type.as_str()).collect();
+    assert_eq!(events, ["payment.submitted", "payment.verified"], "each recorded change once, nothing of the failures");
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -678,6 +809,8 @@ suite!(
     history_is_newest_first_filtered_and_private,
     idempotency_records,
     wallets,
+    payment_changes_queue_webhook_deliveries,
+    a_change_whose_webhooks_cannot_be_queued_is_not_recorded,
 );
 
 #[tokio::test]

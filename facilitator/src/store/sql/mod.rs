@@ -1,5 +1,5 @@
 //! [`Store`] over SQLite and PostgreSQL through sqlx's `Any` driver, one file per trait:
-//! [`accounts`], [`payments`], [`idempotency`].
+//! [`accounts`], [`payments`], [`idempotency`], [`webhooks`].
 //!
 //! Queries are written once with `?` placeholders; for PostgreSQL they are rewritten to `$1, $2, …`
 //! ([`SqlStore::sql`]). Times are stored as milliseconds since the epoch (`BIGINT`), amounts as
@@ -10,6 +10,7 @@ mod announce;
 mod idempotency;
 mod nonces;
 mod payments;
+mod webhooks;
 
 use std::borrow::Cow;
 use std::str::FromStr;

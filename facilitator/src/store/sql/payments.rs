@@ -124,6 +124,7 @@ impl PaymentStore for SqlStore {
             checks: 0,
         };
         self.announce(&mut tx, &stored).await?;
+        self.queue_webhooks(&mut tx, &stored).await?;
         tx.commit().await?;
         Ok(stored)
     }
@@ -188,6 +189,7 @@ impl PaymentStore for SqlStore {
             Err(e) => return Err(e.into()),
         };
         self.announce(&mut tx, &moved).await?;
+        self.queue_webhooks(&mut tx, &moved).await?;
         tx.commit().await?;
         Ok(moved)
     }
