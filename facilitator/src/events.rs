@@ -141,6 +141,8 @@ impl PublishingStore {
     }
 
     fn publish(&self, stored: &StoredPayment) {
+        // Each instance counts the changes it makes (announced ones are counted where made).
+        crate::telemetry::payment_changed(stored);
         if self.publish {
             self.bus.publish(stored);
         }
@@ -234,6 +236,9 @@ impl PaymentStore for PublishingStore {
     }
     async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64> {
         self.inner.bring_checks_forward(at).await
+    }
+    async fn unfinished_payments(&self) -> StoreResult<u64> {
+        self.inner.unfinished_payments().await
     }
     async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>> {
         self.inner.recent_payments(limit).await

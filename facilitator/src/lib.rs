@@ -13,7 +13,7 @@
 //! | access | [`auth`], [`wallets`] | API keys, plans, rate limits; custodial keys sealed at rest |
 //! | notification | [`webhooks`] | endpoints per account; the sender working through the outbox the store fills |
 //! | storage | [`store`], [`events`] | three storage traits over SQLite / PostgreSQL; the store that publishes payment changes |
-//! | base | [`config`], [`clock`] | typed configuration; time |
+//! | base | [`config`], [`clock`], [`telemetry`] | typed configuration; time; Prometheus metrics |
 //!
 //! Beside them: [`admin`] (key and wallet management for the CLI and dashboard) and [`devnet`]
 //! (development-chain helpers for the demo and tests).
@@ -32,6 +32,7 @@ pub mod events;
 pub mod payment;
 pub mod settlement;
 pub mod store;
+pub mod telemetry;
 pub mod wallets;
 pub mod webhooks;
 
@@ -79,6 +80,8 @@ impl AppState {
     /// A state over an existing store, with the given clock and no chain backend.
     #[must_use]
     pub fn new(config: Config, store: Arc<dyn Store>, clock: SharedClock) -> Self {
+        // Counters count from the start (the recorder is the process's, installed once).
+        let _ = telemetry::install();
         // Every payment change made through this state is published to its WebSocket listeners.
         let events = events::EventBus::default();
         let store: Arc<dyn Store> = Arc::new(events::PublishingStore::new(store, events.clone()));

@@ -115,6 +115,18 @@ async fn all_delivered(base: &str, endpoint: &str, key: &str) -> Vec<Value> {
     }
 }
 
+const ADMIN: &str = "admin-token-for-metrics-0123456789";
+
+/// The value of the first sample of `name` whose labels include every one of `labels`.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let matches =
+            (series == name || series.starts_with(&format!("{name}{{"))) && labels.iter().all(|l| series.contains(l));
+        matches.then(|| value.parse().ok()).flatten()
+    })
+}
+
 struct Shop {
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
@@ -129,7 +141,11 @@ impl Shop {
             "[webhooks]\nallow_private_targets = true\nrequire_https = false\nretry_base_secs = 1\n",
         )
         .unwrap();
-        let env = vec![("TOLLGATE_DEV".into(), "1".into()), ("TOLLGATE_CONFIG".into(), "tollgate.toml".into())];
+        let env = vec![
+            ("TOLLGATE_DEV".into(), "1".into()),
+            ("TOLLGATE_CONFIG".into(), "tollgate.toml".into()),
+            ("TOLLGATE_ADMIN_TOKEN".into(), ADMIN.into()),
+        ];
         Self { dir, env }
     }
 
@@ -223,6 +239,37 @@ async fn payment_changes_reach_the_seller_signed_and_retried_across_a_restart() 
     let retried: Vec<&Value> = log.iter().filter(|d| d["attempts"] == 2).collect();
     assert_eq!(retried.len(), 1, "{log:?}");
     assert_eq!((retried[0]["state"].as_str(), retried[0]["lastStatus"].as_u64()), (Some("delivered"), Some(200)));
+
+    // What an operator sees: the payment, its settlement time, the refused and the delivered
+    // attempts, the chain calls, the fee payer's balance, the routes. Only with the admin token.
+    let client = reqwest::Client::new();
+    let scrape = client.get(format!("{base}/metrics")).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(scrape.status().as_u16(), 200);
+    let metrics = scrape.text().await.unwrap();
+    assert_eq!(
+        sample(&metrics, "tollgate_payments_total", &["status=\"confirmed\"", "scheme=\"exact-native\""]),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(sample(&metrics, "tollgate_settlement_seconds_count", &[]).is_some_and(|n| n >= 1.0), "{metrics}");
+    assert_eq!(sample(&metrics, "tollgate_webhook_deliveries_total", &["outcome=\"retry\""]), Some(1.0), "{metrics}");
+    assert!(
+        sample(&metrics, "tollgate_webhook_deliveries_total", &["outcome=\"delivered\""]).is_some_and(|n| n >= 3.0)
+    );
+    assert!(sample(&metrics, "tollgate_rpc_calls_total", &["chain=\"Solana\""]).is_some_and(|n| n >= 1.0), "{metrics}");
+    assert!(sample(&metrics, "tollgate_signer_balance", &["role=\"fee_payer\""]).is_some_and(|n| n > 0.0), "{metrics}");
+    assert!(sample(&metrics, "tollgate_http_requests_total", &["route=\"/payment/send\"", "status=\"200\""]).is_some());
+    assert!(!metrics.contains(&payer), "no address of a customer in labels");
+    assert_eq!(sample(&metrics, "tollgate_webhook_backlog", &[]), Some(0.0));
+    for token in [None, Some("wrong")] {
+        let mut req = client.get(format!("{base}/metrics"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        assert_eq!(req.send().await.unwrap().status().as_u16(), 401);
+    }
+    let ready: Value = client.get(format!("{base}/readyz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ready["chains"].as_object().map(|c| c.values().all(|c| c["ok"] == true)), Some(true), "{ready}");
 
     // The receiver is down (503) while the next payment is made; the daemon is killed while it
     // retries, and the receiver comes back before the daemon does.

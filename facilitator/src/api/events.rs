@@ -138,6 +138,8 @@ impl Connection {
     }
 
     async fn run(mut self, mut socket: WebSocket) {
+        crate::telemetry::ws_connections(1.0);
+        let _closed = OnDrop(|| crate::telemetry::ws_connections(-1.0));
         let mut events = self.state.events.subscribe();
         let mut gaps = self.state.events.subscribe_gaps();
         let ping_every = Duration::from_secs(self.state.config.limits.ws_ping_secs);
@@ -342,6 +344,15 @@ async fn send(socket: &mut WebSocket, message: Message) -> Result<(), End> {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(End::Gone),
         Err(_) => Err(End::Close(close_code::AGAIN, "too slow: a send timed out".into())),
+    }
+}
+
+/// Runs its closure when dropped: however a connection ends, it is counted out.
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
     }
 }
 

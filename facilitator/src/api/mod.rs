@@ -118,8 +118,10 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(system::openapi))
+        .route("/metrics", get(system::metrics))
         .fallback(unknown_route)
         .method_not_allowed_fallback(unknown_route)
+        .layer(axum::middleware::from_fn(count_request))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(
@@ -135,6 +137,16 @@ pub fn router(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(RequestIds))
         .with_state(state)
+}
+
+/// Counts every answer by route (the pattern, never the path: ids stay out of labels).
+async fn count_request(req: Request, next: axum::middleware::Next) -> Response {
+    let route = req.extensions().get::<axum::extract::MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
+    let method = req.method().clone();
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    crate::telemetry::http_request(&route, method.as_str(), response.status().as_u16(), started.elapsed());
+    response
 }
 
 async fn unknown_route(method: Method, uri: Uri) -> ApiError {

@@ -168,6 +168,7 @@ impl Authenticator {
         let now = self.clock.now_millis();
         let decision = self.limiter.check(&caller.key_id, caller.rpm, WINDOW_MS, now).await;
         if !decision.allowed {
+            crate::telemetry::rate_limited(caller.plan.as_str());
             let secs = decision.retry_after_secs(now);
             let message = format!("rate limit of {} requests per minute exceeded; retry in {secs} s", caller.rpm);
             return Err((AuthError::RateLimited { message, retry_after_secs: secs }, decision));

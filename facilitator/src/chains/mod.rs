@@ -56,7 +56,16 @@ pub(crate) async fn bounded<T, E: std::fmt::Display>(
     what: &str,
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
-    match tokio::time::timeout(limit, call).await {
+    use crate::telemetry::{CallEnd, rpc_call};
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(limit, call).await;
+    let end = match &answer {
+        Ok(Ok(_)) => CallEnd::Answered,
+        Ok(Err(_)) => CallEnd::Failed,
+        Err(_) => CallEnd::TimedOut,
+    };
+    rpc_call(chain, what, end, started.elapsed());
+    match answer {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(ChainError(format!("{chain} RPC {what} failed: {e}"))),
         Err(_) => Err(ChainError(format!("{chain} RPC {what}: no answer within {limit:?}"))),

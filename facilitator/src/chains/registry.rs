@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tollgate_protocol::x402::{SCHEME_EXACT, SCHEME_EXACT_NATIVE, Supported, SupportedKind};
 use tollgate_protocol::{ChainFamily, Network};
 
-use super::{Chain, Kinds, SolanaBackend, evm};
+use super::{Chain, ChainError, Kinds, SolanaBackend, evm};
 
 /// Why a request names no chain this daemon serves.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,6 +107,40 @@ impl Chains {
     #[must_use]
     pub fn embedded_solana(&self) -> Option<Arc<SolanaBackend>> {
         self.solana.values().find(|b| b.is_embedded()).cloned()
+    }
+
+    /// Asks each served chain's RPC for its height, at once: the answer or why not, per network.
+    pub async fn probe_rpcs(&self) -> Vec<(Network, Result<u64, ChainError>)> {
+        let solana = self.solana.iter().map(|(n, b)| async move { (n.clone(), b.rpc.block_height().await) });
+        let evm = self.evm.iter().map(|(n, b)| async move { (n.clone(), b.rpc.block_number().await) });
+        let (mut solana, evm) =
+            futures_util::future::join(futures_util::future::join_all(solana), futures_util::future::join_all(evm))
+                .await;
+        solana.extend(evm);
+        solana
+    }
+
+    /// The native balances of the facilitator's own accounts (Solana fee payers, EVM signers), at
+    /// once: (network, role, address, atomic units or why not).
+    pub async fn signer_balances(&self) -> Vec<(Network, &'static str, String, Result<u128, ChainError>)> {
+        let solana = self.solana.iter().filter_map(|(n, b)| {
+            let payer = solana_sdk::signer::Signer::pubkey(&*b.sponsor.as_ref()?.keypair);
+            Some(
+                async move { (n.clone(), "fee_payer", payer.to_string(), b.rpc.balance(&payer).await.map(u128::from)) },
+            )
+        });
+        let evm = self.evm.iter().filter_map(|(n, b)| {
+            let signer = b.signer.as_ref()?.0.address();
+            Some(async move {
+                let balance = b.rpc.balance(signer).await.map(|w| u128::try_from(w).unwrap_or(u128::MAX));
+                (n.clone(), "signer", signer.to_checksum(None), balance)
+            })
+        });
+        let (mut solana, evm) =
+            futures_util::future::join(futures_util::future::join_all(solana), futures_util::future::join_all(evm))
+                .await;
+        solana.extend(evm);
+        solana
     }
 
     /// The x402 kinds (version, scheme, network) the served networks settle, each in its v1 and

@@ -403,6 +403,8 @@ pub trait PaymentStore: Send + Sync + 'static {
     /// reconciler, due at `at` (a restart looks at what the stopped process left at once);
     /// returns how many moved.
     async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64>;
+    /// How many payments the reconciler still follows (unfinished, with a check scheduled).
+    async fn unfinished_payments(&self) -> StoreResult<u64>;
     /// The latest `limit` payments of every account, newest first (the operator's dashboard).
     async fn recent_payments(&self, limit: u32) -> StoreResult<Vec<StoredPayment>>;
     /// A page of a wallet's payments visible to `account`, newest first.

@@ -188,6 +188,11 @@ impl Sender {
     async fn attempt(&self, due: DueDelivery) {
         let outcome = self.deliver(&due).await;
         let at = self.clock.now();
+        crate::telemetry::webhook_attempt(match &outcome {
+            DeliveryOutcome::Delivered { .. } => "delivered",
+            DeliveryOutcome::Retry { .. } => "retry",
+            DeliveryOutcome::Failed { .. } => "failed",
+        });
         match &outcome {
             DeliveryOutcome::Delivered { .. } => {
                 tracing::debug!(delivery = due.id, event = %due.event_id, "webhook delivered");

@@ -241,6 +241,13 @@ impl PaymentStore for SqlStore {
         Ok(())
     }
 
+    async fn unfinished_payments(&self) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM payments WHERE next_check_at IS NOT NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn bring_checks_forward(&self, at: DateTime<Utc>) -> StoreResult<u64> {
         let moved = sqlx::query(&self.sql(
             "UPDATE payments SET next_check_at = ? WHERE next_check_at > ? \

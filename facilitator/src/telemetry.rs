@@ -1,0 +1,150 @@
+//! Prometheus metrics: what the daemon counts, and the text `GET /metrics` renders.
+//!
+//! Counters and histograms are recorded where things happen, through the `metrics` facade;
+//! gauges that are cheaper to read than to track (backlogs, balances) are read when scraped.
+//! Each instance counts its own work: sum over instances in Prometheus.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `tollgate_payments_total` | counter | `status`, `scheme`, `network` — every payment change made here |
+//! | `tollgate_settlement_seconds` | histogram | `network` — from a payment's creation to its confirmation |
+//! | `tollgate_rpc_calls_total`, `tollgate_rpc_errors_total` | counter | `chain`, `method` (errors: also `kind`) |
+//! | `tollgate_rpc_seconds` | histogram | `chain`, `method` |
+//! | `tollgate_reconciler_backlog` | gauge | — unfinished payments the reconciler follows |
+//! | `tollgate_signer_balance` | gauge | `network`, `role`, `address` — fee payer / signer, atomic units |
+//! | `tollgate_rate_limited_total` | counter | `plan` |
+//! | `tollgate_ws_connections` | gauge | — open WebSocket connections |
+//! | `tollgate_webhook_deliveries_total` | counter | `outcome` (`delivered`, `retry`, `failed`) |
+//! | `tollgate_webhook_backlog` | gauge | — deliveries waiting |
+//! | `tollgate_http_requests_total` | counter | `route`, `method`, `status` |
+//! | `tollgate_http_request_seconds` | histogram | `route` |
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::store::StoredPayment;
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process's recorder (once; later calls return the same handle). `None` when
+/// another recorder was installed first.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let seconds = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
+                .ok()?
+                .build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok()?;
+            describe();
+            Some(handle)
+        })
+        .as_ref()
+}
+
+fn describe() {
+    metrics::describe_counter!("tollgate_payments_total", "Payment changes made by this instance");
+    metrics::describe_histogram!(
+        "tollgate_settlement_seconds",
+        metrics::Unit::Seconds,
+        "From a payment's creation to its confirmation"
+    );
+    metrics::describe_counter!("tollgate_rpc_calls_total", "Chain RPC calls");
+    metrics::describe_counter!("tollgate_rpc_errors_total", "Chain RPC calls that failed or timed out");
+    metrics::describe_histogram!("tollgate_rpc_seconds", metrics::Unit::Seconds, "Chain RPC call latency");
+    metrics::describe_gauge!("tollgate_reconciler_backlog", "Unfinished payments the reconciler follows");
+    metrics::describe_gauge!(
+        "tollgate_signer_balance",
+        "Native balance of the facilitator's fee payers and signers, atomic units (lamports, wei)"
+    );
+    metrics::describe_counter!("tollgate_rate_limited_total", "Requests refused by a rate limit");
+    metrics::describe_gauge!("tollgate_ws_connections", "Open WebSocket connections");
+    metrics::describe_counter!("tollgate_webhook_deliveries_total", "Webhook delivery attempts by outcome");
+    metrics::describe_gauge!("tollgate_webhook_backlog", "Webhook deliveries waiting to be sent");
+    metrics::describe_counter!("tollgate_http_requests_total", "HTTP requests answered");
+    metrics::describe_histogram!("tollgate_http_request_seconds", metrics::Unit::Seconds, "HTTP request latency");
+}
+
+/// A payment changed here.
+pub fn payment_changed(stored: &StoredPayment) {
+    let p = &stored.payment;
+    let scheme = if p.asset == "native" { "exact-native" } else { "exact" };
+    counter!("tollgate_payments_total", "status" => p.status.as_str(), "scheme" => scheme, "network" => p.network.to_string())
+        .increment(1);
+    if p.status == tollgate_protocol::gateway::PaymentStatus::Confirmed {
+        let took = (stored.updated_at - p.created_at).to_std().unwrap_or_default();
+        histogram!("tollgate_settlement_seconds", "network" => p.network.to_string()).record(took.as_secs_f64());
+    }
+}
+
+/// How a chain RPC call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEnd {
+    /// It answered.
+    Answered,
+    /// It answered with an error.
+    Failed,
+    /// It did not answer in time.
+    TimedOut,
+}
+
+/// A chain RPC call ended.
+pub fn rpc_call(chain: &str, method: &str, end: CallEnd, took: Duration) {
+    let (chain, method) = (chain.to_owned(), method.to_owned());
+    counter!("tollgate_rpc_calls_total", "chain" => chain.clone(), "method" => method.clone()).increment(1);
+    histogram!("tollgate_rpc_seconds", "chain" => chain.clone(), "method" => method.clone()).record(took.as_secs_f64());
+    let kind = match end {
+        CallEnd::Answered => return,
+        CallEnd::Failed => "error",
+        CallEnd::TimedOut => "timeout",
+    };
+    counter!("tollgate_rpc_errors_total", "chain" => chain, "method" => method, "kind" => kind).increment(1);
+}
+
+/// A request was refused by its key's rate limit.
+pub fn rate_limited(plan: &str) {
+    counter!("tollgate_rate_limited_total", "plan" => plan.to_owned()).increment(1);
+}
+
+/// A WebSocket connection opened (`+1`) or closed (`-1`).
+pub fn ws_connections(change: f64) {
+    gauge!("tollgate_ws_connections").increment(change);
+}
+
+/// A webhook attempt ended: `delivered`, `retry` or `failed`.
+pub fn webhook_attempt(outcome: &'static str) {
+    counter!("tollgate_webhook_deliveries_total", "outcome" => outcome).increment(1);
+}
+
+/// An HTTP request was answered.
+pub fn http_request(route: &str, method: &str, status: u16, took: Duration) {
+    counter!("tollgate_http_requests_total", "route" => route.to_owned(), "method" => method.to_owned(), "status" => status.to_string())
+        .increment(1);
+    histogram!("tollgate_http_request_seconds", "route" => route.to_owned()).record(took.as_secs_f64());
+}
+
+/// Sets the gauges read at scrape time.
+pub fn set_backlogs(reconciler: Option<u64>, webhooks: Option<u64>) {
+    #[allow(clippy::cast_precision_loss)] // a count far below 2^52
+    {
+        if let Some(n) = reconciler {
+            gauge!("tollgate_reconciler_backlog").set(n as f64);
+        }
+        if let Some(n) = webhooks {
+            gauge!("tollgate_webhook_backlog").set(n as f64);
+        }
+    }
+}
+
+/// Sets one signer's balance gauge (atomic units; the float is Prometheus's exposition format,
+/// not arithmetic on money).
+pub fn signer_balance(network: &str, role: &'static str, address: &str, atomic: u128) {
+    #[allow(clippy::cast_precision_loss)]
+    gauge!("tollgate_signer_balance", "network" => network.to_owned(), "role" => role, "address" => address.to_owned())
+        .set(atomic as f64);
+}
