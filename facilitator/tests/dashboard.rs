@@ -155,6 +155,114 @@ async fn sign_in_csrf_and_key_management_over_http() {
     assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
 }
 
+/// Webhook endpoints are registered and deleted in the dashboard, which shows the signing secret
+/// once, and lists the delivery log with each delivery's outcome.
+#[tokio::test]
+async fn webhook_endpoints_and_their_delivery_log_in_the_dashboard() {
+    use tollgate_facilitator::store::DeliveryOutcome;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        database_url: DatabaseUrl::parse(dir.path().join("d.db").to_str().unwrap()).unwrap(),
+        admin_token: Some(Secret::new(ADMIN)),
+        ..Config::default()
+    };
+    config.webhooks.allow_private_targets = true;
+    config.webhooks.require_https = false;
+    let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+    let state = AppState::new(config, store, Arc::new(SystemClock))
+        .with_master_key(tollgate_facilitator::wallets::MasterKey::generate().unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let created = tollgate_facilitator::admin::create_key(
+        &*state.store,
+        tollgate_facilitator::admin::NewKey {
+            plan: tollgate_facilitator::auth::plans::Plan::Premium,
+            rpm: None,
+            label: Some("shop".into()),
+            account: None,
+            env: tollgate_facilitator::auth::keys::KeyEnv::Test,
+        },
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let account = created.record.account_id.clone();
+
+    let http = client();
+    let cookie = sign_in(&url).await;
+    let page =
+        http.get(format!("{url}/dashboard")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("<h2>Webhooks</h2>") && page.contains("No endpoints yet."), "{page}");
+    let csrf = csrf_of(&page);
+    let add = |form: Vec<(&'static str, String)>| {
+        http.post(format!("{url}/dashboard/webhooks")).header("cookie", &cookie).form(&form).send()
+    };
+    // A forged form does nothing; a bad URL is refused with the reason.
+    let forged = add(vec![("csrf", "x".into()), ("account", account.clone()), ("url", "http://127.0.0.1:9/h".into())]);
+    assert_eq!(forged.await.unwrap().status().as_u16(), 403);
+    let bad = add(vec![("csrf", csrf.clone()), ("account", account.clone()), ("url", "ftp://x".into())]);
+    assert!(bad.await.unwrap().text().await.unwrap().contains("url must be https"));
+    let added = add(vec![
+        ("csrf", csrf.clone()),
+        ("account", account.clone()),
+        ("url", "http://127.0.0.1:9/hook".into()),
+        ("description", "<script>alert(1)</script>".into()),
+    ]);
+    let page = added.await.unwrap().text().await.unwrap();
+    let (_, rest) = page.split_once("id=\"new-endpoint-secret\">").unwrap();
+    let secret = rest.split('<').next().unwrap();
+    assert!(secret.starts_with("whsec_"), "{page}");
+    assert!(!page.contains("<script>alert(1)</script>") && page.contains("&lt;script&gt;"), "descriptions are escaped");
+    let endpoints = state.store.webhook_endpoints(Some(&account)).await.unwrap();
+    assert_eq!(endpoints.len(), 1);
+    let endpoint = endpoints[0].id.clone();
+
+    // A payment change queues a delivery; its outcome shows in the log.
+    let p = tollgate_facilitator::store::NewPayment::native(
+        "pay_dash",
+        account.as_str(),
+        "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1".parse().unwrap(),
+        (
+            "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".to_owned(),
+            "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4".to_owned(),
+        ),
+        tollgate_protocol::AtomicAmount(1_000),
+        chrono::Utc::now(),
+    );
+    state.store.insert_payment(&p).await.unwrap();
+    let now = chrono::Utc::now();
+    let due = state.store.claim_webhook_deliveries(now, 10, now + chrono::Duration::seconds(60)).await.unwrap();
+    assert_eq!(due.len(), 1);
+    let outcome = DeliveryOutcome::Retry {
+        status: Some(502),
+        error: "the endpoint answered 502 Bad Gateway".into(),
+        next_at: now + chrono::Duration::seconds(10),
+    };
+    state.store.record_webhook_attempt(due[0].id, now, &outcome).await.unwrap();
+    let page =
+        http.get(format!("{url}/dashboard")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(&endpoint) && page.contains("evt_pay_dash_verified"), "{page}");
+    assert!(page.contains("the endpoint answered 502 Bad Gateway") && page.contains("delivery-pending"), "{page}");
+    assert!(!page.contains(secret), "the secret is shown once only");
+
+    // Deleted: gone with its deliveries.
+    let deleted = http
+        .post(format!("{url}/dashboard/webhooks/{endpoint}/delete"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str()), ("account", account.as_str())])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(deleted.contains(&format!("Endpoint {endpoint} deleted")), "{deleted}");
+    assert!(state.store.webhook_endpoints(None).await.unwrap().is_empty());
+    assert!(state.store.webhook_deliveries(None, 10).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn the_dashboard_is_off_without_an_admin_token() {
     let (url, _state, _dir) = serve(None).await;

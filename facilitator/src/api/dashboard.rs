@@ -270,10 +270,93 @@ pub async fn delete(
     render(&state, &csrf, Some(notice)).await
 }
 
+/// The "Add endpoint" form.
+#[derive(Debug, Deserialize)]
+pub struct AddEndpoint {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    account: String,
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    description: String,
+}
+
+/// `POST /dashboard/webhooks`: registers an endpoint for an account and shows its signing
+/// secret once.
+pub async fn add_endpoint(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<AddEndpoint>,
+) -> Response {
+    let csrf = match checked(&state, &headers, &form.csrf) {
+        Ok(csrf) => csrf,
+        Err(denied) => return denied.into_response(),
+    };
+    let account = form.account.trim();
+    match state.store.account_exists(account).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return render(&state, &csrf, Some(Notice::Error(format!("There is no account {account:?}.")))).await;
+        }
+        Err(e) => return ApiError::internal(e).into_response(),
+    }
+    let description = Some(form.description).filter(|d| !d.trim().is_empty());
+    let registered = crate::webhooks::register(
+        &*state.store,
+        state.master_key.as_deref(),
+        &state.config.webhooks,
+        account,
+        &form.url,
+        description,
+        state.clock.now(),
+    )
+    .await;
+    let notice = match registered {
+        Ok(r) => Notice::NewEndpoint { id: r.endpoint.id, secret: r.secret },
+        Err(e) => Notice::Error(e.to_string()),
+    };
+    render(&state, &csrf, Some(notice)).await
+}
+
+/// The "Delete" button of an endpoint.
+#[derive(Debug, Deserialize)]
+pub struct DeleteEndpoint {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    account: String,
+}
+
+/// `POST /dashboard/webhooks/{id}/delete`: deletes an endpoint and its pending deliveries.
+pub async fn delete_endpoint(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<DeleteEndpoint>,
+) -> Response {
+    let csrf = match checked(&state, &headers, &form.csrf) {
+        Ok(csrf) => csrf,
+        Err(denied) => return denied.into_response(),
+    };
+    let notice = match state.store.delete_webhook_endpoint(&form.account, &id).await {
+        Ok(true) => Notice::Done(format!("Endpoint {id} deleted; its pending deliveries are dropped.")),
+        Ok(false) => Notice::Error(format!("There is no endpoint {id}.")),
+        Err(e) => {
+            tracing::error!(error = %e, "deleting a webhook endpoint from the dashboard");
+            Notice::Error("Storage failed; nothing was deleted.".into())
+        }
+    };
+    render(&state, &csrf, Some(notice)).await
+}
+
 /// Something to tell the operator at the top of the page.
 enum Notice {
     /// A key was made: its secret, shown this once.
     NewKey { id: String, secret: String },
+    /// An endpoint was registered: its signing secret, shown this once.
+    NewEndpoint { id: String, secret: String },
     /// Something was done.
     Done(String),
     /// Something failed.
@@ -344,13 +427,27 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
         Ok(payments) => payments,
         Err(e) => return ApiError::internal(e).into_response(),
     };
+    let (endpoints, deliveries) = match (
+        state.store.webhook_endpoints(None).await,
+        state.store.webhook_deliveries(None, RECENT_PAYMENTS).await,
+    ) {
+        (Ok(e), Ok(d)) => (e, d),
+        (Err(e), _) | (_, Err(e)) => return ApiError::internal(e).into_response(),
+    };
     let csrf = escape(csrf);
+    let webhooks = webhook_section(&endpoints, &deliveries, &csrf, &keys);
     let notice = match notice {
         None => String::new(),
         Some(Notice::NewKey { id, secret }) => format!(
             "<div class=\"notice new-key\"><strong>New key {id}</strong> — copy it now: it is not shown again.\
              <div class=\"secret\"><code id=\"new-key\">{secret}</code>\
              <button type=\"button\" id=\"copy\" onclick=\"copyKey()\">Copy</button></div></div>",
+            id = escape(&id),
+            secret = escape(&secret)
+        ),
+        Some(Notice::NewEndpoint { id, secret }) => format!(
+            "<div class=\"notice new-key\"><strong>New webhook endpoint {id}</strong> — its signing secret, \
+             shown only now: <div class=\"secret\"><code id=\"new-endpoint-secret\">{secret}</code></div></div>",
             id = escape(&id),
             secret = escape(&secret)
         ),
@@ -438,6 +535,7 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
          <tbody>{key_rows}</tbody></table></div></section>\
          <section><h2>Recent payments</h2><div class=\"card\"><table id=\"payments\"><thead><tr><th>Payment</th><th>Created</th>\
          <th>Amount</th><th>Network</th><th>Status</th><th>Transaction</th></tr></thead><tbody>{payment_rows}</tbody></table></div></section>\
+         {webhooks}\
          </main>\
          <script>function copyKey() {{\
            const text = document.getElementById('new-key').textContent;\
@@ -446,6 +544,81 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
          }}</script>"
     );
     page(StatusCode::OK, shell("Tollgate dashboard", &body))
+}
+
+/// Endpoints (with the form to add one) and the newest deliveries with their outcome.
+fn webhook_section(
+    endpoints: &[crate::store::StoredWebhookEndpoint],
+    deliveries: &[crate::store::DeliveryRecord],
+    csrf: &str,
+    keys: &[crate::store::StoredApiKey],
+) -> String {
+    let mut accounts: Vec<&str> = keys.iter().map(|k| k.account_id.as_str()).collect();
+    accounts.dedup();
+    let accounts: String = accounts.iter().map(|a| format!("<option value=\"{0}\">{0}</option>", escape(a))).collect();
+    let endpoint_rows: String = endpoints
+        .iter()
+        .map(|e| {
+            format!(
+                "<tr data-endpoint=\"{id}\"><td><code>{id}</code></td><td><code>{account}</code></td><td>{url}</td>\
+                 <td>{description}</td><td>{created}</td><td>\
+                 <form method=\"post\" action=\"/dashboard/webhooks/{id}/delete\" \
+                 onsubmit=\"return confirm('Delete endpoint {id}?')\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"account\" value=\"{account}\">\
+                 <button class=\"danger\" type=\"submit\">Delete</button></form></td></tr>",
+                id = escape(&e.id),
+                account = escape(&e.account_id),
+                url = escape(&e.url),
+                description = escape(e.description.as_deref().unwrap_or("—")),
+                created = when(Some(e.created_at)),
+            )
+        })
+        .collect();
+    let endpoint_rows = if endpoint_rows.is_empty() {
+        "<tr><td colspan=\"6\" class=\"empty\">No endpoints yet.</td></tr>".into()
+    } else {
+        endpoint_rows
+    };
+    let delivery_rows: String = deliveries
+        .iter()
+        .map(|d| {
+            let outcome = match (&d.state[..], d.last_status, &d.last_error) {
+                ("delivered", Some(s), _) => format!("answered {s}"),
+                (_, _, Some(e)) => e.clone(),
+                _ => "—".into(),
+            };
+            format!(
+                "<tr><td><code>{endpoint}</code></td><td><code>{event}</code></td><td>{kind}</td>\
+                 <td class=\"status delivery-{state}\">{state}</td><td>{attempts}</td><td>{outcome}</td><td>{next}</td></tr>",
+                endpoint = escape(&d.endpoint_id),
+                event = escape(&d.event_id),
+                kind = escape(&d.event_type),
+                state = escape(&d.state),
+                attempts = d.attempts,
+                outcome = escape(&outcome),
+                next = if d.state == "delivered" { when(d.delivered_at) } else { when(d.next_attempt_at) },
+            )
+        })
+        .collect();
+    let delivery_rows = if delivery_rows.is_empty() {
+        "<tr><td colspan=\"7\" class=\"empty\">No deliveries yet.</td></tr>".into()
+    } else {
+        delivery_rows
+    };
+    format!(
+        "<section><h2>Webhooks</h2>\
+         <form method=\"post\" action=\"/dashboard/webhooks\" class=\"generate card\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <label>Account <select name=\"account\">{accounts}</select></label>\
+         <label>URL <input name=\"url\" maxlength=\"2048\" placeholder=\"https://shop.example/hooks/tollgate\"></label>\
+         <label>Description <input name=\"description\" maxlength=\"200\"></label>\
+         <button type=\"submit\" id=\"add-endpoint\">Add Endpoint</button></form>\
+         <div class=\"card\"><table id=\"endpoints\"><thead><tr><th>Id</th><th>Account</th><th>URL</th><th>Description</th>\
+         <th>Created</th><th></th></tr></thead><tbody>{endpoint_rows}</tbody></table></div>\
+         <h3>Recent deliveries</h3><div class=\"card\"><table id=\"deliveries\"><thead><tr><th>Endpoint</th><th>Event</th>\
+         <th>Type</th><th>State</th><th>Attempts</th><th>Last outcome</th><th>Delivered / next attempt</th></tr></thead>\
+         <tbody>{delivery_rows}</tbody></table></div></section>"
+    )
 }
 
 fn short(text: &str) -> String {

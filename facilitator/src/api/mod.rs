@@ -115,6 +115,8 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard/logout", post(dashboard::logout))
         .route("/dashboard/keys", post(dashboard::generate))
         .route("/dashboard/keys/{id}/delete", post(dashboard::delete))
+        .route("/dashboard/webhooks", post(dashboard::add_endpoint))
+        .route("/dashboard/webhooks/{id}/delete", post(dashboard::delete_endpoint))
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(system::openapi))

@@ -1,0 +1,29 @@
+# The facilitator daemon for production: no embedded development ledger, no OpenSSL.
+#
+#   docker build -t tollgate-facilitator .
+#   docker run -e TOLLGATE_EVM_RPC_URL=… -e TOLLGATE_MASTER_KEY=… -p 8402:8402 tollgate-facilitator
+#
+# The build stage runs scripts/build-release, the same command CI runs where Docker is absent.
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+ENV CARGO_TARGET_DIR=/src/target
+RUN scripts/build-release
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /var/lib/tollgate --create-home tollgate
+COPY --from=build /src/target/release/tollgate-facilitator /usr/local/bin/tollgate-facilitator
+USER tollgate
+WORKDIR /var/lib/tollgate
+# Listen on every interface inside the container; the data (SQLite, when used) stays in the volume.
+ENV TOLLGATE_LISTEN=0.0.0.0:8402 \
+    TOLLGATE_DATABASE_URL=sqlite:///var/lib/tollgate/tollgate.db \
+    TOLLGATE_LOG_FORMAT=json
+VOLUME ["/var/lib/tollgate"]
+EXPOSE 8402
+ENTRYPOINT ["tollgate-facilitator"]
+CMD ["serve"]
