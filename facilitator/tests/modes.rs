@@ -102,6 +102,12 @@ async fn an_evm_only_daemon_serves_evm_alone() {
     assert_eq!(status, 404);
     let (status, ready) = get(&format!("{}/readyz", daemon.base), None).await;
     assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["chains"]["eip155:31337"]["ok"], true, "{ready}");
     assert!(!dir.path().join("tollgate-master.key").exists(), "no master key is generated outside --dev");
+    // The node goes away: the instance is not ready, and says which chain, without its URL.
+    drop(anvil);
+    let (status, ready) = get(&format!("{}/readyz", daemon.base), None).await;
+    assert_eq!((status, ready["reason"].as_str()), (503, Some("chain")), "{ready}");
+    assert_eq!(ready["chains"]["eip155:31337"]["ok"], false, "{ready}");
     daemon.terminate();
 }
