@@ -197,6 +197,9 @@ impl AccountStore for PublishingStore {
     async fn count_wallets(&self) -> StoreResult<u64> {
         self.inner.count_wallets().await
     }
+    async fn first_wallet(&self) -> StoreResult<Option<StoredWallet>> {
+        self.inner.first_wallet().await
+    }
 }
 
 #[async_trait]
@@ -257,8 +260,8 @@ impl PaymentStore for PublishingStore {
 
 #[async_trait]
 impl WebhookStore for PublishingStore {
-    async fn insert_webhook_endpoint(&self, endpoint: &StoredWebhookEndpoint) -> StoreResult<()> {
-        self.inner.insert_webhook_endpoint(endpoint).await
+    async fn insert_webhook_endpoint(&self, endpoint: &StoredWebhookEndpoint, max: u32) -> StoreResult<bool> {
+        self.inner.insert_webhook_endpoint(endpoint, max).await
     }
     async fn webhook_endpoints(&self, account_id: Option<&str>) -> StoreResult<Vec<StoredWebhookEndpoint>> {
         self.inner.webhook_endpoints(account_id).await
@@ -274,8 +277,12 @@ impl WebhookStore for PublishingStore {
         now: DateTime<Utc>,
         limit: u32,
         claim_until: DateTime<Utc>,
+        skip: &[String],
     ) -> StoreResult<Vec<DueDelivery>> {
-        self.inner.claim_webhook_deliveries(now, limit, claim_until).await
+        self.inner.claim_webhook_deliveries(now, limit, claim_until, skip).await
+    }
+    async fn release_webhook_claims(&self, ids: &[i64]) -> StoreResult<()> {
+        self.inner.release_webhook_claims(ids).await
     }
     async fn record_webhook_attempt(&self, id: i64, at: DateTime<Utc>, outcome: &DeliveryOutcome) -> StoreResult<()> {
         self.inner.record_webhook_attempt(id, at, outcome).await

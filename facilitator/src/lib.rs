@@ -68,7 +68,12 @@ pub struct AppState {
     pub master_key: Option<Arc<MasterKey>>,
     /// This instance's payment changes, for the WebSocket feed.
     pub events: events::EventBus,
+    /// The last probe of the chains' RPCs for `/readyz`: when, each chain's entry, all answered.
+    pub readiness: Arc<tokio::sync::Mutex<Option<ReadinessProbe>>>,
 }
+
+/// A probe of the chains' RPCs: when, each network's entry, whether all answered.
+pub type ReadinessProbe = (std::time::Instant, serde_json::Map<String, serde_json::Value>, bool);
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,6 +105,7 @@ impl AppState {
             chains: Arc::new(Chains::none()),
             master_key: None,
             events,
+            readiness: Arc::new(tokio::sync::Mutex::new(None)),
         }
     }
 
@@ -163,6 +169,8 @@ impl AppState {
                 );
             }
             tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");
+        } else if let Some(key) = &master_key {
+            check_master_key(&store, key).await?;
         }
         let mut chains = Chains::none();
         if let Some(solana) = solana_backend(&config).await? {
@@ -189,6 +197,23 @@ impl AppState {
         state.master_key = master_key.map(Arc::new);
         Ok(state)
     }
+}
+
+/// Refuses a master key that does not open what the database holds sealed (another instance's
+/// key, or development mode's freshly generated one over a production database): with it, every
+/// send from a custodial wallet and every webhook delivery would fail.
+async fn check_master_key(store: &SqlStore, key: &MasterKey) -> anyhow::Result<()> {
+    let wallet = store.first_wallet().await?;
+    let endpoint = store.webhook_endpoints(None).await?.into_iter().next();
+    let opens = wallet.as_ref().is_none_or(|w| key.open(&w.address, &w.sealed_secret).is_ok())
+        && endpoint.as_ref().is_none_or(|e| key.open(&e.id, &e.sealed_secret).is_ok());
+    if !opens {
+        anyhow::bail!(
+            "TOLLGATE_MASTER_KEY does not open the custodial wallets and webhook secrets sealed in this database: \
+             set the key they were sealed with (every instance uses the same one)"
+        );
+    }
+    Ok(())
 }
 
 /// The configured Solana RPC with the configured fee payer; in development mode the embedded

@@ -144,6 +144,12 @@ fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    // The EVM transport's debug spans carry the whole RPC URL (providers put their key in it):
+    // whatever the filter, they are not written.
+    let filter = ["alloy_transport_http=info", "alloy_rpc_client=info", "alloy_provider=info"]
+        .iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, tracing_subscriber::EnvFilter::add_directive);
     // Colours only for a terminal: redirected logs stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

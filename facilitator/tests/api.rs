@@ -146,6 +146,25 @@ async fn authentication_is_required_and_checked() {
     assert_eq!((ready["status"].as_str(), ready["rateLimits"].as_str()), (Some("ready"), Some("in-process")));
 }
 
+/// A route asked with a method it does not have answers 405 with `Allow`; an unknown route 404;
+/// both in the error envelope.
+#[tokio::test]
+async fn unknown_methods_and_routes_answer_in_the_envelope() {
+    let t = TestApp::new().await;
+    for (method, path, allow) in [
+        ("DELETE", "/payment/send", "POST"),
+        ("PUT", "/healthz", "GET,HEAD"),
+        ("POST", "/payment/status/pay_1", "GET,HEAD"),
+    ] {
+        let req = Request::builder().method(method).uri(path).body(Body::empty()).unwrap();
+        let answer = t.call(req).await;
+        assert_envelope(&answer, StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+        assert_eq!(answer.headers["allow"].to_str().unwrap().replace(' ', ""), allow, "{method} {path}");
+    }
+    let req = Request::builder().method("GET").uri("/no/such/route").body(Body::empty()).unwrap();
+    assert_envelope(&t.call(req).await, StatusCode::NOT_FOUND, "NOT_FOUND");
+}
+
 #[tokio::test]
 async fn deleted_keys_stop_working() {
     let t = TestApp::new().await;
@@ -248,7 +267,8 @@ async fn every_malformed_input_answers_in_the_envelope() {
         "NOT_FOUND",
     );
     assert_envelope(&t.get("/no/such/route", Some(&key)).await, StatusCode::NOT_FOUND, "NOT_FOUND");
-    assert_envelope(&t.get("/payment/send", Some(&key)).await, StatusCode::NOT_FOUND, "NOT_FOUND");
+    let wrong_method = t.get("/payment/send", Some(&key)).await;
+    assert_envelope(&wrong_method, StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
     let verify = t.post_json("/verify", &key, &json!({"x402Version": 7})).await;
     assert_envelope(&verify, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
 }

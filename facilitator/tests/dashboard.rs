@@ -233,7 +233,7 @@ async fn webhook_endpoints_and_their_delivery_log_in_the_dashboard() {
     );
     state.store.insert_payment(&p).await.unwrap();
     let now = chrono::Utc::now();
-    let due = state.store.claim_webhook_deliveries(now, 10, now + chrono::Duration::seconds(60)).await.unwrap();
+    let due = state.store.claim_webhook_deliveries(now, 10, now + chrono::Duration::seconds(60), &[]).await.unwrap();
     assert_eq!(due.len(), 1);
     let outcome = DeliveryOutcome::Retry {
         status: Some(502),

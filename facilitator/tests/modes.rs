@@ -71,6 +71,16 @@ async fn without_dev_the_daemon_refuses_to_start_short_of_a_setting() {
     assert!(err.contains("TOLLGATE_MASTER_KEY") && err.contains("1 custodial wallet(s)"), "{err}");
     assert!(!err.contains(dev_key.trim()), "the key itself is never printed: {err}");
 
+    // Another well-formed key does not open what the database holds: refused, not started with
+    // wallets it cannot spend (and webhook secrets it cannot open).
+    let other_key = "22".repeat(32);
+    let err = refused(
+        dir.path(),
+        &[("TOLLGATE_SOLANA_RPC_URL", ledger.rpc_url()), ("TOLLGATE_MASTER_KEY", other_key.as_str())],
+        &SERVE,
+    );
+    assert!(err.contains("does not open"), "{err}");
+
     // With the key, it serves that one chain and no development endpoint.
     let with_key = [("TOLLGATE_SOLANA_RPC_URL", ledger.rpc_url()), ("TOLLGATE_MASTER_KEY", dev_key.trim())];
     let key = cli_with(dir.path(), &with_key, &["keys", "create", "--plan", "enterprise"]).trim().to_owned();
@@ -106,8 +116,17 @@ async fn an_evm_only_daemon_serves_evm_alone() {
     assert!(!dir.path().join("tollgate-master.key").exists(), "no master key is generated outside --dev");
     // The node goes away: the instance is not ready, and says which chain, without its URL.
     drop(anvil);
-    let (status, ready) = get(&format!("{}/readyz", daemon.base), None).await;
+    // Probes are reused for 2 s (the route is public): the next one finds the node gone.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, ready) = loop {
+        let (status, ready) = get(&format!("{}/readyz", daemon.base), None).await;
+        if status != 200 || std::time::Instant::now() > deadline {
+            break (status, ready);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     assert_eq!((status, ready["reason"].as_str()), (503, Some("chain")), "{ready}");
+    assert!(!ready.to_string().contains("127.0.0.1"), "no RPC detail in a public answer: {ready}");
     assert_eq!(ready["chains"]["eip155:31337"]["ok"], false, "{ready}");
     daemon.terminate();
 }

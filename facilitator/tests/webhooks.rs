@@ -243,6 +243,9 @@ async fn payment_changes_reach_the_seller_signed_and_retried_across_a_restart() 
     // What an operator sees: the payment, its settlement time, the refused and the delivered
     // attempts, the chain calls, the fee payer's balance, the routes. Only with the admin token.
     let client = reqwest::Client::new();
+    // A client's made-up method does not become a label value (each would be a new series).
+    let odd = reqwest::Method::from_bytes(b"XMADEUPMETHOD").unwrap();
+    client.request(odd, format!("{base}/nope")).send().await.unwrap();
     let scrape = client.get(format!("{base}/metrics")).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(scrape.status().as_u16(), 200);
     let metrics = scrape.text().await.unwrap();
@@ -260,6 +263,7 @@ async fn payment_changes_reach_the_seller_signed_and_retried_across_a_restart() 
     assert!(sample(&metrics, "tollgate_signer_balance", &["role=\"fee_payer\""]).is_some_and(|n| n > 0.0), "{metrics}");
     assert!(sample(&metrics, "tollgate_http_requests_total", &["route=\"/payment/send\"", "status=\"200\""]).is_some());
     assert!(!metrics.contains(&payer), "no address of a customer in labels");
+    assert!(!metrics.contains("XMADEUPMETHOD") && metrics.contains("method=\"other\""), "{metrics}");
     assert_eq!(sample(&metrics, "tollgate_webhook_backlog", &[]), Some(0.0));
     for token in [None, Some("wrong")] {
         let mut req = client.get(format!("{base}/metrics"));
@@ -344,4 +348,87 @@ async fn endpoints_into_the_facilitator_network_are_refused_by_default() {
     .await;
     assert_eq!(s, 201, "a public address is accepted: {body}");
     daemon.terminate();
+}
+
+/// One account's endpoint that never answers holds one sending slot, not the others: another
+/// account's delivery goes out at once while forty queued for the silent endpoint wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_endpoint_does_not_hold_up_other_accounts() {
+    use tollgate_facilitator::config::{Config, DatabaseUrl, WebhookSettings};
+    use tollgate_facilitator::store::{NewPayment, SqlStore};
+    use tollgate_facilitator::webhooks::{self, Sender};
+
+    let dir = tempfile::tempdir().unwrap();
+    let settings = WebhookSettings {
+        allow_private_targets: true,
+        require_https: false,
+        timeout_secs: 10,
+        ..WebhookSettings::default()
+    };
+    let config = Config {
+        database_url: DatabaseUrl::parse(dir.path().join("w.db").to_str().unwrap()).unwrap(),
+        webhooks: settings.clone(),
+        ..Config::default()
+    };
+    let store = std::sync::Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
+    let master = tollgate_facilitator::wallets::MasterKey::generate().unwrap();
+    let state = tollgate_facilitator::AppState::new(
+        config,
+        store,
+        std::sync::Arc::new(tollgate_facilitator::clock::SystemClock),
+    )
+    .with_master_key(master);
+
+    // A listener that accepts and never answers; a receiver that answers at once.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}/hook", silent.local_addr().unwrap());
+    let held = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = silent.accept().await.unwrap();
+            keep.lock().unwrap().push(stream);
+        }
+    });
+    let (hooks, inbox) = receiver().await;
+    let now = chrono::Utc::now();
+    for account in ["acct_slow", "acct_fine"] {
+        state.store.create_account(account, now).await.unwrap();
+    }
+    let master = state.master_key.as_deref();
+    webhooks::register(&*state.store, master, &settings, "acct_slow", &silent_url, None, now).await.unwrap();
+    let fine = webhooks::register(&*state.store, master, &settings, "acct_fine", &format!("{hooks}/fine"), None, now)
+        .await
+        .unwrap();
+    let network: tollgate_protocol::Network = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1".parse().unwrap();
+    let wallets = (
+        "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".to_owned(),
+        "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4".to_owned(),
+    );
+    for i in 0..40 {
+        let p = NewPayment::native(
+            format!("pay_slow{i}"),
+            "acct_slow",
+            network.clone(),
+            wallets.clone(),
+            tollgate_protocol::AtomicAmount(1),
+            now,
+        );
+        state.store.insert_payment(&p).await.unwrap();
+    }
+    let p = NewPayment::native("pay_fine", "acct_fine", network, wallets, tollgate_protocol::AtomicAmount(1), now);
+    state.store.insert_payment(&p).await.unwrap();
+
+    let sender = Sender::new(state.store.clone(), state.master_key.clone(), settings, state.clock.clone()).unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let task = tokio::spawn(webhooks::send_periodically(sender, stopped));
+    wait_for("the other account's delivery", || {
+        verified_events(&inbox, "fine", &fine.secret).iter().any(|(id, _)| id == "evt_pay_fine_verified").then_some(())
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5), "delivered after {:?}", started.elapsed());
+    assert_eq!(held.lock().unwrap().len(), 1, "one attempt at a time at the silent endpoint");
+    let _ = stop.send(true);
+    task.await.unwrap();
 }

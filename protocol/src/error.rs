@@ -28,6 +28,8 @@ pub enum ErrorCode {
     Forbidden,
     /// Unknown payment, token or route.
     NotFound,
+    /// The route exists, but not with this HTTP method (the `Allow` header lists those it has).
+    MethodNotAllowed,
     /// The `Idempotency-Key` was used with another request body (or is still in progress).
     IdempotencyConflict,
     /// The key's plan limit is exceeded.
@@ -40,7 +42,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the API table.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::InvalidParameters,
         Self::InvalidRecipient,
         Self::Unauthorized,
@@ -48,6 +50,7 @@ impl ErrorCode {
         Self::InvalidPaymentProof,
         Self::Forbidden,
         Self::NotFound,
+        Self::MethodNotAllowed,
         Self::IdempotencyConflict,
         Self::RateLimit,
         Self::InternalError,
@@ -63,6 +66,7 @@ impl ErrorCode {
             Self::InsufficientBalance | Self::InvalidPaymentProof => 402,
             Self::Forbidden => 403,
             Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
             Self::IdempotencyConflict => 409,
             Self::RateLimit => 429,
             Self::InternalError => 500,
@@ -81,6 +85,7 @@ impl ErrorCode {
             Self::InvalidPaymentProof => "INVALID_PAYMENT_PROOF",
             Self::Forbidden => "FORBIDDEN",
             Self::NotFound => "NOT_FOUND",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::RateLimit => "RATE_LIMIT",
             Self::InternalError => "INTERNAL_ERROR",
@@ -99,6 +104,7 @@ impl ErrorCode {
             Self::InvalidPaymentProof => "Retry with a fresh proof",
             Self::Forbidden => "Use a key whose plan includes this endpoint",
             Self::NotFound => "Check the identifier or path",
+            Self::MethodNotAllowed => "Use one of the methods in the Allow header",
             Self::IdempotencyConflict => "Use a new Idempotency-Key for a different request",
             Self::RateLimit => "Slow down; retry with exponential backoff",
             Self::InternalError => "Retry later; report the X-Request-Id if it persists",
@@ -160,7 +166,8 @@ mod tests {
 
     #[test]
     fn status_table_matches_the_contract() {
-        let expected = [400, 400, 401, 402, 402, 403, 404, 409, 429, 500, 502];
+        let expected = [400, 400, 401, 402, 402, 403, 404, 405, 409, 429, 500, 502];
+        assert_eq!(expected.len(), ErrorCode::ALL.len());
         for (code, status) in ErrorCode::ALL.iter().zip(expected) {
             assert_eq!(code.http_status(), status, "{code}");
             let json = serde_json::to_string(code).unwrap();

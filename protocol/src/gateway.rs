@@ -64,6 +64,7 @@ pub struct ReceivePaymentRequest {
     pub asset: Option<crate::x402::Asset>,
     /// Verification budget in seconds (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 300))]
     pub timeout: Option<u64>,
     /// CAIP-2 chain within the address family.
     #[serde(default, skip_serializing_if = "Option::is_none")]

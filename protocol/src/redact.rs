@@ -10,7 +10,8 @@
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else { return "[REDACTED]".to_owned() };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // A backslash ends the authority too (URL parsers read it as `/` in http URLs).
+    let authority_end = rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
     let tail = rest[authority_end..].trim_start_matches('/');
@@ -57,6 +58,8 @@ mod tests {
             ("http://127.0.0.1:8545", "http://127.0.0.1:8545"),
             ("http://127.0.0.1:8545/", "http://127.0.0.1:8545"),
             ("SECRET", "[REDACTED]"),
+            ("http://127.0.0.1:18546\\v2\\SECRET", "http://127.0.0.1:18546/…"),
+            ("http://127.0.0.1:18546\\@SECRET", "http://127.0.0.1:18546/…"),
         ] {
             assert_eq!(redact_url(url), shown);
         }

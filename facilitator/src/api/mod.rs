@@ -68,6 +68,49 @@ struct BearerAuth;
 
 impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{HttpMethod, RefOr, ResponseBuilder};
+        // What the guard answers on every operation that takes a key, documented once here.
+        let envelope = || {
+            utoipa::openapi::content::ContentBuilder::new()
+                .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorEnvelope")))
+                .build()
+        };
+        let guarded = [
+            ("401", "UNAUTHORIZED: key missing, unknown or deleted"),
+            ("403", "FORBIDDEN: the key's plan does not include this endpoint"),
+            ("429", "RATE_LIMIT: the key's limit is exceeded (`Retry-After`)"),
+        ];
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let methods = [
+                (HttpMethod::Get, &mut item.get),
+                (HttpMethod::Post, &mut item.post),
+                (HttpMethod::Delete, &mut item.delete),
+            ];
+            for (method, operation) in methods {
+                let Some(operation) = operation.as_mut() else { continue };
+                if operation.security.is_none() {
+                    continue;
+                }
+                let mut add = |status: &str, text: &str| {
+                    operation.responses.responses.entry(status.to_owned()).or_insert_with(|| {
+                        RefOr::T(
+                            ResponseBuilder::new().description(text).content("application/json", envelope()).build(),
+                        )
+                    });
+                };
+                for (status, text) in guarded {
+                    add(status, text);
+                }
+                // POSTs go through the Idempotency-Key layer (except /webhooks, whose answer
+                // carries a secret and is not replayed).
+                if method == HttpMethod::Post && path != "/webhooks" {
+                    add(
+                        "409",
+                        "IDEMPOTENCY_CONFLICT: the Idempotency-Key was used with another body, or is in progress",
+                    );
+                }
+            }
+        }
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
@@ -122,7 +165,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(system::openapi))
         .route("/metrics", get(system::metrics))
         .fallback(unknown_route)
-        .method_not_allowed_fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(count_request))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .layer(CatchPanicLayer::custom(panic_response))
@@ -141,14 +184,30 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Counts every answer by route (the pattern, never the path: ids stay out of labels).
+/// Counts every answer by route (the pattern, never the path: ids stay out of labels) and
+/// standard method.
 async fn count_request(req: Request, next: axum::middleware::Next) -> Response {
     let route = req.extensions().get::<axum::extract::MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
-    let method = req.method().clone();
+    // The method is the client's own text: only the standard ones become label values.
+    let method = match *req.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
     let started = std::time::Instant::now();
     let response = next.run(req).await;
-    crate::telemetry::http_request(&route, method.as_str(), response.status().as_u16(), started.elapsed());
+    crate::telemetry::http_request(&route, method, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// A known route asked with a method it does not have: 405, with the `Allow` header axum sets.
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(tollgate_protocol::ErrorCode::MethodNotAllowed, format!("{method} is not a method of {}", uri.path()))
 }
 
 async fn unknown_route(method: Method, uri: Uri) -> ApiError {

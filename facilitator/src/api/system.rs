@@ -37,30 +37,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         Counting::Shared => "shared",
         Counting::Degraded { .. } => "degraded",
     };
-    let probes = tokio::time::timeout(READY_PROBE_TIMEOUT, state.chains.probe_rpcs()).await;
-    let mut chains = serde_json::Map::new();
-    let mut all_answer = true;
-    match probes {
-        Ok(probes) => {
-            for (network, answer) in probes {
-                let entry = match answer {
-                    Ok(height) => json!({"ok": true, "height": height}),
-                    Err(e) => {
-                        all_answer = false;
-                        tracing::warn!(%network, error = %e, "readiness check failed: chain RPC");
-                        json!({"ok": false, "error": e.to_string()})
-                    }
-                };
-                chains.insert(network.to_string(), entry);
-            }
-        }
-        Err(_) => {
-            all_answer = false;
-            for network in state.chains.served() {
-                chains.insert(network.to_string(), json!({"ok": false, "error": "no answer in time"}));
-            }
-        }
-    }
+    let (chains, all_answer) = chain_readiness(&state).await;
     let mut body = json!({"status": "ready", "rateLimits": rate_limits, "chains": chains});
     if let Counting::Degraded { fallbacks } = counting {
         body["rateLimitFallbacks"] = fallbacks.into();
@@ -73,6 +50,49 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
     }
 }
+
+/// Each chain's RPC asked at most once per [`READY_PROBE_EVERY`] however often `/readyz` is
+/// called (it is public: it must not spend the provider's quota), concurrent callers sharing
+/// one probe. The answer says whether each answered, never what it said: RPC error bodies can
+/// quote the URL, its key and credentials. The error itself is logged, redacted and cut short.
+async fn chain_readiness(state: &AppState) -> (serde_json::Map<String, Value>, bool) {
+    let mut cached = state.readiness.lock().await;
+    if let Some((at, chains, ok)) = &*cached
+        && at.elapsed() < READY_PROBE_EVERY
+    {
+        return (chains.clone(), *ok);
+    }
+    let mut chains = serde_json::Map::new();
+    let mut all_answer = true;
+    match tokio::time::timeout(READY_PROBE_TIMEOUT, state.chains.probe_rpcs()).await {
+        Ok(probes) => {
+            for (network, answer) in probes {
+                let entry = match answer {
+                    Ok(height) => json!({"ok": true, "height": height}),
+                    Err(e) => {
+                        all_answer = false;
+                        let reason: String = e.to_string().chars().take(200).collect();
+                        tracing::warn!(%network, error = %reason, "readiness check failed: chain RPC");
+                        json!({"ok": false, "error": "the RPC did not answer as expected"})
+                    }
+                };
+                chains.insert(network.to_string(), entry);
+            }
+        }
+        Err(_) => {
+            all_answer = false;
+            tracing::warn!("readiness check failed: the chain RPCs did not answer in time");
+            for network in state.chains.served() {
+                chains.insert(network.to_string(), json!({"ok": false, "error": "no answer in time"}));
+            }
+        }
+    }
+    *cached = Some((std::time::Instant::now(), chains.clone(), all_answer));
+    (chains, all_answer)
+}
+
+/// How long a readiness probe of the chains is reused.
+const READY_PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long readiness waits for the chains' RPCs.
 const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);

@@ -124,6 +124,7 @@ pub struct DeliveryList {
 
 /// Query of `GET /webhooks/{id}/deliveries`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveriesQuery {
     /// How many, newest first (1–100, default 50).
@@ -138,6 +139,16 @@ pub struct Deleted {
     pub id: String,
     /// Always true.
     pub deleted: bool,
+}
+
+/// An endpoint id as the API makes them (`whe_` + ULID); anything else names no endpoint (and
+/// never reaches the database: PostgreSQL refuses NUL in text).
+fn endpoint_id(id: &str) -> Result<String, ApiError> {
+    if id.len() <= 64 && !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        Ok(id.to_owned())
+    } else {
+        Err(ApiError::not_found("no webhook endpoint with that id"))
+    }
 }
 
 fn api_error(e: WebhookError) -> ApiError {
@@ -202,7 +213,7 @@ pub async fn delete(
     Extension(caller): Extension<Arc<Caller>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Deleted>, ApiError> {
-    let id: String = id.chars().take(64).collect();
+    let id = endpoint_id(&id)?;
     if state.store.delete_webhook_endpoint(&caller.account_id, &id).await.map_err(ApiError::internal)? {
         Ok(Json(Deleted { id, deleted: true }))
     } else {
@@ -228,7 +239,7 @@ pub async fn deliveries(
     if !(1..=100).contains(&limit) {
         return Err(ApiError::invalid_params("limit must be between 1 and 100"));
     }
-    let id: String = id.chars().take(64).collect();
+    let id = endpoint_id(&id)?;
     match state.store.webhook_endpoint(&id).await.map_err(ApiError::internal)? {
         Some(e) if e.account_id == caller.account_id => {}
         _ => return Err(api_error(WebhookError::NotFound(id))),

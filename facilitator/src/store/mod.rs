@@ -354,6 +354,8 @@ pub trait AccountStore: Send + Sync + 'static {
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>>;
     /// How many custodial wallets are stored (sealed under the master key).
     async fn count_wallets(&self) -> StoreResult<u64>;
+    /// The oldest custodial wallet, if any (to check the master key opens what is sealed).
+    async fn first_wallet(&self) -> StoreResult<Option<StoredWallet>>;
 }
 
 /// Payments, their history index and the reconciler's schedule.
@@ -643,8 +645,13 @@ pub struct DeliveryRecord {
 /// transaction of each payment change.
 #[async_trait]
 pub trait WebhookStore: Send + Sync + 'static {
-    /// Registers an endpoint (its account must exist).
-    async fn insert_webhook_endpoint(&self, endpoint: &StoredWebhookEndpoint) -> StoreResult<()>;
+    /// Registers an endpoint unless its account has `max_per_account` already (false then),
+    /// checked and written at once, whoever registers concurrently.
+    async fn insert_webhook_endpoint(
+        &self,
+        endpoint: &StoredWebhookEndpoint,
+        max_per_account: u32,
+    ) -> StoreResult<bool>;
     /// An account's endpoints, or every endpoint (`None`), oldest first.
     async fn webhook_endpoints(&self, account_id: Option<&str>) -> StoreResult<Vec<StoredWebhookEndpoint>>;
     /// One endpoint by id.
@@ -652,13 +659,16 @@ pub trait WebhookStore: Send + Sync + 'static {
     /// Deletes an account's endpoint and its deliveries; false when it has none of that id.
     async fn delete_webhook_endpoint(&self, account_id: &str, id: &str) -> StoreResult<bool>;
     /// Claims up to `limit` pending deliveries due by `now` until `claim_until` (others skip
-    /// them), oldest due first.
+    /// them), oldest due first, none of an endpoint in `skip`.
     async fn claim_webhook_deliveries(
         &self,
         now: DateTime<Utc>,
         limit: u32,
         claim_until: DateTime<Utc>,
+        skip: &[String],
     ) -> StoreResult<Vec<DueDelivery>>;
+    /// Releases claims without recording an attempt: the rows are due again at once.
+    async fn release_webhook_claims(&self, ids: &[i64]) -> StoreResult<()>;
     /// Records an attempt and releases the claim.
     async fn record_webhook_attempt(&self, id: i64, at: DateTime<Utc>, outcome: &DeliveryOutcome) -> StoreResult<()>;
     /// The newest deliveries of one endpoint, or of all (`None`), newest first.

@@ -654,9 +654,10 @@ async fn payment_changes_queue_webhook_deliveries(store: Arc<SqlStore>) {
         store.create_account(account, t0()).await.unwrap();
     }
     for (id, account) in [("whe_a1", "acct_a"), ("whe_a2", "acct_a"), ("whe_b", "acct_b"), ("whe_c", "acct_c")] {
-        store.insert_webhook_endpoint(&endpoint(id, account)).await.unwrap();
+        assert!(store.insert_webhook_endpoint(&endpoint(id, account), 2).await.unwrap());
     }
     assert_eq!(store.webhook_endpoints(Some("acct_a")).await.unwrap().len(), 2);
+    assert!(!store.insert_webhook_endpoint(&endpoint("whe_a3", "acct_a"), 2).await.unwrap(), "at most 2 here");
     assert_eq!(store.webhook_endpoints(None).await.unwrap().len(), 4);
     // acct_a owns the payment, acct_b is the other side; acct_c sees nothing.
     let mut p = payment("pay_1", "acct_a", "f", "t", t0());
@@ -673,10 +674,10 @@ async fn payment_changes_queue_webhook_deliveries(store: Arc<SqlStore>) {
 
     // Claimed rows are skipped by another claimer until released or lapsed.
     let now = t0() + Duration::seconds(1);
-    let first = store.claim_webhook_deliveries(now, 4, now + Duration::seconds(60)).await.unwrap();
-    let second = store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60)).await.unwrap();
+    let first = store.claim_webhook_deliveries(now, 4, now + Duration::seconds(60), &[]).await.unwrap();
+    let second = store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60), &[]).await.unwrap();
     assert_eq!((first.len(), second.len()), (4, 2));
-    assert!(store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60)).await.unwrap().is_empty());
+    assert!(store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60), &[]).await.unwrap().is_empty());
     let body: serde_json::Value = serde_json::from_str(&first[0].body).unwrap();
     assert_eq!(body["type"], "payment.verified");
     assert_eq!(body["data"]["payment"]["paymentId"], "pay_1");
@@ -702,15 +703,22 @@ async fn payment_changes_queue_webhook_deliveries(store: Arc<SqlStore>) {
     let gone = row(first[2].id);
     assert_eq!((gone.state.as_str(), gone.last_error.map(|e| e.len())), ("failed", Some(300)));
     // The retried row is due again at its time, not before; a lapsed claim is taken again.
-    assert!(store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60)).await.unwrap().is_empty());
+    assert!(store.claim_webhook_deliveries(now, 10, now + Duration::seconds(60), &[]).await.unwrap().is_empty());
     let later = now + Duration::seconds(61);
-    let again = store.claim_webhook_deliveries(later, 10, later + Duration::seconds(60)).await.unwrap();
+    let again = store.claim_webhook_deliveries(later, 10, later + Duration::seconds(60), &[]).await.unwrap();
     let mut ids: Vec<i64> = again.iter().map(|d| d.id).collect();
     ids.sort_unstable();
     let mut expected = vec![first[1].id, first[3].id, second[0].id, second[1].id];
     expected.sort_unstable();
     assert_eq!(ids, expected, "the retry and the three whose claims lapsed");
     assert_eq!(again.iter().find(|d| d.id == first[1].id).unwrap().attempts, 1);
+    // Released claims are due again at once; a sender skips the endpoints it is busy with.
+    let ids: Vec<i64> = again.iter().map(|d| d.id).collect();
+    store.release_webhook_claims(&ids).await.unwrap();
+    let busy = vec!["whe_a1".to_owned()];
+    let skipped = store.claim_webhook_deliveries(later, 10, later + Duration::seconds(60), &busy).await.unwrap();
+    assert_eq!(skipped.len(), again.iter().filter(|d| d.endpoint_id != "whe_a1").count());
+    assert!(skipped.iter().all(|d| d.endpoint_id != "whe_a1"));
     // Deleting an endpoint removes its deliveries; another account cannot delete it.
     assert!(!store.delete_webhook_endpoint("acct_c", "whe_b").await.unwrap());
     assert!(store.delete_webhook_endpoint("acct_b", "whe_b").await.unwrap());
@@ -718,12 +726,30 @@ async fn payment_changes_queue_webhook_deliveries(store: Arc<SqlStore>) {
     assert!(store.webhook_endpoint("whe_b").await.unwrap().is_none());
 }
 
+/// The per-account endpoint limit holds when registrations race (several instances at once).
+async fn racing_registrations_respect_the_endpoint_limit(store: Arc<SqlStore>) {
+    use super::WebhookStore as _;
+    store.create_account("acct_r", t0()).await.unwrap();
+    let racers = (0..24).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move { store.insert_webhook_endpoint(&endpoint(&format!("whe_r{i}"), "acct_r"), 16).await })
+    });
+    let mut accepted = 0;
+    for racer in racers {
+        if racer.await.unwrap().unwrap() {
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 16);
+    assert_eq!(store.webhook_endpoints(Some("acct_r")).await.unwrap().len(), 16);
+}
+
 /// A payment change and its webhook deliveries are one write: when the outbox cannot be written
 /// (a fault injected with a trigger), the change is not recorded either.
 async fn a_change_whose_webhooks_cannot_be_queued_is_not_recorded(store: Arc<SqlStore>) {
     use super::WebhookStore as _;
     store.create_account("acct", t0()).await.unwrap();
-    store.insert_webhook_endpoint(&endpoint("whe_1", "acct")).await.unwrap();
+    assert!(store.insert_webhook_endpoint(&endpoint("whe_1", "acct"), 16).await.unwrap());
     // One connection makes and drops the fault: SQLite may prepare DDL against a connection's
     // cached schema, which another connection's change leaves stale.
     let mut ddl = store.pool.acquire().await.unwrap();
@@ -811,6 +837,7 @@ suite!(
     wallets,
     payment_changes_queue_webhook_deliveries,
     a_change_whose_webhooks_cannot_be_queued_is_not_recorded,
+    racing_registrations_respect_the_endpoint_limit,
 );
 
 #[tokio::test]

@@ -29,7 +29,7 @@ use crate::store::{DeliveryOutcome, DueDelivery, Store, StoreError, StoredWebhoo
 use crate::wallets::MasterKey;
 
 /// Most endpoints one account may register.
-pub const MAX_ENDPOINTS_PER_ACCOUNT: usize = 16;
+pub const MAX_ENDPOINTS_PER_ACCOUNT: u32 = 16;
 /// Longest description kept.
 pub const MAX_DESCRIPTION_CHARS: usize = 200;
 /// Longest wait between two attempts.
@@ -91,10 +91,8 @@ pub async fn register(
     if description.as_ref().is_some_and(|d| d.chars().count() > MAX_DESCRIPTION_CHARS) {
         return Err(WebhookError::Invalid(format!("description is longer than {MAX_DESCRIPTION_CHARS} characters")));
     }
-    if store.webhook_endpoints(Some(account_id)).await?.len() >= MAX_ENDPOINTS_PER_ACCOUNT {
-        return Err(WebhookError::Invalid(format!(
-            "an account has at most {MAX_ENDPOINTS_PER_ACCOUNT} webhook endpoints; delete one first"
-        )));
+    if description.as_ref().is_some_and(|d| d.chars().any(char::is_control)) {
+        return Err(WebhookError::Invalid("description must not contain control characters".into()));
     }
     let mut bytes = [0u8; 32];
     OsRng.try_fill_bytes(&mut bytes).map_err(|e| WebhookError::Failed(e.to_string()))?;
@@ -109,7 +107,11 @@ pub async fn register(
         sealed_secret,
         created_at: now,
     };
-    store.insert_webhook_endpoint(&endpoint).await?;
+    if !store.insert_webhook_endpoint(&endpoint, MAX_ENDPOINTS_PER_ACCOUNT).await? {
+        return Err(WebhookError::Invalid(format!(
+            "an account has at most {MAX_ENDPOINTS_PER_ACCOUNT} webhook endpoints; delete one first"
+        )));
+    }
     Ok(Registered { endpoint, secret })
 }
 
@@ -170,22 +172,42 @@ impl Sender {
         Ok(Self { store, master, settings, clock, http })
     }
 
-    /// Claims the due deliveries (up to a batch), sends them at once, and records each outcome.
+    /// Claims up to `limit` due deliveries, at most one per endpoint and none of the endpoints in
+    /// `busy` (an endpoint that hangs holds one sending slot, not all of them); the extra ones
+    /// are released at once.
+    ///
+    /// # Errors
+    /// When the outbox cannot be read.
+    pub async fn claim(&self, limit: u32, busy: &[String]) -> Result<Vec<DueDelivery>, StoreError> {
+        let now = self.clock.now();
+        let hold = chrono::Duration::seconds(i64::try_from(self.settings.timeout_secs).unwrap_or(60) + 30);
+        let claimed = self.store.claim_webhook_deliveries(now, limit, now + hold, busy).await?;
+        let mut seen = std::collections::HashSet::new();
+        let (take, extra): (Vec<_>, Vec<_>) = claimed.into_iter().partition(|d| seen.insert(d.endpoint_id.clone()));
+        if !extra.is_empty() {
+            let ids: Vec<i64> = extra.iter().map(|d| d.id).collect();
+            if let Err(e) = self.store.release_webhook_claims(&ids).await {
+                tracing::warn!(error = %e, "could not release webhook claims; they lapse on their own");
+            }
+        }
+        Ok(take)
+    }
+
+    /// Claims what is due (see [`Self::claim`]) and sends it, waiting for every attempt.
     /// Returns how many were attempted.
     ///
     /// # Errors
     /// When the outbox cannot be read; an outcome that cannot be recorded is logged, and the
     /// delivery is sent again once its claim lapses.
     pub async fn send_due(&self) -> Result<usize, StoreError> {
-        let now = self.clock.now();
-        let hold = chrono::Duration::seconds(i64::try_from(self.settings.timeout_secs).unwrap_or(60) + 30);
-        let due = self.store.claim_webhook_deliveries(now, BATCH, now + hold).await?;
+        let due = self.claim(BATCH, &[]).await?;
         let n = due.len();
         futures_util::future::join_all(due.into_iter().map(|d| self.attempt(d))).await;
         Ok(n)
     }
 
-    async fn attempt(&self, due: DueDelivery) {
+    /// One attempt at `due`, its outcome recorded.
+    pub async fn attempt(&self, due: DueDelivery) {
         let outcome = self.deliver(&due).await;
         let at = self.clock.now();
         crate::telemetry::webhook_attempt(match &outcome {
@@ -219,9 +241,11 @@ impl Sender {
         let Some(master) = &self.master else {
             return self.retry(due, None, "no master key to open the signing secret with".into());
         };
+        // Not `Failed`: a misconfigured instance (another master key) must not give up deliveries
+        // that an instance with the right key can send.
         let secret = match master.open(&endpoint.id, &endpoint.sealed_secret).map(String::from_utf8) {
             Ok(Ok(s)) => s,
-            _ => return DeliveryOutcome::Failed { status: None, error: "the signing secret cannot be opened".into() },
+            _ => return self.retry(due, None, "this instance's master key does not open the signing secret".into()),
         };
         let url = match reqwest::Url::parse(&endpoint.url) {
             Ok(u) if target::literal_host_allowed(&u, &self.settings) => u,
@@ -272,25 +296,48 @@ fn describe(e: &reqwest::Error) -> String {
     redact_urls(&text)
 }
 
-/// Sends due deliveries every [`SEND_EVERY`] until `stop`, at once again while a pass found a
-/// full batch.
+/// Sends due deliveries until `stop`: up to [`BATCH`] attempts in flight, at most one per
+/// endpoint, each slot refilled as soon as its attempt ends (a slow endpoint delays only its own
+/// deliveries), and the outbox looked at every [`SEND_EVERY`].
 pub async fn send_periodically(sender: Sender, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut in_flight: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+    // The endpoint of each attempt in flight, by task (a task that panicked is still cleared).
+    let mut busy: std::collections::HashMap<tokio::task::Id, String> = std::collections::HashMap::new();
     let mut every = tokio::time::interval(SEND_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = every.tick() => {}
-            _ = stop.changed() => return,
+            Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                let id = match done {
+                    Ok((id, ())) => id,
+                    Err(e) => {
+                        tracing::error!(error = %e, "a webhook attempt failed unexpectedly; it is sent again once its claim lapses");
+                        e.id()
+                    }
+                };
+                busy.remove(&id);
+            }
+            _ = stop.changed() => {
+                in_flight.abort_all();
+                return;
+            }
         }
-        loop {
-            match sender.send_due().await {
-                Ok(n) if n >= BATCH as usize => {}
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read the webhook outbox");
-                    break;
+        let free = BATCH.saturating_sub(u32::try_from(in_flight.len()).unwrap_or(BATCH));
+        if free == 0 {
+            continue;
+        }
+        let skip: Vec<String> = busy.values().cloned().collect();
+        match sender.claim(free, &skip).await {
+            Ok(due) => {
+                for delivery in due {
+                    let endpoint = delivery.endpoint_id.clone();
+                    let sender = sender.clone();
+                    let task = in_flight.spawn(async move { sender.attempt(delivery).await });
+                    busy.insert(task.id(), endpoint);
                 }
             }
+            Err(e) => tracing::warn!(error = %e, "could not read the webhook outbox"),
         }
     }
 }

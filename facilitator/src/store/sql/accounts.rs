@@ -90,6 +90,17 @@ impl AccountStore for SqlStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn first_wallet(&self) -> StoreResult<Option<StoredWallet>> {
+        let first: Option<String> =
+            sqlx::query_scalar("SELECT address FROM wallets ORDER BY created_at, address LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await?;
+        match first {
+            Some(address) => self.get_wallet(&address).await,
+            None => Ok(None),
+        }
+    }
+
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>> {
         let row = sqlx::query(
             &self.sql("SELECT address, account_id, family, sealed_secret, created_at FROM wallets WHERE address = ?"),

@@ -68,19 +68,33 @@ const DELIVERY_COLUMNS: &str = "id, endpoint_id, event_id, event_type, state, at
 
 #[async_trait]
 impl WebhookStore for SqlStore {
-    async fn insert_webhook_endpoint(&self, e: &StoredWebhookEndpoint) -> StoreResult<()> {
-        sqlx::query(
-            &self.sql(&format!("INSERT INTO webhook_endpoints ({ENDPOINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)")),
-        )
+    async fn insert_webhook_endpoint(&self, e: &StoredWebhookEndpoint, max_per_account: u32) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        // PostgreSQL: registrations of one account take turns (the count below would otherwise
+        // miss a concurrent insert); SQLite runs one writer at a time anyway.
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext('tollgate_webhook_endpoints:' || $1))")
+                .bind(&e.account_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let inserted = sqlx::query(&self.sql(&format!(
+            "INSERT INTO webhook_endpoints ({ENDPOINT_COLUMNS}) SELECT ?, ?, ?, ?, ?, ? \
+             WHERE (SELECT COUNT(*) FROM webhook_endpoints WHERE account_id = ?) < ?"
+        )))
         .bind(&e.id)
         .bind(&e.account_id)
         .bind(&e.url)
         .bind(e.description.as_deref())
         .bind(&e.sealed_secret)
         .bind(e.created_at.timestamp_millis())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        .bind(&e.account_id)
+        .bind(i64::from(max_per_account))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(inserted > 0)
     }
 
     async fn webhook_endpoints(&self, account_id: Option<&str>) -> StoreResult<Vec<StoredWebhookEndpoint>> {
@@ -128,22 +142,30 @@ impl WebhookStore for SqlStore {
         now: DateTime<Utc>,
         limit: u32,
         claim_until: DateTime<Utc>,
+        skip: &[String],
     ) -> StoreResult<Vec<DueDelivery>> {
         // PostgreSQL: rows another instance is claiming right now are skipped, not waited for.
         let skip_locked = if self.backend == Backend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
         let sql = format!(
             "UPDATE webhook_deliveries SET claimed_until = ? WHERE id IN (SELECT id FROM webhook_deliveries \
-             WHERE state = 'pending' AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?) \
+             WHERE state = 'pending' AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?){busy} \
              ORDER BY next_attempt_at, id LIMIT ?{skip_locked}) \
-             RETURNING id, endpoint_id, event_id, body, attempts, created_at, next_attempt_at"
+             RETURNING id, endpoint_id, event_id, body, attempts, created_at, next_attempt_at",
+            busy = if skip.is_empty() {
+                String::new()
+            } else {
+                format!(" AND endpoint_id NOT IN ({})", vec!["?"; skip.len()].join(", "))
+            }
         );
-        let rows = sqlx::query(&self.sql(&sql))
+        let sql = self.sql(&sql);
+        let mut query = sqlx::query(&sql)
             .bind(claim_until.timestamp_millis())
             .bind(now.timestamp_millis())
-            .bind(now.timestamp_millis())
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(now.timestamp_millis());
+        for endpoint in skip {
+            query = query.bind(endpoint);
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
         let mut due = Vec::with_capacity(rows.len());
         for row in &rows {
             let next: i64 = row.try_get("next_attempt_at")?;
@@ -161,6 +183,23 @@ impl WebhookStore for SqlStore {
         }
         due.sort_by_key(|(next, d)| (*next, d.id));
         Ok(due.into_iter().map(|(_, d)| d).collect())
+    }
+
+    async fn release_webhook_claims(&self, ids: &[i64]) -> StoreResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "UPDATE webhook_deliveries SET claimed_until = NULL WHERE id IN ({})",
+            vec!["?"; ids.len()].join(", ")
+        );
+        let sql = self.sql(&sql);
+        let mut query = sqlx::query(&sql);
+        for id in ids {
+            query = query.bind(id);
+        }
+        query.execute(&self.pool).await?;
+        Ok(())
     }
 
     async fn record_webhook_attempt(&self, id: i64, at: DateTime<Utc>, outcome: &DeliveryOutcome) -> StoreResult<()> {
