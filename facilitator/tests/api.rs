@@ -497,9 +497,26 @@ async fn openapi_describes_every_endpoint_of_the_contract() {
         ("/healthz", "get"),
         ("/readyz", "get"),
         ("/openapi.json", "get"),
+        ("/webhooks", "post"),
+        ("/webhooks", "get"),
+        ("/webhooks/{id}", "delete"),
+        ("/webhooks/{id}/deliveries", "get"),
     ] {
         assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} missing");
     }
     assert!(doc.body["components"]["schemas"]["PaymentRecord"].is_object());
     assert!(doc.body["components"]["securitySchemes"]["bearer"].is_object());
+    // What the guard answers is documented on every guarded operation.
+    let send = &paths["/payment/send"]["post"]["responses"];
+    for status in ["401", "403", "409", "429"] {
+        assert!(send.get(status).is_some(), "POST /payment/send does not document {status}");
+    }
+    assert!(paths["/webhooks"]["post"]["responses"].get("409").is_none(), "registering is not replayed");
+    // Addresses and transaction ids say what the validation checks.
+    let wallet = &doc.body["components"]["schemas"]["SendPaymentRequest"]["properties"]["walletAddress"];
+    assert_eq!((wallet["format"].as_str(), wallet["pattern"].is_string()), (Some("address"), true), "{wallet}");
+    let parameter = &paths["/payment/history/{walletAddress}"]["get"]["parameters"][0]["schema"];
+    assert_eq!(parameter["format"], "address", "{parameter}");
+    let transaction = &doc.body["components"]["schemas"]["ConfirmTransactionRequest"]["properties"]["transaction"];
+    assert_eq!(transaction["format"], "transaction-id", "{transaction}");
 }

@@ -299,6 +299,7 @@ pub struct HistoryQuery {
     pub kind: HistoryType,
     /// Page size, 1 to 500, default 50.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 500))]
     pub limit: Option<u32>,
     /// Records to skip, default 0.
     #[serde(default)]

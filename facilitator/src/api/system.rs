@@ -133,8 +133,69 @@ pub async fn metrics(State(state): State<AppState>, headers: http::HeaderMap) ->
     ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response()
 }
 
-static OPENAPI: LazyLock<Value> =
-    LazyLock::new(|| serde_json::to_value(super::ApiDoc::openapi()).unwrap_or(Value::Null));
+static OPENAPI: LazyLock<Value> = LazyLock::new(|| {
+    let mut document = serde_json::to_value(super::ApiDoc::openapi()).unwrap_or(Value::Null);
+    with_string_formats(&mut document);
+    document
+});
+
+/// Fields whose text the validation checks beyond "a string": an address, a transaction id, a
+/// webhook URL. The document says so with a custom `format` (and a `pattern` every valid value
+/// matches), so that clients and contract tests can tell a well-formed value.
+const STRING_FORMATS: [(&str, &str, &str); 6] = [
+    ("walletAddress", "address", ADDRESS_PATTERN),
+    ("recipientAddress", "address", ADDRESS_PATTERN),
+    ("mintAddress", "address", ADDRESS_PATTERN),
+    ("address", "address", ADDRESS_PATTERN),
+    ("transaction", "transaction-id", "^(0x[0-9a-fA-F]{64}|[1-9A-HJ-NP-Za-km-z]{64,88})$"),
+    ("url", "webhook-url", "^https://"),
+];
+/// An EVM address (`0x` + 40 hex digits) or a Solana one (base58 of 32 bytes).
+const ADDRESS_PATTERN: &str = "^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$";
+
+/// Adds [`STRING_FORMATS`] to request bodies' properties and to path parameters.
+fn with_string_formats(document: &mut Value) {
+    let annotate = |name: &str, schema: &mut Value| {
+        if let Some((_, format, pattern)) = STRING_FORMATS.iter().find(|(field, _, _)| *field == name)
+            && let Some(object) = schema.as_object_mut()
+            && object.get("type").is_some_and(|t| t == "string")
+        {
+            object.insert("format".into(), (*format).into());
+            object.insert("pattern".into(), (*pattern).into());
+        }
+    };
+    let requests = [
+        "SendPaymentRequest",
+        "ReceivePaymentRequest",
+        "LocalReceiveRequest",
+        "ConfirmTransactionRequest",
+        "AirdropRequest",
+        "NewEndpoint",
+    ];
+    if let Some(schemas) = document.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        for name in requests {
+            if let Some(properties) =
+                schemas.get_mut(name).and_then(|s| s.get_mut("properties")).and_then(Value::as_object_mut)
+            {
+                for (field, schema) in properties.iter_mut() {
+                    annotate(field, schema);
+                }
+            }
+        }
+    }
+    if let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) {
+        for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
+            for parameter in operation.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
+                if parameter.get("in").is_some_and(|i| i == "path") {
+                    let name = parameter.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    if let Some(schema) = parameter.get_mut("schema") {
+                        annotate(&name, schema);
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// This API as OpenAPI 3.1.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
