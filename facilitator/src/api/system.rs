@@ -164,7 +164,34 @@ fn with_string_formats(document: &mut Value) {
             object.insert("pattern".into(), (*pattern).into());
         }
     };
+    // Amount bounds the validation enforces (whole units), beside each amount's `$ref`.
+    // `/payment/send` bounds its amount (0.001 to 100); `/transaction/send`, with the same body,
+    // does not: it gets a schema of its own.
+    if let Some(schemas) = document.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        if let Some(mut hosted) = schemas.get("SendPaymentRequest").cloned() {
+            hosted["properties"]["amount"]["minimum"] = serde_json::json!(0.001);
+            hosted["properties"]["amount"]["maximum"] = serde_json::json!(100);
+            hosted["description"] = "Body of `POST /payment/send`.".into();
+            schemas.insert("HostedSendRequest".into(), hosted);
+        }
+        for (schema, property, bounds) in [
+            ("SendPaymentRequest", "amount", serde_json::json!({"exclusiveMinimum": 0})),
+            ("ReceivePaymentRequest", "expectedAmount", serde_json::json!({"exclusiveMinimum": 0})),
+            ("LocalReceiveRequest", "expectedAmount", serde_json::json!({"exclusiveMinimum": 0})),
+            ("AirdropRequest", "amount", serde_json::json!({"minimum": 0.000_000_001, "maximum": 1000})),
+        ] {
+            let target = schemas.get_mut(schema).and_then(|s| s.pointer_mut(&format!("/properties/{property}")));
+            if let (Some(Value::Object(target)), Value::Object(bounds)) = (target, bounds) {
+                target.extend(bounds);
+            }
+        }
+    }
+    if let Some(body) = document.pointer_mut("/paths/~1payment~1send/post/requestBody/content/application~1json/schema")
+    {
+        *body = serde_json::json!({"$ref": "#/components/schemas/HostedSendRequest"});
+    }
     let requests = [
+        "HostedSendRequest",
         "SendPaymentRequest",
         "ReceivePaymentRequest",
         "LocalReceiveRequest",
@@ -199,6 +226,19 @@ fn with_string_formats(document: &mut Value) {
 
 /// This API as OpenAPI 3.1.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
-pub async fn openapi() -> Json<Value> {
-    Json(OPENAPI.clone())
+pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
+    let mut document = OPENAPI.clone();
+    // This daemon's networks: a network it does not serve is refused, so the document says which.
+    let mut served: Vec<Value> = Vec::new();
+    for network in state.chains.served() {
+        served.push(network.to_string().into());
+        if let Some(v1) = network.v1_name() {
+            served.push(v1.into());
+        }
+    }
+    if let Some(schema) = document.pointer_mut("/components/schemas/Network").and_then(Value::as_object_mut) {
+        schema.remove("pattern");
+        schema.insert("enum".into(), served.into());
+    }
+    Json(document)
 }

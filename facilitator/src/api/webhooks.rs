@@ -154,6 +154,8 @@ fn endpoint_id(id: &str) -> Result<String, ApiError> {
 fn api_error(e: WebhookError) -> ApiError {
     match e {
         WebhookError::Invalid(m) => ApiError::invalid_params(m),
+        // A quota, like a plan's: the request is well-formed, the account is full.
+        WebhookError::TooMany => ApiError::forbidden(e.to_string()).with_remedy("Delete an endpoint first"),
         WebhookError::NoMasterKey => {
             ApiError::forbidden(e.to_string()).with_remedy("The operator sets TOLLGATE_MASTER_KEY on the facilitator")
         }
@@ -167,8 +169,8 @@ fn api_error(e: WebhookError) -> ApiError {
 #[utoipa::path(post, path = "/webhooks", tag = "webhooks", request_body = NewEndpoint,
     responses(
         (status = 201, body = CreatedEndpoint),
-        (status = 400, description = "INVALID_PARAMETERS (URL not https, not public, or too many endpoints)", body = tollgate_protocol::ErrorEnvelope),
-        (status = 403, description = "FORBIDDEN (no master key on this facilitator)", body = tollgate_protocol::ErrorEnvelope),
+        (status = 400, description = "INVALID_PARAMETERS (URL not https or not public)", body = tollgate_protocol::ErrorEnvelope),
+        (status = 403, description = "FORBIDDEN (the account has 16 endpoints already, or no master key on this facilitator)", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]
 pub async fn create(
     State(state): State<AppState>,

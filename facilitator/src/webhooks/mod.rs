@@ -42,9 +42,12 @@ pub const SEND_EVERY: Duration = Duration::from_millis(500);
 /// Why an endpoint could not be registered or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
-    /// The request is not acceptable (URL, description, too many endpoints).
+    /// The request is not acceptable (URL, description).
     #[error("{0}")]
     Invalid(String),
+    /// The account has as many endpoints as it may.
+    #[error("an account has at most {MAX_ENDPOINTS_PER_ACCOUNT} webhook endpoints; delete one first")]
+    TooMany,
     /// No master key to seal the signing secret with.
     #[error("webhooks need TOLLGATE_MASTER_KEY, which keeps their signing secrets sealed")]
     NoMasterKey,
@@ -74,8 +77,8 @@ pub struct Registered {
 /// Registers `url` for `account_id`'s payment events.
 ///
 /// # Errors
-/// [`WebhookError::Invalid`] for a URL that is not allowed ([`target::check_url`]), a long
-/// description or too many endpoints; [`WebhookError::NoMasterKey`] without a master key.
+/// [`WebhookError::Invalid`] for a URL that is not allowed ([`target::check_url`]) or a long
+/// description; [`WebhookError::TooMany`]; [`WebhookError::NoMasterKey`] without a master key.
 pub async fn register(
     store: &dyn Store,
     master: Option<&MasterKey>,
@@ -108,9 +111,7 @@ pub async fn register(
         created_at: now,
     };
     if !store.insert_webhook_endpoint(&endpoint, MAX_ENDPOINTS_PER_ACCOUNT).await? {
-        return Err(WebhookError::Invalid(format!(
-            "an account has at most {MAX_ENDPOINTS_PER_ACCOUNT} webhook endpoints; delete one first"
-        )));
+        return Err(WebhookError::TooMany);
     }
     Ok(Registered { endpoint, secret })
 }
