@@ -98,6 +98,15 @@ async fn starts_in_development_mode_without_config_and_answers_the_contract() {
         let mode = std::fs::metadata(dir.path().join("tollgate-master.key")).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
+    // The ledger refuses to fund the system program or to leave a new account below rent
+    // exemption: answered as the caller's mistake, not as a chain failure.
+    for (body, code) in [
+        (json!({"address": "11111111111111111111111111111111", "amount": 1}), "INVALID_RECIPIENT"),
+        (json!({"address": payer, "amount": 0.0005}), "INVALID_PARAMETERS"),
+    ] {
+        let (s, _, b) = call(&client, client.post(url("/dev/airdrop")).bearer_auth(&premium).json(&body)).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some(code)), "{b}");
+    }
     let (s, _, b) = call(
         &client,
         client.post(url("/dev/airdrop")).bearer_auth(&premium).json(&json!({"address": payer, "amount": 1})),

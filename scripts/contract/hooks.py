@@ -31,6 +31,7 @@ public_host = st.sampled_from(["93.184.216.34", "1.1.1.1", "8.8.8.8", "203.0.114
 path = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
 
 schemathesis.openapi.format("address", st.one_of(solana_address, evm_address))
+schemathesis.openapi.format("solana-address", solana_address.filter(lambda a: a != "1" * 32))
 schemathesis.openapi.format("transaction-id", st.one_of(solana_signature, evm_hash))
 schemathesis.openapi.format("webhook-url", st.builds(lambda h, p: f"https://{h}/{p}", public_host, path))
 

@@ -16,6 +16,9 @@ use crate::chains::solana::build::pubkey;
 
 /// Largest airdrop, SOL.
 const MAX_AIRDROP_SOL: &str = "1000";
+/// Least airdrop, SOL: above the rent-exempt minimum of a plain account (0.00089088 SOL), which
+/// the ledger refuses to go below for a new account.
+const MIN_AIRDROP_SOL: &str = "0.001";
 
 /// Body of `POST /dev/airdrop`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -23,7 +26,7 @@ const MAX_AIRDROP_SOL: &str = "1000";
 pub struct AirdropRequest {
     /// Solana address to fund.
     pub address: String,
-    /// Whole SOL, up to 1000.
+    /// Whole SOL, 0.001 to 1000.
     pub amount: DecimalAmount,
 }
 
@@ -54,8 +57,13 @@ pub async fn airdrop(
 ) -> Result<Json<AirdropResponse>, ApiError> {
     let address = validate::address("address", &req.address)?;
     let key = pubkey(&address).ok_or_else(|| ApiError::invalid_params("address must be a Solana address"))?;
+    if key == solana_sdk::pubkey::Pubkey::default() {
+        return Err(ApiError::invalid_recipient(
+            "the system program (11111111111111111111111111111111) cannot be funded",
+        ));
+    }
     let lamports =
-        validate::native_amount("amount", &req.amount, ChainFamily::Solana, Some(("0.000000001", MAX_AIRDROP_SOL)))?;
+        validate::native_amount("amount", &req.amount, ChainFamily::Solana, Some((MIN_AIRDROP_SOL, MAX_AIRDROP_SOL)))?;
     let lamports_u64 = u64::try_from(lamports.get()).map_err(|_| ApiError::invalid_params("amount is too large"))?;
     let backend = state.chains.embedded_solana().ok_or_else(|| ApiError::not_found("no embedded ledger"))?;
     let chain_error = |e: crate::chains::ChainError| ApiError::verification_failed(e.to_string());

@@ -178,7 +178,7 @@ fn with_string_formats(document: &mut Value) {
             ("SendPaymentRequest", "amount", serde_json::json!({"exclusiveMinimum": 0})),
             ("ReceivePaymentRequest", "expectedAmount", serde_json::json!({"exclusiveMinimum": 0})),
             ("LocalReceiveRequest", "expectedAmount", serde_json::json!({"exclusiveMinimum": 0})),
-            ("AirdropRequest", "amount", serde_json::json!({"minimum": 0.000_000_001, "maximum": 1000})),
+            ("AirdropRequest", "amount", serde_json::json!({"minimum": 0.001, "maximum": 1000})),
         ] {
             let target = schemas.get_mut(schema).and_then(|s| s.pointer_mut(&format!("/properties/{property}")));
             if let (Some(Value::Object(target)), Value::Object(bounds)) = (target, bounds) {
@@ -208,6 +208,28 @@ fn with_string_formats(document: &mut Value) {
                     annotate(field, schema);
                 }
             }
+        }
+    }
+    if let Some(schemas) = document.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        // The development ledger funds Solana accounts, never the system program (all zeros).
+        if let Some(Value::Object(address)) =
+            schemas.get_mut("AirdropRequest").and_then(|s| s.pointer_mut("/properties/address"))
+        {
+            address.insert("format".into(), "solana-address".into());
+            address.insert("pattern".into(), "^(?!1{32}$)[1-9A-HJ-NP-Za-km-z]{32,44}$".into());
+        }
+        // Descriptions are one line of text.
+        if let Some(Value::Object(description)) =
+            schemas.get_mut("NewEndpoint").and_then(|s| s.pointer_mut("/properties/description"))
+        {
+            description.insert("pattern".into(), "^[^\\u0000-\\u001F\\u007F-\\u009F]*$".into());
+        }
+    }
+    if let Some(parameters) =
+        document.pointer_mut("/paths/~1token~1info~1{mintAddress}/get/parameters").and_then(Value::as_array_mut)
+    {
+        for parameter in parameters.iter_mut().filter(|p| p.get("name").is_some_and(|n| n == "network")) {
+            parameter["schema"] = serde_json::json!({"$ref": "#/components/schemas/Network"});
         }
     }
     if let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) {
