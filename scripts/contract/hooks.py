@@ -31,27 +31,49 @@ public_host = st.sampled_from(["93.184.216.34", "1.1.1.1", "8.8.8.8", "203.0.114
 path = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
 
 schemathesis.openapi.format("address", st.one_of(solana_address, evm_address))
+schemathesis.openapi.format("asset", st.one_of(st.just("native"), solana_address, evm_address))
+schemathesis.openapi.format("idempotency-key", st.text(alphabet=[chr(c) for c in range(0x21, 0x7F)], min_size=1, max_size=64))
 schemathesis.openapi.format("solana-address", solana_address.filter(lambda a: a != "1" * 32))
 schemathesis.openapi.format("transaction-id", st.one_of(solana_signature, evm_hash))
 schemathesis.openapi.format("webhook-url", st.builds(lambda h, p: f"https://{h}/{p}", public_host, path))
 
 
-@schemathesis.hook
-def filter_body(ctx, body):
-    """What JSON Schema cannot say between two fields: a payer and a payee are on one chain family
-    and are not the same wallet (the facilitator refuses either, rightly, with INVALID_RECIPIENT)."""
-    if isinstance(body, dict):
-        payer, payee = body.get("walletAddress"), body.get("recipientAddress")
-        if isinstance(payer, str) and isinstance(payee, str):
-            return payer.startswith("0x") == payee.startswith("0x") and payer != payee
-    return True
+def decimals(number) -> int:
+    """Digits after the point of a JSON number as Python holds it."""
+    text = repr(number)
+    if "e" in text or "E" in text:
+        mantissa, exponent = text.lower().split("e")
+        return max(0, len(mantissa.split(".")[1]) if "." in mantissa else 0) - int(exponent)
+    return len(text.split(".")[1].rstrip("0")) if "." in text else 0
+
+
+def is_evm(text) -> bool:
+    return isinstance(text, str) and text.startswith(("0x", "eip155:"))
 
 
 @schemathesis.hook
 def filter_case(ctx, case):
-    """A token looked up on a network of its own family (another family is refused, rightly)."""
+    """What JSON Schema cannot say across fields, which the facilitator checks, rightly:
+    - a payer and a payee are on one chain family, and are two wallets;
+    - a named network is of the addresses' family;
+    - an amount has no more decimals than the family's native unit (9 for SOL, 18 for ETH);
+    - a token is looked up on a network of its own family."""
+    body = case.body if isinstance(case.body, dict) else {}
+    wallet = body.get("walletAddress", body.get("address"))
+    payee = body.get("recipientAddress")
+    if isinstance(wallet, str) and isinstance(payee, str) and (is_evm(wallet) != is_evm(payee) or wallet == payee):
+        return False
+    network = body.get("network")
+    if isinstance(wallet, str) and isinstance(network, str) and is_evm(wallet) != is_evm(network):
+        return False
+    if isinstance(wallet, str):
+        places = 18 if is_evm(wallet) else 9
+        for field in ("amount", "expectedAmount", "priorityFee"):
+            value = body.get(field)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and decimals(value) > places:
+                return False
     mint = (case.path_parameters or {}).get("mintAddress")
-    network = (case.query or {}).get("network")
-    if isinstance(mint, str) and isinstance(network, str):
-        return mint.startswith("0x") == network.startswith(("eip155:", "base", "ethereum", "polygon", "avalanche", "sei", "iotex", "peaq", "xlayer"))
+    query_network = (case.query or {}).get("network")
+    if isinstance(mint, str) and isinstance(query_network, str) and is_evm(mint) != is_evm(query_network):
+        return False
     return True

@@ -142,23 +142,27 @@ static OPENAPI: LazyLock<Value> = LazyLock::new(|| {
 /// Fields whose text the validation checks beyond "a string": an address, a transaction id, a
 /// webhook URL. The document says so with a custom `format` (and a `pattern` every valid value
 /// matches), so that clients and contract tests can tell a well-formed value.
-const STRING_FORMATS: [(&str, &str, &str); 6] = [
+const STRING_FORMATS: [(&str, &str, &str); 8] = [
     ("walletAddress", "address", ADDRESS_PATTERN),
     ("recipientAddress", "address", ADDRESS_PATTERN),
     ("mintAddress", "address", ADDRESS_PATTERN),
     ("address", "address", ADDRESS_PATTERN),
     ("transaction", "transaction-id", "^(0x[0-9a-fA-F]{64}|[1-9A-HJ-NP-Za-km-z]{64,88})$"),
     ("url", "webhook-url", "^https://"),
+    ("asset", "asset", "^(native|0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$"),
+    ("Idempotency-Key", "idempotency-key", "^[!-~]{1,255}$"),
 ];
 /// An EVM address (`0x` + 40 hex digits) or a Solana one (base58 of 32 bytes).
 const ADDRESS_PATTERN: &str = "^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$";
 
-/// Adds [`STRING_FORMATS`] to request bodies' properties and to path parameters.
+/// Adds [`STRING_FORMATS`] to request bodies' properties and to path and header parameters.
 fn with_string_formats(document: &mut Value) {
     let annotate = |name: &str, schema: &mut Value| {
         if let Some((_, format, pattern)) = STRING_FORMATS.iter().find(|(field, _, _)| *field == name)
             && let Some(object) = schema.as_object_mut()
-            && object.get("type").is_some_and(|t| t == "string")
+            && object
+                .get("type")
+                .is_some_and(|t| t == "string" || t.as_array().is_some_and(|a| a.contains(&"string".into())))
         {
             object.insert("format".into(), (*format).into());
             object.insert("pattern".into(), (*pattern).into());
@@ -211,6 +215,10 @@ fn with_string_formats(document: &mut Value) {
         }
     }
     if let Some(schemas) = document.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        // Amounts are never negative.
+        if let Some(Value::Object(amount)) = schemas.get_mut("DecimalAmount") {
+            amount.insert("minimum".into(), 0.into());
+        }
         // The development ledger funds Solana accounts, never the system program (all zeros).
         if let Some(Value::Object(address)) =
             schemas.get_mut("AirdropRequest").and_then(|s| s.pointer_mut("/properties/address"))
@@ -235,7 +243,7 @@ fn with_string_formats(document: &mut Value) {
     if let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) {
         for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
             for parameter in operation.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
-                if parameter.get("in").is_some_and(|i| i == "path") {
+                if parameter.get("in").is_some_and(|i| i == "path" || i == "header") {
                     let name = parameter.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
                     if let Some(schema) = parameter.get_mut("schema") {
                         annotate(&name, schema);
