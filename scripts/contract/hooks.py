@@ -67,11 +67,13 @@ def filter_case(ctx, case):
     if isinstance(wallet, str) and isinstance(network, str) and is_evm(wallet) != is_evm(network):
         return False
     if isinstance(wallet, str):
-        places = 18 if is_evm(wallet) else 9
+        # Decimals of the native unit, and the most its atomic units hold (u64 lamports, u128 wei).
+        places, most = (18, 2**128 - 1) if is_evm(wallet) else (9, 2**64 - 1)
         for field in ("amount", "expectedAmount", "priorityFee"):
             value = body.get(field)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and decimals(value) > places:
-                return False
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if decimals(value) > places or value * 10**places > most:
+                    return False
     mint = (case.path_parameters or {}).get("mintAddress")
     query_network = (case.query or {}).get("network")
     if isinstance(mint, str) and isinstance(query_network, str) and is_evm(mint) != is_evm(query_network):

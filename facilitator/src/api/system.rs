@@ -166,6 +166,15 @@ fn with_string_formats(document: &mut Value) {
         {
             object.insert("format".into(), (*format).into());
             object.insert("pattern".into(), (*pattern).into());
+            // Two different wallets as examples of a payer and a payee.
+            let example = match name {
+                "walletAddress" | "address" => Some("9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"),
+                "recipientAddress" => Some("2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"),
+                _ => None,
+            };
+            if let Some(example) = example {
+                object.insert("examples".into(), serde_json::json!([example]));
+            }
         }
     };
     // Amount bounds the validation enforces (whole units), beside each amount's `$ref`.
@@ -266,9 +275,16 @@ pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
             served.push(v1.into());
         }
     }
+    // Its example is a served network, of the family of the address examples (Solana first).
+    let example =
+        served.iter().find(|n| n.as_str().is_some_and(|n| n.starts_with("solana:"))).or(served.first()).cloned();
     if let Some(schema) = document.pointer_mut("/components/schemas/Network").and_then(Value::as_object_mut) {
         schema.remove("pattern");
         schema.insert("enum".into(), served.into());
+        match example {
+            Some(example) => schema.insert("examples".into(), Value::Array(vec![example])),
+            None => schema.remove("examples"),
+        };
     }
     Json(document)
 }
