@@ -31,6 +31,7 @@ public_host = st.sampled_from(["93.184.216.34", "1.1.1.1", "8.8.8.8", "203.0.114
 path = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
 
 schemathesis.openapi.format("address", st.one_of(solana_address, evm_address))
+schemathesis.openapi.format("resource-url", st.builds(lambda p: f"https://seller.example/{p}", path))
 schemathesis.openapi.format("asset", st.one_of(st.just("native"), solana_address, evm_address))
 schemathesis.openapi.format("idempotency-key", st.text(alphabet=[chr(c) for c in range(0x21, 0x7F)], min_size=1, max_size=64))
 schemathesis.openapi.format("solana-address", solana_address.filter(lambda a: a != "1" * 32))

@@ -142,7 +142,7 @@ static OPENAPI: LazyLock<Value> = LazyLock::new(|| {
 /// Fields whose text the validation checks beyond "a string": an address, a transaction id, a
 /// webhook URL. The document says so with a custom `format` (and a `pattern` every valid value
 /// matches), so that clients and contract tests can tell a well-formed value.
-const STRING_FORMATS: [(&str, &str, &str); 8] = [
+const STRING_FORMATS: [(&str, &str, &str); 9] = [
     ("walletAddress", "address", ADDRESS_PATTERN),
     ("recipientAddress", "address", ADDRESS_PATTERN),
     ("mintAddress", "address", ADDRESS_PATTERN),
@@ -151,6 +151,7 @@ const STRING_FORMATS: [(&str, &str, &str); 8] = [
     ("url", "webhook-url", "^https://"),
     ("asset", "asset", "^(native|0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$"),
     ("Idempotency-Key", "idempotency-key", "^[!-~]{1,255}$"),
+    ("resource", "resource-url", "^https?://[^\\s]{1,2040}$"),
 ];
 /// An EVM address (`0x` + 40 hex digits) or a Solana one (base58 of 32 bytes).
 const ADDRESS_PATTERN: &str = "^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$";
@@ -196,6 +197,18 @@ fn with_string_formats(document: &mut Value) {
             let target = schemas.get_mut(schema).and_then(|s| s.pointer_mut(&format!("/properties/{property}")));
             if let (Some(Value::Object(target)), Value::Object(bounds)) = (target, bounds) {
                 target.extend(bounds);
+            }
+        }
+    }
+    // Priority fees, where a body takes one: 0.00001 to 0.01 native units.
+    if let Some(schemas) = document.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        for schema in ["SendPaymentRequest", "HostedSendRequest", "LocalReceiveRequest"] {
+            let fee = schemas.get_mut(schema).and_then(|s| s.pointer_mut("/properties/priorityFee/oneOf"));
+            for branch in fee.and_then(Value::as_array_mut).into_iter().flatten() {
+                if let Some(branch) = branch.as_object_mut().filter(|b| b.contains_key("$ref")) {
+                    branch.insert("minimum".into(), serde_json::json!(0.00001));
+                    branch.insert("maximum".into(), serde_json::json!(0.01));
+                }
             }
         }
     }

@@ -26,6 +26,7 @@ const MAX_TX_ID_LEN: usize = 128;
     responses(
         (status = 200, body = UnsignedTransaction),
         (status = 400, description = "INVALID_PARAMETERS / INVALID_RECIPIENT", body = tollgate_protocol::ErrorEnvelope),
+        (status = 402, description = "INSUFFICIENT_BALANCE: the wallet cannot pay the amount plus the network fee", body = tollgate_protocol::ErrorEnvelope),
         (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]
 pub async fn send(
