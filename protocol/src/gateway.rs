@@ -63,7 +63,11 @@ pub struct ReceivePaymentRequest {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub asset: Option<crate::x402::Asset>,
     /// Verification budget in seconds (default 30).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::seconds::option::deserialize"
+    )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 300))]
     pub timeout: Option<u64>,
     /// CAIP-2 chain within the address family.

@@ -10,6 +10,7 @@
 //! * [`gateway`]: the gateway API's requests, responses and payment record.
 //! * [`error`]: the error envelope and the code → HTTP status table.
 //! * [`redact`]: endpoint URLs shown without the credentials they carry.
+//! * [`seconds`]: whole numbers of seconds, written `60` or `60.0`.
 //! * [`webhook`]: signing webhook deliveries and checking their signature.
 
 pub mod address;
@@ -20,6 +21,7 @@ pub mod network;
 #[cfg(feature = "openapi")]
 mod openapi;
 pub mod redact;
+pub mod seconds;
 pub mod webhook;
 pub mod x402;
 

@@ -291,6 +291,16 @@ pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
     // Its example is a served network, of the family of the address examples (Solana first).
     let example =
         served.iter().find(|n| n.as_str().is_some_and(|n| n.starts_with("solana:"))).or(served.first()).cloned();
+    // The x402 facilitators a receive may name: this daemon's allow-list (none by default).
+    let mut allowed: Vec<Value> = vec![Value::Null];
+    allowed.extend(state.config.facilitator_allow_list.iter().map(|u| Value::from(u.as_str())));
+    for schema in ["ReceivePaymentRequest", "LocalReceiveRequest"] {
+        if let Some(Value::Object(url)) =
+            document.pointer_mut(&format!("/components/schemas/{schema}/properties/facilitatorUrl"))
+        {
+            url.insert("enum".into(), Value::Array(allowed.clone()));
+        }
+    }
     if let Some(schema) = document.pointer_mut("/components/schemas/Network").and_then(Value::as_object_mut) {
         schema.remove("pattern");
         schema.insert("enum".into(), served.into());

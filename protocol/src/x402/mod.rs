@@ -119,6 +119,7 @@ pub struct PaymentRequirements {
     /// Who is paid.
     pub pay_to: Address,
     /// How long the proof may take to settle.
+    #[serde(deserialize_with = "crate::seconds::deserialize")]
     pub max_timeout_seconds: u64,
     /// Scheme-specific details (EIP-712 domain name/version, Solana `feePayer`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,6 +151,7 @@ pub struct PaymentRequirementsV1 {
     /// Recipient.
     pub pay_to: Address,
     /// Settlement time budget.
+    #[serde(deserialize_with = "crate::seconds::deserialize")]
     pub max_timeout_seconds: u64,
     /// Asset.
     pub asset: Asset,
