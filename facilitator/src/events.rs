@@ -269,6 +269,9 @@ impl WebhookStore for PublishingStore {
     async fn webhook_endpoint(&self, id: &str) -> StoreResult<Option<StoredWebhookEndpoint>> {
         self.inner.webhook_endpoint(id).await
     }
+    async fn first_webhook_endpoint(&self) -> StoreResult<Option<StoredWebhookEndpoint>> {
+        self.inner.first_webhook_endpoint().await
+    }
     async fn delete_webhook_endpoint(&self, account_id: &str, id: &str) -> StoreResult<bool> {
         self.inner.delete_webhook_endpoint(account_id, id).await
     }

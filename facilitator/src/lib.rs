@@ -157,21 +157,7 @@ impl AppState {
         .await
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database_url))?;
         let master_key = wallets::resolve_master_key(&config)?;
-        if master_key.is_none() {
-            // Wallets sealed earlier would be stranded: every send from them would fail.
-            let wallets = store.count_wallets().await?;
-            let endpoints = store.webhook_endpoints(None).await?.len();
-            if wallets > 0 || endpoints > 0 {
-                anyhow::bail!(
-                    "the database holds {wallets} custodial wallet(s) and {endpoints} webhook endpoint(s), sealed \
-                     with a master key: set TOLLGATE_MASTER_KEY to that key (development mode kept it in {})",
-                    config.dev_master_key_path().display()
-                );
-            }
-            tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) are disabled");
-        } else if let Some(key) = &master_key {
-            check_master_key(&store, key).await?;
-        }
+        check_sealed_rows(&store, master_key.as_ref(), &config).await?;
         let mut chains = Chains::none();
         if let Some(solana) = solana_backend(&config).await? {
             chains = chains.with_solana(solana);
@@ -199,12 +185,25 @@ impl AppState {
     }
 }
 
-/// Refuses a master key that does not open what the database holds sealed (another instance's
-/// key, or development mode's freshly generated one over a production database): with it, every
-/// send from a custodial wallet and every webhook delivery would fail.
-async fn check_master_key(store: &SqlStore, key: &MasterKey) -> anyhow::Result<()> {
+/// Refuses to start when what the database holds sealed (custodial wallets, webhook signing
+/// secrets) could not be opened: no master key at all, or one that is not the key they were
+/// sealed with (another instance's, or development mode's freshly generated one). Every send
+/// from those wallets and every webhook delivery would fail. The oldest row of each is tried.
+async fn check_sealed_rows(store: &SqlStore, key: Option<&MasterKey>, config: &Config) -> anyhow::Result<()> {
     let wallet = store.first_wallet().await?;
-    let endpoint = store.webhook_endpoints(None).await?.into_iter().next();
+    let endpoint = store.first_webhook_endpoint().await?;
+    let Some(key) = key else {
+        if wallet.is_some() || endpoint.is_some() {
+            anyhow::bail!(
+                "the database holds {} custodial wallet(s) and webhook endpoints sealed with a master key: set \
+                 TOLLGATE_MASTER_KEY to that key (development mode kept it in {})",
+                store.count_wallets().await?,
+                config.dev_master_key_path().display()
+            );
+        }
+        tracing::warn!("no TOLLGATE_MASTER_KEY: custodial wallets (hosted /payment/send) and webhooks are disabled");
+        return Ok(());
+    };
     let opens = wallet.as_ref().is_none_or(|w| key.open(&w.address, &w.sealed_secret).is_ok())
         && endpoint.as_ref().is_none_or(|e| key.open(&e.id, &e.sealed_secret).is_ok());
     if !opens {

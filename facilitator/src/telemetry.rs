@@ -122,10 +122,10 @@ pub fn webhook_attempt(outcome: &'static str) {
 }
 
 /// An HTTP request was answered.
-pub fn http_request(route: &str, method: &'static str, status: u16, took: Duration) {
-    counter!("tollgate_http_requests_total", "route" => route.to_owned(), "method" => method, "status" => status.to_string())
+pub fn http_request(route: String, method: &'static str, status: u16, took: Duration) {
+    histogram!("tollgate_http_request_seconds", "route" => route.clone()).record(took.as_secs_f64());
+    counter!("tollgate_http_requests_total", "route" => route, "method" => method, "status" => status.to_string())
         .increment(1);
-    histogram!("tollgate_http_request_seconds", "route" => route.to_owned()).record(took.as_secs_f64());
 }
 
 /// Sets the gauges read at scrape time.

@@ -24,11 +24,16 @@ async fn serve(admin_token: Option<&str>) -> (String, AppState, tempfile::TempDi
     };
     let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
     let state = AppState::new(config, store, Arc::new(SystemClock));
+    (listen(&state).await, state, dir)
+}
+
+/// Serves `state` on 127.0.0.1; its URL.
+async fn listen(state: &AppState) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = router(state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, state, dir)
+    url
 }
 
 fn client() -> reqwest::Client {
@@ -171,10 +176,7 @@ async fn webhook_endpoints_and_their_delivery_log_in_the_dashboard() {
     let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
     let state = AppState::new(config, store, Arc::new(SystemClock))
         .with_master_key(tollgate_facilitator::wallets::MasterKey::generate().unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = listen(&state).await;
     let created = tollgate_facilitator::admin::create_key(
         &*state.store,
         tollgate_facilitator::admin::NewKey {

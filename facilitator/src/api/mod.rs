@@ -201,7 +201,7 @@ async fn count_request(req: Request, next: axum::middleware::Next) -> Response {
     };
     let started = std::time::Instant::now();
     let response = next.run(req).await;
-    crate::telemetry::http_request(&route, method, response.status().as_u16(), started.elapsed());
+    crate::telemetry::http_request(route, method, response.status().as_u16(), started.elapsed());
     response
 }
 

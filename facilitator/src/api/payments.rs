@@ -260,10 +260,11 @@ pub async fn status(
     Extension(caller): Extension<Arc<Caller>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<PaymentRecord>, ApiError> {
-    // Payment ids are `pay_` + ULID: anything else names no payment (and never reaches the
-    // database: PostgreSQL refuses NUL in text).
-    let well_formed = id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    let stored = if well_formed { state.store.get_payment(&id).await.map_err(ApiError::internal)? } else { None };
+    let stored = if validate::is_identifier(&id) {
+        state.store.get_payment(&id).await.map_err(ApiError::internal)?
+    } else {
+        None
+    };
     match stored {
         Some(p) if p.visible_to(&caller.account_id) => Ok(Json(p.to_record())),
         _ => Err(ApiError::not_found(format!("no payment {}", id.chars().take(64).collect::<String>()))),

@@ -22,6 +22,13 @@ pub const TIMEOUT_RANGE_SECS: std::ops::RangeInclusive<u64> = 1..=300;
 /// Default `/payment/receive` timeout, seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 
+/// Whether `id` can be one of the ids this API makes (`pay_…`, `whe_…`: a prefix and a ULID).
+/// Anything else names nothing, and never reaches the database (PostgreSQL refuses NUL in text).
+#[must_use]
+pub fn is_identifier(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 /// A wallet address field (any field but the recipient).
 ///
 /// # Errors

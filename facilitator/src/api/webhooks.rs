@@ -141,10 +141,9 @@ pub struct Deleted {
     pub deleted: bool,
 }
 
-/// An endpoint id as the API makes them (`whe_` + ULID); anything else names no endpoint (and
-/// never reaches the database: PostgreSQL refuses NUL in text).
+/// An endpoint id as the API makes them; anything else names no endpoint.
 fn endpoint_id(id: &str) -> Result<String, ApiError> {
-    if id.len() <= 64 && !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+    if super::validate::is_identifier(id) {
         Ok(id.to_owned())
     } else {
         Err(ApiError::not_found("no webhook endpoint with that id"))

@@ -656,6 +656,8 @@ pub trait WebhookStore: Send + Sync + 'static {
     async fn webhook_endpoints(&self, account_id: Option<&str>) -> StoreResult<Vec<StoredWebhookEndpoint>>;
     /// One endpoint by id.
     async fn webhook_endpoint(&self, id: &str) -> StoreResult<Option<StoredWebhookEndpoint>>;
+    /// The oldest endpoint of any account, if any (to check the master key opens what is sealed).
+    async fn first_webhook_endpoint(&self) -> StoreResult<Option<StoredWebhookEndpoint>>;
     /// Deletes an account's endpoint and its deliveries; false when it has none of that id.
     async fn delete_webhook_endpoint(&self, account_id: &str, id: &str) -> StoreResult<bool>;
     /// Claims up to `limit` pending deliveries due by `now` until `claim_until` (others skip

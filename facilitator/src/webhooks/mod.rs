@@ -194,19 +194,6 @@ impl Sender {
         Ok(take)
     }
 
-    /// Claims what is due (see [`Self::claim`]) and sends it, waiting for every attempt.
-    /// Returns how many were attempted.
-    ///
-    /// # Errors
-    /// When the outbox cannot be read; an outcome that cannot be recorded is logged, and the
-    /// delivery is sent again once its claim lapses.
-    pub async fn send_due(&self) -> Result<usize, StoreError> {
-        let due = self.claim(BATCH, &[]).await?;
-        let n = due.len();
-        futures_util::future::join_all(due.into_iter().map(|d| self.attempt(d))).await;
-        Ok(n)
-    }
-
     /// One attempt at `due`, its outcome recorded.
     pub async fn attempt(&self, due: DueDelivery) {
         let outcome = self.deliver(&due).await;

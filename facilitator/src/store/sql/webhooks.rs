@@ -119,6 +119,12 @@ impl WebhookStore for SqlStore {
         row.as_ref().map(endpoint_from_row).transpose()
     }
 
+    async fn first_webhook_endpoint(&self) -> StoreResult<Option<StoredWebhookEndpoint>> {
+        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints ORDER BY created_at, id LIMIT 1");
+        let row = sqlx::query(&sql).fetch_optional(&self.pool).await?;
+        row.as_ref().map(endpoint_from_row).transpose()
+    }
+
     async fn delete_webhook_endpoint(&self, account_id: &str, id: &str) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
         let deleted = sqlx::query(&self.sql("DELETE FROM webhook_endpoints WHERE id = ? AND account_id = ?"))
