@@ -529,3 +529,75 @@ async fn a_payment_left_by_a_killed_instance_is_finished_by_another() {
     assert!(b.terminate().success());
     shared.pg.drop_schema().await;
 }
+
+/// Two instances work through one webhook outbox: every change of six payments made through
+/// either is delivered once — claimed by one instance, never sent by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_deliver_each_webhook_once() {
+    let Some(shared) = Shared::set_up("two_instances_deliver_each_webhook_once", false).await else { return };
+    // Loopback receivers are allowed here; a refused delivery would be retried after a second.
+    let config = shared.dir.path().join("tollgate.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[webhooks]\nallow_private_targets = true\nrequire_https = false\nretry_base_secs = 1\n");
+    std::fs::write(&config, text).unwrap();
+
+    // The receiver records the event id of every delivery it gets.
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let record = record.clone();
+            async move {
+                let id = headers.get("tollgate-event-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                record.lock().unwrap().push(id);
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let rpc = SolanaRpc::connect(shared.ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let key = shared.cli(&["keys", "create", "--plan", "premium"]);
+    let daemons = [shared.daemon(), shared.daemon()];
+    let client = reqwest::Client::new();
+    let (status, endpoint) = post(&client, format!("{}/webhooks", daemons[0].base), &key, &json!({"url": hook})).await;
+    assert_eq!(status, 201, "{endpoint}");
+
+    let buyer = Keypair::new();
+    let airdrop = rpc.request_airdrop(&buyer.pubkey(), 1_000_000_000).await.unwrap();
+    rpc.wait_for_outcome(&airdrop, Duration::from_secs(30)).await.unwrap();
+    let seller = Pubkey::new_unique();
+    let mut payments = Vec::new();
+    for i in 0..6 {
+        let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+        let lamports = 10_000_000 + i;
+        let proof = common::solana::signed_proof(&rpc.network().to_string(), &buyer, &seller, lamports, blockhash);
+        let body = json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 0.01});
+        let (status, paid) =
+            post(&client, format!("{}/payment/receive", daemons[i as usize % 2].base), &key, &body).await;
+        assert_eq!((status, paid["status"].as_str()), (200, Some("confirmed")), "{paid}");
+        payments.push(paid["paymentId"].as_str().unwrap().to_owned());
+    }
+    let expected: BTreeSet<String> =
+        payments.iter().flat_map(|p| ["verified", "submitted", "confirmed"].map(|s| format!("evt_{p}_{s}"))).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got: BTreeSet<String> = received.lock().unwrap().iter().cloned().collect();
+        if got == expected || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A moment more, for a second sending of any of them to show.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let got = received.lock().unwrap().clone();
+    let distinct: BTreeSet<String> = got.iter().cloned().collect();
+    assert_eq!(distinct, expected, "every change delivered");
+    assert_eq!(got.len(), expected.len(), "each once, whichever instance sent it: {got:?}");
+    for daemon in daemons {
+        assert!(daemon.terminate().success());
+    }
+}
