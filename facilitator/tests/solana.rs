@@ -368,6 +368,14 @@ async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
         )
         .await;
     assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_PARAMETERS")), "{e}");
+    // So is an EVM transaction hash: it cannot be this Solana payment's transaction.
+    let evm_hash = format!("0x{}", "5a".repeat(32));
+    let (s, e) =
+        t.call("POST", "/transaction/confirm", &key, Some(json!({"paymentId": id, "transaction": evm_hash}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("eip155 transaction id"), "{e}");
+    let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &key, None).await;
+    assert_eq!(status["status"], "built", "nothing recorded");
 
     let (s, confirmed) = t
         .call(
@@ -657,6 +665,16 @@ async fn x402_v2_exact_native_verify_and_settle() {
     other_payee["payTo"] = json!(Pubkey::new_unique().to_string());
     let (_, v) = t.call("POST", "/verify", &key, Some(body(other_payee.clone(), other_payee))).await;
     assert_eq!(reason(&v), "invalid_exact_native_payload_recipient_mismatch");
+    // A requirement paying an EVM address on a Solana network is the seller's own contradiction:
+    // a verdict in x402's words, like any other well-formed request, never a settlement.
+    let mut evm_payee = requirement("10000000");
+    evm_payee["payTo"] = json!("0x70997970c51812dc3a010c7d01b50e0d17dc79c8");
+    for path in ["/verify", "/settle"] {
+        let (s, v) = t.call("POST", path, &key, Some(body(evm_payee.clone(), evm_payee.clone()))).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let why = if path == "/verify" { &v["invalidReason"] } else { &v["errorReason"] };
+        assert_eq!(why, "invalid_payment_requirements", "{v}");
+    }
 
     let (s, settled) = t.call("POST", "/settle", &key, Some(good.clone())).await;
     assert_eq!(s, StatusCode::OK, "{settled}");

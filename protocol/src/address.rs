@@ -14,6 +14,10 @@ use sha3::{Digest, Keccak256};
 
 use crate::network::ChainFamily;
 
+/// A regular expression every address matches: `0x` + 40 hex digits, or 32 to 44 base58
+/// characters (what else an address must be, its checksum or decoded length, it cannot say).
+pub const PATTERN: &str = "^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$";
+
 /// A validated address. Displays in canonical form (EIP-55 for EVM, base58 for Solana).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Address {

@@ -37,6 +37,17 @@ impl ChainFamily {
         }
     }
 
+    /// The family whose transaction ids look like `text`: an EVM transaction hash (`0x` + 64 hex
+    /// digits) or a Solana signature (base58 of 64 bytes); `None` for neither.
+    #[must_use]
+    pub fn of_transaction_id(text: &str) -> Option<Self> {
+        if let Some(hex) = text.strip_prefix("0x") {
+            return (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(Self::Evm);
+        }
+        let decoded = (text.len() <= 88).then(|| bs58::decode(text).into_vec().ok()).flatten();
+        decoded.filter(|bytes| bytes.len() == 64).map(|_| Self::Solana)
+    }
+
     /// Symbol of the family's usual native currency.
     #[must_use]
     pub const fn native_symbol(self) -> &'static str {
@@ -88,6 +99,11 @@ const V1_NAMES: &[(&str, KnownId)] = &[
     ("solana-devnet", KnownId::Solana(SOLANA_DEVNET)),
     ("solana-testnet", KnownId::Solana(SOLANA_TESTNET)),
 ];
+
+/// Every x402 v1 network name this crate knows (`base`, `solana-devnet`, ...).
+pub fn v1_names() -> impl Iterator<Item = &'static str> {
+    V1_NAMES.iter().map(|(name, _)| *name)
+}
 
 #[derive(Clone, Copy)]
 enum KnownId {
@@ -231,6 +247,19 @@ mod tests {
         }
         assert_eq!(Network::eip155(31337).v1_name(), None);
         assert_eq!(Network::eip155(31337).v1_name_or_caip2(), "eip155:31337");
+    }
+
+    #[test]
+    fn transaction_ids_tell_their_family() {
+        let hash = format!("0x{}", "ab".repeat(32));
+        let signature = bs58::encode([7u8; 64]).into_string();
+        assert_eq!(ChainFamily::of_transaction_id(&hash), Some(ChainFamily::Evm));
+        assert_eq!(ChainFamily::of_transaction_id(&signature), Some(ChainFamily::Solana));
+        let short_signature = bs58::encode([7u8; 63]).into_string();
+        let long_hash = format!("{hash}00");
+        for neither in ["", "0x", "abc", &short_signature, &long_hash, "0xzz", &"1".repeat(200)] {
+            assert_eq!(ChainFamily::of_transaction_id(neither), None, "{neither}");
+        }
     }
 
     #[test]

@@ -2,17 +2,20 @@
 //!
 //! JSON has one number type: `60` and `60.0` are the same integer to JSON Schema, and clients
 //! (JavaScript's, among others) may write either. Counts of seconds accept both, and refuse a
-//! fraction, a negative or a value too large to be exact.
+//! fraction, a negative or a value above 2^53, the largest every JSON reader holds exactly
+//! (whichever way it is written, so that the documents can give one `maximum`).
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
 /// The largest integer a JSON number read as `f64` holds exactly (2^53).
-const EXACT_LIMIT: f64 = 9_007_199_254_740_992.0;
+pub const MAX: u64 = 9_007_199_254_740_992;
+#[allow(clippy::cast_precision_loss)] // 2^53 is exact in an f64.
+const EXACT_LIMIT: f64 = MAX as f64;
 
 fn whole(number: &serde_json::Number) -> Option<u64> {
     if let Some(n) = number.as_u64() {
-        return Some(n);
+        return (n <= MAX).then_some(n);
     }
     let f = number.as_f64()?;
     // The check above the cast makes it exact: integral, non-negative, at most 2^53.
@@ -67,9 +70,19 @@ mod tests {
         assert_eq!(read(r#"{"s": 60}"#), Ok((60, None)));
         assert_eq!(read(r#"{"s": 60.0, "o": 424.0}"#), Ok((60, Some(424))));
         assert_eq!(read(r#"{"s": 6e1, "o": null}"#), Ok((60, None)));
-        assert_eq!(read(r#"{"s": 18446744073709551615}"#), Ok((u64::MAX, None)));
+        assert_eq!(read(r#"{"s": 9007199254740992}"#), Ok((super::MAX, None)));
+        assert_eq!(read(r#"{"s": 9007199254740992.0}"#), Ok((super::MAX, None)));
         assert_eq!(read(r#"{"s": -0.0}"#), Ok((0, None)), "negative zero is zero");
-        for bad in [r#"{"s": 60.5}"#, r#"{"s": -1}"#, r#"{"s": 1e300}"#, r#"{"s": "60"}"#, r#"{"s": 60, "o": 1.5}"#] {
+        for bad in [
+            r#"{"s": 60.5}"#,
+            r#"{"s": -1}"#,
+            r#"{"s": 1e300}"#,
+            r#"{"s": "60"}"#,
+            r#"{"s": 60, "o": 1.5}"#,
+            r#"{"s": 9007199254740993}"#,
+            r#"{"s": 18446744073709551615}"#,
+            r#"{"s": 9007199254740994.0}"#,
+        ] {
             assert!(read(bad).is_err(), "{bad}");
         }
     }

@@ -56,7 +56,7 @@ def is_evm(text) -> bool:
 def filter_case(ctx, case):
     """What JSON Schema cannot say across fields, which the facilitator checks, rightly:
     - a payer and a payee are on one chain family, and are two wallets;
-    - a named network is of the addresses' family;
+    - a named network and a token asset are of the addresses' family;
     - an amount has no more decimals than the family's native unit (9 for SOL, 18 for ETH);
     - a token is looked up on a network of its own family."""
     body = case.body if isinstance(case.body, dict) else {}
@@ -66,6 +66,9 @@ def filter_case(ctx, case):
         return False
     network = body.get("network")
     if isinstance(wallet, str) and isinstance(network, str) and is_evm(wallet) != is_evm(network):
+        return False
+    asset = body.get("asset")
+    if isinstance(wallet, str) and isinstance(asset, str) and asset != "native" and is_evm(wallet) != is_evm(asset):
         return False
     if isinstance(wallet, str):
         # Decimals of the native unit, and the most its atomic units hold (u64 lamports, u128 wei).

@@ -149,12 +149,12 @@ const STRING_FORMATS: [(&str, &str, &str); 9] = [
     ("address", "address", ADDRESS_PATTERN),
     ("transaction", "transaction-id", "^(0x[0-9a-fA-F]{64}|[1-9A-HJ-NP-Za-km-z]{64,88})$"),
     ("url", "webhook-url", "^https://"),
-    ("asset", "asset", "^(native|0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$"),
+    ("asset", "asset", tollgate_protocol::x402::ASSET_PATTERN),
     ("Idempotency-Key", "idempotency-key", "^[!-~]{1,255}$"),
     ("resource", "resource-url", "^https?://[^\\s]{1,2040}$"),
 ];
 /// An EVM address (`0x` + 40 hex digits) or a Solana one (base58 of 32 bytes).
-const ADDRESS_PATTERN: &str = "^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$";
+const ADDRESS_PATTERN: &str = tollgate_protocol::address::PATTERN;
 
 /// Adds [`STRING_FORMATS`] to request bodies' properties and to path and header parameters.
 fn with_string_formats(document: &mut Value) {

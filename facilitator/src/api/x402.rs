@@ -73,14 +73,18 @@ fn refused(e: PaymentError) -> Refused {
             Refusal::new(Reason::InvalidNetwork, format!("this facilitator does not settle: {u}")),
             None,
         ),
+        // The requirement names a network of one family and a payee of another.
+        PaymentError::Unserved(u @ Unserved::WrongFamily { .. }) => {
+            Refused::Reason(Refusal::new(Reason::InvalidPaymentRequirements, u.to_string()), None)
+        }
         other => Refused::Error(other.into()),
     }
 }
 
 /// Would this payload settle these requirements?
-#[utoipa::path(post, path = "/verify", tag = "x402", request_body(content = serde_json::Value, description = "x402 v1 or v2 verify request"),
+#[utoipa::path(post, path = "/verify", tag = "x402", request_body(content = FacilitatorRequest, description = "x402 v1 or v2 verify request"),
     responses(
-        (status = 200, description = "x402 VerifyResponse (`isValid`, `invalidReason`, `payer`)", body = serde_json::Value),
+        (status = 200, description = "The verdict: `isValid`, else `invalidReason` and `invalidMessage`", body = VerifyResponse),
         (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
         (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]
@@ -113,9 +117,9 @@ pub async fn verify(
 }
 
 /// Settle this payload on chain.
-#[utoipa::path(post, path = "/settle", tag = "x402", request_body(content = serde_json::Value, description = "x402 v1 or v2 settle request"),
+#[utoipa::path(post, path = "/settle", tag = "x402", request_body(content = FacilitatorRequest, description = "x402 v1 or v2 settle request"),
     responses(
-        (status = 200, description = "x402 SettleResponse (`success`, `transaction`, `network`, `payer`)", body = serde_json::Value),
+        (status = 200, description = "The settlement: `success` and `transaction`, else `errorReason` and `errorMessage`", body = SettleResponse),
         (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
         (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+use tollgate_protocol::{ChainFamily, Network};
 
 use super::pipeline::Source;
 use super::receive::VALIDITY;
 use super::{PaymentError, Payments, detached, new_id};
-use crate::chains::{Expected, Order, Seen, Unsigned};
+use crate::chains::{Expected, Order, Reason, Refusal, Seen, Unsigned};
 use crate::settlement::state::ExpiryEvidence;
 use crate::settlement::{AdvanceError, Event, advance};
 use crate::store::{NewPayment, StoreError, StoredPayment};
@@ -136,6 +136,13 @@ impl Payments {
         }
         if p.status.is_final() {
             return Ok(stored);
+        }
+        // A well-formed id of another chain family cannot be this payment's transaction.
+        if let Some(family) = ChainFamily::of_transaction_id(tx).filter(|f| *f != p.network.family()) {
+            return Err(PaymentError::Refused(Refusal::new(
+                Reason::InvalidPayload,
+                format!("that is a {family} transaction id; this payment is on {}", p.network),
+            )));
         }
         let chain = self.chain(&p.network)?;
         let expected = Expected { from: &p.from, to: &p.to, asset: &p.asset, amount: p.amount_atomic };

@@ -34,6 +34,10 @@ pub enum Asset {
     Token(Address),
 }
 
+/// A regular expression every [`Asset`] matches: `native` or an address's
+/// ([`crate::address::PATTERN`]).
+pub const ASSET_PATTERN: &str = "^(native|0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$";
+
 /// `native`, or the token's address.
 impl std::fmt::Display for Asset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,6 +95,7 @@ version_marker!(V1, 1);
 version_marker!(V2, 2);
 
 /// What is being sold (v2 `resource` object; in v1 these fields sit in each requirement).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceInfo {
@@ -105,12 +110,14 @@ pub struct ResourceInfo {
 }
 
 /// One way to pay for a resource (x402 v2 shape, CAIP-2 network).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirements {
     /// `exact` or `exact-native` (other schemes are carried but not handled).
     pub scheme: String,
     /// Where to pay.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::X402Network))]
     pub network: Network,
     /// How much, in atomic units of `asset`.
     pub amount: AtomicAmount,
@@ -120,13 +127,16 @@ pub struct PaymentRequirements {
     pub pay_to: Address,
     /// How long the proof may take to settle.
     #[serde(deserialize_with = "crate::seconds::deserialize")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_992.0))]
     pub max_timeout_seconds: u64,
     /// Scheme-specific details (EIP-712 domain name/version, Solana `feePayer`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
     pub extra: Option<Value>,
 }
 
 /// x402 v1 `PaymentRequirements` (resource fields inline, `maxAmountRequired`, v1 network names).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirementsV1 {
@@ -134,6 +144,7 @@ pub struct PaymentRequirementsV1 {
     pub scheme: String,
     /// v1 network name (`base`, `solana-devnet`) or CAIP-2 for networks without one.
     #[serde(with = "v1_network")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::X402Network))]
     pub network: Network,
     /// Atomic amount.
     pub max_amount_required: AtomicAmount,
@@ -147,16 +158,19 @@ pub struct PaymentRequirementsV1 {
     pub mime_type: String,
     /// JSON schema of the response, if the seller publishes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
     pub output_schema: Option<Value>,
     /// Recipient.
     pub pay_to: Address,
     /// Settlement time budget.
     #[serde(deserialize_with = "crate::seconds::deserialize")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_992.0))]
     pub max_timeout_seconds: u64,
     /// Asset.
     pub asset: Asset,
     /// Scheme-specific details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
     pub extra: Option<Value>,
 }
 
@@ -296,6 +310,7 @@ impl PaymentRequiredV2 {
 }
 
 /// v1 payment payload (`X-PAYMENT`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentPayloadV1 {
@@ -305,12 +320,15 @@ pub struct PaymentPayloadV1 {
     pub scheme: String,
     /// Network paid on.
     #[serde(with = "v1_network")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::X402Network))]
     pub network: Network,
     /// Scheme-specific proof (see [`schemes`]).
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub payload: Value,
 }
 
 /// v2 payment payload (`PAYMENT-SIGNATURE`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentPayloadV2 {
@@ -322,9 +340,11 @@ pub struct PaymentPayloadV2 {
     /// The requirement the buyer chose; must equal one that was offered.
     pub accepted: PaymentRequirements,
     /// Scheme-specific proof (see [`schemes`]).
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub payload: Value,
     /// Protocol extensions.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub extensions: Map<String, Value>,
 }
 
@@ -444,6 +464,7 @@ versioned_enum_serde!(PaymentPayload, |p: PaymentPayloadV2| PaymentPayload::V2(B
 versioned_enum_serde!(PaymentRequired);
 
 /// Body of `POST /verify` and `POST /settle`, v1 form.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FacilitatorRequestV1 {
@@ -456,6 +477,7 @@ pub struct FacilitatorRequestV1 {
 }
 
 /// Body of `POST /verify` and `POST /settle`, v2 form.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FacilitatorRequestV2 {
@@ -501,6 +523,7 @@ impl FacilitatorRequest {
 }
 
 /// `POST /verify` answer.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyResponse {
@@ -518,6 +541,7 @@ pub struct VerifyResponse {
 }
 
 /// `POST /settle` answer; also the `X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE` header content.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SettleResponse {
