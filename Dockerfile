@@ -1,6 +1,7 @@
 # The facilitator daemon for production: no embedded development ledger, no OpenSSL.
 #
 #   docker build -t tollgate-facilitator .
+#   docker build --build-arg TOLLGATE_FEATURES=otel -t tollgate-facilitator .   # trace export
 #   docker run -e TOLLGATE_EVM_RPC_URL=… -e TOLLGATE_MASTER_KEY=… -p 8402:8402 tollgate-facilitator
 #
 # The build stage runs scripts/build-release, the same command CI runs where Docker is absent.
@@ -9,7 +10,9 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 ENV CARGO_TARGET_DIR=/src/target
-RUN scripts/build-release
+# Optional cargo features of the daemon (`otel`: OpenTelemetry trace export).
+ARG TOLLGATE_FEATURES=""
+RUN TOLLGATE_FEATURES="$TOLLGATE_FEATURES" scripts/build-release
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -13,7 +13,7 @@
 //! | access | [`auth`], [`wallets`] | API keys, plans, rate limits; custodial keys sealed at rest |
 //! | notification | [`webhooks`] | endpoints per account; the sender working through the outbox the store fills |
 //! | storage | [`store`], [`events`] | three storage traits over SQLite / PostgreSQL; the store that publishes payment changes |
-//! | base | [`config`], [`clock`], [`telemetry`] | typed configuration; time; Prometheus metrics |
+//! | base | [`config`], [`clock`], [`telemetry`], `otel` | typed configuration; time; Prometheus metrics; OpenTelemetry trace export (feature `otel`) |
 //!
 //! Beside them: [`admin`] (key and wallet management for the CLI and dashboard) and [`devnet`]
 //! (development-chain helpers for the demo and tests).
@@ -29,6 +29,8 @@ pub mod clock;
 pub mod config;
 pub mod devnet;
 pub mod events;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod payment;
 pub mod settlement;
 pub mod store;

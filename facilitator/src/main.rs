@@ -117,7 +117,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(config.log_format);
+    let tracing = match init_tracing(config.log_format) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -132,6 +138,9 @@ fn main() -> ExitCode {
             Command::Wallets(cmd) => wallets(config, cmd).await,
         }
     });
+    // The runtime ends first: trace export sends its last spans from outside it.
+    drop(runtime);
+    tracing.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -141,22 +150,70 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// What logging set up that must be closed at exit: the trace export, when there is one.
+struct Tracing {
+    #[cfg(feature = "otel")]
+    export: Option<tollgate_facilitator::otel::Exporting>,
+}
+
+impl Tracing {
+    fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        if let Some(export) = self.export {
+            export.shutdown();
+        }
+    }
+}
+
+/// Logs to stderr (filtered by `TOLLGATE_LOG`) and, with the `otel` feature and an OTLP
+/// endpoint configured, exports spans (at INFO and above, whatever `TOLLGATE_LOG` says).
+fn init_tracing(format: LogFormat) -> anyhow::Result<Tracing> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    // The EVM transport's debug spans carry the whole RPC URL (providers put their key in it):
-    // whatever the filter, they are not written.
-    let filter = ["alloy_transport_http=info", "alloy_rpc_client=info", "alloy_provider=info"]
-        .iter()
-        .filter_map(|d| d.parse().ok())
-        .fold(filter, tracing_subscriber::EnvFilter::add_directive);
     // Colours only for a terminal: redirected logs stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let fmt = match format {
+        LogFormat::Text => fmt.with_filter(capped(filter)).boxed(),
+        LogFormat::Json => fmt.json().with_filter(capped(filter)).boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(fmt);
+    #[cfg(feature = "otel")]
+    {
+        let export = tollgate_facilitator::otel::layer()?;
+        let (layer, export) = export.map_or((None, None), |(layer, export)| (Some(layer), Some(export)));
+        let spans = capped(tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+        registry.with(layer.with_filter(spans)).init();
+        if let Some(endpoint) = tollgate_facilitator::otel::configured_endpoint() {
+            tracing::info!(%endpoint, "exporting traces (OpenTelemetry, OTLP over HTTP)");
+        }
+        Ok(Tracing { export })
     }
+    #[cfg(not(feature = "otel"))]
+    {
+        registry.init();
+        if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+            || std::env::var_os("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+        {
+            tracing::warn!(
+                "OTEL_EXPORTER_OTLP_ENDPOINT is set, but this build has no trace export (cargo feature `otel`)"
+            );
+        }
+        Ok(Tracing {})
+    }
+}
+
+/// `filter`, with what must never be written whatever it says: the EVM transport's debug spans
+/// carry the whole RPC URL (providers put their key in it), the OpenTelemetry exporter's the
+/// collector's.
+fn capped(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    ["alloy_transport_http=info", "alloy_rpc_client=info", "alloy_provider=info", "opentelemetry=warn"]
+        .iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, tracing_subscriber::EnvFilter::add_directive)
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

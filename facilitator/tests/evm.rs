@@ -318,6 +318,10 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
     assert_eq!((info["decimals"].as_u64(), info["supply"].as_str()), (Some(6), Some("5000000")));
     let (s, _) = t.call("GET", &format!("/token/info/{seller}"), &key, None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
+    // Nor is it a token on a Solana network.
+    let solana = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
+    let (s, e) = t.call("GET", &format!("/token/info/{}?network={solana}", token.address), &key, None).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("NOT_FOUND")), "{e}");
 
     // /supported lists exact on this chain, with the account that settles it.
     let (_, supported) = t.call("GET", "/supported", &key, None).await;

@@ -83,6 +83,17 @@ async fn hosted_send_confirms_and_shows_in_both_histories() {
     assert_eq!(received["total"], 1);
     assert_eq!(received["payments"][0]["direction"], "received");
     assert_eq!(received["payments"][0]["paymentId"], id);
+
+    // Reporting a hosted payment's own transaction answers its record; any other transaction
+    // cannot be its transaction, and changes nothing.
+    let own = json!({"paymentId": id, "transaction": signature.to_string()});
+    let (s, record) = t.call("POST", "/transaction/confirm", &alice, Some(own)).await;
+    assert_eq!((s, record["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{record}");
+    let other = json!({"paymentId": id, "transaction": Signature::from([9u8; 64]).to_string()});
+    let (s, e) = t.call("POST", "/transaction/confirm", &alice, Some(other)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &alice, None).await;
+    assert_eq!(status["transaction"], signature.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,6 +117,20 @@ async fn hosted_send_refuses_what_it_cannot_pay() {
     // Only the owning account spends from a custodial wallet.
     let (s, e) = t.call("POST", "/payment/send", &bob, Some(send(json!(0.01), &bob_wallet))).await;
     assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("FORBIDDEN")), "{e}");
+    // A program or a sysvar cannot be credited: refused before anything is signed or recorded
+    // (the chain would fail the transfer), hosted or built for the payer to sign.
+    for unpayable in [
+        "11111111111111111111111111111111",            // the system program
+        "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA", // the token program
+        "SysvarC1ock11111111111111111111111111111111", // the clock sysvar
+    ] {
+        let (s, e) = t.call("POST", "/payment/send", &alice, Some(send(json!(0.01), unpayable))).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_RECIPIENT")), "{e}");
+        let (s, e) = t.call("POST", "/transaction/send", &alice, Some(send(json!(0.01), unpayable))).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_RECIPIENT")), "{e}");
+    }
+    let (_, history) = t.call("GET", &format!("/payment/history/{alice_wallet}"), &alice, None).await;
+    assert_eq!(history["total"], 0, "{history}");
     // Nothing moved.
     assert_eq!(t.lamports(&alice_wallet).await, 1_000_000_000);
     assert_eq!(t.lamports(&bob_wallet).await, 0);
@@ -367,7 +392,7 @@ async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
             Some(json!({"paymentId": id, "transaction": stray_sig.to_string()})),
         )
         .await;
-    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_PARAMETERS")), "{e}");
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
     // So is an EVM transaction hash: it cannot be this Solana payment's transaction.
     let evm_hash = format!("0x{}", "5a".repeat(32));
     let (s, e) =

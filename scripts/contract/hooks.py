@@ -1,10 +1,13 @@
 """Strategies for the custom string formats of Tollgate's OpenAPI document (scripts/api-contract).
 
 The document marks what its validation checks beyond JSON Schema with a format: `address` (a
-Solana or EVM address), `transaction-id` (a Solana signature or an EVM transaction hash) and
-`webhook-url` (an https URL of a public address). schemathesis generates valid values of each
-from these strategies.
+Solana or EVM address), `custodial-address` (a wallet of the caller's account), `transaction-id`
+(a Solana signature or an EVM transaction hash), `webhook-url` (an https URL of a public
+address), and others below. schemathesis generates valid values of each from these strategies.
 """
+
+import itertools
+import os
 
 import schemathesis
 from hypothesis import strategies as st
@@ -22,7 +25,9 @@ def base58(data: bytes) -> str:
     return "1" * leading + text
 
 
-solana_address = st.binary(min_size=32, max_size=32).map(base58)
+# Not the system program (32 zero bytes): no account may pay it, which the chain, not JSON Schema,
+# knows (the document's patterns exclude it where a payment goes to the address).
+solana_address = st.binary(min_size=32, max_size=32).map(base58).filter(lambda a: a != "1" * 32)
 evm_address = st.binary(min_size=20, max_size=20).map(lambda b: "0x" + b.hex())
 solana_signature = st.binary(min_size=64, max_size=64).map(base58)
 evm_hash = st.binary(min_size=32, max_size=32).map(lambda b: "0x" + b.hex())
@@ -31,10 +36,22 @@ public_host = st.sampled_from(["93.184.216.34", "1.1.1.1", "8.8.8.8", "203.0.114
 path = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
 
 schemathesis.openapi.format("address", st.one_of(solana_address, evm_address))
+# A custodial wallet of the key's account, funded (scripts/api-contract creates it), so hosted
+# sends get past the ownership check to the balance, bounds and the chain.
+CUSTODIAL = os.environ.get("TOLLGATE_CONTRACT_WALLET")
+schemathesis.openapi.format(
+    "custodial-address", st.just(CUSTODIAL) if CUSTODIAL else st.one_of(solana_address, evm_address)
+)
 schemathesis.openapi.format("resource-url", st.builds(lambda p: f"https://seller.example/{p}", path))
 schemathesis.openapi.format("asset", st.one_of(st.just("native"), solana_address, evm_address))
-schemathesis.openapi.format("idempotency-key", st.text(alphabet=[chr(c) for c in range(0x21, 0x7F)], min_size=1, max_size=64))
-schemathesis.openapi.format("solana-address", solana_address.filter(lambda a: a != "1" * 32))
+# A new key per request: hypothesis would otherwise draw the same few keys for different bodies,
+# and the answer would be 409 IDEMPOTENCY_CONFLICT (rightly) instead of the operation's own.
+KEYS = itertools.count()
+schemathesis.openapi.format(
+    "idempotency-key",
+    st.builds(lambda prefix: f"{prefix}-{next(KEYS)}", st.text(alphabet=[chr(c) for c in range(0x21, 0x7F)], max_size=40)),
+)
+schemathesis.openapi.format("solana-address", solana_address)
 schemathesis.openapi.format("transaction-id", st.one_of(solana_signature, evm_hash))
 schemathesis.openapi.format("webhook-url", st.builds(lambda h, p: f"https://{h}/{p}", public_host, path))
 

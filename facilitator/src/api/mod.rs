@@ -34,7 +34,7 @@ use http::{HeaderValue, Method, Uri};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnResponse, OnResponse as _, TraceLayer};
 use tracing::Level;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -172,16 +172,32 @@ pub fn router(state: AppState) -> Router {
         .layer(
             TraceLayer::new_for_http()
                 // Path only: query strings may carry `api-key`.
-                .make_span_with(|req: &Request| {
-                    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
-                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                })
-                .on_response(DefaultOnResponse::new().level(Level::INFO).latency_unit(tower_http::LatencyUnit::Micros)),
+                .make_span_with(request_span)
+                .on_response(|res: &Response, latency, span: &tracing::Span| {
+                    DefaultOnResponse::new()
+                        .level(Level::INFO)
+                        .latency_unit(tower_http::LatencyUnit::Micros)
+                        .on_response(res, latency, span);
+                    #[cfg(feature = "otel")]
+                    crate::otel::record_status(span, res.status());
+                }),
         )
         .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(RequestIds))
         .with_state(state)
+}
+
+/// The span of one request (path only: query strings may carry `api-key`).
+fn request_span(req: &Request) -> tracing::Span {
+    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+    #[cfg(feature = "otel")]
+    {
+        let route = req.extensions().get::<axum::extract::MatchedPath>().map(axum::extract::MatchedPath::as_str);
+        crate::otel::request_span(req.method(), req.uri().path(), route, id, req.headers())
+    }
+    #[cfg(not(feature = "otel"))]
+    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
 }
 
 /// Counts every answer by route (the pattern, never the path: ids stay out of labels) and

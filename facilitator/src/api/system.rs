@@ -237,6 +237,16 @@ fn with_string_formats(document: &mut Value) {
         }
     }
     if let Some(schemas) = document.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        // A hosted send spends from a custodial wallet of the caller's account.
+        if let Some(Value::Object(wallet)) =
+            schemas.get_mut("HostedSendRequest").and_then(|s| s.pointer_mut("/properties/walletAddress"))
+        {
+            wallet.insert("format".into(), "custodial-address".into());
+            wallet.insert(
+                "description".into(),
+                "A custodial wallet of the caller's account (`tollgate-facilitator wallets create`).".into(),
+            );
+        }
         // Amounts are never negative.
         if let Some(Value::Object(amount)) = schemas.get_mut("DecimalAmount") {
             amount.insert("minimum".into(), 0.into());
@@ -247,6 +257,19 @@ fn with_string_formats(document: &mut Value) {
         {
             address.insert("format".into(), "solana-address".into());
             address.insert("pattern".into(), "^(?!1{32}$)[1-9A-HJ-NP-Za-km-z]{32,44}$".into());
+        }
+        // Nor is any payment to it possible (nor to another program or a sysvar, which only the
+        // chain knows: INVALID_RECIPIENT).
+        for schema in ["SendPaymentRequest", "HostedSendRequest"] {
+            if let Some(Value::Object(recipient)) =
+                schemas.get_mut(schema).and_then(|s| s.pointer_mut("/properties/recipientAddress"))
+            {
+                recipient.insert("pattern".into(), format!("^(?!1{{32}}$){}", &ADDRESS_PATTERN[1..]).into());
+                recipient.insert(
+                    "description".into(),
+                    "Who is paid: a wallet, not a program or a sysvar (400 INVALID_RECIPIENT).".into(),
+                );
+            }
         }
         // Descriptions are one line of text.
         if let Some(Value::Object(description)) =

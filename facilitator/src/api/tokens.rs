@@ -36,6 +36,10 @@ pub async fn info(
     ApiQuery(query): ApiQuery<TokenQuery>,
 ) -> Result<Json<TokenInfo>, ApiError> {
     let address = validate::address("mintAddress", &mint)?;
+    // An address of one family is no token on a network of the other: not found there.
+    if let Some(network) = query.network.as_ref().filter(|n| n.family() != address.family()) {
+        return Err(ApiError::not_found(format!("{address} is a {} address: no token on {network}", address.family())));
+    }
     let network = state.chains.network_for(address.family(), query.network.as_ref())?;
     let chain = state.chains.get(&network)?;
     let found = chain.token_info(&address).await.map_err(|e| ApiError::verification_failed(e.to_string()))?;

@@ -90,7 +90,7 @@ pub async fn receive(
     responses(
         (status = 200, body = PaymentRecord),
         (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
-        (status = 402, description = "INVALID_PAYMENT_PROOF: the transaction is another chain family's", body = tollgate_protocol::ErrorEnvelope),
+        (status = 402, description = "INVALID_PAYMENT_PROOF: the transaction cannot be this payment's (another family's, paying otherwise, another payment's, not a hosted payment's own)", body = tollgate_protocol::ErrorEnvelope),
         (status = 404, description = "NOT_FOUND", body = tollgate_protocol::ErrorEnvelope),
         (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]

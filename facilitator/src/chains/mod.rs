@@ -57,8 +57,10 @@ pub(crate) async fn bounded<T, E: std::fmt::Display>(
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     use crate::telemetry::{CallEnd, rpc_call};
+    use tracing::Instrument as _;
     let started = std::time::Instant::now();
-    let answer = tokio::time::timeout(limit, call).await;
+    let span = tracing::info_span!("rpc", chain, method = what, "otel.name" = what, "otel.kind" = "client");
+    let answer = tokio::time::timeout(limit, call).instrument(span).await;
     let end = match &answer {
         Ok(Ok(_)) => CallEnd::Answered,
         Ok(Err(_)) => CallEnd::Failed,

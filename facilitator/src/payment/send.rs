@@ -112,11 +112,13 @@ impl Payments {
 
     /// Checks a transaction reported for a local-mode payment of `account` and records what the
     /// chain says: `confirmed` / `failed` when it has it, `expired` when it is past the payment's
-    /// horizon without it, unchanged otherwise. One transaction settles one payment.
+    /// horizon without it, unchanged otherwise. One transaction settles one payment. A hosted
+    /// payment is answered as it is when the transaction reported is its own.
     ///
     /// # Errors
-    /// [`PaymentError::NotFound`] for a payment that is not the caller's; [`PaymentError::Invalid`]
-    /// for a transaction that does not pay it, or is another payment's; [`PaymentError::Unavailable`].
+    /// [`PaymentError::NotFound`] for a payment that is not the caller's; [`PaymentError::Refused`]
+    /// for a transaction that cannot be its transaction (another family's, one that does not pay
+    /// it, another payment's, or not the one a hosted payment has); [`PaymentError::Unavailable`].
     pub async fn confirm(&self, account: &str, payment_id: &str, tx: &str) -> Result<StoredPayment, PaymentError> {
         let this = self.clone();
         let (account, payment_id, tx) = (account.to_owned(), payment_id.to_owned(), tx.to_owned());
@@ -129,19 +131,25 @@ impl Payments {
             PaymentError::NotFound(format!("no payment {}", payment_id.chars().take(64).collect::<String>()))
         })?;
         let p = &stored.payment;
+        // The facilitator sent or saw a hosted payment's transaction itself: a report of that one
+        // is answered with the record, and no other can be its transaction.
         if p.mode != PaymentMode::Local {
-            return Err(PaymentError::Invalid(
-                "only local-mode payments (from /transaction/send or /transaction/receive) are confirmed here".into(),
-            ));
+            return match &p.transaction {
+                Some(known) if same_transaction(known, tx) => Ok(stored),
+                _ => Err(not_its_transaction(format!(
+                    "payment {} is hosted: its transaction is the one the facilitator sent or received, not this one",
+                    p.id
+                ))),
+            };
         }
         if p.status.is_final() {
             return Ok(stored);
         }
         // A well-formed id of another chain family cannot be this payment's transaction.
         if let Some(family) = ChainFamily::of_transaction_id(tx).filter(|f| *f != p.network.family()) {
-            return Err(PaymentError::Refused(Refusal::new(
-                Reason::InvalidPayload,
-                format!("that is a {family} transaction id; this payment is on {}", p.network),
+            return Err(not_its_transaction(format!(
+                "that is a {family} transaction id; this payment is on {}",
+                p.network
             )));
         }
         let chain = self.chain(&p.network)?;
@@ -157,21 +165,21 @@ impl Payments {
                 return Ok(stored);
             }
             Seen::Landed { pays: false, .. } => {
-                return Err(PaymentError::Invalid(
+                return Err(not_its_transaction(
                     "that transaction does not pay this payment (payer, recipient or amount differ)".into(),
                 ));
             }
             Seen::Landed { tx_id, error, fee, .. } => (tx_id, error, fee),
         };
         if p.transaction.as_ref().is_some_and(|known| *known != tx_id) {
-            return Err(PaymentError::Invalid("another transaction was reported for this payment".into()));
+            return Err(not_its_transaction("another transaction was reported for this payment".into()));
         }
         if p.status == PaymentStatus::Built {
             let submit = Event::Submit { transaction: tx_id };
             match advance(self.store(), &p.id, &submit, self.now()).await {
                 Ok(_) | Err(AdvanceError::Transition(_)) => {}
                 Err(AdvanceError::Store(StoreError::TransactionUsed { .. })) => {
-                    return Err(PaymentError::Invalid(
+                    return Err(not_its_transaction(
                         "that transaction was already reported for another payment".into(),
                     ));
                 }
@@ -197,4 +205,15 @@ impl Payments {
             Err(e) => Err(PaymentError::Internal(e.to_string())),
         }
     }
+}
+
+/// A transaction reported for a payment that cannot be its transaction: the payment's proof is
+/// invalid (`INVALID_PAYMENT_PROOF`), and nothing is recorded.
+fn not_its_transaction(why: String) -> PaymentError {
+    PaymentError::Refused(Refusal::new(Reason::InvalidPayload, why))
+}
+
+/// Two spellings of one transaction id (EVM hashes are hex in either case).
+fn same_transaction(a: &str, b: &str) -> bool {
+    a == b || (a.starts_with("0x") && a.eq_ignore_ascii_case(b))
 }

@@ -61,7 +61,13 @@ impl Daemon {
     /// Starts `serve` on a free port, with `env` as its only `TOLLGATE_*` environment, and waits
     /// for its "listening on" line.
     pub fn start_with(dir: &Path, env: &[(&str, &str)]) -> Self {
-        let mut child = command_with(dir, env)
+        Self::spawn(command_with(dir, env))
+    }
+
+    /// Starts `serve` on a free port with `command` (the binary, its directory and environment
+    /// set), and waits for its "listening on" line.
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0"])
             .stderr(Stdio::piped())
             .stdout(Stdio::null())

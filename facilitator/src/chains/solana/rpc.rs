@@ -166,6 +166,23 @@ impl SolanaRpc {
         Ok(response.value.map(|a| (a.owner, a.data)))
     }
 
+    /// What a payment to `address` lands in: its lamports, and whether it is a program or a
+    /// sysvar (which the runtime never lets a transfer credit). `None` when it does not exist.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn payee(&self, address: &Pubkey) -> Result<Option<Payee>, ChainError> {
+        let response = bounded(
+            self.call_timeout,
+            "getAccountInfo",
+            self.client.get_account_with_commitment(address, CommitmentConfig::confirmed()),
+        )
+        .await?;
+        Ok(response
+            .value
+            .map(|a| Payee { lamports: a.lamports, unpayable: a.executable || a.owner == solana_sdk::sysvar::id() }))
+    }
+
     /// Simulates a transaction against the current state without landing it: `None` when it
     /// would succeed, else the error and the last program log lines. `sig_verify` is off for a
     /// transaction that still lacks a signature (a seller signs it later).
@@ -301,4 +318,13 @@ async fn bounded<T, E: std::fmt::Display>(
 #[must_use]
 pub fn tx_id(tx: &Transaction) -> String {
     tx.get_signature().to_string()
+}
+
+/// An existing account as a payee (see [`SolanaRpc::payee`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Payee {
+    /// What it holds.
+    pub lamports: u64,
+    /// A program or a sysvar: a transfer to it fails on chain.
+    pub unpayable: bool,
 }

@@ -68,12 +68,7 @@ pub(super) async fn plan(rpc: &SolanaRpc, order: &Order, keypair: Keypair) -> Re
             sol(rent_minimum)
         )));
     }
-    if rpc.balance(&transfer.to).await? == 0 && transfer.lamports < rent_minimum {
-        return Err(OrderError::InvalidRecipient(format!(
-            "a new Solana account must receive at least {} SOL",
-            sol(rent_minimum)
-        )));
-    }
+    check_payee(rpc, &transfer, rent_minimum).await?;
     let tx = HostedTransfer { keypair, transfer, blockhash, horizon };
     Ok(PlannedSend { fee: AtomicAmount::from(fee), tx: Box::new(tx) })
 }
@@ -97,9 +92,27 @@ impl Signable for HostedTransfer {
     }
 }
 
+/// Refuses a transfer the chain would refuse: to a program or a sysvar, or less than the
+/// rent-exempt minimum to an account that does not exist yet.
+async fn check_payee(rpc: &SolanaRpc, transfer: &Transfer, rent_minimum: u64) -> Result<(), OrderError> {
+    match rpc.payee(&transfer.to).await? {
+        Some(payee) if payee.unpayable => Err(OrderError::InvalidRecipient(format!(
+            "{} is a program or a sysvar: it cannot receive SOL",
+            transfer.to
+        ))),
+        Some(payee) if payee.lamports > 0 => Ok(()),
+        _ if transfer.lamports < rent_minimum => Err(OrderError::InvalidRecipient(format!(
+            "a new Solana account must receive at least {} SOL",
+            sol(rent_minimum)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Builds an unsigned transfer for the payer to sign (local mode).
 pub(super) async fn build(rpc: &SolanaRpc, order: &Order) -> Result<Unsigned, OrderError> {
     let transfer = transfer(order)?;
+    check_payee(rpc, &transfer, rpc.rent_exempt_minimum().await?).await?;
     let (blockhash, horizon) = rpc.latest_blockhash().await?;
     let message = transfer.message(&blockhash);
     let fee = rpc.fee_for(&message).await?;
