@@ -195,9 +195,8 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<Tracing> {
     #[cfg(not(feature = "otel"))]
     {
         registry.init();
-        if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
-            || std::env::var_os("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
-        {
+        let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+        if set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
             tracing::warn!(
                 "OTEL_EXPORTER_OTLP_ENDPOINT is set, but this build has no trace export (cargo feature `otel`)"
             );

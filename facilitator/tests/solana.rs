@@ -94,6 +94,23 @@ async fn hosted_send_confirms_and_shows_in_both_histories() {
     assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
     let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &alice, None).await;
     assert_eq!(status["transaction"], signature.to_string());
+
+    // Another account builds a local payment with the same wallets and amount and reports
+    // alice's transfer as its own: one transfer is one payment, the report is refused, and bob
+    // still sees one payment received.
+    let (carol, _, _) = t.customer().await;
+    let order = json!({"walletAddress": alice_wallet, "recipientAddress": bob_wallet, "amount": 0.01});
+    let (s, built) = t.call("POST", "/transaction/send", &carol, Some(order)).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    let planted = built["paymentId"].as_str().unwrap();
+    let reuse = json!({"paymentId": planted, "transaction": signature.to_string()});
+    let (s, e) = t.call("POST", "/transaction/confirm", &carol, Some(reuse)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    let (_, planted) = t.call("GET", &format!("/payment/status/{planted}"), &carol, None).await;
+    assert_eq!((planted["status"].as_str(), &planted["transaction"]), (Some("built"), &Value::Null), "{planted}");
+    let (_, received) = t.call("GET", &format!("/payment/history/{bob_wallet}"), &bob, None).await;
+    let confirmed = received["payments"].as_array().unwrap().iter().filter(|p| p["status"] == "confirmed").count();
+    assert_eq!(confirmed, 1, "{received}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,6 +140,8 @@ async fn hosted_send_refuses_what_it_cannot_pay() {
         "11111111111111111111111111111111",            // the system program
         "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA", // the token program
         "SysvarC1ock11111111111111111111111111111111", // the clock sysvar
+        "Sysvar1nstructions1111111111111111111111111", // reserved, though no account exists
+        "NativeLoader1111111111111111111111111111111", // likewise
     ] {
         let (s, e) = t.call("POST", "/payment/send", &alice, Some(send(json!(0.01), unpayable))).await;
         assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_RECIPIENT")), "{e}");

@@ -41,7 +41,7 @@ impl ChainFamily {
     /// digits) or a Solana signature (base58 of 64 bytes); `None` for neither.
     #[must_use]
     pub fn of_transaction_id(text: &str) -> Option<Self> {
-        if let Some(hex) = text.strip_prefix("0x") {
+        if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
             return (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(Self::Evm);
         }
         let decoded = (text.len() <= 88).then(|| bs58::decode(text).into_vec().ok()).flatten();
@@ -254,6 +254,7 @@ mod tests {
         let hash = format!("0x{}", "ab".repeat(32));
         let signature = bs58::encode([7u8; 64]).into_string();
         assert_eq!(ChainFamily::of_transaction_id(&hash), Some(ChainFamily::Evm));
+        assert_eq!(ChainFamily::of_transaction_id(&hash.replacen("0x", "0X", 1)), Some(ChainFamily::Evm));
         assert_eq!(ChainFamily::of_transaction_id(&signature), Some(ChainFamily::Solana));
         let short_signature = bs58::encode([7u8; 63]).into_string();
         let long_hash = format!("{hash}00");

@@ -73,10 +73,6 @@ fn refused(e: PaymentError) -> Refused {
             Refusal::new(Reason::InvalidNetwork, format!("this facilitator does not settle: {u}")),
             None,
         ),
-        // The requirement names a network of one family and a payee of another.
-        PaymentError::Unserved(u @ Unserved::WrongFamily { .. }) => {
-            Refused::Reason(Refusal::new(Reason::InvalidPaymentRequirements, u.to_string()), None)
-        }
         other => Refused::Error(other.into()),
     }
 }

@@ -83,6 +83,8 @@ impl From<StoreError> for PaymentError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::ProofUsed { payment_id } => Self::ProofUsed { payment_id, holder: None },
+            // The transfer a proof names is already another payment's: the proof is used.
+            StoreError::TransactionUsed { payment_id } => Self::ProofUsed { payment_id, holder: None },
             other => Self::Internal(other.to_string()),
         }
     }

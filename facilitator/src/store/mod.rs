@@ -51,7 +51,8 @@ pub enum StoreError {
         /// The payment that holds it.
         payment_id: String,
     },
-    /// The transaction is already another payment's own transfer (same account and side).
+    /// The transaction is already another payment's own transfer (on the same side, of any
+    /// account).
     #[error("the transaction is already recorded by payment {payment_id}")]
     TransactionUsed {
         /// That payment.
@@ -366,8 +367,8 @@ pub trait PaymentStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::ProofUsed`] when another payment holds the proof,
-    /// [`StoreError::TransactionUsed`] when the transaction is another payment's of the same
-    /// account and side; nothing is written then.
+    /// [`StoreError::TransactionUsed`] when the transaction is another payment's on the same
+    /// side (of any account); nothing is written then.
     async fn insert_payment(&self, payment: &NewPayment) -> StoreResult<StoredPayment>;
     /// A payment by id.
     async fn get_payment(&self, id: &str) -> StoreResult<Option<StoredPayment>>;

@@ -484,8 +484,9 @@ async fn a_proof_is_claimed_once(store: Arc<SqlStore>) {
     store.insert_payment(&again).await.unwrap();
 }
 
-/// A transaction is one payment's own transfer per account and side: a second send recording it
-/// is refused (by the index), while the payee's record of the same transfer is not.
+/// A transaction is one payment's own transfer per side, whichever account records it: a second
+/// send recording it is refused (by the index), in the same account or another, while the
+/// payee's record of the same transfer is not.
 async fn a_transaction_is_one_payments_own_transfer(store: Arc<SqlStore>) {
     let send =
         |id: &str, owner: &str| NewPayment { transaction: Some("sig_x".into()), ..payment(id, owner, "f", "t", t0()) };
@@ -497,7 +498,15 @@ async fn a_transaction_is_one_payments_own_transfer(store: Arc<SqlStore>) {
     assert!(store.get_payment("pay_2").await.unwrap().is_none());
     let receipt = NewPayment { owner_side: Direction::Received, ..send("pay_3", "acct_a") };
     store.insert_payment(&receipt).await.unwrap();
-    store.insert_payment(&send("pay_4", "acct_b")).await.unwrap();
+    match store.insert_payment(&send("pay_4", "acct_b")).await {
+        Err(StoreError::TransactionUsed { payment_id }) => assert_eq!(payment_id, "pay_1"),
+        other => panic!("another account's send of the same transfer: expected TransactionUsed, got {other:?}"),
+    }
+    let other_payee = NewPayment { owner_side: Direction::Received, ..send("pay_6", "acct_b") };
+    assert!(
+        matches!(store.insert_payment(&other_payee).await, Err(StoreError::TransactionUsed { .. })),
+        "nor can a second account record itself as its payee"
+    );
     // Reported later (local mode): the same rule.
     store.insert_payment(&payment("pay_5", "acct_a", "f", "t", t0())).await.unwrap();
     let mut submit = update(PaymentStatus::Submitted);

@@ -9,6 +9,7 @@
 
 use async_trait::async_trait;
 use solana_sdk::hash::Hash;
+use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::{Keypair, Signature};
 use solana_sdk::signer::Signer as _;
 use solana_sdk::transaction::{Transaction, VersionedTransaction};
@@ -95,6 +96,12 @@ impl Signable for HostedTransfer {
 /// Refuses a transfer the chain would refuse: to a program or a sysvar, or less than the
 /// rent-exempt minimum to an account that does not exist yet.
 async fn check_payee(rpc: &SolanaRpc, transfer: &Transfer, rent_minimum: u64) -> Result<(), OrderError> {
+    if is_reserved(&transfer.to) {
+        return Err(OrderError::InvalidRecipient(format!(
+            "{} is a builtin program or a sysvar: it cannot receive SOL",
+            transfer.to
+        )));
+    }
     match rpc.payee(&transfer.to).await? {
         Some(payee) if payee.unpayable => Err(OrderError::InvalidRecipient(format!(
             "{} is a program or a sysvar: it cannot receive SOL",
@@ -107,6 +114,45 @@ async fn check_payee(rpc: &SolanaRpc, transfer: &Transfer, rent_minimum: u64) ->
         ))),
         _ => Ok(()),
     }
+}
+
+/// A key the runtime reserves (each builtin program and sysvar, as Agave lists them): no
+/// transaction can credit it, whether or not it exists as an account on this cluster.
+fn is_reserved(key: &Pubkey) -> bool {
+    use solana_sdk_ids::{sysvar, *};
+    let reserved = [
+        address_lookup_table::ID,
+        bpf_loader::ID,
+        bpf_loader_deprecated::ID,
+        bpf_loader_upgradeable::ID,
+        compute_budget::ID,
+        config::ID,
+        ed25519_program::ID,
+        feature::ID,
+        loader_v4::ID,
+        native_loader::ID,
+        secp256k1_program::ID,
+        secp256r1_program::ID,
+        stake::ID,
+        system_program::ID,
+        vote::ID,
+        zk_elgamal_proof_program::ID,
+        zk_token_proof_program::ID,
+        sysvar::ID,
+        sysvar::clock::ID,
+        sysvar::epoch_rewards::ID,
+        sysvar::epoch_schedule::ID,
+        sysvar::fees::ID,
+        sysvar::instructions::ID,
+        sysvar::last_restart_slot::ID,
+        sysvar::recent_blockhashes::ID,
+        sysvar::rent::ID,
+        sysvar::rewards::ID,
+        sysvar::slot_hashes::ID,
+        sysvar::slot_history::ID,
+        sysvar::stake_history::ID,
+    ];
+    reserved.iter().any(|id| id.to_bytes() == key.to_bytes())
 }
 
 /// Builds an unsigned transfer for the payer to sign (local mode).

@@ -22,13 +22,9 @@ const INSERT: &str = "INSERT INTO payments (id, owner_account, owner_side, count
      ON CONFLICT DO NOTHING RETURNING seq";
 
 impl SqlStore {
-    /// The payment whose own transfer `tx_id` is, for `p`'s account and side.
+    /// The payment whose own transfer `tx_id` is, on `p`'s side (of any account).
     async fn transaction_holder(&self, p: &NewPayment, tx_id: &str) -> StoreResult<Option<String>> {
-        let row =
-            sqlx::query(&self.sql(
-                "SELECT id FROM payments WHERE owner_account = ? AND network = ? AND tx_id = ? AND owner_side = ?",
-            ))
-            .bind(&p.owner_account)
+        let row = sqlx::query(&self.sql("SELECT id FROM payments WHERE network = ? AND tx_id = ? AND owner_side = ?"))
             .bind(p.network.to_string())
             .bind(tx_id)
             .bind(p.owner_side.as_str())
