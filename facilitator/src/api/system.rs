@@ -9,6 +9,8 @@ use http::StatusCode;
 use serde_json::{Value, json};
 use utoipa::OpenApi as _;
 
+use tollgate_protocol::address::PATTERN as ADDRESS_PATTERN;
+
 use super::error::ApiError;
 use crate::AppState;
 
@@ -153,8 +155,6 @@ const STRING_FORMATS: [(&str, &str, &str); 9] = [
     ("Idempotency-Key", "idempotency-key", "^[!-~]{1,255}$"),
     ("resource", "resource-url", "^https?://[^\\s]{1,2040}$"),
 ];
-/// An EVM address (`0x` + 40 hex digits) or a Solana one (base58 of 32 bytes).
-const ADDRESS_PATTERN: &str = tollgate_protocol::address::PATTERN;
 
 /// Adds [`STRING_FORMATS`] to request bodies' properties and to path and header parameters.
 fn with_string_formats(document: &mut Value) {

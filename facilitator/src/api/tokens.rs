@@ -10,6 +10,7 @@ use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiPath, ApiQuery};
 use crate::api::validate;
+use crate::chains::Unserved;
 
 /// Query of the token lookup.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -36,11 +37,13 @@ pub async fn info(
     ApiQuery(query): ApiQuery<TokenQuery>,
 ) -> Result<Json<TokenInfo>, ApiError> {
     let address = validate::address("mintAddress", &mint)?;
-    // An address of one family is no token on a network of the other: not found there.
-    if let Some(network) = query.network.as_ref().filter(|n| n.family() != address.family()) {
-        return Err(ApiError::not_found(format!("{address} is a {} address: no token on {network}", address.family())));
-    }
-    let network = state.chains.network_for(address.family(), query.network.as_ref())?;
+    let network = state.chains.network_for(address.family(), query.network.as_ref()).map_err(|e| match e {
+        // An address of one family is no token on a network of the other: not found there.
+        Unserved::WrongFamily { network, family } => {
+            ApiError::not_found(format!("{address} is a {family} address: no token on {network}"))
+        }
+        other => other.into(),
+    })?;
     let chain = state.chains.get(&network)?;
     let found = chain.token_info(&address).await.map_err(|e| ApiError::verification_failed(e.to_string()))?;
     found.map(Json).ok_or_else(|| ApiError::not_found(format!("{address} is not a token on {network}")))
