@@ -1,7 +1,8 @@
 //! Benchmark: checking proofs without the chain — base64 decode, transaction decode, ed25519
 //! signature check, and the payment rules — for an `exact-native` signed transfer and an x402
 //! `exact` SPL transfer the facilitator would sponsor; and the EIP-712 digest and signer recovery
-//! of an x402 `exact` EIP-3009 authorization. One core.
+//! of an x402 `exact` EIP-3009 authorization (libsecp256k1, as /verify does, and pure-Rust k256).
+//! One core.
 //!
 //! Run: `cargo bench -p tollgate-facilitator --bench verify`.
 
@@ -94,7 +95,16 @@ fn bench(c: &mut Criterion) {
         nonce: alloy::primitives::B256::repeat_byte(7),
     };
     let signature = evm_payer.sign_hash_sync(&authorization.eip712_signing_hash(&domain)).unwrap();
-    group.bench_function("EIP-3009: EIP-712 digest + signer recovery", |b| {
+    // What /verify runs (libsecp256k1), and the pure-Rust recovery it replaced.
+    let bytes = signature.as_bytes();
+    group.bench_function("EIP-3009: EIP-712 digest + signer recovery (libsecp256k1)", |b| {
+        b.iter(|| {
+            let digest = std::hint::black_box(&authorization).eip712_signing_hash(&domain);
+            let recovered = tollgate_facilitator::chains::evm::verify::recover_signer(&digest, &bytes);
+            assert_eq!(recovered, Some(evm_payer.address()));
+        });
+    });
+    group.bench_function("EIP-3009: EIP-712 digest + signer recovery (k256)", |b| {
         b.iter(|| {
             let digest = std::hint::black_box(&authorization).eip712_signing_hash(&domain);
             assert_eq!(signature.recover_address_from_prehash(&digest).unwrap(), evm_payer.address());

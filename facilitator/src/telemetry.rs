@@ -94,10 +94,9 @@ pub enum CallEnd {
 }
 
 /// A chain RPC call ended.
-pub fn rpc_call(chain: &str, method: &str, end: CallEnd, took: Duration) {
-    let (chain, method) = (chain.to_owned(), method.to_owned());
-    counter!("tollgate_rpc_calls_total", "chain" => chain.clone(), "method" => method.clone()).increment(1);
-    histogram!("tollgate_rpc_seconds", "chain" => chain.clone(), "method" => method.clone()).record(took.as_secs_f64());
+pub fn rpc_call(chain: &'static str, method: &'static str, end: CallEnd, took: Duration) {
+    counter!("tollgate_rpc_calls_total", "chain" => chain, "method" => method).increment(1);
+    histogram!("tollgate_rpc_seconds", "chain" => chain, "method" => method).record(took.as_secs_f64());
     let kind = match end {
         CallEnd::Answered => return,
         CallEnd::Failed => "error",

@@ -548,3 +548,107 @@ async fn a_contract_wallet_pays_with_an_eip1271_signature() {
     assert_eq!(settled["success"], true, "{settled}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }
+
+/// RPC calls by method made between two snapshots of the proxy's counts.
+fn calls_since(
+    before: &std::collections::HashMap<String, usize>,
+    after: &std::collections::HashMap<String, usize>,
+) -> std::collections::BTreeMap<String, usize> {
+    after.iter().map(|(m, n)| (m.clone(), n - before.get(m).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
+}
+
+/// The hot path of x402 on EVM: once the token's decimals are known, a verify is one
+/// `eth_call` (the settlement simulated from the facilitator's account), and a settlement right
+/// after it goes straight to sending. A pass that went stale in between (the nonce spent
+/// elsewhere) costs the facilitator a reverted transaction, never a payment recorded for money
+/// that did not move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verify_is_one_call_and_the_settlement_after_it_is_not_simulated_again() {
+    let t = EvmApp::start_behind_proxy().await;
+    let proxy = t.proxy.as_ref().unwrap();
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 5_000_000).await;
+    let seller = Address::repeat_byte(0x52);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let window = (now - 60, now + 300);
+    let requirement = token.requirement(&t, seller, 1_000_000);
+    let body = |n: u8| {
+        let nonce = alloy::primitives::B256::repeat_byte(n);
+        x402_v2(&requirement, token.authorize(&t, &buyer, seller, 1_000_000, window, nonce))
+    };
+    let verify = |b: Value| async { t.call("POST", "/verify", &key, Some(b)).await.1 };
+
+    // The first verify of a token also reads its decimals.
+    assert_eq!(verify(body(1)).await["isValid"], json!(true));
+    let before = proxy.all_calls();
+    let v = verify(body(2)).await;
+    assert_eq!(v["isValid"], json!(true), "{v}");
+    let calls = calls_since(&before, &proxy.all_calls());
+    assert_eq!(calls, [("eth_call".to_owned(), 1)].into(), "one verify, one call");
+
+    // Settled right after: nothing simulated again.
+    let before = proxy.all_calls();
+    let (s, settled) = t.call("POST", "/settle", &key, Some(body(2))).await;
+    assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(true)), "{settled}");
+    let calls = calls_since(&before, &proxy.all_calls());
+    assert!(!calls.contains_key("eth_call") && !calls.contains_key("eth_estimateGas"), "{calls:?}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
+
+    // Settled without a verify before: simulated first (once).
+    let before = proxy.all_calls();
+    let (_, settled) = t.call("POST", "/settle", &key, Some(body(3))).await;
+    assert_eq!(settled["success"], json!(true), "{settled}");
+    assert_eq!(calls_since(&before, &proxy.all_calls()).get("eth_call"), Some(&1));
+    assert_eq!(token.balance(&t, seller).await, 2_000_000);
+
+    // A pass stands for what was verified only: the same authorization settled at once for a
+    // dearer requirement, or one paying someone else, is checked and refused.
+    assert_eq!(verify(body(5)).await["isValid"], json!(true));
+    let authorization = body(5)["paymentPayload"]["payload"].clone();
+    for (requirement, why) in [
+        (token.requirement(&t, seller, 2_000_000), "invalid_exact_evm_payload_authorization_value"),
+        (token.requirement(&t, Address::repeat_byte(0x53), 1_000_000), "invalid_exact_evm_payload_recipient_mismatch"),
+    ] {
+        let (_, refused) = t.call("POST", "/settle", &key, Some(x402_v2(&requirement, authorization.clone()))).await;
+        assert_eq!((refused["success"].as_bool(), refused["errorReason"].as_str()), (Some(false), Some(why)));
+    }
+    assert_eq!(token.balance(&t, seller).await, 2_000_000);
+
+    // Verified, then its nonce spent by someone else before the settlement: the settlement,
+    // trusting the verify of a moment ago, is sent and reverts. Refused, recorded failed, and
+    // the seller was paid by the other transfer only.
+    assert_eq!(verify(body(4)).await["isValid"], json!(true));
+    {
+        use alloy::sol_types::SolCall as _;
+        let spent = &body(4)["paymentPayload"]["payload"];
+        let a = &spent["authorization"];
+        let n = |f: &str| U256::from(a[f].as_str().unwrap().parse::<u128>().unwrap());
+        let data = TestToken::transferWithAuthorizationCall {
+            from: buyer.address(),
+            to: seller,
+            value: n("value"),
+            validAfter: n("validAfter"),
+            validBefore: n("validBefore"),
+            nonce: alloy::primitives::B256::repeat_byte(4),
+            signature: alloy::primitives::hex::decode(spent["signature"].as_str().unwrap().trim_start_matches("0x"))
+                .unwrap()
+                .into(),
+        }
+        .abi_encode();
+        Token::send(&t, &token.minter, alloy::primitives::TxKind::Call(token.address), data).await;
+    }
+    assert_eq!(token.balance(&t, seller).await, 3_000_000);
+    let (s, settled) = t.call("POST", "/settle", &key, Some(body(4))).await;
+    assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(false)), "{settled}");
+    assert_eq!(settled["errorReason"], "settle_exact_failed_onchain", "{settled}");
+    assert_eq!(token.balance(&t, seller).await, 3_000_000, "paid once, by the other transfer");
+    // Presented again: its proof is held by the failed payment.
+    let (_, again) = t.call("POST", "/settle", &key, Some(body(4))).await;
+    assert_eq!(
+        (again["success"].as_bool(), again["errorReason"].as_str()),
+        (Some(false), Some("duplicate_settlement"))
+    );
+    assert_eq!(token.balance(&t, seller).await, 3_000_000);
+}

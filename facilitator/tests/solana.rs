@@ -756,3 +756,36 @@ fn tx_signature(encoded: &str) -> String {
     let tx: solana_sdk::transaction::Transaction = bincode::deserialize(&bytes).unwrap();
     tx.signatures[0].to_string()
 }
+
+/// A settlement right after a verify takes that verify's pass only for what the verify checked:
+/// a buyer who verifies a transfer to its own account (paying itself, with its own key) cannot
+/// then settle it as a payment to a seller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_exact_spl_transfer_settles_only_for_the_recipient_it_was_verified_for() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let rpc = &backend.rpc;
+    let network = rpc.network().to_string();
+    let fee_payer = backend.fee_payer().unwrap();
+    let fixture = spl_fixture::Fixture::new(rpc).await;
+    let mint = fixture.mint.to_string();
+    let buyer = Keypair::new();
+    let buyer_ata = fixture.account(rpc, &buyer.pubkey(), 5_000_000).await;
+    let seller = Pubkey::new_unique();
+    let seller_ata = fixture.account(rpc, &seller, 0).await;
+
+    // To itself: verified as a payment to itself.
+    let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &buyer_ata, 1_000_000, 1_000).await;
+    let to_self = x402_exact(&network, &tx, &buyer.pubkey().to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(to_self)).await;
+    assert_eq!(v["isValid"], json!(true), "{v}");
+    // Settled at once as a payment to the seller: refused, nothing moves.
+    let to_seller = x402_exact(&network, &tx, &seller.to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    let (_, settled) = t.call("POST", "/settle", &key, Some(to_seller)).await;
+    assert_eq!(settled["success"], json!(false), "{settled}");
+    assert_eq!(settled["errorReason"], "invalid_exact_svm_payload_transaction_transfer_to_incorrect_ata", "{settled}");
+    assert_eq!(fixture.balance(rpc, &seller_ata).await, 0);
+    assert_eq!(fixture.balance(rpc, &buyer_ata).await, 5_000_000);
+}

@@ -30,12 +30,11 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
 use http::header::AUTHORIZATION;
-use http::{HeaderValue, Method, Uri};
+use http::{HeaderValue, Method, StatusCode, Uri};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::{DefaultOnResponse, OnResponse as _, TraceLayer};
-use tracing::Level;
+use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -173,13 +172,10 @@ pub fn router(state: AppState) -> Router {
             TraceLayer::new_for_http()
                 // Path only: query strings may carry `api-key`.
                 .make_span_with(request_span)
-                .on_response(|res: &Response, latency, span: &tracing::Span| {
-                    DefaultOnResponse::new()
-                        .level(Level::INFO)
-                        .latency_unit(tower_http::LatencyUnit::Micros)
-                        .on_response(res, latency, span);
+                .on_response(|res: &Response, latency: Duration, _span: &tracing::Span| {
+                    log_response(res.status(), latency);
                     #[cfg(feature = "otel")]
-                    crate::otel::record_status(span, res.status());
+                    crate::otel::record_status(_span, res.status());
                 }),
         )
         .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
@@ -198,6 +194,20 @@ fn request_span(req: &Request) -> tracing::Span {
     }
     #[cfg(not(feature = "otel"))]
     tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+}
+
+/// One line per answer that went wrong: server errors always (ERROR), refusals of the caller's
+/// request (4xx) at INFO. Successes only at DEBUG: a line per request would cost the busiest
+/// path a formatted line each time, and `/metrics` counts them anyway.
+fn log_response(status: StatusCode, latency: Duration) {
+    let (status, latency_us) = (status.as_u16(), latency.as_micros());
+    if status >= 500 {
+        tracing::error!(status, latency_us, "request failed");
+    } else if status >= 400 {
+        tracing::info!(status, latency_us, "request refused");
+    } else {
+        tracing::debug!(status, latency_us, "request answered");
+    }
 }
 
 /// Counts every answer by route (the pattern, never the path: ids stay out of labels) and

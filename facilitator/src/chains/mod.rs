@@ -17,6 +17,7 @@
 //! [`Chains`] maps networks to their chain, with a default network per address family.
 
 pub mod evm;
+pub mod memo;
 pub mod refusal;
 mod registry;
 pub mod solana;
@@ -31,7 +32,7 @@ use tollgate_protocol::{Address, AtomicAmount, Network};
 pub use refusal::{ProofError, Reason, Refusal};
 pub use registry::{Chains, Unserved, schemes_with};
 pub use solana::{SolanaBackend, Sponsor};
-pub use terms::{Checked, Price, Settle, Settler, Terms};
+pub use terms::{Checked, Intent, Price, Settle, Settler, Terms};
 
 /// A chain node could not be asked (down, slow, or answered nonsense). Shown with every URL in
 /// it cut to scheme, host and port: RPC clients quote the endpoint, and providers put their API
@@ -51,15 +52,21 @@ pub fn poll_delay(attempt: u32, cap: std::time::Duration) -> std::time::Duration
 
 /// Runs one call to a `chain` node with a deadline, mapping every failure to [`ChainError`].
 pub(crate) async fn bounded<T, E: std::fmt::Display>(
-    chain: &str,
+    chain: &'static str,
     limit: std::time::Duration,
-    what: &str,
+    what: &'static str,
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     use crate::telemetry::{CallEnd, rpc_call};
     use tracing::Instrument as _;
     let started = std::time::Instant::now();
-    let span = tracing::info_span!("rpc", chain, method = what, "otel.name" = what, "otel.kind" = "client");
+    // A client span per call, for trace export only: without it, a span per RPC call would
+    // cost every request its formatting and nothing would read it.
+    let span = if cfg!(feature = "otel") {
+        tracing::info_span!("rpc", chain, method = what, "otel.name" = what, "otel.kind" = "client")
+    } else {
+        tracing::Span::none()
+    };
     let answer = tokio::time::timeout(limit, call).instrument(span).await;
     let end = match &answer {
         Ok(Ok(_)) => CallEnd::Answered,
@@ -286,8 +293,8 @@ pub trait Chain: Send + Sync + std::fmt::Debug {
     /// The identity `payload` is claimed under when it pays `asset`, read without the chain
     /// (`None` when the payload is malformed; [`Self::check`] then says why).
     fn proof_id(&self, payload: &PaymentPayload, asset: &tollgate_protocol::x402::Asset) -> Option<String>;
-    /// Checks `payload` against `terms` and the chain, for `settler` to settle; `now` is Unix
-    /// seconds.
+    /// Checks `payload` against `terms` and the chain, for `settler` to settle, for a verdict
+    /// only or to settle now (`intent`); `now` is Unix seconds.
     ///
     /// # Errors
     /// [`ProofError::Refused`] for a proof that does not pay as asked, [`ProofError::Chain`] when
@@ -297,6 +304,7 @@ pub trait Chain: Send + Sync + std::fmt::Debug {
         payload: &PaymentPayload,
         terms: &Terms,
         settler: Settler,
+        intent: Intent,
         now: i64,
     ) -> Result<Checked, ProofError>;
     /// Plans a hosted transfer from a custodial wallet whose secret key is `key`.

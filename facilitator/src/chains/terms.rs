@@ -171,8 +171,23 @@ pub enum Settler {
     Seller(Address),
 }
 
+/// What a proof is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// A verdict only (x402 `/verify`): nothing is sent, so what only sending needs (fees,
+    /// nonces, a settlement's horizon) is not read, and [`Checked::settle`] is
+    /// [`Settle::Nothing`]. The chain may remember a pass briefly, for a settlement of the same
+    /// proof; a verify itself always asks the chain.
+    Verify,
+    /// The proof settles now: its settlement is prepared. A pass the chain remembers from a
+    /// verify of this very proof moments ago may stand in for asking the chain again.
+    Settle,
+}
+
 /// How a checked proof settles.
 pub enum Settle {
+    /// Nothing: the check was for a verdict only ([`Intent::Verify`]).
+    Nothing,
     /// A complete signed transaction: broadcast it.
     Broadcast(Outgoing),
     /// The facilitator signs it at settlement time (Solana: as sponsor of an `exact` transfer;
@@ -197,6 +212,7 @@ pub enum Settle {
 impl std::fmt::Debug for Settle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Self::Nothing => f.write_str("Nothing"),
             Self::Broadcast(o) => f.debug_tuple("Broadcast").field(&o.tx_id).finish(),
             Self::Sign(_) => f.write_str("Sign"),
             Self::Recorded { tx_id } => f.debug_struct("Recorded").field("tx_id", tx_id).finish(),

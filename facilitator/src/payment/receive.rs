@@ -9,7 +9,7 @@ use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 
 use super::pipeline::Source;
 use super::{PaymentError, Payments, Receive, Repeat, covers, detached};
-use crate::chains::{Chain, Checked, ProofError, Settle, Settler};
+use crate::chains::{Chain, Checked, Intent, ProofError, Settle, Settler};
 use crate::store::{NewPayment, StoredPayment};
 
 /// How long a local-mode transaction is offered for (Solana's own limit, ~150 blocks, is about
@@ -47,7 +47,7 @@ impl Payments {
 
     async fn receive_now(&self, r: Receive) -> Result<StoredPayment, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
-        let checked = match self.checked(&*chain, &r, Settler::Facilitator).await? {
+        let checked = match self.checked(&*chain, &r, (Settler::Facilitator, Intent::Settle)).await? {
             Ok(checked) => checked,
             Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
         };
@@ -56,7 +56,9 @@ impl Payments {
             Settle::Recorded { tx_id } => self.record_confirmed(payment, tx_id).await,
             Settle::Broadcast(outgoing) => self.settle_new(&*chain, payment, Source::Ready(outgoing), r.wait).await,
             Settle::Sign(signer) => self.settle_new(&*chain, payment, Source::Sign(signer), r.wait).await,
-            Settle::Handover { .. } => Err(PaymentError::Internal("a hosted receive was handed over".into())),
+            Settle::Handover { .. } | Settle::Nothing => {
+                Err(PaymentError::Internal("a hosted receive was not prepared to settle by the facilitator".into()))
+            }
         };
         match settled {
             // A twin request claimed it between our look and our insert.
@@ -101,7 +103,7 @@ impl Payments {
         &self,
         chain: &dyn Chain,
         r: &Receive,
-        settler: Settler,
+        (settler, intent): (Settler, Intent),
     ) -> Result<Result<Checked, StoredPayment>, PaymentError> {
         r.terms.admit_payload(&r.payload)?;
         let proof_id = chain.proof_id(&r.payload, &r.terms.asset);
@@ -109,7 +111,7 @@ impl Payments {
         if let Some(holder) = self.holder(proof_id.as_deref()).await? {
             return Ok(Err(holder));
         }
-        let checked = match chain.check(&r.payload, &r.terms, settler, self.now().timestamp()).await {
+        let checked = match chain.check(&r.payload, &r.terms, settler, intent, self.now().timestamp()).await {
             Ok(c) => c,
             Err(ProofError::Refused(refusal)) => {
                 // A twin request may have settled it while it was being checked.
@@ -138,7 +140,7 @@ impl Payments {
     /// As [`Self::receive`] (a claimed proof is always [`PaymentError::ProofUsed`]).
     pub async fn verify(&self, r: Receive) -> Result<Address, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
-        match self.checked(&*chain, &r, Settler::Facilitator).await? {
+        match self.checked(&*chain, &r, (Settler::Facilitator, Intent::Verify)).await? {
             Ok(checked) => Ok(checked.payer),
             Err(holder) => {
                 let visible = holder.visible_to(&r.account);
@@ -164,7 +166,7 @@ impl Payments {
     async fn hand_over_now(&self, r: Receive) -> Result<Handed, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
         let seller = Settler::Seller(r.terms.pay_to);
-        let checked = match self.checked(&*chain, &r, seller).await? {
+        let checked = match self.checked(&*chain, &r, (seller, Intent::Settle)).await? {
             Ok(checked) => checked,
             Err(holder) => return Err(PaymentError::ProofUsed { payment_id: holder.payment.id, holder: None }),
         };

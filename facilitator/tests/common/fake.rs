@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 use tollgate_facilitator::chains::{
-    Chain, ChainError, Checked, Expected, Kinds, Order, OrderError, Outgoing, PlannedSend, Price, ProofError, Seen,
-    SendError, Settle, Settler, Signable, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Expected, Intent, Kinds, Order, OrderError, Outgoing, PlannedSend, Price, ProofError,
+    Seen, SendError, Settle, Settler, Signable, Terms, TxOutcome, TxStatus, Unsigned, Watched,
 };
 use tollgate_protocol::gateway::TokenInfo;
 use tollgate_protocol::x402::{Asset, PaymentPayload};
@@ -96,6 +96,7 @@ impl Chain for FakeChain {
         payload: &PaymentPayload,
         terms: &Terms,
         _settler: Settler,
+        _intent: Intent,
         _now: i64,
     ) -> Result<Checked, ProofError> {
         self.gate.pass("check").await;

@@ -71,6 +71,11 @@ impl RpcProxy {
         self.rules.lock().unwrap().remove(method);
     }
 
+    /// Every call through the proxy so far, by method.
+    pub fn all_calls(&self) -> HashMap<String, usize> {
+        self.calls.lock().unwrap().clone()
+    }
+
     /// How many times `method` was called through the proxy.
     pub fn calls(&self, method: &str) -> usize {
         self.calls.lock().unwrap().get(method).copied().unwrap_or(0)

@@ -8,7 +8,7 @@
 //! the payload chose.
 
 use alloy::consensus::TxEip1559;
-use alloy::primitives::{Address, B256, Bytes, Signature, TxKind, U256};
+use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::{Eip712Domain, SolCall as _, SolStruct as _};
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use tollgate_protocol::x402::{Asset, PaymentPayload};
 
 use super::erc20::{self, Erc1271, Erc3009, TransferWithAuthorization};
 use super::{EvmBackend, FacilitatorSigner, address, build, protocol_address, refuse};
-use crate::chains::{ChainError, Checked, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
+use crate::chains::{ChainError, Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
 
 /// Seconds an EIP-3009 authorization must stay valid after it is checked (x402's margin for the
 /// settlement to land).
@@ -38,7 +38,7 @@ pub(super) fn identity(payload: &PaymentPayload, asset: &Asset) -> Option<String
 }
 
 /// The EIP-712 domain of `token`: name and version from the requirement's `extra` (or a v2
-/// payload's), else read from the contract.
+/// payload's), else read from the contract (once: remembered).
 async fn domain_of(
     backend: &EvmBackend,
     token: Address,
@@ -51,53 +51,101 @@ async fn domain_of(
     });
     let given = |field: &str| extra.and_then(|e| e.get(field)).and_then(|v| v.as_str()).map(str::to_owned);
     let rpc = &backend.rpc;
-    let name = match given("name") {
-        Some(n) => n,
-        None => erc20::view(rpc, token, &Erc3009::nameCall {}).await.map_err(|_| {
-            refuse(Reason::InvalidPaymentRequirements, "extra.name is needed: the token does not publish its name")
-        })?,
-    };
-    let version = match given("version") {
-        Some(v) => v,
-        None => erc20::view(rpc, token, &Erc3009::versionCall {}).await.map_err(|_| {
-            refuse(Reason::InvalidPaymentRequirements, "extra.version is needed: the token does not publish it")
-        })?,
+    let (name, version) = match (given("name"), given("version")) {
+        (Some(name), Some(version)) => (name, version),
+        (name, version) => {
+            let (read_name, read_version) = match backend.domains.get(&token) {
+                Some(known) => known,
+                None => {
+                    let (name, version) = tokio::join!(
+                        erc20::view(rpc, token, &Erc3009::nameCall {}),
+                        erc20::view(rpc, token, &Erc3009::versionCall {})
+                    );
+                    let name = name.map_err(|_| {
+                        refuse(
+                            Reason::InvalidPaymentRequirements,
+                            "extra.name is needed: the token does not publish its name",
+                        )
+                    })?;
+                    let version = version.map_err(|_| {
+                        refuse(
+                            Reason::InvalidPaymentRequirements,
+                            "extra.version is needed: the token does not publish it",
+                        )
+                    })?;
+                    backend.domains.insert(token, (name.clone(), version.clone()));
+                    (name, version)
+                }
+            };
+            (name.unwrap_or(read_name), version.unwrap_or(read_version))
+        }
     };
     Ok(Eip712Domain::new(Some(name.into()), Some(version.into()), Some(U256::from(rpc.chain_id())), Some(token), None))
 }
 
-/// Checks the authorization's signature: the payer's key, or its wallet contract (EIP-1271).
+/// The token's decimals (read once: remembered).
+async fn decimals_of(backend: &EvmBackend, token: Address) -> Result<u8, ProofError> {
+    if let Some(decimals) = backend.decimals.get(&token) {
+        return Ok(decimals);
+    }
+    let decimals = erc20::view(&backend.rpc, token, &Erc3009::decimalsCall {}).await.map_err(|_| {
+        refuse(Reason::InvalidPaymentRequirements, format!("{token} does not answer as an ERC-20 token"))
+    })?;
+    backend.decimals.insert(token, decimals);
+    Ok(decimals)
+}
+
+/// Checks the authorization's signature: the payer's key (recovered here, no chain call), else
+/// its wallet contract (EIP-1271: an account without code answers nothing, which is a refusal).
 async fn check_signature(
     backend: &EvmBackend,
     from: Address,
     digest: B256,
     signature: &[u8],
 ) -> Result<(), ProofError> {
-    if backend.rpc.code(from).await?.is_empty() {
-        let recovered = Signature::try_from(signature)
-            .ok()
-            .filter(|s| s.normalize_s().is_none())
-            .and_then(|s| s.recover_address_from_prehash(&digest).ok());
-        if recovered != Some(from) {
-            return Err(refuse(Reason::EvmSignature, "the signature is not the payer's over this authorization"));
-        }
+    if super::verify::recover_signer(&digest, signature) == Some(from) {
         return Ok(());
     }
     let call = Erc1271::isValidSignatureCall { hash: digest, signature: signature.to_vec().into() };
     let answer = erc20::view(&backend.rpc, from, &call).await.ok();
     if answer.map(|b| b.0) != Some(erc20::ERC1271_MAGIC) {
-        return Err(refuse(Reason::EvmSignature, "the payer's wallet contract does not accept the signature"));
+        return Err(refuse(Reason::EvmSignature, "the signature is not the payer's over this authorization"));
     }
     Ok(())
 }
 
+/// Why a `transferWithAuthorization` that the node says fails would fail, in x402's words: the
+/// payer's balance, then the nonce, else the node's own message.
+async fn why_it_fails(
+    backend: &EvmBackend,
+    (token, from, nonce, value): (Address, Address, B256, U256),
+    failure: String,
+) -> ProofError {
+    let rpc = &backend.rpc;
+    let (balance, used) =
+        tokio::join!(erc20::balance_of(rpc, token, from), erc20::authorization_used(rpc, token, from, nonce));
+    if balance.is_ok_and(|b| b < value) {
+        return refuse(Reason::InsufficientFunds, format!("{from} holds less than {value} of {token}"));
+    }
+    if used.unwrap_or(false) {
+        return refuse(Reason::EvmNonceUsed, "this authorization's nonce is used already");
+    }
+    refuse(Reason::EvmSimulationFailed, format!("transferWithAuthorization would fail: {failure}"))
+}
+
 /// Checks an EIP-3009 authorization paying `pay_to` the token `terms.asset`, for `settler`.
+///
+/// What the token itself checks (signature, unused nonce, balance, its own rules) is asked of
+/// the chain in one call: `transferWithAuthorization` simulated from the settling account with
+/// the gas cap as its gas, which fails if any of them fails or it needs more gas. Only then are
+/// the balance and nonce read, to say why. A settlement by the facilitator right after a verify
+/// of the same authorization takes that verify's simulation instead of running another.
 pub(super) async fn check(
     backend: &EvmBackend,
     payload: &PaymentPayload,
     terms: &Terms,
     (pay_to, now): (&Address, i64),
-    settler: Settler,
+    (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
     let rpc = &backend.rpc;
     let sender = match (settler, &backend.signer) {
@@ -128,9 +176,7 @@ pub(super) async fn check(
     if to != *pay_to {
         return Err(refuse(Reason::EvmRecipientMismatch, format!("the authorization pays {to}, not {pay_to}")));
     }
-    let decimals = erc20::view(rpc, token, &Erc3009::decimalsCall {}).await.map_err(|_| {
-        refuse(Reason::InvalidPaymentRequirements, format!("{token} does not answer as an ERC-20 token"))
-    })?;
+    let decimals = decimals_of(backend, token).await?;
     terms.price.check(a.value.get(), decimals, Reason::EvmValue)?;
     let (valid_after, valid_before) = (a.valid_after.get(), a.valid_before.get());
     if valid_after >= u128::try_from(now).unwrap_or_default() {
@@ -157,12 +203,6 @@ pub(super) async fn check(
     };
     let digest = message.eip712_signing_hash(&domain_of(backend, token, payload, terms).await?);
     check_signature(backend, from, digest, &signature).await?;
-    if erc20::balance_of(rpc, token, from).await? < value {
-        return Err(refuse(Reason::InsufficientFunds, format!("{from} holds less than {value} of {token}")));
-    }
-    if erc20::authorization_used(rpc, token, from, nonce).await? {
-        return Err(refuse(Reason::EvmNonceUsed, "this authorization's nonce is used already"));
-    }
     let data = Erc3009::transferWithAuthorizationCall {
         from,
         to,
@@ -173,20 +213,39 @@ pub(super) async fn check(
         signature: signature.into(),
     }
     .abi_encode();
-    let request = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
-    let gas = rpc
-        .estimate_gas(request)
-        .await
-        .map_err(|e| refuse(Reason::EvmSimulationFailed, format!("transferWithAuthorization would fail: {e}")))?;
-    if gas > backend.max_gas {
-        return Err(refuse(Reason::EvmSimulationFailed, format!("the settlement needs {gas} gas, above the cap")));
+    let key = crate::chains::memo::digest(&[&rpc.chain_id().to_be_bytes(), sender.as_slice(), token.as_slice(), &data]);
+    let verified_moments_ago = intent == Intent::Settle && backend.passed.take(&key);
+    if !verified_moments_ago {
+        let call = TransactionRequest::default()
+            .from(sender)
+            .to(token)
+            .gas_limit(backend.max_gas)
+            .input(Bytes::from(data.clone()).into());
+        if let Err(failure) = rpc.simulate(call).await? {
+            return Err(why_it_fails(backend, (token, from, nonce, value), failure).await);
+        }
     }
-    // Margin over the estimate, within the cap.
-    let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
-    let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit };
-    let settle = match settler {
-        Settler::Facilitator => Settle::Sign(Box::new(call)),
-        Settler::Seller(_) => {
+    let settle = match (intent, settler) {
+        (Intent::Verify, _) => {
+            backend.passed.remember(key);
+            Settle::Nothing
+        }
+        // The simulation ran with the cap as its gas: the cap is enough, and a limit above what
+        // the call uses costs nothing (only the gas used is paid).
+        (Intent::Settle, Settler::Facilitator) => Settle::Sign(Box::new(Eip3009Call {
+            backend: CallSender::of(backend),
+            token,
+            data,
+            gas_limit: backend.max_gas,
+        })),
+        // The seller's own account sends it: its limit, and so the fee quoted, is the estimate.
+        (Intent::Settle, Settler::Seller(_)) => {
+            let request = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
+            let gas = rpc.estimate_gas(request).await.map_err(|e| {
+                refuse(Reason::EvmSimulationFailed, format!("transferWithAuthorization would fail: {e}"))
+            })?;
+            let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
+            let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit };
             let (transaction, fee) = call.unsigned_from(sender).await?;
             let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
             Settle::Handover { transaction, fee, horizon }

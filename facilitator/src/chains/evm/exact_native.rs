@@ -60,7 +60,9 @@ async fn signed_transfer(
     let t = verify::check_signed_transfer(&envelope, raw, pay_to, rpc.chain_id(), backend.max_gas)?;
     let decimals = ChainFamily::Evm.native_decimals();
     terms.price.check(u128::try_from(t.value).unwrap_or(u128::MAX), decimals, Reason::EvmValue)?;
-    let mined_nonce = rpc.mined_nonce(t.from).await?;
+    // Three independent reads, asked at once.
+    let (mined_nonce, next_nonce, balance) =
+        tokio::try_join!(rpc.mined_nonce(t.from), rpc.pending_nonce(t.from), rpc.balance(t.from))?;
     if t.nonce < mined_nonce {
         return Err(refuse(
             Reason::PaymentExpired,
@@ -69,14 +71,12 @@ async fn signed_transfer(
     }
     // A nonce above the sender's next one would wait in the node's queue until the gap is
     // filled — perhaps forever — with the proof claimed meanwhile.
-    let next_nonce = rpc.pending_nonce(t.from).await?;
     if t.nonce > next_nonce {
         return Err(refuse(
             Reason::EvmTransaction,
             format!("nonce {} of {} is ahead of its next nonce {next_nonce}; sign with the next one", t.nonce, t.from),
         ));
     }
-    let balance = rpc.balance(t.from).await?;
     if balance < t.max_cost {
         return Err(refuse(
             Reason::InsufficientFunds,

@@ -28,8 +28,8 @@ use tollgate_protocol::gateway::TokenInfo;
 use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
 
 use super::{
-    Chain, ChainError, Checked, Expected, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal, Seen,
-    SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Expected, Intent, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
+    Seen, SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
 };
 
 /// Wei in one ETH.
@@ -50,6 +50,12 @@ pub struct EvmBackend {
     pub max_fee_per_gas: u128,
     /// The facilitator's account, which sends EIP-3009 settlements; `None` disables x402 `exact`.
     pub signer: Option<FacilitatorSigner>,
+    /// Token decimals, remembered between requests.
+    pub decimals: super::memo::Facts<alloy::primitives::Address, u8>,
+    /// Token EIP-712 names and versions read from the chain, remembered between requests.
+    pub domains: super::memo::Facts<alloy::primitives::Address, (String, String)>,
+    /// Settlements a verify simulated moments ago.
+    pub passed: super::memo::Passed,
 }
 
 /// The facilitator's own EVM key (its `Debug` shows only the address).
@@ -73,6 +79,9 @@ impl EvmBackend {
             max_gas: 500_000,
             max_fee_per_gas: 500_000_000_000,
             signer: None,
+            decimals: super::memo::Facts::default(),
+            domains: super::memo::Facts::default(),
+            passed: super::memo::Passed::default(),
         }
     }
 
@@ -143,13 +152,14 @@ impl Chain for EvmBackend {
         payload: &PaymentPayload,
         terms: &Terms,
         settler: Settler,
+        intent: Intent,
         now: i64,
     ) -> Result<Checked, ProofError> {
         let pay_to = address(&terms.pay_to)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be an EVM address"))?;
         match payload.scheme() {
             SCHEME_EXACT_NATIVE => exact_native::check(self, payload, terms, &pay_to, settler).await,
-            SCHEME_EXACT => exact::check(self, payload, terms, (&pay_to, now), settler).await,
+            SCHEME_EXACT => exact::check(self, payload, terms, (&pay_to, now), (settler, intent)).await,
             other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
         }
     }

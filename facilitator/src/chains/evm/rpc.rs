@@ -176,6 +176,26 @@ impl EvmRpc {
         bounded(self.call_timeout, "eth_call", self.provider.call(tx).into_future()).await
     }
 
+    /// Runs a call without sending it: `Ok(Ok(output))` when it succeeds, `Ok(Err(why))` when the
+    /// node answers that it fails (a revert, out of gas: its own words), `Err` when the node
+    /// cannot be asked.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn simulate(&self, tx: TransactionRequest) -> Result<Result<Bytes, String>, ChainError> {
+        let call = self.provider.call(tx).into_future();
+        bounded(self.call_timeout, "eth_call", async move {
+            match call.await {
+                Ok(output) => Ok(Ok(output)),
+                Err(e) => match e.as_error_resp() {
+                    Some(resp) => Ok(Err(resp.message.to_string())),
+                    None => Err(e),
+                },
+            }
+        })
+        .await
+    }
+
     /// Code deployed at `address` (empty for an account without code).
     ///
     /// # Errors
@@ -282,7 +302,7 @@ impl EvmRpc {
 /// Runs an RPC call with a deadline, mapping every failure to [`ChainError`].
 async fn bounded<T, E: std::fmt::Display>(
     limit: Duration,
-    what: &str,
+    what: &'static str,
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     crate::chains::bounded("EVM", limit, what, call).await

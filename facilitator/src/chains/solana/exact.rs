@@ -21,7 +21,7 @@ use super::build::pubkey;
 use super::exact_native::fee_of;
 use super::spl::{self, SponsorPolicy};
 use super::{SolanaBackend, encode, proof_id, refuse, verify};
-use crate::chains::{ChainError, Checked, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
+use crate::chains::{ChainError, Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
 
 /// Fee per signature on every Solana cluster, lamports.
 const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
@@ -33,12 +33,17 @@ pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
 }
 
 /// Checks an `exact` payload paying `pay_to` the token `terms.asset`.
+///
+/// What needs the chain is asked at once: the accounts (the mint only the first time), whether
+/// the blockhash is still valid, and a simulation. A settlement by the facilitator right after
+/// a verify of the same transaction takes that verify's answers instead; only a settlement
+/// reads its fee and horizon.
 pub(super) async fn check(
     backend: &SolanaBackend,
     payload: &PaymentPayload,
     terms: &Terms,
     pay_to: &Pubkey,
-    settler: Settler,
+    (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
     let rpc = &backend.rpc;
     let Asset::Token(asked) = terms.asset else {
@@ -81,16 +86,55 @@ pub(super) async fn check(
     if t.mint != asked {
         return Err(refuse(Reason::SvmInstructions, format!("the transfer moves mint {}, not {asked}", t.mint)));
     }
-    let token = spl::check_token_accounts(rpc, t, pay_to, &sponsor).await?;
-    terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
-    if !rpc.blockhash_valid(&s.blockhash).await? {
-        return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
+    // Everything the skipped checks read: the transaction, who sponsors it and who must be paid
+    // (its destination is checked against `pay_to`'s account only on chain).
+    let message = tx.message.serialize();
+    let network = rpc.network().to_string();
+    let key = crate::chains::memo::digest(&[network.as_bytes(), sponsor.as_ref(), pay_to.as_ref(), &message]);
+    let known = backend.mints.get(&t.mint).filter(|(program, _)| *program == t.program);
+    let decimals = match known {
+        Some((_, decimals)) if intent == Intent::Settle && backend.passed.take(&key) => {
+            terms.price.check(u128::from(t.amount), decimals, Reason::SvmAmountMismatch)?;
+            decimals
+        }
+        _ => {
+            let (token, valid, simulated) = tokio::join!(
+                spl::check_token_accounts(rpc, t, (pay_to, &sponsor), &backend.mints),
+                rpc.blockhash_valid(&s.blockhash),
+                // The sponsor has not signed yet: simulate without signature checks.
+                rpc.simulate(&tx, false),
+            );
+            let token = token?;
+            terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
+            if !valid? {
+                return Err(refuse(
+                    Reason::PaymentExpired,
+                    "the transaction's blockhash has expired; sign a fresh one",
+                ));
+            }
+            if let Some(error) = simulated? {
+                return Err(refuse(Reason::SvmSimulationFailed, format!("the transaction would fail: {error}")));
+            }
+            token.decimals
+        }
+    };
+    let checked = |settle, fee: Option<u64>| Checked {
+        settle,
+        proof_id: proof_id(rpc.network(), &s.payer_signature.to_string()),
+        payer: Address::Solana(t.authority.to_bytes()),
+        // The destination is the associated token account of `pay_to` (checked above).
+        pay_to: Address::Solana(pay_to.to_bytes()),
+        asset: Asset::Token(Address::Solana(t.mint.to_bytes())),
+        amount: u128::from(t.amount),
+        decimals,
+        fee: fee.map(u128::from),
+    };
+    if intent == Intent::Verify {
+        backend.passed.remember(key);
+        return Ok(checked(Settle::Nothing, None));
     }
-    // The sponsor has not signed yet: simulate without signature checks.
-    if let Some(error) = rpc.simulate(&tx, false).await? {
-        return Err(refuse(Reason::SvmSimulationFailed, format!("the transaction would fail: {error}")));
-    }
-    let fee = fee_of(rpc, &tx.message).await?;
+    let (fee, latest) = tokio::join!(fee_of(rpc, &tx.message), rpc.latest_blockhash());
+    let (fee, (_, horizon)) = (fee?, latest?);
     if let (Settler::Seller(_), Some(cap)) = (settler, terms.fee_cap) {
         let signatures = u64::from(tx.message.header().num_required_signatures);
         let priority = fee.saturating_sub(signatures.saturating_mul(LAMPORTS_PER_SIGNATURE));
@@ -101,24 +145,13 @@ pub(super) async fn check(
             ));
         }
     }
-    let (_, horizon) = rpc.latest_blockhash().await?;
     let settle = match (settler, &backend.sponsor) {
         (Settler::Facilitator, Some(sponsor)) => {
             Settle::Sign(Box::new(CoSign { tx: tx.clone(), sponsor: sponsor.keypair.clone(), horizon }))
         }
         _ => Settle::Handover { transaction: encode(&tx)?, fee: u128::from(fee), horizon },
     };
-    Ok(Checked {
-        settle,
-        proof_id: proof_id(rpc.network(), &s.payer_signature.to_string()),
-        payer: Address::Solana(t.authority.to_bytes()),
-        // The destination is the associated token account of `pay_to` (checked above).
-        pay_to: Address::Solana(pay_to.to_bytes()),
-        asset: Asset::Token(Address::Solana(t.mint.to_bytes())),
-        amount: u128::from(t.amount),
-        decimals: token.decimals,
-        fee: Some(u128::from(fee)),
-    })
+    Ok(checked(settle, Some(fee)))
 }
 
 /// The facilitator's fee-payer signature, added when the payment settles.

@@ -12,7 +12,7 @@ use tollgate_protocol::{Address, ChainFamily};
 use super::build::pubkey;
 use super::rpc::SolanaRpc;
 use super::{encode, proof_id, refuse, verify};
-use crate::chains::{Checked, Outgoing, ProofError, Reason, Settle, Settler, Terms};
+use crate::chains::{Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Terms};
 
 /// The signature a payload is claimed under (`None` when malformed).
 pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
@@ -39,7 +39,7 @@ pub(super) async fn check(
     payload: &PaymentPayload,
     terms: &Terms,
     pay_to: &Pubkey,
-    settler: Settler,
+    (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
     if terms.asset != Asset::Native {
         return Err(refuse(Reason::InvalidPaymentRequirements, "exact-native pays SOL, but a token is asked"));
@@ -47,7 +47,7 @@ pub(super) async fn check(
     let native =
         ExactNativePayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
     match native {
-        ExactNativePayload::Transaction(tx) => signed_transfer(rpc, &tx, pay_to, terms, settler).await,
+        ExactNativePayload::Transaction(tx) => signed_transfer(rpc, &tx, pay_to, terms, (settler, intent)).await,
         ExactNativePayload::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
             Reason::InvalidPayload,
             "a receipt is for a transfer already on chain: present it to /payment/receive",
@@ -56,39 +56,48 @@ pub(super) async fn check(
     }
 }
 
-/// A signed transfer, checked without the chain, then against it.
+/// A signed transfer, checked without the chain, then against it (its blockhash, its fee and
+/// the payer's balance, asked at once).
 async fn signed_transfer(
     rpc: &SolanaRpc,
     encoded: &str,
     pay_to: &Pubkey,
     terms: &Terms,
-    settler: Settler,
+    (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
     let tx = verify::decode(encoded)?;
     let checked = verify::check_signed_transfer(&tx, pay_to, 0)?;
     let decimals = ChainFamily::Solana.native_decimals();
     terms.price.check(u128::from(checked.transfer.lamports), decimals, Reason::SvmAmountMismatch)?;
-    if !rpc.blockhash_valid(&checked.blockhash).await? {
+    let source = checked.transfer.from;
+    let (valid, fee, balance) =
+        tokio::join!(rpc.blockhash_valid(&checked.blockhash), fee_of(rpc, &tx.message), rpc.balance(&source));
+    if !valid? {
         return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
     }
-    let fee = fee_of(rpc, &tx.message).await?;
-    let source = checked.transfer.from;
+    let fee = fee?;
     let needed = checked.transfer.lamports.saturating_add(if checked.fee_payer == source { fee } else { 0 });
-    let balance = rpc.balance(&source).await?;
+    let balance = balance?;
     if balance < needed {
         return Err(refuse(
             Reason::InsufficientFunds,
             format!("the payer holds {balance} lamports; the transaction needs {needed}"),
         ));
     }
-    // The transaction's blockhash is valid now, so it cannot land after the horizon of the
-    // newest blockhash: past that height, a transaction the chain never saw has expired.
-    let (_, horizon) = rpc.latest_blockhash().await?;
     let signature = tx.signatures[0].to_string();
-    let raw = encode(&tx)?;
-    let settle = match settler {
-        Settler::Facilitator => Settle::Broadcast(Outgoing::ready(signature.clone(), raw, Some(horizon))),
-        Settler::Seller(_) => Settle::Handover { transaction: raw, fee: u128::from(fee), horizon },
+    let settle = match intent {
+        Intent::Verify => Settle::Nothing,
+        Intent::Settle => {
+            // The transaction's blockhash is valid now, so it cannot land after the horizon of
+            // the newest blockhash: past that height, a transaction the chain never saw has
+            // expired.
+            let (_, horizon) = rpc.latest_blockhash().await?;
+            let raw = encode(&tx)?;
+            match settler {
+                Settler::Facilitator => Settle::Broadcast(Outgoing::ready(signature.clone(), raw, Some(horizon))),
+                Settler::Seller(_) => Settle::Handover { transaction: raw, fee: u128::from(fee), horizon },
+            }
+        }
     };
     Ok(Checked {
         settle,

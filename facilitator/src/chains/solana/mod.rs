@@ -32,8 +32,8 @@ use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_
 use tollgate_protocol::{Address, Network};
 
 use super::{
-    Chain, ChainError, Checked, Expected, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal, Seen,
-    SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Expected, Intent, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
+    Seen, SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
 };
 
 /// Lamports in one SOL.
@@ -68,6 +68,10 @@ pub struct SolanaBackend {
     pub rpc: rpc::SolanaRpc,
     /// The facilitator's fee payer for x402 `exact` (SPL) payments; `None` disables them.
     pub sponsor: Option<Sponsor>,
+    /// Mints' token program and decimals, remembered between requests.
+    pub mints: super::memo::Facts<Pubkey, (Pubkey, u8)>,
+    /// Sponsored transfers a verify checked moments ago.
+    pub passed: super::memo::Passed,
     /// The in-process ledger behind the RPC, when this is the development ledger.
     #[cfg(feature = "embedded-ledger")]
     pub embedded: Option<embedded::EmbeddedLedger>,
@@ -76,10 +80,12 @@ pub struct SolanaBackend {
 impl SolanaBackend {
     /// A backend over `rpc`, without fee payer.
     #[must_use]
-    pub const fn new(rpc: rpc::SolanaRpc) -> Self {
+    pub fn new(rpc: rpc::SolanaRpc) -> Self {
         Self {
             rpc,
             sponsor: None,
+            mints: super::memo::Facts::default(),
+            passed: super::memo::Passed::default(),
             #[cfg(feature = "embedded-ledger")]
             embedded: None,
         }
@@ -160,13 +166,14 @@ impl Chain for SolanaBackend {
         payload: &PaymentPayload,
         terms: &Terms,
         settler: Settler,
+        intent: Intent,
         _now: i64,
     ) -> Result<Checked, ProofError> {
         let pay_to = build::pubkey(&terms.pay_to)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
         match payload.scheme() {
-            SCHEME_EXACT_NATIVE => exact_native::check(&self.rpc, payload, terms, &pay_to, settler).await,
-            SCHEME_EXACT => exact::check(self, payload, terms, &pay_to, settler).await,
+            SCHEME_EXACT_NATIVE => exact_native::check(&self.rpc, payload, terms, &pay_to, (settler, intent)).await,
+            SCHEME_EXACT => exact::check(self, payload, terms, &pay_to, (settler, intent)).await,
             other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
         }
     }

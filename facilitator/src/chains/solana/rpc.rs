@@ -308,7 +308,7 @@ pub struct ConfirmedTx {
 /// Runs an RPC call with a deadline, mapping every failure to [`ChainError`].
 async fn bounded<T, E: std::fmt::Display>(
     limit: Duration,
-    what: &str,
+    what: &'static str,
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     crate::chains::bounded("Solana", limit, what, call).await

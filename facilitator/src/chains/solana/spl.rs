@@ -24,6 +24,7 @@ use solana_sdk::transaction::VersionedTransaction;
 use super::rpc::SolanaRpc;
 use super::token::{TOKEN_2022_PROGRAM, TOKEN_PROGRAM, parse_mint};
 use super::verify::{COMPUTE_BUDGET, ComputeBudget, MEMO_V1, MEMO_V2};
+use crate::chains::memo::Facts;
 use crate::chains::{ProofError, Reason, Refusal};
 
 /// Lighthouse (assertion instructions that wallets such as Phantom append).
@@ -263,24 +264,42 @@ pub struct TokenPayment {
 pub async fn check_token_accounts(
     rpc: &SolanaRpc,
     t: &TokenTransfer,
-    pay_to: &Pubkey,
-    sponsor: &Pubkey,
+    (pay_to, sponsor): (&Pubkey, &Pubkey),
+    mints: &Facts<Pubkey, (Pubkey, u8)>,
 ) -> Result<TokenPayment, ProofError> {
-    let mint = match rpc.account(&t.mint).await? {
-        Some((owner, data)) if owner == t.program => parse_mint(&owner, &data),
-        _ => None,
+    let ata = associated_token_address(pay_to, &t.mint, &t.program);
+    // The three accounts are read at once; a mint's program and decimals never change, so a
+    // mint read before is not read again.
+    let known = mints.get(&t.mint);
+    let read_mint = async {
+        match known {
+            Some(facts) => Ok(Some(facts)),
+            None => Ok(rpc.account(&t.mint).await?.and_then(|(owner, data)| {
+                parse_mint(&owner, &data).map(|mint| {
+                    mints.insert(t.mint, (owner, mint.decimals));
+                    (owner, mint.decimals)
+                })
+            })),
+        }
     };
-    let mint = mint.ok_or_else(|| {
-        refuse(Reason::SvmNotTransferChecked, format!("{} is not a mint of the transfer's token program", t.mint))
-    })?;
-    if mint.decimals != t.decimals {
+    let (mint, destination, source) = tokio::try_join!(read_mint, rpc.account(&ata), rpc.account(&t.source))?;
+    let decimals = match mint {
+        Some((owner, decimals)) if owner == t.program => decimals,
+        _ => {
+            return Err(refuse(
+                Reason::SvmNotTransferChecked,
+                format!("{} is not a mint of the transfer's token program", t.mint),
+            )
+            .into());
+        }
+    };
+    if decimals != t.decimals {
         return Err(refuse(
             Reason::SvmNotTransferChecked,
-            format!("the transfer says {} decimals; the mint has {}", t.decimals, mint.decimals),
+            format!("the transfer says {} decimals; the mint has {decimals}", t.decimals),
         )
         .into());
     }
-    let ata = associated_token_address(pay_to, &t.mint, &t.program);
     if t.destination != ata {
         return Err(refuse(
             Reason::SvmIncorrectAta,
@@ -288,7 +307,7 @@ pub async fn check_token_accounts(
         )
         .into());
     }
-    let destination = rpc.account(&ata).await?.and_then(|(owner, data)| token_account(&owner, &data));
+    let destination = destination.and_then(|(owner, data)| token_account(&owner, &data));
     if !destination.is_some_and(|(m, owner, _, frozen)| m == t.mint && owner == *pay_to && !frozen) {
         return Err(refuse(
             Reason::SvmReceiverAtaNotFound,
@@ -296,7 +315,7 @@ pub async fn check_token_accounts(
         )
         .into());
     }
-    let source = rpc.account(&t.source).await?.and_then(|(owner, data)| token_account(&owner, &data));
+    let source = source.and_then(|(owner, data)| token_account(&owner, &data));
     let Some((source_mint, source_owner, balance, frozen)) = source else {
         return Err(
             refuse(Reason::SvmSenderAtaNotFound, format!("the source {} is not a token account", t.source)).into()
@@ -315,7 +334,7 @@ pub async fn check_token_accounts(
         )
         .into());
     }
-    Ok(TokenPayment { decimals: mint.decimals })
+    Ok(TokenPayment { decimals })
 }
 
 /// Base units of `mint` a (confirmed) transaction moved by `TransferChecked` with `authority`
