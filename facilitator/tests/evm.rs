@@ -558,12 +558,11 @@ fn calls_since(
 }
 
 /// The hot path of x402 on EVM: once the token's decimals are known, a verify is one
-/// `eth_call` (the settlement simulated from the facilitator's account), and a settlement right
-/// after it goes straight to sending. A pass that went stale in between (the nonce spent
-/// elsewhere) costs the facilitator a reverted transaction, never a payment recorded for money
-/// that did not move.
+/// `eth_call` (the settlement simulated from the facilitator's account), and a settlement is one
+/// `eth_estimateGas` before sending (the simulation again, as the chain is then, which gives the
+/// gas limit): an authorization spent elsewhere between the two is refused, nothing sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_verify_is_one_call_and_the_settlement_after_it_is_not_simulated_again() {
+async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
     let t = EvmApp::start_behind_proxy().await;
     let proxy = t.proxy.as_ref().unwrap();
     let (key, _) = t.customer().await;
@@ -588,23 +587,19 @@ async fn a_verify_is_one_call_and_the_settlement_after_it_is_not_simulated_again
     let calls = calls_since(&before, &proxy.all_calls());
     assert_eq!(calls, [("eth_call".to_owned(), 1)].into(), "one verify, one call");
 
-    // Settled right after: nothing simulated again.
+    // Settled: estimated once (no separate simulation), then sent.
     let before = proxy.all_calls();
     let (s, settled) = t.call("POST", "/settle", &key, Some(body(2))).await;
     assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(true)), "{settled}");
     let calls = calls_since(&before, &proxy.all_calls());
-    assert!(!calls.contains_key("eth_call") && !calls.contains_key("eth_estimateGas"), "{calls:?}");
+    assert_eq!((calls.get("eth_call"), calls.get("eth_estimateGas")), (None, Some(&1)), "{calls:?}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000);
-
-    // Settled without a verify before: simulated first (once).
-    let before = proxy.all_calls();
     let (_, settled) = t.call("POST", "/settle", &key, Some(body(3))).await;
     assert_eq!(settled["success"], json!(true), "{settled}");
-    assert_eq!(calls_since(&before, &proxy.all_calls()).get("eth_call"), Some(&1));
     assert_eq!(token.balance(&t, seller).await, 2_000_000);
 
-    // A pass stands for what was verified only: the same authorization settled at once for a
-    // dearer requirement, or one paying someone else, is checked and refused.
+    // A verify stands for its own terms only: the same authorization settled at once for a
+    // dearer requirement, or one paying someone else, is refused.
     assert_eq!(verify(body(5)).await["isValid"], json!(true));
     let authorization = body(5)["paymentPayload"]["payload"].clone();
     for (requirement, why) in [
@@ -616,9 +611,8 @@ async fn a_verify_is_one_call_and_the_settlement_after_it_is_not_simulated_again
     }
     assert_eq!(token.balance(&t, seller).await, 2_000_000);
 
-    // Verified, then its nonce spent by someone else before the settlement: the settlement,
-    // trusting the verify of a moment ago, is sent and reverts. Refused, recorded failed, and
-    // the seller was paid by the other transfer only.
+    // Verified, then its nonce spent by someone else before the settlement: refused with the
+    // reason, nothing sent, and the seller paid by the other transfer only.
     assert_eq!(verify(body(4)).await["isValid"], json!(true));
     {
         use alloy::sol_types::SolCall as _;
@@ -642,13 +636,6 @@ async fn a_verify_is_one_call_and_the_settlement_after_it_is_not_simulated_again
     assert_eq!(token.balance(&t, seller).await, 3_000_000);
     let (s, settled) = t.call("POST", "/settle", &key, Some(body(4))).await;
     assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(false)), "{settled}");
-    assert_eq!(settled["errorReason"], "settle_exact_failed_onchain", "{settled}");
-    assert_eq!(token.balance(&t, seller).await, 3_000_000, "paid once, by the other transfer");
-    // Presented again: its proof is held by the failed payment.
-    let (_, again) = t.call("POST", "/settle", &key, Some(body(4))).await;
-    assert_eq!(
-        (again["success"].as_bool(), again["errorReason"].as_str()),
-        (Some(false), Some("duplicate_settlement"))
-    );
+    assert_eq!(settled["errorReason"], "invalid_exact_evm_payload_authorization_nonce_used", "{settled}");
     assert_eq!(token.balance(&t, seller).await, 3_000_000);
 }

@@ -136,10 +136,10 @@ async fn why_it_fails(
 /// Checks an EIP-3009 authorization paying `pay_to` the token `terms.asset`, for `settler`.
 ///
 /// What the token itself checks (signature, unused nonce, balance, its own rules) is asked of
-/// the chain in one call: `transferWithAuthorization` simulated from the settling account with
-/// the gas cap as its gas, which fails if any of them fails or it needs more gas. Only then are
-/// the balance and nonce read, to say why. A settlement by the facilitator right after a verify
-/// of the same authorization takes that verify's simulation instead of running another.
+/// the chain in one call: on a verify, `transferWithAuthorization` simulated (`eth_call`) from
+/// the settling account with the gas cap as its gas, which fails if any of them fails or it
+/// needs more gas; on a settlement, its gas estimated (which simulates it as the chain is then).
+/// Only a failure reads the balance and nonce, to say why.
 pub(super) async fn check(
     backend: &EvmBackend,
     payload: &PaymentPayload,
@@ -213,42 +213,34 @@ pub(super) async fn check(
         signature: signature.into(),
     }
     .abi_encode();
-    let key = crate::chains::memo::digest(&[&rpc.chain_id().to_be_bytes(), sender.as_slice(), token.as_slice(), &data]);
-    let verified_moments_ago = intent == Intent::Settle && backend.passed.take(&key);
-    if !verified_moments_ago {
-        let call = TransactionRequest::default()
-            .from(sender)
-            .to(token)
-            .gas_limit(backend.max_gas)
-            .input(Bytes::from(data.clone()).into());
-        if let Err(failure) = rpc.simulate(call).await? {
-            return Err(why_it_fails(backend, (token, from, nonce, value), failure).await);
+    let call = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
+    let why = (token, from, nonce, value);
+    let settle = if intent == Intent::Verify {
+        if let Err(failure) = rpc.simulate(call.gas_limit(backend.max_gas)).await? {
+            return Err(why_it_fails(backend, why, failure).await);
         }
-    }
-    let settle = match (intent, settler) {
-        (Intent::Verify, _) => {
-            backend.passed.remember(key);
-            Settle::Nothing
+        Settle::Nothing
+    } else {
+        // Settling: the estimate simulates the call again against the chain as it is now, and
+        // gives the gas limit. A limit of the cap instead would let a payer's wallet contract
+        // that spends whatever gas it is given burn the cap on every settlement.
+        let gas = match rpc.estimate(call).await? {
+            Ok(gas) => gas,
+            Err(failure) => return Err(why_it_fails(backend, why, failure).await),
+        };
+        if gas > backend.max_gas {
+            return Err(refuse(Reason::EvmSimulationFailed, format!("the settlement needs {gas} gas, above the cap")));
         }
-        // The simulation ran with the cap as its gas: the cap is enough, and a limit above what
-        // the call uses costs nothing (only the gas used is paid).
-        (Intent::Settle, Settler::Facilitator) => Settle::Sign(Box::new(Eip3009Call {
-            backend: CallSender::of(backend),
-            token,
-            data,
-            gas_limit: backend.max_gas,
-        })),
-        // The seller's own account sends it: its limit, and so the fee quoted, is the estimate.
-        (Intent::Settle, Settler::Seller(_)) => {
-            let request = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
-            let gas = rpc.estimate_gas(request).await.map_err(|e| {
-                refuse(Reason::EvmSimulationFailed, format!("transferWithAuthorization would fail: {e}"))
-            })?;
-            let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
-            let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit };
-            let (transaction, fee) = call.unsigned_from(sender).await?;
-            let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
-            Settle::Handover { transaction, fee, horizon }
+        // Margin over the estimate, within the cap.
+        let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
+        let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit };
+        match settler {
+            Settler::Facilitator => Settle::Sign(Box::new(call)),
+            Settler::Seller(_) => {
+                let (transaction, fee) = call.unsigned_from(sender).await?;
+                let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
+                Settle::Handover { transaction, fee, horizon }
+            }
         }
     };
     Ok(Checked {

@@ -54,8 +54,6 @@ pub struct EvmBackend {
     pub decimals: super::memo::Facts<alloy::primitives::Address, u8>,
     /// Token EIP-712 names and versions read from the chain, remembered between requests.
     pub domains: super::memo::Facts<alloy::primitives::Address, (String, String)>,
-    /// Settlements a verify simulated moments ago.
-    pub passed: super::memo::Passed,
 }
 
 /// The facilitator's own EVM key (its `Debug` shows only the address).
@@ -81,7 +79,6 @@ impl EvmBackend {
             signer: None,
             decimals: super::memo::Facts::default(),
             domains: super::memo::Facts::default(),
-            passed: super::memo::Passed::default(),
         }
     }
 

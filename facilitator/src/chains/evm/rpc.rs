@@ -196,6 +196,25 @@ impl EvmRpc {
         .await
     }
 
+    /// Gas a call would use: `Ok(Ok(gas))`, `Ok(Err(why))` when the node answers that it fails
+    /// (its own words), `Err` when the node cannot be asked.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node fails or times out.
+    pub async fn estimate(&self, tx: TransactionRequest) -> Result<Result<u64, String>, ChainError> {
+        let call = self.provider.estimate_gas(tx).into_future();
+        bounded(self.call_timeout, "eth_estimateGas", async move {
+            match call.await {
+                Ok(gas) => Ok(Ok(gas)),
+                Err(e) => match e.as_error_resp() {
+                    Some(resp) => Ok(Err(resp.message.to_string())),
+                    None => Err(e),
+                },
+            }
+        })
+        .await
+    }
+
     /// Code deployed at `address` (empty for an account without code).
     ///
     /// # Errors
