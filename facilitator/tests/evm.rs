@@ -611,6 +611,15 @@ async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
     }
     assert_eq!(token.balance(&t, seller).await, 2_000_000);
 
+    // Verified, then settled by eight requests at once: one transfer, one transaction named.
+    assert_eq!(verify(body(6)).await["isValid"], json!(true));
+    let answers = common::call_concurrently(&t.app, "/settle", &key, &body(6), 8).await;
+    let transactions: std::collections::BTreeSet<_> =
+        answers.iter().filter_map(|(_, a)| a["transaction"].as_str().filter(|t| !t.is_empty())).collect();
+    assert_eq!(transactions.len(), 1, "{answers:?}");
+    assert!(answers.iter().any(|(_, a)| a["success"] == json!(true)), "{answers:?}");
+    assert_eq!(token.balance(&t, seller).await, 3_000_000, "paid once");
+
     // Verified, then its nonce spent by someone else before the settlement: refused with the
     // reason, nothing sent, and the seller paid by the other transfer only.
     assert_eq!(verify(body(4)).await["isValid"], json!(true));
@@ -633,9 +642,9 @@ async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
         .abi_encode();
         Token::send(&t, &token.minter, alloy::primitives::TxKind::Call(token.address), data).await;
     }
-    assert_eq!(token.balance(&t, seller).await, 3_000_000);
+    assert_eq!(token.balance(&t, seller).await, 4_000_000);
     let (s, settled) = t.call("POST", "/settle", &key, Some(body(4))).await;
     assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(false)), "{settled}");
     assert_eq!(settled["errorReason"], "invalid_exact_evm_payload_authorization_nonce_used", "{settled}");
-    assert_eq!(token.balance(&t, seller).await, 3_000_000);
+    assert_eq!(token.balance(&t, seller).await, 4_000_000);
 }

@@ -788,4 +788,18 @@ async fn a_verified_exact_spl_transfer_settles_only_for_the_recipient_it_was_ver
     assert_eq!(settled["errorReason"], "invalid_exact_svm_payload_transaction_transfer_to_incorrect_ata", "{settled}");
     assert_eq!(fixture.balance(rpc, &seller_ata).await, 0);
     assert_eq!(fixture.balance(rpc, &buyer_ata).await, 5_000_000);
+
+    // A transfer to the seller, verified, then settled by eight requests at once: whichever takes
+    // the verify's pass, the proof settles once.
+    let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &seller_ata, 1_000_000, 1_000).await;
+    let body = x402_exact(&network, &tx, &seller.to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(body.clone())).await;
+    assert_eq!(v["isValid"], json!(true), "{v}");
+    let answers = common::call_concurrently(&t.app, "/settle", &key, &body, 8).await;
+    let transactions: std::collections::BTreeSet<_> =
+        answers.iter().filter_map(|(_, a)| a["transaction"].as_str().filter(|t| !t.is_empty())).collect();
+    assert_eq!(transactions.len(), 1, "{answers:?}");
+    assert!(answers.iter().any(|(_, a)| a["success"] == json!(true)), "{answers:?}");
+    assert_eq!(fixture.balance(rpc, &seller_ata).await, 1_000_000, "paid once");
+    assert_eq!(fixture.balance(rpc, &buyer_ata).await, 4_000_000);
 }

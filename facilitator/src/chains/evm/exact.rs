@@ -50,37 +50,33 @@ async fn domain_of(
         PaymentPayload::V1(_) => None,
     });
     let given = |field: &str| extra.and_then(|e| e.get(field)).and_then(|v| v.as_str()).map(str::to_owned);
-    let rpc = &backend.rpc;
     let (name, version) = match (given("name"), given("version")) {
         (Some(name), Some(version)) => (name, version),
         (name, version) => {
-            let (read_name, read_version) = match backend.domains.get(&token) {
-                Some(known) => known,
-                None => {
-                    let (name, version) = tokio::join!(
-                        erc20::view(rpc, token, &Erc3009::nameCall {}),
-                        erc20::view(rpc, token, &Erc3009::versionCall {})
-                    );
-                    let name = name.map_err(|_| {
-                        refuse(
-                            Reason::InvalidPaymentRequirements,
-                            "extra.name is needed: the token does not publish its name",
-                        )
-                    })?;
-                    let version = version.map_err(|_| {
-                        refuse(
-                            Reason::InvalidPaymentRequirements,
-                            "extra.version is needed: the token does not publish it",
-                        )
-                    })?;
-                    backend.domains.insert(token, (name.clone(), version.clone()));
-                    (name, version)
-                }
-            };
+            let (read_name, read_version) = published_domain(backend, token).await?;
             (name.unwrap_or(read_name), version.unwrap_or(read_version))
         }
     };
-    Ok(Eip712Domain::new(Some(name.into()), Some(version.into()), Some(U256::from(rpc.chain_id())), Some(token), None))
+    let chain_id = U256::from(backend.rpc.chain_id());
+    Ok(Eip712Domain::new(Some(name.into()), Some(version.into()), Some(chain_id), Some(token), None))
+}
+
+/// The EIP-712 name and version `token` publishes (read once: remembered).
+async fn published_domain(backend: &EvmBackend, token: Address) -> Result<(String, String), ProofError> {
+    if let Some(known) = backend.domains.get(&token) {
+        return Ok(known);
+    }
+    let rpc = &backend.rpc;
+    let (name, version) =
+        tokio::join!(erc20::view(rpc, token, &Erc3009::nameCall {}), erc20::view(rpc, token, &Erc3009::versionCall {}));
+    let name = name.map_err(|_| {
+        refuse(Reason::InvalidPaymentRequirements, "extra.name is needed: the token does not publish its name")
+    })?;
+    let version = version.map_err(|_| {
+        refuse(Reason::InvalidPaymentRequirements, "extra.version is needed: the token does not publish it")
+    })?;
+    backend.domains.insert(token, (name.clone(), version.clone()));
+    Ok((name, version))
 }
 
 /// The token's decimals (read once: remembered).

@@ -183,36 +183,15 @@ impl EvmRpc {
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
     pub async fn simulate(&self, tx: TransactionRequest) -> Result<Result<Bytes, String>, ChainError> {
-        let call = self.provider.call(tx).into_future();
-        bounded(self.call_timeout, "eth_call", async move {
-            match call.await {
-                Ok(output) => Ok(Ok(output)),
-                Err(e) => match e.as_error_resp() {
-                    Some(resp) => Ok(Err(resp.message.to_string())),
-                    None => Err(e),
-                },
-            }
-        })
-        .await
+        bounded(self.call_timeout, "eth_call", verdict(self.provider.call(tx).into_future())).await
     }
 
-    /// Gas a call would use: `Ok(Ok(gas))`, `Ok(Err(why))` when the node answers that it fails
-    /// (its own words), `Err` when the node cannot be asked.
+    /// Gas a call would use, as [`Self::simulate`] answers: `Ok(Err(why))` when it would fail.
     ///
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
     pub async fn estimate(&self, tx: TransactionRequest) -> Result<Result<u64, String>, ChainError> {
-        let call = self.provider.estimate_gas(tx).into_future();
-        bounded(self.call_timeout, "eth_estimateGas", async move {
-            match call.await {
-                Ok(gas) => Ok(Ok(gas)),
-                Err(e) => match e.as_error_resp() {
-                    Some(resp) => Ok(Err(resp.message.to_string())),
-                    None => Err(e),
-                },
-            }
-        })
-        .await
+        bounded(self.call_timeout, "eth_estimateGas", verdict(self.provider.estimate_gas(tx).into_future())).await
     }
 
     /// Code deployed at `address` (empty for an account without code).
@@ -315,6 +294,20 @@ impl EvmRpc {
                 TxOutcome::Failed { reason: "the transaction reverted".into() }
             }
         }))
+    }
+}
+
+/// A call's answer with the node's refusal (a JSON-RPC error response: it ran the call and says
+/// it fails) told apart from a failure to ask it.
+async fn verdict<T>(
+    call: impl std::future::Future<Output = alloy::transports::TransportResult<T>>,
+) -> alloy::transports::TransportResult<Result<T, String>> {
+    match call.await {
+        Ok(answer) => Ok(Ok(answer)),
+        Err(e) => match e.as_error_resp() {
+            Some(resp) => Ok(Err(resp.message.to_string())),
+            None => Err(e),
+        },
     }
 }
 
