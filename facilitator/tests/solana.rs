@@ -803,3 +803,93 @@ async fn a_verified_exact_spl_transfer_settles_only_for_the_recipient_it_was_ver
     assert_eq!(fixture.balance(rpc, &seller_ata).await, 1_000_000, "paid once");
     assert_eq!(fixture.balance(rpc, &buyer_ata).await, 4_000_000);
 }
+
+/// An `exact-native` transfer's fee is derived from its signatures and compute-unit price once
+/// the cluster's lamports per signature is known: the lamports the SVM itself charges, for every
+/// shape a payer may send, and one `getFeeForMessage` for all the verifies that follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
+    use solana_compute_budget_interface::ComputeBudgetInstruction as Budget;
+    use solana_sdk::instruction::Instruction;
+    use solana_sdk::message::{Message, VersionedMessage};
+    use solana_sdk::signer::Signer as _;
+    use solana_system_interface::instruction::transfer;
+    use tollgate_facilitator::chains::solana::build::Transfer;
+    use tollgate_facilitator::chains::solana::verify::{FeeParts, MEMO_V2};
+
+    let t = SolanaApp::start_behind_proxy().await;
+    let proxy = t.proxy.as_ref().unwrap();
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let rpc = &backend.rpc;
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let (a, b, to) = (Keypair::new(), Keypair::new(), Pubkey::new_unique());
+    let pay = |from: &Keypair| transfer(&from.pubkey(), &to, 1_000_000);
+    let shapes: Vec<(&str, Vec<Instruction>)> = vec![
+        ("a plain transfer", vec![pay(&a)]),
+        ("a limit without price", vec![Budget::set_compute_unit_limit(500), pay(&a)]),
+        (
+            "a price of 1 on one unit",
+            vec![Budget::set_compute_unit_limit(1), Budget::set_compute_unit_price(1), pay(&a)],
+        ),
+        (
+            "a price rounded up",
+            vec![Budget::set_compute_unit_price(1_000_001), Budget::set_compute_unit_limit(1_000), pay(&a)],
+        ),
+        (
+            "a limit above the cluster's ceiling",
+            vec![Budget::set_compute_unit_limit(2_000_000), Budget::set_compute_unit_price(1_000_000), pay(&a)],
+        ),
+        ("a price of zero", vec![Budget::set_compute_unit_price(0), pay(&a)]),
+        ("two signers", vec![pay(&a), pay(&b)]),
+        ("a memo", vec![Instruction::new_with_bytes(MEMO_V2, b"order 7", vec![]), pay(&a)]),
+    ];
+    for (shape, instructions) in shapes {
+        let message = Message::new_with_blockhash(&instructions, Some(&a.pubkey()), &blockhash);
+        let charged = rpc.fee_for(&message).await.unwrap();
+        let parts = FeeParts::of(&VersionedMessage::Legacy(message)).unwrap_or_else(|| panic!("{shape}: underived"));
+        assert_eq!(parts.rate_in(charged), Some(5_000), "{shape}: {parts:?} for {charged} lamports");
+        assert_eq!(parts.fee(5_000), charged, "{shape}");
+    }
+    // A price without a limit: the limit is the cluster's to choose, so the cluster is asked.
+    let unlimited = Message::new_with_blockhash(&[Budget::set_compute_unit_price(5), pay(&a)], None, &blockhash);
+    assert_eq!(FeeParts::of(&VersionedMessage::Legacy(unlimited)), None);
+
+    // Payers funded to the lamport: the derived fee decides, and only the first verify asks it.
+    let network = rpc.network().to_string();
+    let seller = Keypair::new();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": seller.pubkey().to_string(), "amount": 1}))).await;
+    let funded = |lamports: u64| async move {
+        let payer = Keypair::new();
+        let signature = rpc.request_airdrop(&payer.pubkey(), lamports).await.unwrap();
+        rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+        payer
+    };
+    let verify = |payer: Keypair, priority_fee: Option<u64>| {
+        let tx = Transfer { from: payer.pubkey(), to: seller.pubkey(), lamports: 10_000_000, priority_fee };
+        let message = tx.message(&blockhash);
+        let signed = solana_sdk::transaction::Transaction::new(&[&payer], message, blockhash);
+        let encoded = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&signed).unwrap())
+        };
+        let requirement = json!({"scheme": "exact-native", "network": network, "amount": "10000000",
+                                 "asset": "native", "payTo": seller.pubkey().to_string(), "maxTimeoutSeconds": 30});
+        let body = json!({"x402Version": 2,
+            "paymentPayload": {"x402Version": 2, "accepted": requirement, "payload": {"transaction": encoded},
+                               "resource": {"url": "https://seller.example/a", "description": "", "mimeType": ""}},
+            "paymentRequirements": requirement});
+        let (t, key) = (&t, key.clone());
+        async move { t.call("POST", "/verify", &key, Some(body)).await.1 }
+    };
+    let before = proxy.calls("getFeeForMessage");
+    let v = verify(funded(10_005_000).await, None).await;
+    assert_eq!(v["isValid"], true, "amount and base fee, to the lamport: {v}");
+    let v = verify(funded(10_005_999).await, Some(1_000)).await;
+    assert_eq!(v["invalidReason"], "insufficient_funds", "a priority fee of 1,000 lamports: one short: {v}");
+    let v = verify(funded(10_006_000).await, Some(1_000)).await;
+    assert_eq!(v["isValid"], true, "{v}");
+    let v = verify(funded(10_004_999).await, None).await;
+    assert_eq!(v["invalidReason"], "insufficient_funds", "{v}");
+    assert_eq!(proxy.calls("getFeeForMessage") - before, 1, "the rate is learned once, the rest derived");
+}

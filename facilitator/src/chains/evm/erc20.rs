@@ -46,8 +46,28 @@ alloy::sol! {
     }
 }
 
-/// EIP-1271's "valid" answer.
-pub const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
+/// EIP-1271's "valid" answer: `isValidSignature`'s own selector.
+const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
+
+/// Whether the wallet contract `wallet` says `signature` is its signature over `digest` (EIP-1271).
+///
+/// The answer's first word must be the magic value padded with zeros, exactly: a lenient decode
+/// of a `bytes4` would accept an account that echoes its input (the identity precompile does),
+/// since the call's own first four bytes are that same selector.
+///
+/// # Errors
+/// [`ChainError`] when the node cannot be asked. A revert, or an account without code (which
+/// answers nothing), is a "no".
+pub async fn wallet_accepts(rpc: &EvmRpc, wallet: Address, digest: B256, signature: &[u8]) -> Result<bool, ChainError> {
+    let call = Erc1271::isValidSignatureCall { hash: digest, signature: signature.to_vec().into() };
+    let request = TransactionRequest::default().to(wallet).input(Bytes::from(call.abi_encode()).into());
+    Ok(rpc.simulate(request).await?.is_ok_and(|answer| is_magic_word(&answer)))
+}
+
+/// Whether an EIP-1271 answer's first 32 bytes are the magic value followed by 28 zero bytes.
+fn is_magic_word(answer: &[u8]) -> bool {
+    answer.len() >= 32 && answer[..4] == ERC1271_MAGIC && answer[4..32].iter().all(|b| *b == 0)
+}
 
 /// Calls a view function of `contract` and decodes its answer.
 ///
@@ -110,4 +130,26 @@ pub async fn token_info(rpc: &EvmRpc, address: Address) -> Result<Option<TokenIn
         mint_authority: None,
         freeze_authority: None,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(head: &[u8]) -> Vec<u8> {
+        let mut word = head.to_vec();
+        word.resize(32, 0);
+        word
+    }
+
+    #[test]
+    fn only_the_padded_magic_word_is_a_yes() {
+        assert!(is_magic_word(&word(&ERC1271_MAGIC)));
+        // What the identity precompile answers: the call itself, selector then the digest.
+        let call = Erc1271::isValidSignatureCall { hash: B256::repeat_byte(7), signature: vec![1u8; 65].into() };
+        assert!(!is_magic_word(&call.abi_encode()));
+        assert!(!is_magic_word(&ERC1271_MAGIC), "four bytes are not an ABI word");
+        assert!(!is_magic_word(&[]), "an account without code answers nothing");
+        assert!(!is_magic_word(&word(&[0xff, 0xff, 0xff, 0xff])));
+    }
 }

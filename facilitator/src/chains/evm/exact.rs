@@ -16,7 +16,7 @@ use tollgate_protocol::Network;
 use tollgate_protocol::x402::schemes::ExactEvmPayload;
 use tollgate_protocol::x402::{Asset, PaymentPayload};
 
-use super::erc20::{self, Erc1271, Erc3009, TransferWithAuthorization};
+use super::erc20::{self, Erc3009, TransferWithAuthorization};
 use super::{EvmBackend, FacilitatorSigner, address, build, protocol_address, refuse};
 use crate::chains::{ChainError, Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
 
@@ -102,9 +102,7 @@ async fn check_signature(
     if super::verify::recover_signer(&digest, signature) == Some(from) {
         return Ok(());
     }
-    let call = Erc1271::isValidSignatureCall { hash: digest, signature: signature.to_vec().into() };
-    let answer = erc20::view(&backend.rpc, from, &call).await.ok();
-    if answer.map(|b| b.0) != Some(erc20::ERC1271_MAGIC) {
+    if !erc20::wallet_accepts(&backend.rpc, from, digest, signature).await? {
         return Err(refuse(Reason::EvmSignature, "the signature is not the payer's over this authorization"));
     }
     Ok(())

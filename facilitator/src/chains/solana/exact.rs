@@ -133,7 +133,7 @@ pub(super) async fn check(
         backend.passed.remember(key);
         return Ok(checked(Settle::Nothing, None));
     }
-    let (fee, latest) = tokio::join!(fee_of(rpc, &tx.message), rpc.latest_blockhash());
+    let (fee, latest) = tokio::join!(fee_of(backend, &tx.message), rpc.latest_blockhash());
     let (fee, (_, horizon)) = (fee?, latest?);
     if let (Settler::Seller(_), Some(cap)) = (settler, terms.fee_cap) {
         let signatures = u64::from(tx.message.header().num_required_signatures);

@@ -11,7 +11,7 @@ use tollgate_protocol::{Address, ChainFamily};
 
 use super::build::pubkey;
 use super::rpc::SolanaRpc;
-use super::{encode, proof_id, refuse, verify};
+use super::{SolanaBackend, encode, proof_id, refuse, verify};
 use crate::chains::{Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Terms};
 
 /// The signature a payload is claimed under (`None` when malformed).
@@ -24,18 +24,28 @@ pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
     }
 }
 
-/// The fee the cluster charges for a message, lamports.
-pub(super) async fn fee_of(rpc: &SolanaRpc, message: &VersionedMessage) -> Result<u64, ProofError> {
-    match message {
-        VersionedMessage::Legacy(m) => Ok(rpc.fee_for(m).await?),
-        VersionedMessage::V0(m) => Ok(rpc.fee_for(m).await?),
-        _ => Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted")),
+/// The fee the cluster charges for `message`, lamports: derived from the message once the
+/// cluster's lamports per signature is known, else asked (and that rate learned from the answer).
+pub(super) async fn fee_of(backend: &SolanaBackend, message: &VersionedMessage) -> Result<u64, ProofError> {
+    let parts = verify::FeeParts::of(message);
+    if let (Some(parts), Some(rate)) = (parts, backend.signature_fee.get()) {
+        return Ok(parts.fee(*rate));
     }
+    let rpc = &backend.rpc;
+    let fee = match message {
+        VersionedMessage::Legacy(m) => rpc.fee_for(m).await?,
+        VersionedMessage::V0(m) => rpc.fee_for(m).await?,
+        _ => return Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted")),
+    };
+    if let Some(rate) = parts.and_then(|p| p.rate_in(fee)) {
+        let _ = backend.signature_fee.set(rate);
+    }
+    Ok(fee)
 }
 
 /// Checks an `exact-native` payload paying `pay_to`.
 pub(super) async fn check(
-    rpc: &SolanaRpc,
+    backend: &SolanaBackend,
     payload: &PaymentPayload,
     terms: &Terms,
     pay_to: &Pubkey,
@@ -47,31 +57,32 @@ pub(super) async fn check(
     let native =
         ExactNativePayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
     match native {
-        ExactNativePayload::Transaction(tx) => signed_transfer(rpc, &tx, pay_to, terms, (settler, intent)).await,
+        ExactNativePayload::Transaction(tx) => signed_transfer(backend, &tx, pay_to, terms, (settler, intent)).await,
         ExactNativePayload::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
             Reason::InvalidPayload,
             "a receipt is for a transfer already on chain: present it to /payment/receive",
         )),
-        ExactNativePayload::Receipt(r) => receipt(rpc, &r, pay_to, terms).await,
+        ExactNativePayload::Receipt(r) => receipt(&backend.rpc, &r, pay_to, terms).await,
     }
 }
 
-/// A signed transfer, checked without the chain, then against it (its blockhash, its fee and
-/// the payer's balance, asked at once).
+/// A signed transfer, checked without the chain, then against it (its blockhash and the payer's
+/// balance, asked at once; its fee derived, or asked alongside until the cluster's rate is known).
 async fn signed_transfer(
-    rpc: &SolanaRpc,
+    backend: &SolanaBackend,
     encoded: &str,
     pay_to: &Pubkey,
     terms: &Terms,
     (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
+    let rpc = &backend.rpc;
     let tx = verify::decode(encoded)?;
     let checked = verify::check_signed_transfer(&tx, pay_to, 0)?;
     let decimals = ChainFamily::Solana.native_decimals();
     terms.price.check(u128::from(checked.transfer.lamports), decimals, Reason::SvmAmountMismatch)?;
     let source = checked.transfer.from;
     let (valid, fee, balance) =
-        tokio::join!(rpc.blockhash_valid(&checked.blockhash), fee_of(rpc, &tx.message), rpc.balance(&source));
+        tokio::join!(rpc.blockhash_valid(&checked.blockhash), fee_of(backend, &tx.message), rpc.balance(&source));
     if !valid? {
         return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
     }

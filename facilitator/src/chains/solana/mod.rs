@@ -72,6 +72,9 @@ pub struct SolanaBackend {
     pub mints: super::memo::Facts<Pubkey, (Pubkey, u8)>,
     /// Sponsored transfers a verify checked moments ago.
     pub passed: super::memo::Passed,
+    /// The cluster's lamports per signature, learned from its first fee answer: later fees
+    /// are derived from a transaction's signatures and compute-unit price.
+    pub signature_fee: std::sync::OnceLock<u64>,
     /// The in-process ledger behind the RPC, when this is the development ledger.
     #[cfg(feature = "embedded-ledger")]
     pub embedded: Option<embedded::EmbeddedLedger>,
@@ -86,6 +89,7 @@ impl SolanaBackend {
             sponsor: None,
             mints: super::memo::Facts::default(),
             passed: super::memo::Passed::default(),
+            signature_fee: std::sync::OnceLock::new(),
             #[cfg(feature = "embedded-ledger")]
             embedded: None,
         }
@@ -172,7 +176,7 @@ impl Chain for SolanaBackend {
         let pay_to = build::pubkey(&terms.pay_to)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
         match payload.scheme() {
-            SCHEME_EXACT_NATIVE => exact_native::check(&self.rpc, payload, terms, &pay_to, (settler, intent)).await,
+            SCHEME_EXACT_NATIVE => exact_native::check(self, payload, terms, &pay_to, (settler, intent)).await,
             SCHEME_EXACT => exact::check(self, payload, terms, &pay_to, (settler, intent)).await,
             other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
         }

@@ -7,6 +7,7 @@
 //! broadcasts it.
 
 use solana_sdk::hash::Hash;
+use solana_sdk::message::VersionedMessage;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::transaction::VersionedTransaction;
 
@@ -79,6 +80,67 @@ impl ComputeBudget {
             .min(MAX_UNITS_PER_TRANSACTION)
     }
 }
+
+/// Programs that check signatures the transaction carries in their data: the cluster charges
+/// each of those signatures like one of the transaction's own.
+const SIGNATURE_PRECOMPILES: [Pubkey; 3] =
+    [solana_sdk_ids::ed25519_program::ID, solana_sdk_ids::secp256k1_program::ID, solana_sdk_ids::secp256r1_program::ID];
+
+/// What a transaction's fee is made of, read from the transaction alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeeParts {
+    /// Signatures the cluster charges for.
+    pub signatures: u64,
+    /// Lamports of priority fee: compute-unit price × limit, in micro-lamports, rounded up.
+    pub priority: u64,
+}
+
+impl FeeParts {
+    /// The parts of `message`'s fee, when the message alone decides them: `None` when it calls
+    /// a signature precompile, sets a compute-unit price without a limit (the limit then
+    /// depends on the cluster's rules for built-in programs), or holds a malformed
+    /// compute-budget instruction.
+    #[must_use]
+    pub fn of(message: &VersionedMessage) -> Option<Self> {
+        let keys = message.static_account_keys();
+        let mut budget = ComputeBudget::default();
+        for ix in message.instructions() {
+            let program = keys.get(usize::from(ix.program_id_index))?;
+            if SIGNATURE_PRECOMPILES.contains(program) {
+                return None;
+            }
+            if *program == COMPUTE_BUDGET {
+                budget.note(&ix.data).ok()?;
+            }
+        }
+        let priority = match (budget.unit_price, budget.unit_limit) {
+            (None | Some(0), _) => 0,
+            (Some(price), Some(limit)) => {
+                let micro_lamports = u128::from(price) * u128::from(limit.min(MAX_UNITS_PER_TRANSACTION));
+                u64::try_from(micro_lamports.div_ceil(MICRO_LAMPORTS_PER_LAMPORT)).ok()?
+            }
+            (Some(_), None) => return None,
+        };
+        Some(Self { signatures: u64::from(message.header().num_required_signatures), priority })
+    }
+
+    /// The fee, given the cluster's lamports per signature.
+    #[must_use]
+    pub fn fee(self, lamports_per_signature: u64) -> u64 {
+        self.signatures.saturating_mul(lamports_per_signature).saturating_add(self.priority)
+    }
+
+    /// The cluster's lamports per signature, read back from the fee it charges for a message
+    /// of these parts (`None` when the fee does not split that way).
+    #[must_use]
+    pub fn rate_in(self, fee: u64) -> Option<u64> {
+        let base = fee.checked_sub(self.priority)?;
+        (self.signatures > 0 && base % self.signatures == 0).then(|| base / self.signatures)
+    }
+}
+
+/// Micro-lamports in a lamport (compute-unit prices are in micro-lamports).
+const MICRO_LAMPORTS_PER_LAMPORT: u128 = 1_000_000;
 
 fn refuse(reason: Reason, message: impl Into<String>) -> Refusal {
     Refusal::new(reason, message)
@@ -332,5 +394,27 @@ mod tests {
         let payer = Keypair::new();
         let tx = payment(&payer, &Pubkey::new_unique(), 1, None);
         assert_eq!(decode(&b64(&bincode::serialize(&tx).unwrap())).unwrap(), tx);
+    }
+
+    #[test]
+    fn a_fee_is_derived_only_when_the_message_alone_decides_it() {
+        use solana_compute_budget_interface::ComputeBudgetInstruction as Budget;
+        let payer = Keypair::new();
+        let pay = solana_system_interface::instruction::transfer(&payer.pubkey(), &Pubkey::new_unique(), 1);
+        let parts = |instructions: &[Instruction]| {
+            let message = Message::new_with_blockhash(instructions, Some(&payer.pubkey()), &Hash::new_unique());
+            FeeParts::of(&VersionedMessage::Legacy(message))
+        };
+        let priced = parts(&[Budget::set_compute_unit_limit(3), Budget::set_compute_unit_price(333_334), pay.clone()]);
+        assert_eq!(priced, Some(FeeParts { signatures: 1, priority: 2 }), "1,000,002 micro-lamports round up");
+        assert_eq!(priced.unwrap().fee(5_000), 5_002);
+        assert_eq!(priced.unwrap().rate_in(5_002), Some(5_000));
+        assert_eq!(priced.unwrap().rate_in(1), None, "a fee below the priority part is not this shape's");
+        assert_eq!(FeeParts { signatures: 2, priority: 0 }.rate_in(10_001), None);
+        assert_eq!(parts(&[Budget::set_compute_unit_price(1), pay.clone()]), None, "the cluster picks the limit");
+        let precompile = Instruction::new_with_bytes(solana_sdk_ids::ed25519_program::ID, &[0], vec![]);
+        assert_eq!(parts(&[precompile, pay.clone()]), None, "its signatures are charged too");
+        let malformed = Instruction::new_with_bytes(COMPUTE_BUDGET, &[2, 1], vec![]);
+        assert_eq!(parts(&[malformed, pay]), None);
     }
 }
