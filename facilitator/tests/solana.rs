@@ -848,8 +848,9 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
         let message = Message::new_with_blockhash(&instructions, Some(&a.pubkey()), &blockhash);
         let charged = rpc.fee_for(&message).await.unwrap();
         let parts = FeeParts::of(&VersionedMessage::Legacy(message)).unwrap_or_else(|| panic!("{shape}: underived"));
-        assert_eq!(parts.rate_in(charged), Some(5_000), "{shape}: {parts:?} for {charged} lamports");
-        assert_eq!(parts.fee(5_000), charged, "{shape}");
+        assert_eq!(parts.fee(5_000), charged, "{shape}: {parts:?}");
+        let told = (parts.priority == 0).then_some(5_000);
+        assert_eq!(parts.rate_in(charged), told, "{shape}: only a fee without priority part tells the rate");
     }
     // A price without a limit: the limit is the cluster's to choose, so the cluster is asked.
     let unlimited = Message::new_with_blockhash(&[Budget::set_compute_unit_price(5), pay(&a)], None, &blockhash);
@@ -865,9 +866,7 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
         rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
         payer
     };
-    let verify = |payer: Keypair, priority_fee: Option<u64>| {
-        let tx = Transfer { from: payer.pubkey(), to: seller.pubkey(), lamports: 10_000_000, priority_fee };
-        let message = tx.message(&blockhash);
+    let verify_message = |payer: Keypair, message: Message| {
         let signed = solana_sdk::transaction::Transaction::new(&[&payer], message, blockhash);
         let encoded = {
             use base64::Engine as _;
@@ -882,6 +881,24 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
         let (t, key) = (&t, key.clone());
         async move { t.call("POST", "/verify", &key, Some(body)).await.1 }
     };
+    let verify = |payer: Keypair, priority_fee: Option<u64>| {
+        let tx = Transfer { from: payer.pubkey(), to: seller.pubkey(), lamports: 10_000_000, priority_fee };
+        verify_message(payer, tx.message(&blockhash))
+    };
+    // A first payer whose price makes the cluster's fee saturate: if its answer taught the rate,
+    // the rate would be the payer's to choose (here 0), and later payers' fees would go unseen.
+    let poisoner = Keypair::new();
+    let saturating = Message::new_with_blockhash(
+        &[
+            Budget::set_compute_unit_limit(1_000_000),
+            Budget::set_compute_unit_price(u64::MAX),
+            transfer(&poisoner.pubkey(), &seller.pubkey(), 10_000_000),
+        ],
+        Some(&poisoner.pubkey()),
+        &blockhash,
+    );
+    let v = verify_message(poisoner, saturating).await;
+    assert_ne!(v["isValid"], true, "{v}");
     let before = proxy.calls("getFeeForMessage");
     let v = verify(funded(10_005_000).await, None).await;
     assert_eq!(v["isValid"], true, "amount and base fee, to the lamport: {v}");

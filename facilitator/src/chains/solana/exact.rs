@@ -137,7 +137,8 @@ pub(super) async fn check(
     let (fee, (_, horizon)) = (fee?, latest?);
     if let (Settler::Seller(_), Some(cap)) = (settler, terms.fee_cap) {
         let signatures = u64::from(tx.message.header().num_required_signatures);
-        let priority = fee.saturating_sub(signatures.saturating_mul(LAMPORTS_PER_SIGNATURE));
+        let priority = verify::FeeParts::of(&tx.message)
+            .map_or_else(|| fee.saturating_sub(signatures.saturating_mul(LAMPORTS_PER_SIGNATURE)), |p| p.priority);
         if u128::from(priority) > cap.get() {
             return Err(refuse(
                 Reason::SvmComputePriceTooHigh,

@@ -24,12 +24,16 @@ pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
     }
 }
 
-/// The fee the cluster charges for `message`, lamports: derived from the message once the
-/// cluster's lamports per signature is known, else asked (and that rate learned from the answer).
+/// The fee the cluster charges for `message`, lamports: derived from the message while the
+/// cluster's lamports per signature is known, else asked (and the rate learned from the answer
+/// when the message has no priority fee).
 pub(super) async fn fee_of(backend: &SolanaBackend, message: &VersionedMessage) -> Result<u64, ProofError> {
+    if !matches!(message, VersionedMessage::Legacy(_) | VersionedMessage::V0(_)) {
+        return Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted"));
+    }
     let parts = verify::FeeParts::of(message);
-    if let (Some(parts), Some(rate)) = (parts, backend.signature_fee.get()) {
-        return Ok(parts.fee(*rate));
+    if let (Some(parts), Some(rate)) = (parts, backend.signature_fee.get(&())) {
+        return Ok(parts.fee(rate));
     }
     let rpc = &backend.rpc;
     let fee = match message {
@@ -38,7 +42,7 @@ pub(super) async fn fee_of(backend: &SolanaBackend, message: &VersionedMessage) 
         _ => return Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted")),
     };
     if let Some(rate) = parts.and_then(|p| p.rate_in(fee)) {
-        let _ = backend.signature_fee.set(rate);
+        backend.signature_fee.insert((), rate);
     }
     Ok(fee)
 }

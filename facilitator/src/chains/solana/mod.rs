@@ -72,9 +72,10 @@ pub struct SolanaBackend {
     pub mints: super::memo::Facts<Pubkey, (Pubkey, u8)>,
     /// Sponsored transfers a verify checked moments ago.
     pub passed: super::memo::Passed,
-    /// The cluster's lamports per signature, learned from its first fee answer: later fees
-    /// are derived from a transaction's signatures and compute-unit price.
-    pub signature_fee: std::sync::OnceLock<u64>,
+    /// The cluster's lamports per signature, learned from a fee answer for a message without
+    /// priority fee and remembered for a while: meanwhile fees are derived from a transaction's
+    /// signatures and compute-unit price.
+    pub signature_fee: super::memo::Facts<(), u64>,
     /// The in-process ledger behind the RPC, when this is the development ledger.
     #[cfg(feature = "embedded-ledger")]
     pub embedded: Option<embedded::EmbeddedLedger>,
@@ -89,7 +90,7 @@ impl SolanaBackend {
             sponsor: None,
             mints: super::memo::Facts::default(),
             passed: super::memo::Passed::default(),
-            signature_fee: std::sync::OnceLock::new(),
+            signature_fee: super::memo::Facts::default(),
             #[cfg(feature = "embedded-ledger")]
             embedded: None,
         }

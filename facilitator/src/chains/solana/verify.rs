@@ -102,6 +102,9 @@ impl FeeParts {
     /// compute-budget instruction.
     #[must_use]
     pub fn of(message: &VersionedMessage) -> Option<Self> {
+        if !matches!(message, VersionedMessage::Legacy(_) | VersionedMessage::V0(_)) {
+            return None;
+        }
         let keys = message.static_account_keys();
         let mut budget = ComputeBudget::default();
         for ix in message.instructions() {
@@ -131,11 +134,14 @@ impl FeeParts {
     }
 
     /// The cluster's lamports per signature, read back from the fee it charges for a message
-    /// of these parts (`None` when the fee does not split that way).
+    /// of these parts. Only a message without priority fee tells it: the cluster adds a priority
+    /// fee with saturation, so a payer's huge price would make the rate read back whatever the
+    /// payer likes.
     #[must_use]
     pub fn rate_in(self, fee: u64) -> Option<u64> {
-        let base = fee.checked_sub(self.priority)?;
-        (self.signatures > 0 && base % self.signatures == 0).then(|| base / self.signatures)
+        let rate = (self.priority == 0 && self.signatures > 0 && fee.is_multiple_of(self.signatures))
+            .then(|| fee / self.signatures)?;
+        (self.fee(rate) == fee && fee != u64::MAX).then_some(rate)
     }
 }
 
@@ -182,6 +188,10 @@ pub fn decode(base64_tx: &str) -> Result<VersionedTransaction, Refusal> {
         return Err(bad("transaction is larger than a Solana packet (1232 bytes)".into()));
     }
     let tx: VersionedTransaction = bincode::deserialize(&bytes).map_err(|_| bad("not a Solana transaction".into()))?;
+    // Later versions carry fees and limits in the message itself, which no check here reads.
+    if !matches!(tx.message, VersionedMessage::Legacy(_) | VersionedMessage::V0(_)) {
+        return Err(bad("only legacy and v0 transactions are accepted".into()));
+    }
     tx.sanitize().map_err(|e| bad(format!("malformed transaction: {e}")))?;
     if tx.message.address_table_lookups().is_some_and(|l| !l.is_empty()) {
         return Err(bad("address lookup tables are not accepted in payment transactions".into()));
@@ -384,6 +394,25 @@ mod tests {
         assert!(check_signed_transfer(&tampered, &seller, 1).unwrap_err().message.contains("signature"));
     }
 
+    /// A v1 message carries its priority fee in its own config, which no check here reads:
+    /// refused before anything else looks at it.
+    #[test]
+    fn a_v1_transaction_is_refused() {
+        use base64::Engine as _;
+        use solana_sdk::message::v1;
+        let payer = Keypair::new();
+        let pay = solana_system_interface::instruction::transfer(&payer.pubkey(), &Pubkey::new_unique(), 1);
+        let config = v1::TransactionConfig { priority_fee: Some(1_000_000_000), ..Default::default() };
+        let message =
+            v1::Message::try_compile_with_config(&payer.pubkey(), &[pay], Hash::new_unique(), config).unwrap();
+        let message = VersionedMessage::V1(message);
+        assert_eq!(FeeParts::of(&message), None);
+        let tx = VersionedTransaction::try_new(message, &[&payer]).unwrap();
+        let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+        let refusal = decode(&encoded).unwrap_err();
+        assert!(refusal.message.contains("only legacy and v0"), "{refusal}");
+    }
+
     #[test]
     fn decoding_is_bounded_and_strict() {
         use base64::Engine as _;
@@ -408,9 +437,15 @@ mod tests {
         let priced = parts(&[Budget::set_compute_unit_limit(3), Budget::set_compute_unit_price(333_334), pay.clone()]);
         assert_eq!(priced, Some(FeeParts { signatures: 1, priority: 2 }), "1,000,002 micro-lamports round up");
         assert_eq!(priced.unwrap().fee(5_000), 5_002);
-        assert_eq!(priced.unwrap().rate_in(5_002), Some(5_000));
-        assert_eq!(priced.unwrap().rate_in(1), None, "a fee below the priority part is not this shape's");
+        assert_eq!(priced.unwrap().rate_in(5_002), None, "only a fee without priority part tells the rate");
+        assert_eq!(FeeParts { signatures: 2, priority: 0 }.rate_in(10_000), Some(5_000));
         assert_eq!(FeeParts { signatures: 2, priority: 0 }.rate_in(10_001), None);
+        // A price so high that the cluster's sum saturates: what it answers says nothing of the rate.
+        let saturated =
+            parts(&[Budget::set_compute_unit_limit(1_000_000), Budget::set_compute_unit_price(u64::MAX), pay.clone()]);
+        assert_eq!(saturated.map(|p| p.priority), Some(u64::MAX));
+        assert_eq!(saturated.unwrap().rate_in(u64::MAX), None);
+        assert_eq!(FeeParts { signatures: 1, priority: 0 }.rate_in(u64::MAX), None);
         assert_eq!(parts(&[Budget::set_compute_unit_price(1), pay.clone()]), None, "the cluster picks the limit");
         let precompile = Instruction::new_with_bytes(solana_sdk_ids::ed25519_program::ID, &[0], vec![]);
         assert_eq!(parts(&[precompile, pay.clone()]), None, "its signatures are charged too");
