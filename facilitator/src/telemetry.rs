@@ -174,9 +174,18 @@ mod tests {
     #[test]
     fn installing_the_recorder_starts_its_upkeep() {
         assert!(super::install().is_some());
-        let threads = std::fs::read_dir("/proc/self/task").unwrap();
-        let names: Vec<String> =
-            threads.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok()).collect();
-        assert!(names.iter().any(|n| n.trim() == "metrics-upkeep"), "{names:?}");
+        let names = || -> Vec<String> {
+            let threads = std::fs::read_dir("/proc/self/task").unwrap();
+            threads.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok()).collect()
+        };
+        // A new thread names itself once it runs: give it up to a second to start.
+        let started = (0..1_000).any(|_| {
+            let found = names().iter().any(|n| n.trim() == "metrics-upkeep");
+            if !found {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            found
+        });
+        assert!(started, "{:?}", names());
     }
 }
