@@ -867,6 +867,7 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
         payer
     };
     let verify_message = |payer: Keypair, message: Message| {
+        let blockhash = message.recent_blockhash;
         let signed = solana_sdk::transaction::Transaction::new(&[&payer], message, blockhash);
         let encoded = {
             use base64::Engine as _;
@@ -881,13 +882,17 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
         let (t, key) = (&t, key.clone());
         async move { t.call("POST", "/verify", &key, Some(body)).await.1 }
     };
-    let verify = |payer: Keypair, priority_fee: Option<u64>| {
-        let tx = Transfer { from: payer.pubkey(), to: seller.pubkey(), lamports: 10_000_000, priority_fee };
-        verify_message(payer, tx.message(&blockhash))
+    // Each signed against a fresh blockhash: funding the payers takes a while.
+    let (seller_key, verify_message) = (seller.pubkey(), &verify_message);
+    let verify = |payer: Keypair, priority_fee: Option<u64>| async move {
+        let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+        let tx = Transfer { from: payer.pubkey(), to: seller_key, lamports: 10_000_000, priority_fee };
+        verify_message(payer, tx.message(&blockhash)).await
     };
     // A first payer whose price makes the cluster's fee saturate: if its answer taught the rate,
     // the rate would be the payer's to choose (here 0), and later payers' fees would go unseen.
     let poisoner = Keypair::new();
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
     let saturating = Message::new_with_blockhash(
         &[
             Budget::set_compute_unit_limit(1_000_000),
