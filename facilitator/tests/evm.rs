@@ -539,6 +539,12 @@ async fn a_contract_wallet_pays_with_an_eip1271_signature() {
     let forged = token.authorize_as(&t, (wallet, &stranger), seller, 1_000_000, (now - 60, now + 300), nonce);
     let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, forged))).await;
     assert_eq!(v["invalidReason"], "invalid_exact_evm_payload_signature", "{v}");
+    // The identity precompile echoes the question, whose first bytes are the "yes" selector:
+    // an echo is no wallet's answer.
+    let echo = Address::with_last_byte(4);
+    let forged = token.authorize_as(&t, (echo, &stranger), seller, 1_000_000, (now - 60, now + 300), nonce);
+    let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, forged))).await;
+    assert_eq!(v["invalidReason"], "invalid_exact_evm_payload_signature", "{v}");
 
     let signed = token.authorize_as(&t, (wallet, &owner), seller, 1_000_000, (now - 60, now + 300), nonce);
     let body = x402_v2(&requirement, signed);

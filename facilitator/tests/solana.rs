@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::solana::{SolanaApp, signed_proof, signed_transfer, spl_fixture, x402_exact};
+use common::solana::{SolanaApp, signed_message, signed_proof, signed_transfer, spl_fixture, x402_exact};
 
 use axum::body::{Body, to_bytes};
 use http::{Request, StatusCode};
@@ -867,12 +867,7 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
         payer
     };
     let verify_message = |payer: Keypair, message: Message| {
-        let blockhash = message.recent_blockhash;
-        let signed = solana_sdk::transaction::Transaction::new(&[&payer], message, blockhash);
-        let encoded = {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&signed).unwrap())
-        };
+        let encoded = signed_message(&payer, message);
         let requirement = json!({"scheme": "exact-native", "network": network, "amount": "10000000",
                                  "asset": "native", "payTo": seller.pubkey().to_string(), "maxTimeoutSeconds": 30});
         let body = json!({"x402Version": 2,

@@ -96,10 +96,16 @@ pub fn signed_transfer(
     lamports: u64,
     blockhash: solana_sdk::hash::Hash,
 ) -> String {
-    use base64::Engine as _;
     use solana_sdk::signer::Signer as _;
     use tollgate_facilitator::chains::solana::build::Transfer;
     let message = Transfer { from: payer.pubkey(), to: *to, lamports, priority_fee: None }.message(&blockhash);
+    signed_message(payer, message)
+}
+
+/// `message` signed by `payer` against its own blockhash, base64 as `exact-native` carries it.
+pub fn signed_message(payer: &solana_sdk::signature::Keypair, message: solana_sdk::message::Message) -> String {
+    use base64::Engine as _;
+    let blockhash = message.recent_blockhash;
     let tx = solana_sdk::transaction::Transaction::new(&[payer], message, blockhash);
     base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap())
 }

@@ -28,9 +28,7 @@ pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
 /// cluster's lamports per signature is known, else asked (and the rate learned from the answer
 /// when the message has no priority fee).
 pub(super) async fn fee_of(backend: &SolanaBackend, message: &VersionedMessage) -> Result<u64, ProofError> {
-    if !matches!(message, VersionedMessage::Legacy(_) | VersionedMessage::V0(_)) {
-        return Err(refuse(Reason::SvmTransaction, "only legacy and v0 transactions are accepted"));
-    }
+    // `None` for any version but legacy and v0, which the cluster is then asked about: refused.
     let parts = verify::FeeParts::of(message);
     if let (Some(parts), Some(rate)) = (parts, backend.signature_fee.get(&())) {
         return Ok(parts.fee(rate));
