@@ -10,11 +10,12 @@ mod announce;
 mod idempotency;
 mod nonces;
 mod payments;
+mod proofs;
 mod webhooks;
 
 use std::borrow::Cow;
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -48,6 +49,8 @@ pub struct SqlStore {
     backend: Backend,
     /// PostgreSQL: the URL again, for the connection that listens to announcements (secret).
     listen_url: Option<String>,
+    /// SQLite on a file: whether a proof is held, read without the pool's worker threads.
+    proofs: Option<Arc<proofs::ProofReader>>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -127,11 +130,19 @@ impl SqlStore {
         };
         migrator.run(&pool).await?;
         let listen_url = (backend == Backend::Postgres).then_some(url_text);
-        Ok(Self { pool, locks, backend, listen_url })
+        let proofs = match backend {
+            Backend::Sqlite => proof_reader(&pool).await?.map(Arc::new),
+            Backend::Postgres => None,
+        };
+        Ok(Self { pool, locks, backend, listen_url, proofs })
     }
 
     /// Closes the pool (waits for connections to be returned).
     pub async fn close(&self) {
+        // First: the pool's last connection can then fold the WAL into the file.
+        if let Some(proofs) = &self.proofs {
+            proofs.close();
+        }
         if let Some(locks) = &self.locks {
             locks.close().await;
         }
@@ -143,6 +154,27 @@ impl SqlStore {
         match self.backend {
             Backend::Sqlite => Cow::Borrowed(query),
             Backend::Postgres => Cow::Owned(number_placeholders(query)),
+        }
+    }
+}
+
+/// The proof lookup on the file `pool` has open (as SQLite resolved its name); none for a
+/// database in memory, which no other connection can open, nor when it cannot be opened (then
+/// every lookup goes through the pool, as it always may).
+async fn proof_reader(pool: &AnyPool) -> StoreResult<Option<proofs::ProofReader>> {
+    let main = sqlx::query("PRAGMA database_list").fetch_all(pool).await?;
+    let file = main
+        .iter()
+        .find(|row| row.try_get::<String, _>("name").is_ok_and(|name| name == "main"))
+        .map(|row| row.try_get::<String, _>("file"))
+        .transpose()?
+        .filter(|file| !file.is_empty());
+    let Some(file) = file else { return Ok(None) };
+    match proofs::ProofReader::open(std::path::Path::new(&file)) {
+        Ok(reader) => Ok(Some(reader)),
+        Err(e) => {
+            tracing::warn!(error = %e, "used-proof lookups go through the pool: the SQLite file could not be opened for reading");
+            Ok(None)
         }
     }
 }

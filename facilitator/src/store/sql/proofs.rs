@@ -1,0 +1,239 @@
+//! SQLite: whether a payment holds a proof, read on the caller's thread.
+//!
+//! Every `/verify` asks whether a payment holds its proof, and nearly always none does. Through
+//! sqlx that read is a hop to a connection's worker thread and back: on a 2-core machine under
+//! load, about a quarter of a verify's own CPU (issue 16). Here it is one lookup in the unique
+//! index `payments_proof`, made on the caller's thread through connections of its own, opened
+//! read-only on the same file. In WAL mode such a read sees every committed write, does not wait
+//! for the writer and takes microseconds, so it does not hold up the async runtime.
+//!
+//! It never waits on a lock: when it cannot answer at once (the file busy, as during recovery
+//! after a crash, or any other error), it answers "don't know" and the caller reads through the
+//! pool. It only says whether a proof is held; the holder itself is read through the pool.
+//!
+//! Two things keep it reading the pool's database and nothing else: a connection is opened only
+//! while the path still names the file it was opened on (the same device and inode; a file
+//! moved in its place answers "don't know"), and [`ProofReader::close`] drops its connections
+//! before the pool closes.
+//!
+//! What can still hold up the caller: SQLite's own short retries of the WAL's read lock under
+//! heavy contention, and re-reading the index pages from disk after a commit (from the OS's
+//! page cache, unless the disk is slow).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+const HELD: &str = "SELECT 1 FROM payments WHERE proof_id = ?1";
+
+/// Idle connections kept. Callers never wait on one another: one without an idle connection
+/// opens its own. At most one per thread that reads at once, so about the runtime's workers.
+const KEEP_IDLE: usize = 4;
+
+pub(super) struct ProofReader {
+    path: PathBuf,
+    /// The file `path` named when the pool had it open: a connection is opened only on it.
+    file: FileId,
+    idle: Mutex<Vec<Connection>>,
+    closed: AtomicBool,
+}
+
+/// What tells one file from another one moved to its path (device and inode on Unix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId(u64, u64);
+
+impl FileId {
+    #[cfg(unix)]
+    fn of(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path)?;
+        Ok(Self(meta.dev(), meta.ino()))
+    }
+
+    #[cfg(not(unix))]
+    fn of(path: &Path) -> std::io::Result<Self> {
+        std::fs::metadata(path).map(|_| Self(0, 0))
+    }
+}
+
+/// Why a reader could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OpenError {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{0}")]
+    File(#[from] std::io::Error),
+    #[error("the path names another file than the database's")]
+    Moved,
+}
+
+impl ProofReader {
+    /// Opens a first connection on `path` (which must exist and hold the schema) and prepares
+    /// the lookup, so that a wrong file fails here rather than at the first verify.
+    pub(super) fn open(path: &Path) -> Result<Self, OpenError> {
+        let reader = Self {
+            path: path.to_owned(),
+            file: FileId::of(path)?,
+            idle: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        };
+        let conn = reader.connect()?;
+        conn.prepare_cached(HELD)?;
+        reader.keep(conn);
+        Ok(reader)
+    }
+
+    fn connect(&self) -> Result<Connection, OpenError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags)?;
+        // Checked after opening: a file moved in between is caught either way.
+        if FileId::of(&self.path)? != self.file {
+            return Err(OpenError::Moved);
+        }
+        // Busy means "ask the pool", never a wait on the runtime's thread.
+        conn.busy_timeout(Duration::ZERO)?;
+        Ok(conn)
+    }
+
+    fn keep(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < KEEP_IDLE && !self.closed.load(Ordering::Acquire) {
+            idle.push(conn);
+        }
+    }
+
+    /// Drops every connection; from now on every answer is "don't know".
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    /// Whether a payment holds `proof_id` now; `None` when that could not be read at once.
+    pub(super) fn holds(&self, proof_id: &str) -> Option<bool> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => match self.connect() {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the proof lookup could not open the SQLite file; asking the pool");
+                    return None;
+                }
+            },
+        };
+        let held = conn.prepare_cached(HELD).and_then(|mut lookup| lookup.exists([proof_id]));
+        match held {
+            Ok(held) => {
+                self.keep(conn);
+                Some(held)
+            }
+            Err(e) => {
+                // The connection is dropped: the next read starts from a fresh one.
+                tracing::debug!(error = %e, "the proof lookup could not read SQLite at once; asking the pool");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn database(dir: &Path) -> (PathBuf, Connection) {
+        let path = dir.join("proofs.db");
+        let writer = Connection::open(&path).unwrap();
+        writer.pragma_update(None, "journal_mode", "WAL").unwrap();
+        writer
+            .execute_batch(
+                "CREATE TABLE payments (id TEXT PRIMARY KEY, proof_id TEXT);
+                 CREATE UNIQUE INDEX payments_proof ON payments (proof_id) WHERE proof_id IS NOT NULL;",
+            )
+            .unwrap();
+        (path, writer)
+    }
+
+    #[test]
+    fn a_committed_claim_and_its_release_are_seen_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = database(dir.path());
+        let reader = ProofReader::open(&path).unwrap();
+        assert_eq!(reader.holds("p1"), Some(false));
+        writer.execute("INSERT INTO payments VALUES ('pay_1', 'p1')", []).unwrap();
+        assert_eq!(reader.holds("p1"), Some(true));
+        assert_eq!(reader.holds("p2"), Some(false));
+        writer.execute("UPDATE payments SET proof_id = NULL WHERE id = 'pay_1'", []).unwrap();
+        assert_eq!(reader.holds("p1"), Some(false));
+    }
+
+    #[test]
+    fn an_uncommitted_claim_is_not_seen_and_the_writer_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = database(dir.path());
+        let reader = ProofReader::open(&path).unwrap();
+        writer.execute_batch("BEGIN IMMEDIATE; INSERT INTO payments VALUES ('pay_1', 'p1');").unwrap();
+        assert_eq!(reader.holds("p1"), Some(false), "a read during a write answers at once");
+        writer.execute_batch("COMMIT").unwrap();
+        assert_eq!(reader.holds("p1"), Some(true));
+    }
+
+    #[test]
+    fn a_locked_file_is_a_dont_know_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = database(dir.path());
+        let reader = ProofReader::open(&path).unwrap();
+        // A connection in exclusive locking mode keeps every other one out of the file, once
+        // none is open on it.
+        reader.idle.lock().unwrap().clear();
+        writer.pragma_update(None, "locking_mode", "EXCLUSIVE").unwrap();
+        writer.execute("INSERT INTO payments VALUES ('pay_1', 'p1')", []).unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(reader.holds("p1"), None);
+        assert!(started.elapsed() < Duration::from_secs(1), "it did not wait for the lock");
+        drop(writer);
+        assert_eq!(reader.holds("p1"), Some(true), "a fresh connection reads again once the file is free");
+    }
+
+    #[test]
+    fn a_file_moved_in_place_of_the_database_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = database(dir.path());
+        let reader = ProofReader::open(&path).unwrap();
+        writer.execute("INSERT INTO payments VALUES ('pay_1', 'p1')", []).unwrap();
+        // A restore by `mv` while running: the pool (here, the writer) keeps the old file.
+        std::fs::rename(&path, dir.path().join("old.db")).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let (moved_in, _) = database(other.path());
+        std::fs::rename(&moved_in, &path).unwrap();
+        assert_eq!(reader.holds("p1"), Some(true), "an open connection reads the file it was opened on");
+        reader.idle.lock().unwrap().clear();
+        assert_eq!(reader.holds("p1"), None, "no connection on another file: don't know");
+    }
+
+    #[test]
+    fn a_closed_reader_keeps_no_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _writer) = database(dir.path());
+        let reader = ProofReader::open(&path).unwrap();
+        reader.close();
+        assert_eq!(reader.holds("p1"), None);
+        assert!(reader.idle.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_file_without_the_schema_is_refused_at_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.db");
+        Connection::open(&path).unwrap();
+        assert!(ProofReader::open(&path).is_err());
+        assert!(ProofReader::open(&dir.path().join("missing.db")).is_err());
+    }
+}
