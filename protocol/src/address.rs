@@ -85,16 +85,28 @@ fn is_base58_char(b: u8) -> bool {
 }
 
 /// EIP-55: hex digit `i` is upper case when nibble `i` of keccak256(lowercase hex) is ≥ 8.
-fn eip55(bytes: &[u8; 20]) -> String {
-    let lower: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let hash = Keccak256::digest(lower.as_bytes());
-    let mut out = String::with_capacity(42);
-    out.push_str("0x");
-    for (i, c) in lower.chars().enumerate() {
+/// `0x` and the 40 digits, as ASCII (no allocation: addresses are read and written on every
+/// request).
+fn eip55(bytes: &[u8; 20]) -> [u8; 42] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut lower = [0u8; 40];
+    for (i, b) in bytes.iter().enumerate() {
+        lower[2 * i] = HEX[usize::from(b >> 4)];
+        lower[2 * i + 1] = HEX[usize::from(b & 0x0f)];
+    }
+    let hash = Keccak256::digest(lower);
+    let mut out = [0u8; 42];
+    out[..2].copy_from_slice(b"0x");
+    for (i, c) in lower.iter().enumerate() {
         let nibble = (hash[i / 2] >> if i % 2 == 0 { 4 } else { 0 }) & 0x0f;
-        out.push(if nibble >= 8 { c.to_ascii_uppercase() } else { c });
+        out[2 + i] = if nibble >= 8 { c.to_ascii_uppercase() } else { *c };
     }
     out
+}
+
+/// The text of an ASCII buffer (always valid: the encoders here write ASCII only).
+fn ascii(buf: &[u8]) -> &str {
+    std::str::from_utf8(buf).unwrap_or_default()
 }
 
 impl FromStr for Address {
@@ -116,8 +128,8 @@ impl FromStr for Address {
             let mixed = hex.bytes().any(|b| b.is_ascii_lowercase()) && hex.bytes().any(|b| b.is_ascii_uppercase());
             if mixed {
                 let expected = eip55(&bytes);
-                if expected != s {
-                    return Err(AddressError::EvmChecksum { expected });
+                if expected != s.as_bytes() {
+                    return Err(AddressError::EvmChecksum { expected: ascii(&expected).to_owned() });
                 }
             }
             return Ok(Self::Evm(bytes));
@@ -134,8 +146,13 @@ impl FromStr for Address {
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Evm(bytes) => f.write_str(&eip55(bytes)),
-            Self::Solana(bytes) => f.write_str(&bs58::encode(bytes).into_string()),
+            Self::Evm(bytes) => f.write_str(ascii(&eip55(bytes))),
+            Self::Solana(bytes) => {
+                // 32 bytes are at most 44 base58 digits.
+                let mut text = [0u8; 44];
+                let len = bs58::encode(bytes).onto(&mut text[..]).map_err(|_| fmt::Error)?;
+                f.write_str(ascii(&text[..len]))
+            }
         }
     }
 }
@@ -179,7 +196,10 @@ mod tests {
             assert_eq!(good.to_lowercase().parse::<Address>().unwrap(), a);
         }
         let typo = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD";
-        assert!(matches!(typo.parse::<Address>(), Err(AddressError::EvmChecksum { .. })));
+        assert_eq!(
+            typo.parse::<Address>(),
+            Err(AddressError::EvmChecksum { expected: "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed".into() })
+        );
         assert_eq!("0x123".parse::<Address>(), Err(AddressError::EvmFormat));
         assert_eq!("0xZZ5aeb6053f3e94c9b9a09f33669435e7ef1beaed0".parse::<Address>(), Err(AddressError::EvmFormat));
     }
@@ -190,6 +210,11 @@ mod tests {
         assert_eq!(a.family(), ChainFamily::Solana);
         assert_eq!(a.to_string(), "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin");
         assert_eq!("11111111111111111111111111111111".parse::<Address>().unwrap(), Address::Solana([0; 32]));
+        assert_eq!(Address::Solana([0; 32]).to_string(), "11111111111111111111111111111111");
+        // The longest key: 44 digits.
+        let longest = Address::Solana([0xff; 32]).to_string();
+        assert_eq!(longest.len(), 44);
+        assert_eq!(longest.parse::<Address>().unwrap(), Address::Solana([0xff; 32]));
         assert_eq!("9xQeWvG816bUx9EPjHmaT23".parse::<Address>(), Err(AddressError::SolanaFormat));
         assert_eq!("9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFi0".parse::<Address>(), Err(AddressError::SolanaFormat));
         assert_eq!("".parse::<Address>(), Err(AddressError::Empty));

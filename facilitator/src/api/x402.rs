@@ -26,16 +26,13 @@ use crate::payment::{PaymentError, Receive, Repeat};
 const MAX_SETTLE_WAIT_SECS: u64 = 60;
 
 /// The network as the request's version writes it.
-fn network_name(req: &FacilitatorRequest, network: &Network) -> String {
-    match req {
-        FacilitatorRequest::V1(_) => network.v1_name_or_caip2(),
-        FacilitatorRequest::V2(_) => network.to_string(),
-    }
+fn network_name(v1: bool, network: &Network) -> String {
+    if v1 { network.v1_name_or_caip2() } else { network.to_string() }
 }
 
 /// The request as the payment core's job: its requirement as the terms.
-fn receive_of(caller: &Caller, req: &FacilitatorRequest, repeat: Repeat) -> Receive {
-    let (payload, requirement, resource) = req.parts();
+fn receive_of(caller: &Caller, req: FacilitatorRequest, repeat: Repeat) -> Receive {
+    let (payload, requirement, resource) = req.into_parts();
     let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
     let terms = Terms {
         network: requirement.network.clone(),
@@ -89,7 +86,7 @@ pub async fn verify(
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
 ) -> Result<(Option<Extension<ProofRefused>>, Json<VerifyResponse>), ApiError> {
-    let answer = match state.payments().verify(receive_of(&caller, &req, Repeat::Used)).await {
+    let answer = match state.payments().verify(receive_of(&caller, req, Repeat::Used)).await {
         Ok(payer) => VerifyResponse {
             is_valid: true,
             invalid_reason: None,
@@ -126,9 +123,10 @@ pub async fn settle(
 ) -> Result<(Option<Extension<ProofRefused>>, Json<SettleResponse>), ApiError> {
     // Settling a proof settled before for the caller, with the same terms, answers that
     // settlement again (a seller following a settlement it saw pending).
-    let receive = receive_of(&caller, &req, Repeat::Confirmed);
+    let v1 = matches!(req, FacilitatorRequest::V1(_));
+    let receive = receive_of(&caller, req, Repeat::Confirmed);
     let family = receive.terms.network.family();
-    let network = network_name(&req, &receive.terms.network);
+    let network = network_name(v1, &receive.terms.network);
     let answer =
         |success: bool, reason: Option<(&str, String)>, transaction: String, payer: Option<String>| SettleResponse {
             success,

@@ -520,6 +520,21 @@ impl FacilitatorRequest {
             ),
         }
     }
+
+    /// As [`Self::parts`], taking the request apart instead of copying it.
+    #[must_use]
+    pub fn into_parts(self) -> (PaymentPayload, PaymentRequirements, Option<ResourceInfo>) {
+        match self {
+            Self::V1(r) => {
+                let (req, resource) = r.payment_requirements.to_v2();
+                (PaymentPayload::V1(r.payment_payload), req, Some(resource))
+            }
+            Self::V2(r) => {
+                let resource = r.payment_payload.resource.clone();
+                (PaymentPayload::V2(Box::new(r.payment_payload)), r.payment_requirements, resource)
+            }
+        }
+    }
 }
 
 /// `POST /verify` answer.
@@ -682,5 +697,18 @@ mod tests {
         assert_eq!(payload.version(), 1);
         assert_eq!(req, requirement());
         assert_eq!(res, Some(resource()));
+        assert_eq!(r.clone().into_parts(), r.parts());
+
+        let v2 = json!({
+            "x402Version": 2,
+            "paymentPayload": {"x402Version": 2, "resource": resource(), "accepted": requirement(), "payload": {}},
+            "paymentRequirements": requirement(),
+        });
+        let r: FacilitatorRequest = serde_json::from_value(v2).unwrap();
+        let (payload, req, res) = r.parts();
+        assert_eq!(payload.version(), 2);
+        assert_eq!(req, requirement());
+        assert_eq!(res, Some(resource()));
+        assert_eq!(r.clone().into_parts(), r.parts());
     }
 }
