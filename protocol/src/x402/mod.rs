@@ -692,23 +692,18 @@ mod tests {
             "paymentPayload": {"x402Version": 1, "scheme": "exact", "network": "base-sepolia", "payload": {}},
             "paymentRequirements": serde_json::to_value(PaymentRequirementsV1::from_v2(&requirement(), &resource())).unwrap(),
         });
-        let r: FacilitatorRequest = serde_json::from_value(v1).unwrap();
-        let (payload, req, res) = r.parts();
-        assert_eq!(payload.version(), 1);
-        assert_eq!(req, requirement());
-        assert_eq!(res, Some(resource()));
-        assert_eq!(r.clone().into_parts(), r.parts());
-
         let v2 = json!({
             "x402Version": 2,
             "paymentPayload": {"x402Version": 2, "resource": resource(), "accepted": requirement(), "payload": {}},
             "paymentRequirements": requirement(),
         });
-        let r: FacilitatorRequest = serde_json::from_value(v2).unwrap();
-        let (payload, req, res) = r.parts();
-        assert_eq!(payload.version(), 2);
-        assert_eq!(req, requirement());
-        assert_eq!(res, Some(resource()));
-        assert_eq!(r.clone().into_parts(), r.parts());
+        for (version, body) in [(1, v1), (2, v2)] {
+            let r: FacilitatorRequest = serde_json::from_value(body).unwrap();
+            let (payload, req, res) = r.parts();
+            assert_eq!(payload.version(), version);
+            assert_eq!(req, requirement());
+            assert_eq!(res, Some(resource()));
+            assert_eq!(r.clone().into_parts(), r.parts());
+        }
     }
 }

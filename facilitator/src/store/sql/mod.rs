@@ -137,9 +137,15 @@ impl SqlStore {
         Ok(Self { pool, locks, backend, listen_url, proofs })
     }
 
+    /// Whether "no payment holds this proof" is read without the pool (SQLite on a file).
+    #[cfg(test)]
+    pub(in crate::store) fn reads_proofs_directly(&self) -> bool {
+        self.proofs.is_some()
+    }
+
     /// Closes the pool (waits for connections to be returned).
     pub async fn close(&self) {
-        // First: the pool's last connection can then fold the WAL into the file.
+        // First: no connection of the reader outlives the pool.
         if let Some(proofs) = &self.proofs {
             proofs.close();
         }
@@ -162,14 +168,9 @@ impl SqlStore {
 /// database in memory, which no other connection can open, nor when it cannot be opened (then
 /// every lookup goes through the pool, as it always may).
 async fn proof_reader(pool: &AnyPool) -> StoreResult<Option<proofs::ProofReader>> {
-    let main = sqlx::query("PRAGMA database_list").fetch_all(pool).await?;
-    let file = main
-        .iter()
-        .find(|row| row.try_get::<String, _>("name").is_ok_and(|name| name == "main"))
-        .map(|row| row.try_get::<String, _>("file"))
-        .transpose()?
-        .filter(|file| !file.is_empty());
-    let Some(file) = file else { return Ok(None) };
+    let file: Option<String> =
+        sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'").fetch_optional(pool).await?;
+    let Some(file) = file.filter(|file| !file.is_empty()) else { return Ok(None) };
     match proofs::ProofReader::open(std::path::Path::new(&file)) {
         Ok(reader) => Ok(Some(reader)),
         Err(e) => {
