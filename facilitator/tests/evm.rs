@@ -365,6 +365,12 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
         let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, forged))).await;
         assert_eq!(reason(&v), why, "{v}");
     }
+    // Signed by someone else for a payer who holds nothing: the signature is the reason named
+    // (the chain's refusal is only explained by what the facilitator then checks itself).
+    let mut forged = token.authorize(&t, &other, seller, 1_000_000, window, nonce);
+    forged["authorization"]["from"] = json!(Address::repeat_byte(0x77).to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&requirement, forged))).await;
+    assert_eq!(reason(&v), "invalid_exact_evm_payload_signature", "{v}");
     let rich = token.authorize(&t, &buyer, seller, 9_000_000, window, nonce);
     let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&token.requirement(&t, seller, 9_000_000), rich))).await;
     assert_eq!(reason(&v), "insufficient_funds");
