@@ -561,6 +561,59 @@ async fn a_contract_wallet_pays_with_an_eip1271_signature() {
     assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }
 
+/// The signature of an authorization is the token's to check (a verify's one simulation runs
+/// it), so a contract that takes any call without checking anything is no token to be paid in:
+/// refused on verify and on settle, nothing sent. And the zero address (what a failed
+/// `ecrecover` returns) is never a payer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_does_not_check_signatures_is_refused() {
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    // Runtime code: return the word 6 to any call (so `decimals()` answers 6, and a
+    // `transferWithAuthorization` of anything succeeds), deployed by init code that returns it.
+    let code = alloy::primitives::hex::decode(
+        "600a600c600039600a6000f3" /* init */
+            .to_owned()
+            + "600660005260206000f3",
+    )
+    .unwrap();
+    let lax = Token::send(&t, &token.minter, alloy::primitives::TxKind::Create, code).await.unwrap();
+    let lax = Token { address: lax, minter: token.minter.clone() };
+    let (victim, stranger) = (PrivateKeySigner::random(), PrivateKeySigner::random());
+    token.mint(&t, victim.address(), 5_000_000).await;
+    let seller = Address::repeat_byte(0x54);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let (window, nonce) = ((now - 60, now + 300), alloy::primitives::B256::repeat_byte(5));
+    let signer = t.backend().signer.as_ref().unwrap().0.address();
+    let sent_before = t.backend().rpc.pending_nonce(signer).await.unwrap();
+
+    let forged = lax.authorize_as(&t, (victim.address(), &stranger), seller, 1_000_000, window, nonce);
+    let body = x402_v2(&lax.requirement(&t, seller, 1_000_000), forged);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body.clone())).await;
+    assert_eq!(v["invalidReason"], "invalid_payment_requirements", "{v}");
+    assert!(v["invalidMessage"].as_str().unwrap().contains("does not check EIP-3009 signatures"), "{v}");
+    let (_, settled) = t.call("POST", "/settle", &key, Some(body)).await;
+    assert_eq!(
+        (settled["success"].as_bool(), settled["errorReason"].as_str()),
+        (Some(false), Some("invalid_payment_requirements")),
+        "{settled}"
+    );
+    assert_eq!(t.backend().rpc.pending_nonce(signer).await.unwrap(), sent_before, "nothing sent");
+
+    // On the real token: a payer of zero is refused before the chain is asked.
+    let mut zero = token.authorize(&t, &stranger, seller, 1_000_000, window, nonce);
+    zero["authorization"]["from"] = json!(Address::ZERO.to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(x402_v2(&token.requirement(&t, seller, 1_000_000), zero))).await;
+    assert_eq!(v["invalidReason"], "invalid_exact_evm_payload_signature", "{v}");
+    // And it pays from a real payer as before.
+    let paid = token.authorize(&t, &victim, seller, 1_000_000, window, nonce);
+    let (_, settled) =
+        t.call("POST", "/settle", &key, Some(x402_v2(&token.requirement(&t, seller, 1_000_000), paid))).await;
+    assert_eq!(settled["success"], json!(true), "{settled}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
+}
+
 /// RPC calls by method made between two snapshots of the proxy's counts.
 fn calls_since(
     before: &std::collections::HashMap<String, usize>,

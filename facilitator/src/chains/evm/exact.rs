@@ -79,14 +79,46 @@ async fn published_domain(backend: &EvmBackend, token: Address) -> Result<(Strin
     Ok((name, version))
 }
 
-/// The token's decimals (read once: remembered).
-async fn decimals_of(backend: &EvmBackend, token: Address) -> Result<u8, ProofError> {
+/// The account the signature probe pays from: no one's key, no code (a made-up address).
+const PROBE_PAYER: Address = Address::repeat_byte(0x7a);
+
+/// The token's decimals, once it is known to be an EIP-3009 token that checks signatures (both
+/// asked once, at the same time: remembered).
+///
+/// A verify leaves the signature to the token (see [`check`]), so a token is first asked a
+/// `transferWithAuthorization` of nothing that nobody signed (a zero signature, from an account
+/// without code): one that checks signatures fails it. One that does not fail it — a contract
+/// whose fallback takes any call (WETH9's does), a token that skips the check — would pass any
+/// forged authorization, and is refused.
+async fn known_token(backend: &EvmBackend, token: Address, sender: Address) -> Result<u8, ProofError> {
     if let Some(decimals) = backend.decimals.get(&token) {
         return Ok(decimals);
     }
-    let decimals = erc20::view(&backend.rpc, token, &Erc3009::decimalsCall {}).await.map_err(|_| {
+    let probe = Erc3009::transferWithAuthorizationCall {
+        from: PROBE_PAYER,
+        to: PROBE_PAYER,
+        value: U256::ZERO,
+        validAfter: U256::ZERO,
+        validBefore: U256::MAX,
+        nonce: B256::repeat_byte(0x7a),
+        signature: Bytes::from_static(&[0; 65]),
+    };
+    let probe = TransactionRequest::default()
+        .from(sender)
+        .to(token)
+        .input(Bytes::from(probe.abi_encode()).into())
+        .gas_limit(backend.max_gas);
+    let (decimals, probed) =
+        tokio::join!(erc20::view(&backend.rpc, token, &Erc3009::decimalsCall {}), backend.rpc.simulate(probe));
+    let decimals = decimals.map_err(|_| {
         refuse(Reason::InvalidPaymentRequirements, format!("{token} does not answer as an ERC-20 token"))
     })?;
+    if probed?.is_ok() {
+        return Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            format!("{token} does not check EIP-3009 signatures: it accepts a transferWithAuthorization nobody signed"),
+        ));
+    }
     backend.decimals.insert(token, decimals);
     Ok(decimals)
 }
@@ -180,10 +212,15 @@ pub(super) async fn check(
     let (Some(from), Some(to)) = (address(&a.from), address(&a.to)) else {
         return Err(refuse(Reason::InvalidPayload, "authorization addresses must be EVM addresses"));
     };
+    if from.is_zero() {
+        // What a failed `ecrecover` returns: a token that forgets to refuse it would take any
+        // signature for it.
+        return Err(refuse(Reason::EvmSignature, "the zero address signs no authorization"));
+    }
     if to != *pay_to {
         return Err(refuse(Reason::EvmRecipientMismatch, format!("the authorization pays {to}, not {pay_to}")));
     }
-    let decimals = decimals_of(backend, token).await?;
+    let decimals = known_token(backend, token, sender).await?;
     terms.price.check(a.value.get(), decimals, Reason::EvmValue)?;
     let (valid_after, valid_before) = (a.valid_after.get(), a.valid_before.get());
     if valid_after >= u128::try_from(now).unwrap_or_default() {

@@ -50,7 +50,7 @@ pub struct EvmBackend {
     pub max_fee_per_gas: u128,
     /// The facilitator's account, which sends EIP-3009 settlements; `None` disables x402 `exact`.
     pub signer: Option<FacilitatorSigner>,
-    /// Token decimals, remembered between requests.
+    /// Decimals of tokens found to check EIP-3009 signatures, remembered between requests.
     pub decimals: super::memo::Facts<alloy::primitives::Address, u8>,
     /// Token EIP-712 names and versions read from the chain, remembered between requests.
     pub domains: super::memo::Facts<alloy::primitives::Address, (String, String)>,
