@@ -19,7 +19,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /var/lib/tollgate --create-home tollgate
-COPY --from=build /src/target/release/tollgate-facilitator /usr/local/bin/tollgate-facilitator
+COPY --from=build /src/target/production/tollgate-facilitator /usr/local/bin/tollgate-facilitator
 USER tollgate
 WORKDIR /var/lib/tollgate
 # Listen on every interface inside the container; the data (SQLite, when used) stays in the volume.
