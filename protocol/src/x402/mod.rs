@@ -505,23 +505,14 @@ pub type VerifyRequest = FacilitatorRequest;
 pub type SettleRequest = FacilitatorRequest;
 
 impl FacilitatorRequest {
-    /// Version-neutral view: (payload, requirement, resource when known).
+    /// Version-neutral view: (payload, requirement, resource when known), copied; see
+    /// [`Self::into_parts`].
     #[must_use]
     pub fn parts(&self) -> (PaymentPayload, PaymentRequirements, Option<ResourceInfo>) {
-        match self {
-            Self::V1(r) => {
-                let (req, resource) = r.payment_requirements.to_v2();
-                (PaymentPayload::V1(r.payment_payload.clone()), req, Some(resource))
-            }
-            Self::V2(r) => (
-                PaymentPayload::V2(Box::new(r.payment_payload.clone())),
-                r.payment_requirements.clone(),
-                r.payment_payload.resource.clone(),
-            ),
-        }
+        self.clone().into_parts()
     }
 
-    /// As [`Self::parts`], taking the request apart instead of copying it.
+    /// The request taken apart, version-neutral: (payload, requirement, resource when known).
     #[must_use]
     pub fn into_parts(self) -> (PaymentPayload, PaymentRequirements, Option<ResourceInfo>) {
         match self {
@@ -699,11 +690,10 @@ mod tests {
         });
         for (version, body) in [(1, v1), (2, v2)] {
             let r: FacilitatorRequest = serde_json::from_value(body).unwrap();
-            let (payload, req, res) = r.parts();
+            let (payload, req, res) = r.into_parts();
             assert_eq!(payload.version(), version);
             assert_eq!(req, requirement());
             assert_eq!(res, Some(resource()));
-            assert_eq!(r.clone().into_parts(), r.parts());
         }
     }
 }
