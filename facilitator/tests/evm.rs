@@ -601,6 +601,21 @@ async fn a_token_that_does_not_check_signatures_is_refused() {
     );
     assert_eq!(t.backend().rpc.pending_nonce(signer).await.unwrap(), sent_before, "nothing sent");
 
+    // Another asset: the victim holds both tokens, and pays for a requirement in one with an
+    // authorization signed for the other (its EIP-712 domain names its own contract). The
+    // token asked for refuses the signature in the simulation; nothing moves.
+    let other = Token::deploy(&t).await;
+    other.mint(&t, victim.address(), 5_000_000).await;
+    let cheap = other.authorize(&t, &victim, seller, 1_000_000, window, nonce);
+    let (_, v) =
+        t.call("POST", "/verify", &key, Some(x402_v2(&token.requirement(&t, seller, 1_000_000), cheap.clone()))).await;
+    assert_eq!(v["invalidReason"], "invalid_exact_evm_payload_signature", "{v}");
+    let (_, settled) =
+        t.call("POST", "/settle", &key, Some(x402_v2(&token.requirement(&t, seller, 1_000_000), cheap))).await;
+    assert_eq!(settled["errorReason"], "invalid_exact_evm_payload_signature", "{settled}");
+    assert_eq!((token.balance(&t, seller).await, other.balance(&t, seller).await), (0, 0));
+    assert_eq!(t.backend().rpc.pending_nonce(signer).await.unwrap(), sent_before, "nothing sent");
+
     // On the real token: a payer of zero is refused before the chain is asked.
     let mut zero = token.authorize(&t, &stranger, seller, 1_000_000, window, nonce);
     zero["authorization"]["from"] = json!(Address::ZERO.to_string());
