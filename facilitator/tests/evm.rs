@@ -728,3 +728,60 @@ async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
     assert_eq!(settled["errorReason"], "invalid_exact_evm_payload_authorization_nonce_used", "{settled}");
     assert_eq!(token.balance(&t, seller).await, 4_000_000);
 }
+
+/// A local payment is the transaction built for it, on EVM too: a stranger's build of the same
+/// order (same sender, nonce and recipient) is another transaction, and the transfer the buyer
+/// signed from another account's build does not confirm it; nor does a transfer the buyer made
+/// otherwise. The stranger's payment expires only once the chain says its transaction can no
+/// longer land (the buyer's nonce used), never on a block count alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_cannot_confirm_a_local_payment_with_another_transfer() {
+    use base64::Engine as _;
+    let t = EvmApp::start().await;
+    let (alice, _) = t.customer().await;
+    let (mallory, _) = t.customer().await;
+    let buyer = PrivateKeySigner::random();
+    let buyer_wallet = buyer.address().to_string();
+    t.fund(&buyer_wallet, ETH).await;
+    let shop = Address::repeat_byte(0x42).to_string();
+    let rpc = &t.backend().rpc;
+    let order = json!({"walletAddress": buyer_wallet, "recipientAddress": shop, "amount": 0.02});
+    let (s, mine) = t.call("POST", "/transaction/send", &alice, Some(order.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{mine}");
+    let (s, theirs) = t.call("POST", "/transaction/send", &mallory, Some(order)).await;
+    assert_eq!(s, StatusCode::OK, "{theirs}");
+    assert_ne!(mine["transaction"], theirs["transaction"], "two builds, two transactions");
+    let unsigned = |built: &Value| {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+        <alloy::consensus::TxEip1559 as alloy::rlp::Decodable>::decode(&mut &bytes[1..]).unwrap()
+    };
+    assert_eq!(unsigned(&mine).nonce, unsigned(&theirs).nonce, "one sender, one next nonce");
+
+    let (raw, hash) = sign(unsigned(&mine), &buyer).unwrap();
+    rpc.send_raw(&raw).await.unwrap();
+    rpc.wait_for_outcome(hash, std::time::Duration::from_secs(10)).await.unwrap();
+    let confirm = |key: &str, built: &Value, tx: String| {
+        let (body, key) = (json!({"paymentId": built["paymentId"], "transaction": tx}), key.to_owned());
+        let t = &t;
+        async move { t.call("POST", "/transaction/confirm", &key, Some(body)).await }
+    };
+    let hash = format!("{hash:#x}");
+    let (s, e) = confirm(&mallory, &theirs, hash.clone()).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("not the one built"), "{e}");
+    let (s, confirmed) = confirm(&alice, &mine, hash).await;
+    assert_eq!((s, confirmed["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{confirmed}");
+
+    // A plain transfer from the buyer to the shop for the amount, made otherwise.
+    let (raw, other) =
+        sign(alloy::consensus::TxEip1559 { nonce: 1, gas_limit: 21_000, ..unsigned(&mine) }, &buyer).unwrap();
+    rpc.send_raw(&raw).await.unwrap();
+    rpc.wait_for_outcome(other, std::time::Duration::from_secs(10)).await.unwrap();
+    let (s, e) = confirm(&mallory, &theirs, format!("{other:#x}")).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    // The buyer's nonce is used: the stranger's transaction can never land, so its payment expires
+    // when next asked about (whatever transaction is reported as not on chain).
+    let (s, expired) = confirm(&mallory, &theirs, format!("0x{}", "ab".repeat(32))).await;
+    assert_eq!((s, expired["status"].as_str()), (StatusCode::OK, Some("expired")), "{expired}");
+    assert_eq!(t.balance(&shop).await, 2 * ETH / 50);
+}

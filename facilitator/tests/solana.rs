@@ -910,3 +910,115 @@ async fn exact_native_fees_are_derived_as_the_cluster_charges_them() {
     assert_eq!(v["invalidReason"], "insufficient_funds", "{v}");
     assert_eq!(proxy.calls("getFeeForMessage") - before, 1, "the rate is learned once, the rest derived");
 }
+
+/// A seller's repeated `/settle` of a settled proof is answered with its settlement for
+/// [`REPEAT_WINDOW`](tollgate_facilitator::payment::REPEAT_WINDOW) after its confirmation, for
+/// the resource it was made for; later, the proof is used: a paid request is not a ticket forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_is_answered_again_only_within_the_repeat_window() {
+    use solana_sdk::signer::Signer as _;
+    let clock = tollgate_facilitator::clock::ManualClock::new(chrono::Utc::now());
+    let t = SolanaApp::start_at(std::sync::Arc::new(clock.clone())).await;
+    let (key, _, _) = t.customer().await;
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let network = rpc.network().to_string();
+    let (seller, buyer) = (Keypair::new(), Keypair::new());
+    for who in [&seller, &buyer] {
+        t.call("POST", "/dev/airdrop", &key, Some(json!({"address": who.pubkey().to_string(), "amount": 1}))).await;
+    }
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let requirement = json!({"scheme": "exact-native", "network": network, "amount": "10000000",
+                             "asset": "native", "payTo": seller.pubkey().to_string(), "maxTimeoutSeconds": 30});
+    let body = json!({"x402Version": 2,
+        "paymentPayload": {"x402Version": 2, "accepted": requirement,
+                           "payload": {"transaction": signed_transfer(&buyer, &seller.pubkey(), 10_000_000, blockhash)},
+                           "resource": {"url": "https://seller.example/a", "description": "", "mimeType": ""}},
+        "paymentRequirements": requirement});
+    let (_, first) = t.call("POST", "/settle", &key, Some(body.clone())).await;
+    assert_eq!(first["success"], true, "{first}");
+    clock.advance(std::time::Duration::from_secs(9 * 60));
+    let (_, again) = t.call("POST", "/settle", &key, Some(body.clone())).await;
+    assert_eq!((again["success"].as_bool(), &again["transaction"]), (Some(true), &first["transaction"]));
+    clock.advance(std::time::Duration::from_secs(2 * 60));
+    let (_, late) = t.call("POST", "/settle", &key, Some(body)).await;
+    assert_eq!((late["success"].as_bool(), late["errorReason"].as_str()), (Some(false), Some("duplicate_settlement")));
+}
+
+/// A local payment is the transaction built for it. A stranger builds a payment from a buyer's
+/// wallet to a shop and confirms it with a transfer the buyer made otherwise (an x402 payment),
+/// or with the transaction another account built for the same order: refused, nothing recorded.
+/// Two builds of one order are two transactions; the buyer's account and the stranger's racing
+/// to confirm the one the buyer signed: the buyer's payment is confirmed, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_cannot_confirm_a_local_payment_with_another_transfer() {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    use solana_sdk::transaction::Transaction;
+    let t = SolanaApp::start().await;
+    let (alice, _, _) = t.customer().await;
+    let (mallory, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let (buyer, shop) = (Keypair::new(), Keypair::new());
+    for who in [&buyer, &shop] {
+        t.call("POST", "/dev/airdrop", &alice, Some(json!({"address": who.pubkey().to_string(), "amount": 1}))).await;
+    }
+    let order = json!({"walletAddress": buyer.pubkey().to_string(), "recipientAddress": shop.pubkey().to_string(), "amount": 0.05});
+    let build = |key: String| {
+        let (t, order) = (&t, order.clone());
+        async move {
+            let (s, built) = t.call("POST", "/transaction/send", &key, Some(order)).await;
+            assert_eq!(s, StatusCode::OK, "{built}");
+            built
+        }
+    };
+    let confirm = |key: String, id: String, tx: String| {
+        let t = &t;
+        async move { t.call("POST", "/transaction/confirm", &key, Some(json!({"paymentId": id, "transaction": tx}))).await }
+    };
+    let rpc = &backend.rpc;
+    let land = |tx: Transaction| async move {
+        let signature = rpc.send(&tx).await.unwrap();
+        rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+        signature.to_string()
+    };
+
+    // The buyer pays the shop the same amount outside local mode (an exact-native proof, say).
+    let (blockhash, _) = backend.rpc.latest_blockhash().await.unwrap();
+    let paid = land(Transaction::new_signed_with_payer(
+        &[solana_system_interface::instruction::transfer(&buyer.pubkey(), &shop.pubkey(), 50_000_000)],
+        Some(&buyer.pubkey()),
+        &[&buyer],
+        blockhash,
+    ))
+    .await;
+    let stranger = build(mallory.clone()).await;
+    let stranger_id = stranger["paymentId"].as_str().unwrap().to_owned();
+    let (s, e) = confirm(mallory.clone(), stranger_id.clone(), paid.clone()).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("not the one built"), "{e}");
+
+    // Alice builds the same order; the buyer signs Alice's transaction.
+    let built = build(alice.clone()).await;
+    assert_ne!(built["transaction"], stranger["transaction"], "two builds, two transactions");
+    let alice_id = built["paymentId"].as_str().unwrap().to_owned();
+    let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    let mut tx: Transaction = bincode::deserialize(&bytes).unwrap();
+    let blockhash = tx.message.recent_blockhash;
+    tx.sign(&[&buyer], blockhash);
+    let signed = land(tx).await;
+    let (mine, theirs) = tokio::join!(
+        confirm(alice.clone(), alice_id.clone(), signed.clone()),
+        confirm(mallory.clone(), stranger_id.clone(), signed.clone())
+    );
+    assert_eq!((mine.0, mine.1["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{}", mine.1);
+    assert_eq!(theirs.0, StatusCode::PAYMENT_REQUIRED, "{}", theirs.1);
+    let (_, status) = t.call("GET", &format!("/payment/status/{stranger_id}"), &mallory, None).await;
+    assert_eq!((status["status"].as_str(), &status["transaction"]), (Some("built"), &Value::Null), "{status}");
+    // Eight confirms of Alice's payment at once: one record, confirmed.
+    let racers: Vec<_> = (0..8).map(|_| confirm(alice.clone(), alice_id.clone(), signed.clone())).collect();
+    for (s, answer) in futures_util::future::join_all(racers).await {
+        assert_eq!((s, answer["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{answer}");
+    }
+    let (_, history) = t.call("GET", &format!("/payment/history/{}?type=sent", buyer.pubkey()), &alice, None).await;
+    assert_eq!(history["total"], 1, "{history}");
+}

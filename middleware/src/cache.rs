@@ -14,25 +14,44 @@ use tollgate_protocol::x402::PaymentPayload;
 use crate::challenge::Buffered;
 use crate::facilitator::Payment;
 
+/// What a paid proof is a ticket for: the resource the seller named for the request it paid,
+/// and that request's method. A repeat of the proof is served only for the same.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Ticket {
+    pub resource: String,
+    pub method: http::Method,
+}
+
+impl Ticket {
+    /// Why a request for `other` is not what this ticket paid for, if it is not.
+    pub(crate) fn refuses(&self, other: &Self) -> Option<String> {
+        if self.resource != other.resource {
+            return Some("this payment was made for another resource".into());
+        }
+        (self.method != other.method).then(|| format!("this payment was made for a {} request", self.method))
+    }
+}
+
 /// A verdict remembered for a proof.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant, reason = "kept behind an Arc in the cache, never moved around")]
 pub(crate) enum Known {
-    /// Settled for `resource`: a retry for it is served without the facilitator. `headers` are
+    /// Settled for `ticket`: a retry of it is served without the facilitator. `headers` are
     /// its settlement header values for v1 and v2 requests, made once.
-    Accepted { resource: String, payment: Payment, headers: (Option<HeaderValue>, Option<HeaderValue>) },
-    /// Refused: answered again without the facilitator while remembered.
-    Refused { reason: String },
-    /// Paid, not yet confirmed: a retry asks the facilitator how it ended.
-    Pending { resource: String, payment_id: Option<String> },
+    Accepted { ticket: Ticket, payment: Payment, headers: (Option<HeaderValue>, Option<HeaderValue>) },
+    /// Refused for `ticket`: a repeat of it is answered again without the facilitator while
+    /// remembered. (A refusal can be the ticket's: "made for another resource".)
+    Refused { ticket: Ticket, reason: String },
+    /// Paid, not yet confirmed: a retry of `ticket` asks the facilitator how it ended.
+    Pending { ticket: Ticket, payment_id: Option<String> },
 }
 
 impl Known {
     /// An accepted proof, with its settlement headers.
-    pub(crate) fn accepted(resource: &str, payment: &Payment) -> Self {
+    pub(crate) fn accepted(ticket: &Ticket, payment: &Payment) -> Self {
         let headers =
             (crate::challenge::settlement_header(payment, true), crate::challenge::settlement_header(payment, false));
-        Self::Accepted { resource: resource.to_owned(), payment: payment.clone(), headers }
+        Self::Accepted { ticket: ticket.clone(), payment: payment.clone(), headers }
     }
 }
 
@@ -106,10 +125,16 @@ impl ProofCache {
         Self { known, in_flight: Mutex::new(HashMap::new()) }
     }
 
-    /// The cache key of a proof: SHA-256 of its canonical JSON.
+    /// The cache key of a proof: SHA-256 of the canonical JSON of what pays — v1's whole
+    /// payload; v2's accepted requirement and scheme payload, without the buyer's copy of the
+    /// resource or its extensions, so a proof wrapped again with another resource is the same
+    /// proof, remembered for what it paid.
     pub(crate) fn key(payload: &PaymentPayload) -> String {
-        let bytes = serde_json::to_vec(payload).unwrap_or_default();
-        Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+        let bytes = match payload {
+            PaymentPayload::V1(p) => serde_json::to_vec(p),
+            PaymentPayload::V2(p) => serde_json::to_vec(&(&p.accepted, &p.payload)),
+        };
+        Sha256::digest(bytes.unwrap_or_default()).iter().map(|b| format!("{b:02x}")).collect()
     }
 
     pub(crate) async fn get(&self, key: &str) -> Option<Arc<Known>> {
@@ -129,5 +154,40 @@ impl ProofCache {
         let (sender, receiver) = watch::channel(None);
         in_flight.insert(key.to_owned(), receiver);
         Flight::Leader(Leader { key: key.to_owned(), sender, cache: self.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn v2(resource: Option<&str>, transaction: &str) -> PaymentPayload {
+        let mut payload = json!({"x402Version": 2, "accepted": {"scheme": "exact-native", "network": "eip155:8453",
+            "amount": "100", "asset": "native", "payTo": "0x1111111111111111111111111111111111111111",
+            "maxTimeoutSeconds": 60}, "payload": {"transaction": transaction}});
+        if let Some(url) = resource {
+            payload["resource"] = json!({"url": url});
+        }
+        serde_json::from_value(payload).unwrap()
+    }
+
+    #[test]
+    fn a_proof_wrapped_again_is_the_same_proof() {
+        let key = ProofCache::key(&v2(Some("https://shop.example/a"), "0x01"));
+        assert_eq!(ProofCache::key(&v2(Some("https://shop.example/b"), "0x01")), key);
+        assert_eq!(ProofCache::key(&v2(None, "0x01")), key);
+        assert_ne!(ProofCache::key(&v2(None, "0x02")), key, "another proof");
+    }
+
+    #[test]
+    fn a_ticket_serves_its_resource_and_method_only() {
+        let get = Ticket { resource: "https://shop.example/a".into(), method: http::Method::GET };
+        assert_eq!(get.refuses(&get.clone()), None);
+        let other = Ticket { resource: "https://shop.example/b".into(), ..get.clone() };
+        assert!(get.refuses(&other).unwrap().contains("another resource"));
+        let post = Ticket { method: http::Method::POST, ..get.clone() };
+        assert!(get.refuses(&post).unwrap().contains("GET request"));
     }
 }

@@ -12,8 +12,8 @@ use reqwest::StatusCode;
 use tollgate_protocol::gateway::{PaymentRecord, PaymentStatus, ReceivePaymentRequest};
 use tollgate_protocol::redact::{redact_url, redact_urls};
 use tollgate_protocol::x402::{
-    Asset, FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentRequirements,
-    PaymentRequirementsV1, ResourceInfo, SettleResponse, Supported, V1, V2, VerifyResponse,
+    Asset, FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentPayloadV2,
+    PaymentRequirements, PaymentRequirementsV1, ResourceInfo, SettleResponse, Supported, V1, V2, VerifyResponse,
 };
 use tollgate_protocol::{Address, AtomicAmount, ErrorEnvelope, Network};
 
@@ -37,12 +37,31 @@ pub struct Payment {
     pub payment_id: Option<String>,
 }
 
+/// What a payment must have been made for to serve this request: the resource the seller names
+/// (never the buyer's copy of it), and how long after its confirmation it still serves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wanted<'a> {
+    /// The resource URL of this request, as the layer makes it.
+    pub resource: &'a str,
+    /// How long a confirmed payment serves its resource again (the layer's ticket lifetime).
+    pub lifetime: Duration,
+}
+
 /// A confirmed gateway payment as what it paid — which, for a payment followed by its id, may be
-/// a cheaper request's price or someone else's wallet.
-fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, resource: &str) -> Verdict {
+/// a cheaper request's price, someone else's wallet, another resource, or a payment too old to
+/// be a ticket still.
+fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wanted<'_>) -> Verdict {
     // A payment made for another resource (followed by its id) pays that one, not this.
-    if record.resource.as_deref() != Some(resource) {
+    if record.resource.as_deref() != Some(wanted.resource) {
         return Verdict::Refused { reason: "this payment was made for another resource".into() };
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let lifetime = i64::try_from(wanted.lifetime.as_secs()).unwrap_or(i64::MAX);
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    if record.confirmed_at.is_none_or(|at| now.saturating_sub(at.timestamp()) > lifetime) {
+        return Verdict::Refused {
+            reason: "this payment was confirmed longer ago than a paid request is served again".into(),
+        };
     }
     let payment = match (record.asset.parse(), record.to.parse()) {
         (Ok(asset), Ok(pay_to)) => Some(Payment {
@@ -246,15 +265,15 @@ impl FacilitatorClient {
     /// to be followed with [`Self::follow`]. A proof the gateway says the caller's own payment
     /// holds (its answer was lost: the buyer hung up, the call timed out) is that payment, when
     /// it pays `requirement` for this `resource`: the buyer is not refused after paying.
-    pub async fn receive(
+    pub(crate) async fn receive(
         &self,
         requirement: &PaymentRequirements,
         decimals: u8,
         proof: &str,
-        resource: &str,
+        wanted: Wanted<'_>,
     ) -> Verdict {
-        match self.receive_once(requirement, decimals, proof, resource).await {
-            (_, Some(held_by)) => self.status(&held_by, requirement, resource).await,
+        match self.receive_once(requirement, decimals, proof, wanted).await {
+            (_, Some(held_by)) => self.status(&held_by, requirement, wanted).await,
             (verdict, None) => verdict,
         }
     }
@@ -266,13 +285,13 @@ impl FacilitatorClient {
         requirement: &PaymentRequirements,
         decimals: u8,
         proof: &str,
-        resource: &str,
+        wanted: Wanted<'_>,
     ) -> (Verdict, Option<String>) {
         let body = ReceivePaymentRequest {
             wallet_address: requirement.pay_to.to_string(),
             payment_proof: proof.to_owned(),
             expected_amount: tollgate_protocol::DecimalAmount::from_atomic(requirement.amount, decimals),
-            resource: Some(resource.to_owned()),
+            resource: Some(wanted.resource.to_owned()),
             facilitator_url: None,
             timeout: Some(settle_wait(requirement)),
             network: Some(requirement.network.clone()),
@@ -286,7 +305,7 @@ impl FacilitatorClient {
             .await;
         match sent {
             Err(e) if e.is_timeout() => (Verdict::Pending { payment_id: None, transaction: None }, None),
-            sent => self.gateway_verdict(sent, requirement, resource).await,
+            sent => self.gateway_verdict(sent, requirement, wanted).await,
         }
     }
 
@@ -294,36 +313,42 @@ impl FacilitatorClient {
     /// payment by its id, or the proof sent again, which the gateway answers with the caller's
     /// payment holding it; an x402 facilitator's `/settle` again, which Tollgate's facilitator
     /// answers with the settlement made before (x402 `/settle` is idempotent for one seller).
-    pub async fn follow(
+    pub(crate) async fn follow(
         &self,
         payment_id: Option<&str>,
         paid: (&PaymentPayload, &str),
         requirement: &PaymentRequirements,
         decimals: u8,
-        resource: &ResourceInfo,
+        (resource, lifetime): (&ResourceInfo, Duration),
     ) -> Verdict {
         let (payload, proof) = paid;
         if !self.is_gateway() {
             return self.settle(payload, requirement, resource).await;
         }
+        let wanted = Wanted { resource: &resource.url, lifetime };
         match payment_id {
-            Some(id) => self.status(id, requirement, &resource.url).await,
-            None => self.receive(requirement, decimals, proof, &resource.url).await,
+            Some(id) => self.status(id, requirement, wanted).await,
+            None => self.receive(requirement, decimals, proof, wanted).await,
         }
     }
 
     /// Follows a pending gateway payment (`GET /payment/status/{id}`): paid only when it pays
-    /// `requirement` for `resource`.
-    pub async fn status(&self, payment_id: &str, requirement: &PaymentRequirements, resource: &str) -> Verdict {
+    /// `requirement` for the ticket's resource, confirmed within its lifetime.
+    pub(crate) async fn status(
+        &self,
+        payment_id: &str,
+        requirement: &PaymentRequirements,
+        wanted: Wanted<'_>,
+    ) -> Verdict {
         let sent = self.request(reqwest::Method::GET, &format!("/payment/status/{payment_id}")).send().await;
-        self.gateway_verdict(sent, requirement, resource).await.0
+        self.gateway_verdict(sent, requirement, wanted).await.0
     }
 
     async fn gateway_verdict(
         &self,
         sent: Result<reqwest::Response, reqwest::Error>,
         requirement: &PaymentRequirements,
-        resource: &str,
+        wanted: Wanted<'_>,
     ) -> (Verdict, Option<String>) {
         let answer = match sent {
             Ok(a) => a,
@@ -336,7 +361,7 @@ impl FacilitatorClient {
                 Err(e) => return (unavailable(e), None),
             };
             let verdict = match record.status {
-                PaymentStatus::Confirmed => paid_for(record, requirement, resource),
+                PaymentStatus::Confirmed => paid_for(record, requirement, wanted),
                 PaymentStatus::Failed | PaymentStatus::Expired => Verdict::Refused {
                     reason: format!("the payment {}: {}", record.status.as_str(), record.error.unwrap_or_default()),
                 },
@@ -477,10 +502,63 @@ fn facilitator_request(
             payment_payload: p.clone(),
             payment_requirements: PaymentRequirementsV1::from_v2(requirement, resource),
         }),
+        // The buyer's copy of the resource is a claim: the seller names what is paid for, and
+        // the facilitator binds (and answers a repeat for) the resource it is sent.
         PaymentPayload::V2(p) => FacilitatorRequest::V2(FacilitatorRequestV2 {
             x402_version: V2,
-            payment_payload: (**p).clone(),
+            payment_payload: PaymentPayloadV2 { resource: Some(resource.clone()), ..(**p).clone() },
             payment_requirements: requirement.clone(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const PAY_TO: &str = "0x1111111111111111111111111111111111111111";
+
+    fn requirement() -> PaymentRequirements {
+        serde_json::from_value(json!({"scheme": "exact-native", "network": "eip155:8453", "amount": "100",
+            "asset": "native", "payTo": PAY_TO, "maxTimeoutSeconds": 60}))
+        .unwrap()
+    }
+
+    /// A confirmed gateway record for `resource`, confirmed `ago` seconds ago.
+    fn record(resource: Option<&str>, ago: i64) -> PaymentRecord {
+        let at = (chrono::Utc::now() - chrono::Duration::seconds(ago)).to_rfc3339();
+        let record = json!({"paymentId": "pay_1", "status": "confirmed", "mode": "hosted",
+            "network": "eip155:8453", "from": PAY_TO, "to": PAY_TO, "amount": 1,
+            "amountAtomic": "1000000000000000000", "asset": "native", "fee": null, "transaction": "0xab",
+            "resource": resource, "metadata": null, "createdAt": at, "updatedAt": at, "confirmedAt": at, "error": null});
+        // Amounts are read from the JSON text.
+        serde_json::from_str(&record.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_gateway_payment_serves_only_its_resource_within_the_ticket_lifetime() {
+        let wanted = Wanted { resource: "https://shop.example/a", lifetime: Duration::from_secs(600) };
+        let paid = |r: PaymentRecord| matches!(paid_for(r, &requirement(), wanted), Verdict::Paid(_));
+        assert!(paid(record(Some("https://shop.example/a"), 60)));
+        assert!(!paid(record(Some("https://shop.example/b"), 60)), "another resource");
+        assert!(!paid(record(None, 60)), "no resource is not this one");
+        assert!(!paid(record(Some("https://shop.example/a"), 601)), "confirmed before the ticket's lifetime");
+    }
+
+    #[test]
+    fn the_seller_names_the_resource_of_a_v2_request() {
+        let accepted = requirement();
+        let payload: PaymentPayload = serde_json::from_value(json!({"x402Version": 2, "accepted": accepted,
+            "payload": {"transaction": "0x00"}, "resource": {"url": "https://shop.example/cheap"}}))
+        .unwrap();
+        let seller = ResourceInfo {
+            url: "https://shop.example/dear".into(),
+            description: String::new(),
+            mime_type: String::new(),
+        };
+        let FacilitatorRequest::V2(sent) = facilitator_request(&payload, &accepted, &seller) else { panic!("v2") };
+        assert_eq!(sent.payment_payload.resource, Some(seller));
     }
 }

@@ -80,6 +80,8 @@ pub(crate) struct Config {
     pub max_timeout_seconds: u64,
     pub max_buffered_body: usize,
     pub retry_after_secs: u64,
+    /// How long after its confirmation a payment serves its request again.
+    pub ticket_lifetime: Duration,
     pub cache: Arc<ProofCache>,
     /// The requirements when they are the same for every request (fixed prices on named
     /// networks, nothing asked of `/supported`): built once.
@@ -263,6 +265,12 @@ impl PaymentLayerBuilder {
 
     /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
     /// min), refused ones `refused_ttl` (default 10 s).
+    ///
+    /// `accepted_ttl` is also a paid request's **ticket lifetime**: a proof serves its request
+    /// again (the same resource and method, at a price it covers) for that long after its
+    /// payment was confirmed, whether this layer remembers it or the gateway names the seller's
+    /// own payment holding it (a buyer who hung up before the first answer, another instance).
+    /// After that, the proof is refused as used.
     pub fn cache(mut self, capacity: u64, accepted_ttl: Duration, refused_ttl: Duration) -> Self {
         self.cache_capacity = capacity;
         self.accepted_ttl = accepted_ttl;
@@ -332,6 +340,7 @@ impl PaymentLayerBuilder {
                 max_timeout_seconds: self.max_timeout_seconds,
                 max_buffered_body: self.max_buffered_body,
                 retry_after_secs: self.retry_after_secs,
+                ticket_lifetime: self.accepted_ttl,
                 cache,
                 static_offers,
                 challenges: moka::sync::Cache::new(1_000),

@@ -13,9 +13,9 @@ use tollgate_protocol::{ChainFamily, Network};
 use tower::Service;
 
 use crate::body::{BoxError, PaymentBody};
-use crate::cache::{Flight, Known, ProofCache};
+use crate::cache::{Flight, Known, ProofCache, Ticket};
 use crate::challenge::{self, Buffered};
-use crate::facilitator::{Payment, Verdict};
+use crate::facilitator::{Payment, Verdict, Wanted};
 use crate::future::ResponseFuture;
 use crate::layer::{Config, ResourceUrl, SettlementOrder};
 use crate::price::{Price, Quote};
@@ -177,16 +177,32 @@ where
     };
     let (key, payload) = (&decoded.key, &decoded.payload);
     let (requirement, decimals) = &offers[decoded.offer];
-    let paid = Paid { config: &config, requirement, decimals: *decimals, header, payload, resource: &resource, v1 };
+    let ticket = Ticket { resource: resource.url.clone(), method: parts.method.clone() };
+    let paid = Paid {
+        config: &config,
+        requirement,
+        decimals: *decimals,
+        header,
+        payload,
+        resource: &resource,
+        ticket: &ticket,
+        v1,
+    };
+    // Requests for other tickets settle apart: the facilitator decides which one the proof pays.
+    let flight = format!("{key} {} {}", ticket.method, ticket.resource);
 
     loop {
-        // Known already? A proof serves only the resource it paid for, and only a price it
-        // covers: one route can price each request differently (a query, a body).
+        // Known already? A proof serves only the resource and method it paid for, and only a
+        // price it covers: one route can price each request differently (a query, a body).
         let known = config.cache.get(key).await;
+        let other_ticket = match known.as_deref() {
+            Some(Known::Accepted { ticket: t, .. } | Known::Pending { ticket: t, .. }) => t.refuses(&ticket),
+            _ => None,
+        };
+        if let Some(why) = other_ticket {
+            return Ok(challenge(&why));
+        }
         match known.as_deref() {
-            Some(Known::Accepted { resource: r, .. } | Known::Pending { resource: r, .. }) if *r != resource.url => {
-                return Ok(challenge("this payment was made for another resource"));
-            }
             Some(Known::Accepted { payment, .. }) if !payment.covers(requirement) => {
                 return Ok(challenge("this payment was made for a cheaper request"));
             }
@@ -195,12 +211,12 @@ where
                 let payment = payment.clone();
                 return serve(&config, inner, Request::from_parts(parts, body), payment, (v1, header)).await;
             }
-            Some(Known::Refused { reason }) => {
+            Some(Known::Refused { ticket: t, reason }) if *t == ticket => {
                 return Ok(paid.refused(reason, &offers, &parts.headers).into_response());
             }
-            Some(Known::Pending { .. }) | None => {}
+            Some(Known::Refused { .. } | Known::Pending { .. }) | None => {}
         }
-        match config.cache.fly(key) {
+        match config.cache.fly(&flight) {
             Flight::Follower(mut receiver) => {
                 // Another request is settling this proof: share its outcome.
                 if receiver.changed().await.is_ok() {
@@ -230,7 +246,7 @@ where
                     };
                     match verdict {
                         Verdict::Paid(payment) => {
-                            serve_settled((&config, key, &resource.url), inner, request, &payment, v1).await?
+                            serve_settled((&config, key, &ticket), inner, request, &payment, v1).await?
                         }
                         other => paid.not_paid(key, other, &offers, &headers).await,
                     }
@@ -239,14 +255,14 @@ where
                     match paid.verify().await {
                         // Settled already for this seller (its first answer was lost): paid.
                         Verdict::Paid(payment) if payment.transaction.is_some() => {
-                            serve_settled((&config, key, &resource.url), inner, request, &payment, v1).await?
+                            serve_settled((&config, key, &ticket), inner, request, &payment, v1).await?
                         }
                         Verdict::Paid(verified) => match run_buffered(&config, inner, request, verified).await? {
                             // The handler failed: nothing is settled, the buyer keeps the money.
                             Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
                             Some(mut buffered) => match paid.settle().await {
                                 Verdict::Paid(payment) => {
-                                    config.cache.put(key, Known::accepted(&resource.url, &payment)).await;
+                                    config.cache.put(key, Known::accepted(&ticket, &payment)).await;
                                     add_settlement_header(&mut buffered, &payment, v1);
                                     buffered
                                 }
@@ -267,7 +283,7 @@ where
 /// A settled proof: remembered as accepted for its resource, then the handler's answer with the
 /// settlement header.
 async fn serve_settled<S, ReqBody, ResBody>(
-    (config, key, resource): (&Config, &str, &str),
+    (config, key, ticket): (&Config, &str, &Ticket),
     inner: S,
     request: Request<ReqBody>,
     payment: &Payment,
@@ -279,7 +295,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    config.cache.put(key, Known::accepted(resource, payment)).await;
+    config.cache.put(key, Known::accepted(ticket, payment)).await;
     Ok(match run_buffered(config, inner, request, payment.clone()).await? {
         Some(mut buffered) => {
             add_settlement_header(&mut buffered, payment, v1);
@@ -330,6 +346,7 @@ struct Paid<'a> {
     header: &'a str,
     payload: &'a PaymentPayload,
     resource: &'a ResourceInfo,
+    ticket: &'a Ticket,
     v1: bool,
 }
 
@@ -344,7 +361,8 @@ impl Paid<'_> {
     async fn settle_before(&self) -> Verdict {
         let facilitator = &self.config.facilitator;
         if facilitator.is_gateway() {
-            return facilitator.receive(self.requirement, self.decimals, self.header, &self.resource.url).await;
+            let wanted = Wanted { resource: &self.resource.url, lifetime: self.config.ticket_lifetime };
+            return facilitator.receive(self.requirement, self.decimals, self.header, wanted).await;
         }
         match self.verify().await {
             Verdict::Paid(_) => self.settle().await,
@@ -355,7 +373,8 @@ impl Paid<'_> {
     /// Follows a settlement seen pending (or whose answer was lost).
     async fn follow(&self, payment_id: Option<&str>) -> Verdict {
         let paid = (self.payload, self.header);
-        self.config.facilitator.follow(payment_id, paid, self.requirement, self.decimals, self.resource).await
+        let wanted = (self.resource, self.config.ticket_lifetime);
+        self.config.facilitator.follow(payment_id, paid, self.requirement, self.decimals, wanted).await
     }
 
     /// x402 `/verify`. A proof settled already is settled again: Tollgate's facilitator answers
@@ -387,13 +406,13 @@ impl Paid<'_> {
         match verdict {
             Verdict::Paid(_) => challenge::unavailable(false), // not reached: callers handle success
             Verdict::Pending { payment_id, transaction } => {
-                let known = Known::Pending { resource: self.resource.url.clone(), payment_id: payment_id.clone() };
+                let known = Known::Pending { ticket: self.ticket.clone(), payment_id: payment_id.clone() };
                 self.config.cache.put(key, known).await;
                 challenge::pending(payment_id.as_deref(), transaction.as_deref(), self.config.retry_after_secs)
             }
             Verdict::Refused { reason } => {
                 let answer = self.refused(&reason, offers, headers);
-                self.config.cache.put(key, Known::Refused { reason }).await;
+                self.config.cache.put(key, Known::Refused { ticket: self.ticket.clone(), reason }).await;
                 answer
             }
             Verdict::Unavailable { timed_out, reason } => {

@@ -19,13 +19,16 @@ use tower::{Layer as _, ServiceExt as _};
 const NETWORK: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
 const PAY_TO: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 
+/// A gateway payment record; a confirmed one was confirmed just now.
 fn record(status: &str, resource: &str) -> Value {
+    let now = chrono::Utc::now().to_rfc3339();
+    let confirmed_at = (status == "confirmed").then(|| now.clone());
     json!({
         "resource": resource,
         "paymentId": "pay_1", "status": status, "mode": "hosted", "network": NETWORK,
         "from": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "to": PAY_TO,
         "amount": 0.01, "amountAtomic": "10000000", "asset": "native", "transaction": "5sig",
-        "createdAt": "2026-11-22T00:00:00Z", "updatedAt": "2026-11-22T00:00:00Z",
+        "createdAt": now, "updatedAt": now, "confirmedAt": confirmed_at,
         "payer": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"
     })
 }

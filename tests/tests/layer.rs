@@ -470,3 +470,160 @@ async fn a_thousand_refused_proofs_from_a_stranger_do_not_rate_limit_the_seller(
     let remaining: u32 = answer.headers()["x-ratelimit-remaining"].to_str().unwrap().parse().unwrap();
     assert!(remaining >= 100 - 11, "{remaining} requests left of 100");
 }
+
+/// A seller of `/report/1` and `/report/2` (GET, and POST on the first) at one price, behind a
+/// layer on `facilitator` settling in `order`; its handler runs are counted.
+async fn two_reports(
+    facilitator: FacilitatorClient,
+    order: tollgate::SettlementOrder,
+    pay_to: Pubkey,
+    runs: Arc<AtomicUsize>,
+) -> String {
+    let layer = PaymentLayer::builder()
+        .facilitator(facilitator)
+        .accept(Price::native_sol("0.01").unwrap().pay_to(pay_to.to_string().parse().unwrap()))
+        .settlement_order(order)
+        // Instances behind one load balancer name the same resources.
+        .resource_base("https://shop.example")
+        .build()
+        .unwrap();
+    let handler = move || {
+        let runs = runs.clone();
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            "paid content"
+        }
+    };
+    let app = Router::new()
+        .route("/report/1", get(handler.clone()).post(handler.clone()))
+        .route("/report/2", get(handler))
+        .route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A v2 `PAYMENT-SIGNATURE` for the same proof, with `resource` as the buyer writes it.
+fn rewrapped(v2: &str, resource: Option<&str>) -> String {
+    let mut payload: Value = tollgate_protocol::x402::header::decode(v2).unwrap();
+    match resource {
+        Some(url) => payload["resource"]["url"] = json!(url),
+        None => {
+            payload.as_object_mut().unwrap().remove("resource");
+        }
+    }
+    tollgate_protocol::x402::header::encode(&payload).unwrap()
+}
+
+/// One proof pays for one request: its resource as the seller names it and its method. Wrapped
+/// again (v2: another `resource`, or none), presented for another resource or method, to this
+/// seller or to another instance of it (nothing remembered, the facilitator asked): refused, in
+/// both facilitator modes and both settlement orders, and the money moved once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proof_wrapped_again_for_another_resource_or_method_is_refused() {
+    use tollgate::SettlementOrder::{SettleBefore, VerifyThenSettle};
+    let f = Facilitator::start().await;
+    let rpc = &f.state.chains.embedded_solana().unwrap().rpc;
+    let gateway = || FacilitatorClient::new(&f.url, &f.key);
+    let x402 = || FacilitatorClient::x402(&f.url).with_api_key(&f.key);
+    let client = reqwest::Client::new();
+    for (mode, order) in
+        [("gateway", SettleBefore), ("gateway", VerifyThenSettle), ("x402", SettleBefore), ("x402", VerifyThenSettle)]
+    {
+        for version in [1, 2] {
+            let case = format!("{mode}, {order:?}, v{version}");
+            let facilitator = || if mode == "gateway" { gateway() } else { x402() };
+            let pay_to = Pubkey::new_unique();
+            f.airdrop(&pay_to, 1).await;
+            let runs = Arc::new(AtomicUsize::new(0));
+            let shop = two_reports(facilitator(), order, pay_to, runs.clone()).await;
+            let first = format!("{shop}/report/1");
+            let second = "https://shop.example/report/2";
+            let buyer = Keypair::new();
+            f.airdrop(&buyer.pubkey(), 1).await;
+            let v1 = f.proof(&buyer, &pay_to, 10_000_000).await;
+            let (name, header) = if version == 1 {
+                ("X-PAYMENT", v1)
+            } else {
+                let (_, headers, _) = get_with(&first, None).await;
+                let offered: Value =
+                    tollgate_protocol::x402::header::decode(headers.get("payment-required").unwrap().to_str().unwrap())
+                        .unwrap();
+                let inner: Value = tollgate_protocol::x402::header::decode(&v1).unwrap();
+                let v2 = json!({"x402Version": 2, "accepted": offered["accepts"][0], "payload": inner["payload"],
+                                "resource": offered["resource"]});
+                ("PAYMENT-SIGNATURE", tollgate_protocol::x402::header::encode(&v2).unwrap())
+            };
+            let (status, _, body) = get_with(&first, Some((name, &header))).await;
+            assert_eq!(status, 200, "{case}: {body}");
+            assert_eq!(rpc.balance(&pay_to).await.unwrap(), 1_010_000_000, "{case}");
+
+            // The same shop, then another instance of it that remembers nothing.
+            let other_instance = two_reports(facilitator(), order, pay_to, runs.clone()).await;
+            for shop in [&shop, &other_instance] {
+                let mut attempts = vec![(format!("{shop}/report/2"), header.clone())];
+                if version == 2 {
+                    attempts.push((format!("{shop}/report/2"), rewrapped(&header, Some(second))));
+                    attempts.push((format!("{shop}/report/2"), rewrapped(&header, None)));
+                }
+                for (url, header) in attempts {
+                    let (status, _, body) = get_with(&url, Some((name, &header))).await;
+                    assert_eq!(status, 402, "{case}: {url}: {body}");
+                }
+            }
+            // Another method of the same resource, where the layer remembers the proof.
+            let posted = client.post(&first).header(name, &header).send().await.unwrap();
+            assert_eq!(posted.status().as_u16(), 402, "{case}: POST with a GET's proof");
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "{case}: served once");
+
+            // The request it paid for, again, at the other instance (its answer was lost):
+            // the seller's own payment for that resource, within the ticket's lifetime.
+            let (status, _, body) = get_with(&format!("{other_instance}/report/1"), Some((name, &header))).await;
+            assert_eq!(status, 200, "{case}: {body}");
+            if version == 2 {
+                // Without the buyer's copy of the resource: the seller names it.
+                let bare = rewrapped(&header, None);
+                let (status, _, body) = get_with(&first, Some((name, &bare))).await;
+                assert_eq!(status, 200, "{case}: {body}");
+            }
+            assert_eq!(rpc.balance(&pay_to).await.unwrap(), 1_010_000_000, "{case}: paid once");
+        }
+    }
+}
+
+/// At the facilitator: a v2 `/settle` repeated by the seller answers its settlement only for the
+/// resource it was made for; without a resource, or another one, the proof is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_settlement_is_answered_again_only_for_its_resource() {
+    let f = Facilitator::start().await;
+    let pay_to = Pubkey::new_unique();
+    f.airdrop(&pay_to, 1).await;
+    let buyer = Keypair::new();
+    f.airdrop(&buyer.pubkey(), 1).await;
+    let inner: Value = tollgate_protocol::x402::header::decode(&f.proof(&buyer, &pay_to, 10_000_000).await).unwrap();
+    let requirement = json!({"scheme": "exact-native", "network": f.network(), "amount": "10000000",
+                             "asset": "native", "payTo": pay_to.to_string(), "maxTimeoutSeconds": 30});
+    let settle = |resource: Option<&str>| {
+        let mut payload = json!({"x402Version": 2, "accepted": requirement, "payload": inner["payload"]});
+        if let Some(url) = resource {
+            payload["resource"] = json!({"url": url, "description": "", "mimeType": ""});
+        }
+        let body = json!({"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirement});
+        let (url, key) = (format!("{}/settle", f.url), f.key.clone());
+        async move {
+            let answer = reqwest::Client::new().post(url).bearer_auth(key).json(&body).send().await.unwrap();
+            assert_eq!(answer.status().as_u16(), 200);
+            answer.json::<Value>().await.unwrap()
+        }
+    };
+    let first = settle(Some("https://shop.example/report/1")).await;
+    assert_eq!(first["success"], true, "{first}");
+    let again = settle(Some("https://shop.example/report/1")).await;
+    assert_eq!((again["success"].as_bool(), &again["transaction"]), (Some(true), &first["transaction"]));
+    for other in [None, Some("https://shop.example/report/2")] {
+        let refused = settle(other).await;
+        assert_eq!(refused["success"], false, "{other:?}: {refused}");
+        assert_eq!(refused["errorReason"], "duplicate_settlement", "{other:?}: {refused}");
+    }
+}

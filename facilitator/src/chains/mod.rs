@@ -249,22 +249,31 @@ pub struct Expected<'a> {
     pub asset: &'a str,
     /// At least these base units.
     pub amount: AtomicAmount,
+    /// The transaction that was built or handed over for the payment, in the chain's bytes:
+    /// whether it can still land is read from it (EVM: its sender's nonce).
+    pub built: Option<&'a [u8]>,
+    /// Solana: the last block height at which the built transaction can land.
+    pub horizon: Option<u64>,
 }
 
 /// What the chain says about a transaction reported for a local-mode payment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seen {
-    /// The chain does not have it; its head is at `height`.
+    /// The chain does not have it.
     Absent {
-        /// Current block height (Solana) or number (EVM).
-        height: u64,
         /// The transaction id in its canonical form.
         tx_id: String,
+        /// Why the built transaction can no longer land, when the chain says so (Solana: past
+        /// its last valid block height; EVM: its sender's nonce used by another transaction).
+        dropped: Option<String>,
     },
     /// It landed.
     Landed {
         /// The transaction id in its canonical form.
         tx_id: String,
+        /// What its signers signed ([`Chain::signed_identity`]): the same as the built
+        /// transaction's, or it is another transaction.
+        signed: String,
         /// Whether it pays the payment (payer, recipient, asset, at least the amount).
         pays: bool,
         /// Why it failed, when it did.
@@ -312,11 +321,16 @@ pub trait Chain: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`OrderError`].
     async fn plan_send(&self, order: &Order, key: &[u8]) -> Result<PlannedSend, OrderError>;
-    /// Builds an unsigned transfer for the payer to sign (local mode).
+    /// Builds an unsigned transfer for the payer to sign (local mode). Two builds of one order
+    /// are two transactions ([`Self::signed_identity`] differs), so each payment has its own.
     ///
     /// # Errors
     /// [`OrderError`].
     async fn build(&self, order: &Order) -> Result<Unsigned, OrderError>;
+    /// What the signers of `transaction` (the chain's bytes, unsigned, partly or fully signed)
+    /// sign, as text: Solana the message, EVM the signing hash. A transaction that lands is the
+    /// one built when this is the same. `None` for bytes that are no transaction of this chain.
+    fn signed_identity(&self, transaction: &[u8]) -> Option<String>;
     /// An `exact-native` receipt for a confirmed transfer, signed by `key` (the sender's), as an
     /// `X-PAYMENT` value.
     ///

@@ -164,11 +164,18 @@ pub enum Repeat {
     /// [`PaymentError::ProofUsed`]: one verdict per proof. The gateway's one-call receive: a
     /// seller that serves on every success would otherwise serve a replayed proof again.
     Used,
-    /// The confirmed payment again: x402 `/settle` is idempotent, so a seller following a
-    /// settlement it saw pending learns how it ended. Safe because x402 sellers `/verify` a
-    /// proof they do not remember before they settle it, and `/verify` refuses a used proof.
+    /// The confirmed payment again, for [`REPEAT_WINDOW`] after its confirmation: x402
+    /// `/settle` is idempotent, so a seller following a settlement it saw pending learns how it
+    /// ended. Safe because x402 sellers `/verify` a proof they do not remember before they settle
+    /// it, and `/verify` refuses a used proof; and the seller names the resource (the same one,
+    /// or the proof is used).
     Confirmed,
 }
+
+/// How long after its confirmation a settlement is answered again to the account that made it
+/// ([`Repeat::Confirmed`]): a paid request is a ticket for a while (the seller layer's default
+/// ticket lifetime), not forever.
+pub const REPEAT_WINDOW: chrono::Duration = chrono::Duration::minutes(10);
 
 /// The payment service. Cheap to clone.
 #[derive(Clone)]
@@ -266,12 +273,13 @@ fn new_id() -> String {
 }
 
 /// Whether a stored payment pays what `terms` ask: same network, recipient and asset, enough of
-/// it, and the same resource when one is asked. A proof answered again for its owner must meet the
-/// new terms too, or a cheap proof would buy a dear request.
+/// it, and the same resource — none only for none: a request that names no resource is never
+/// answered with a payment made for one. A proof answered again for its owner must meet the new
+/// terms too, or a cheap proof would buy a dear request.
 fn covers(p: &NewPayment, terms: &Terms) -> bool {
     p.network == terms.network
         && p.to == terms.pay_to.to_string()
         && p.asset == terms.asset.to_string()
         && terms.price.check(p.amount_atomic.get(), p.decimals, crate::chains::Reason::InvalidPayload).is_ok()
-        && terms.resource.as_ref().is_none_or(|r| p.resource.as_ref() == Some(r))
+        && p.resource == terms.resource
 }

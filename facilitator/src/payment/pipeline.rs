@@ -29,7 +29,7 @@ pub(super) enum Source {
 }
 
 /// Most attempts at a transaction of one's own when the store says another payment recorded it.
-const SIGN_ATTEMPTS: usize = 3;
+pub(super) const SIGN_ATTEMPTS: usize = 3;
 
 impl Payments {
     /// Claims, records and settles a new payment with `source`'s transaction on `chain`.

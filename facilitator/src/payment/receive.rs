@@ -89,7 +89,8 @@ impl Payments {
                 return Ok(holder);
             }
         }
-        if own && r.repeat == Repeat::Confirmed && holder.payment.status == PaymentStatus::Confirmed {
+        let recent = holder.confirmed_at.is_some_and(|at| self.now() - at <= super::REPEAT_WINDOW);
+        if own && r.repeat == Repeat::Confirmed && holder.payment.status == PaymentStatus::Confirmed && recent {
             return Ok(holder);
         }
         let p = &holder.payment;

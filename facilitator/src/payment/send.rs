@@ -7,6 +7,7 @@ use std::time::Duration;
 use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 use tollgate_protocol::{ChainFamily, Network};
 
+use super::pipeline::SIGN_ATTEMPTS;
 use super::pipeline::Source;
 use super::receive::VALIDITY;
 use super::{PaymentError, Payments, detached, new_id};
@@ -96,18 +97,37 @@ impl Payments {
     /// # Errors
     /// [`PaymentError::InsufficientBalance`]; [`PaymentError::InvalidRecipient`];
     /// [`PaymentError::Unavailable`]; [`PaymentError::Internal`].
+    ///
+    /// The payment holds the transaction built for it and claims it (its
+    /// [`signed identity`](crate::chains::Chain::signed_identity), under the proof index): no two
+    /// payments, of one account or of two, hold one built transaction, and only a transaction
+    /// that signs what was built confirms the payment ([`Self::confirm`]).
     pub async fn build(&self, s: SendOrder) -> Result<Built, PaymentError> {
         let chain = self.chain(&s.network)?;
-        let unsigned = chain.build(&s.order).await?;
-        let payment = NewPayment {
-            status: PaymentStatus::Built,
-            mode: PaymentMode::Local,
-            expires_at: Some(self.now() + VALIDITY),
-            last_valid_block_height: Some(unsigned.horizon),
-            ..self.sent(&s, unsigned.fee).await?
-        };
-        let payment = self.store().insert_payment(&payment).await?;
-        Ok(Built { payment, unsigned })
+        for _ in 0..SIGN_ATTEMPTS {
+            let unsigned = chain.build(&s.order).await?;
+            let identity = chain
+                .signed_identity(&unsigned.transaction)
+                .ok_or_else(|| PaymentError::Internal("the chain built a transaction it cannot read back".into()))?;
+            let payment = NewPayment {
+                status: PaymentStatus::Built,
+                mode: PaymentMode::Local,
+                expires_at: Some(self.now() + VALIDITY),
+                last_valid_block_height: Some(unsigned.horizon),
+                tx_raw: Some(unsigned.transaction.clone()),
+                proof_id: Some(built_claim(&s.network, &identity)),
+                ..self.sent(&s, unsigned.fee).await?
+            };
+            match self.store().insert_payment(&payment).await {
+                Ok(payment) => return Ok(Built { payment, unsigned }),
+                // Another build drew the same transaction (rare): build another.
+                Err(StoreError::ProofUsed { payment_id }) => {
+                    tracing::info!(other = %payment_id, "built transaction already held; building another");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(PaymentError::Internal("no transaction of its own after retries".into()))
     }
 
     /// Checks a transaction reported for a local-mode payment of `account` and records what the
@@ -153,16 +173,29 @@ impl Payments {
             )));
         }
         let chain = self.chain(&p.network)?;
-        let expected = Expected { from: &p.from, to: &p.to, asset: &p.asset, amount: p.amount_atomic };
+        let built = p.tx_raw.as_deref();
+        let expected = Expected {
+            from: &p.from,
+            to: &p.to,
+            asset: &p.asset,
+            amount: p.amount_atomic,
+            built,
+            horizon: p.last_valid_block_height.filter(|_| p.network.family() == ChainFamily::Solana),
+        };
         let (tx_id, error, fee) = match chain.observe(&expected, tx).await? {
-            Seen::Absent { height, .. } => {
-                if p.status == PaymentStatus::Built && p.last_valid_block_height.is_some_and(|last| height > last) {
-                    let reason = format!("block {height} passed the transaction's last valid block without it");
-                    let event = Event::Expire { evidence: ExpiryEvidence::Chain, reason };
-                    return self.advance(&p.id, &event).await;
-                }
-                // Not on chain (yet): nothing to record.
-                return Ok(stored);
+            // Expired only on the chain's word that the built transaction can no longer land.
+            Seen::Absent { dropped: Some(reason), .. } if p.status == PaymentStatus::Built => {
+                let event = Event::Expire { evidence: ExpiryEvidence::Chain, reason };
+                return self.advance(&p.id, &event).await;
+            }
+            // Not on chain (yet): nothing to record.
+            Seen::Absent { .. } => return Ok(stored),
+            Seen::Landed { signed, .. }
+                if built.and_then(|b| chain.signed_identity(b)).is_some_and(|identity| identity != signed) =>
+            {
+                return Err(not_its_transaction(
+                    "that transaction is not the one built for this payment (it signs another message)".into(),
+                ));
             }
             Seen::Landed { pays: false, .. } => {
                 return Err(not_its_transaction(
@@ -205,6 +238,12 @@ impl Payments {
             Err(e) => Err(PaymentError::Internal(e.to_string())),
         }
     }
+}
+
+/// The claim a built transaction is held under (in the proof index): its network and what its
+/// signers sign.
+fn built_claim(network: &Network, identity: &str) -> String {
+    format!("{network}:built:{identity}")
 }
 
 /// A transaction reported for a payment that cannot be its transaction: the payment's proof is

@@ -131,6 +131,10 @@ impl Chain for FakeChain {
         Err(OrderError::Invalid("local mode is not part of this test".into()))
     }
 
+    fn signed_identity(&self, transaction: &[u8]) -> Option<String> {
+        String::from_utf8(transaction.to_vec()).ok()
+    }
+
     fn sign_receipt(&self, _: &[u8], tx_id: &str, _: &Address, _: Option<&str>) -> Result<String, ChainError> {
         Ok(format!("receipt-of-{tx_id}"))
     }

@@ -34,12 +34,17 @@ pub struct SolanaApp {
 
 impl SolanaApp {
     pub async fn start() -> Self {
-        Self::start_with(false).await
+        Self::start_with(false, Arc::new(SystemClock)).await
     }
 
     /// A facilitator that reaches the ledger through an [`RpcProxy`](super::rpc_proxy::RpcProxy).
     pub async fn start_behind_proxy() -> Self {
-        Self::start_with(true).await
+        Self::start_with(true, Arc::new(SystemClock)).await
+    }
+
+    /// A facilitator whose time is `clock`'s.
+    pub async fn start_at(clock: tollgate_facilitator::clock::SharedClock) -> Self {
+        Self::start_with(false, clock).await
     }
 
     /// The SQLite file behind the store.
@@ -47,7 +52,7 @@ impl SolanaApp {
         self.dir.path().join("sol.db")
     }
 
-    async fn start_with(proxied: bool) -> Self {
+    async fn start_with(proxied: bool, clock: tollgate_facilitator::clock::SharedClock) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("sol.db").to_str().unwrap()).unwrap(),
@@ -61,7 +66,7 @@ impl SolanaApp {
         let sponsor = Sponsor::new(Keypair::new(), SponsorPolicy::default());
         embedded::fund(&rpc, &sponsor.keypair).await.unwrap();
         let chains = Chains::none().with_solana(SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor));
-        let state = AppState::new(config, store.clone(), Arc::new(SystemClock))
+        let state = AppState::new(config, store.clone(), clock)
             .with_chains(chains)
             .with_master_key(MasterKey::generate().unwrap());
         Self { app: router(state.clone()), state, store, dir, proxy }

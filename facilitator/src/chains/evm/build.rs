@@ -63,6 +63,35 @@ pub fn unsigned_bytes(tx: &TxEip1559) -> Vec<u8> {
     tx.encoded_for_signing()
 }
 
+/// What the sender of a transaction in the chain's bytes signs (its signing hash) and its nonce,
+/// for an unsigned EIP-1559 signing payload (what local mode hands out, `0x02 || rlp([...])`) or
+/// a signed EIP-2718 envelope (what a local receive hands over).
+fn signing_hash_and_nonce(raw: &[u8]) -> Option<(B256, u64)> {
+    use alloy::consensus::Transaction as _;
+    use alloy::eips::eip2718::Decodable2718 as _;
+    if let Ok(envelope) = TxEnvelope::decode_2718_exact(raw) {
+        return Some((envelope.signature_hash(), envelope.nonce()));
+    }
+    let (&kind, mut fields) = raw.split_first()?;
+    if kind != 0x02 {
+        return None;
+    }
+    let tx = <TxEip1559 as alloy::rlp::Decodable>::decode(&mut fields).ok().filter(|_| fields.is_empty())?;
+    Some((tx.signature_hash(), tx.nonce))
+}
+
+/// The signing hash of a transaction in the chain's bytes (see [`signing_hash_and_nonce`]), hex.
+#[must_use]
+pub fn signed_identity(raw: &[u8]) -> Option<String> {
+    signing_hash_and_nonce(raw).map(|(hash, _)| format!("{hash:#x}"))
+}
+
+/// The nonce of a transaction in the chain's bytes.
+#[must_use]
+pub fn nonce(raw: &[u8]) -> Option<u64> {
+    signing_hash_and_nonce(raw).map(|(_, nonce)| nonce)
+}
+
 /// Signs `tx`, returning the broadcastable EIP-2718 bytes and the transaction hash.
 ///
 /// # Errors

@@ -169,6 +169,10 @@ impl Chain for EvmBackend {
         send::build(self, order).await
     }
 
+    fn signed_identity(&self, transaction: &[u8]) -> Option<String> {
+        build::signed_identity(transaction)
+    }
+
     fn sign_receipt(
         &self,
         key: &[u8],

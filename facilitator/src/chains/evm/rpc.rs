@@ -57,6 +57,8 @@ pub struct MinedTx {
     pub block: u64,
     /// ERC-20 `Transfer` events it emitted: (token, from, to, value).
     pub token_transfers: Vec<(Address, Address, Address, U256)>,
+    /// What its sender signed (its signing hash).
+    pub signed: B256,
 }
 
 /// `keccak256("Transfer(address,address,uint256)")`, the ERC-20 transfer event's topic.
@@ -261,6 +263,7 @@ impl EvmRpc {
             fee: receipt.cost(),
             block: receipt.block_number.unwrap_or_default(),
             token_transfers: token_transfers(&receipt),
+            signed: tx.inner.signature_hash(),
         }))
     }
 

@@ -127,11 +127,18 @@ impl Signable for HostedTransfer {
 }
 
 /// Builds an unsigned EIP-1559 transfer for the payer to sign (its signing payload,
-/// `0x02 || rlp([...])`), with the payer's next nonce.
+/// `0x02 || rlp([...])`), with the payer's next nonce and a fee cap of its own (drawn as a hosted
+/// send's): two builds of one order are two transactions, and a transfer that lands is the
+/// payment of the build it signed, of no other.
 pub(super) async fn build(backend: &EvmBackend, order: &Order) -> Result<Unsigned, OrderError> {
     let (from, transfer) = priced(backend, order).await?;
     let rpc = &backend.rpc;
-    let transfer = Transfer { nonce: rpc.pending_nonce(from).await?, ..transfer };
+    let lowered = rand::random_range(0..FEE_CAP_SPREAD);
+    let transfer = Transfer {
+        nonce: rpc.pending_nonce(from).await?,
+        max_fee_per_gas: transfer.max_fee_per_gas.saturating_add(FEE_CAP_SPREAD).saturating_sub(lowered),
+        ..transfer
+    };
     if rpc.balance(from).await? < transfer.max_cost() {
         return Err(OrderError::InsufficientBalance(
             "the wallet cannot pay the amount plus the most the gas can cost".into(),
@@ -149,7 +156,16 @@ pub(super) async fn observe(rpc: &EvmRpc, expected: &Expected<'_>, transaction: 
         .map_err(|_| OrderError::Invalid("transaction must be a transaction hash (0x + 64 hex digits)".into()))?;
     let tx_id = format!("{hash:#x}");
     let Some(mined) = rpc.mined(hash).await? else {
-        return Ok(Seen::Absent { height: rpc.block_number().await?, tx_id });
+        // It can no longer land once its sender's nonce is used by another transaction.
+        let sender = expected.from.parse::<alloy::primitives::Address>().ok();
+        let dropped = match (sender, expected.built.and_then(build::nonce)) {
+            (Some(sender), Some(nonce)) if rpc.mined_nonce(sender).await? > nonce => match rpc.mined(hash).await? {
+                Some(_) => None, // mined between the two calls: asked again below by the caller
+                None => Some(format!("nonce {nonce} of {sender} was used by another transaction")),
+            },
+            _ => None,
+        };
+        return Ok(Seen::Absent { tx_id, dropped });
     };
     let unreadable = || ChainError("the stored payment has unreadable addresses".into());
     let from: alloy::primitives::Address = expected.from.parse().map_err(|_| unreadable())?;
@@ -171,5 +187,5 @@ pub(super) async fn observe(rpc: &EvmRpc, expected: &Expected<'_>, transaction: 
         u128::try_from(paid).is_ok_and(|v| v >= expected.amount.get())
     };
     let error = (!mined.success).then(|| "the transaction reverted".to_owned());
-    Ok(Seen::Landed { tx_id, pays, error, fee: Some(AtomicAmount(mined.fee)) })
+    Ok(Seen::Landed { tx_id, signed: format!("{:#x}", mined.signed), pays, error, fee: Some(AtomicAmount(mined.fee)) })
 }

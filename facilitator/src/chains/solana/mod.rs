@@ -136,6 +136,12 @@ fn proof_id(network: &Network, signature: &str) -> String {
     format!("{network}:{signature}")
 }
 
+/// What a Solana transaction's signers sign: SHA-256 of its message, hex.
+fn message_identity(message: &solana_sdk::message::VersionedMessage) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(message.serialize()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The bytes a Solana transaction is broadcast as.
 fn encode(tx: &VersionedTransaction) -> Result<Vec<u8>, ChainError> {
     bincode::serialize(tx).map_err(|e| ChainError(format!("cannot encode the transaction: {e}")))
@@ -189,6 +195,11 @@ impl Chain for SolanaBackend {
 
     async fn build(&self, order: &Order) -> Result<Unsigned, OrderError> {
         send::build(&self.rpc, order).await
+    }
+
+    fn signed_identity(&self, transaction: &[u8]) -> Option<String> {
+        let tx: VersionedTransaction = bincode::deserialize(transaction).ok()?;
+        Some(message_identity(&tx.message))
     }
 
     fn sign_receipt(

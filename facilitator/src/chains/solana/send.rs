@@ -155,12 +155,15 @@ fn is_reserved(key: &Pubkey) -> bool {
     reserved.iter().any(|id| id.to_bytes() == key.to_bytes())
 }
 
-/// Builds an unsigned transfer for the payer to sign (local mode).
+/// Builds an unsigned transfer for the payer to sign (local mode), with a compute-unit limit of
+/// its own (as a hosted send's), so that two builds of one order are two transactions: a transfer
+/// that lands is the payment of the build whose message it signed, and of no other.
 pub(super) async fn build(rpc: &SolanaRpc, order: &Order) -> Result<Unsigned, OrderError> {
     let transfer = transfer(order)?;
     check_payee(rpc, &transfer, rpc.rent_exempt_minimum().await?).await?;
     let (blockhash, horizon) = rpc.latest_blockhash().await?;
-    let message = transfer.message(&blockhash);
+    let units = TRANSFER_COMPUTE_UNITS + rand::random_range(0..UNIQUE_UNITS_SPREAD);
+    let message = transfer.message_with_limit(&blockhash, Some(units));
     let fee = rpc.fee_for(&message).await?;
     if rpc.balance(&transfer.from).await? < transfer.lamports.saturating_add(fee) {
         return Err(OrderError::InsufficientBalance("the wallet cannot pay the amount plus the network fee".into()));
@@ -176,7 +179,14 @@ pub(super) async fn observe(rpc: &SolanaRpc, expected: &Expected<'_>, transactio
         transaction.parse().map_err(|_| OrderError::Invalid("transaction must be a Solana signature".into()))?;
     let tx_id = signature.to_string();
     let Some(seen) = rpc.confirmed_transaction(&signature).await? else {
-        return Ok(Seen::Absent { height: rpc.block_height().await?, tx_id });
+        let dropped = match expected.horizon {
+            Some(last) => {
+                let height = rpc.block_height().await?;
+                (height > last).then(|| format!("block {height} passed the transaction's last valid block without it"))
+            }
+            None => None,
+        };
+        return Ok(Seen::Absent { tx_id, dropped });
     };
     let unreadable = || ChainError("the stored payment has unreadable addresses".into());
     let from = expected.from.parse().map_err(|_| unreadable())?;
@@ -189,6 +199,7 @@ pub(super) async fn observe(rpc: &SolanaRpc, expected: &Expected<'_>, transactio
     };
     Ok(Seen::Landed {
         tx_id,
+        signed: super::message_identity(&seen.transaction.message),
         pays: u128::from(paid) >= expected.amount.get(),
         error: seen.error,
         fee: seen.fee.map(AtomicAmount::from),
