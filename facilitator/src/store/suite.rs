@@ -518,6 +518,46 @@ async fn a_transaction_is_one_payments_own_transfer(store: Arc<SqlStore>) {
     assert_eq!(store.get_payment("pay_5").await.unwrap().unwrap().payment.status, PaymentStatus::Verified);
 }
 
+/// Sixteen accounts' local payments racing to report one transfer as theirs: one wins, the
+/// others are told whose it is and stay as they were (a built transaction is also claimed once,
+/// by the proof index: `a_proof_is_claimed_once`).
+async fn racing_reports_of_one_transfer_settle_one_payment(store: Arc<SqlStore>) {
+    for i in 0..16 {
+        let built = NewPayment {
+            status: PaymentStatus::Built,
+            mode: tollgate_protocol::gateway::PaymentMode::Local,
+            proof_id: Some(format!("built-{i}")),
+            ..payment(&format!("pay_{i}"), &format!("acct_{i}"), "f", "t", t0())
+        };
+        store.insert_payment(&built).await.unwrap();
+    }
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut submit = update(PaymentStatus::Submitted);
+                submit.transaction = Some("sig_shared".into());
+                store.transition_payment(&format!("pay_{i}"), PaymentStatus::Built, &submit).await
+            })
+        })
+        .collect();
+    let (mut winners, mut holders) = (Vec::new(), Vec::new());
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(p) => winners.push(p.payment.id),
+            Err(StoreError::TransactionUsed { payment_id }) => holders.push(payment_id),
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert!(holders.iter().all(|h| *h == winners[0]), "every loser is told the winner");
+    for i in 0..16 {
+        let p = store.get_payment(&format!("pay_{i}")).await.unwrap().unwrap().payment;
+        let won = p.id == winners[0];
+        assert_eq!((p.status == PaymentStatus::Submitted, p.transaction.is_some()), (won, won), "{}", p.id);
+    }
+}
+
 /// Payments A→B and B→A between two accounts' wallets, inserted concurrently, all land: their
 /// counter updates take the same order, so PostgreSQL cannot deadlock them.
 async fn opposite_payments_do_not_deadlock(store: Arc<SqlStore>) {
@@ -840,6 +880,7 @@ suite!(
     two_contenders_one_transition,
     a_proof_is_claimed_once,
     a_transaction_is_one_payments_own_transfer,
+    racing_reports_of_one_transfer_settle_one_payment,
     opposite_payments_do_not_deadlock,
     history_is_newest_first_filtered_and_private,
     idempotency_records,
