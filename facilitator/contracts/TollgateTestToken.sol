@@ -4,6 +4,9 @@ pragma solidity 0.8.37;
 /// @title A small ERC-20 with EIP-3009 transferWithAuthorization, for Tollgate's tests.
 /// @notice Mintable by its deployer. EIP-712 domain: name, version "2", chain id, this contract.
 ///         Signatures from contract accounts are checked with EIP-1271.
+///         For attack tests, its deployer can make it deliver less than it says: keep a fee on
+///         every transfer (`setTransferFeeBps`, paid to the deployer), or move nothing at all
+///         while reporting success (`setHollow`). Both are off unless set.
 contract TollgateTestToken {
     string public name;
     string public symbol;
@@ -14,6 +17,8 @@ contract TollgateTestToken {
     mapping(address => uint256) public balanceOf;
     mapping(address => mapping(address => uint256)) public allowance;
     mapping(address => mapping(bytes32 => bool)) private usedAuthorizations;
+    uint256 public transferFeeBps;
+    bool public hollow;
 
     bytes32 public constant TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
         "TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)"
@@ -45,6 +50,17 @@ contract TollgateTestToken {
         totalSupply += value;
         balanceOf[to] += value;
         emit Transfer(address(0), to, value);
+    }
+
+    function setTransferFeeBps(uint256 bps) external {
+        require(msg.sender == minter, "only the minter sets the fee");
+        require(bps <= 10000, "a fee is at most the whole");
+        transferFeeBps = bps;
+    }
+
+    function setHollow(bool hollow_) external {
+        require(msg.sender == minter, "only the minter makes it hollow");
+        hollow = hollow_;
     }
 
     function transfer(address to, uint256 value) external returns (bool) {
@@ -150,8 +166,16 @@ contract TollgateTestToken {
         require(to != address(0), "transfer to the zero address");
         uint256 held = balanceOf[from];
         require(held >= value, "balance too low");
+        if (hollow) {
+            return;
+        }
+        uint256 fee = value * transferFeeBps / 10000;
         balanceOf[from] = held - value;
-        balanceOf[to] += value;
-        emit Transfer(from, to, value);
+        balanceOf[to] += value - fee;
+        emit Transfer(from, to, value - fee);
+        if (fee > 0) {
+            balanceOf[minter] += fee;
+            emit Transfer(from, minter, fee);
+        }
     }
 }

@@ -785,3 +785,63 @@ async fn a_stranger_cannot_confirm_a_local_payment_with_another_transfer() {
     assert_eq!((s, expired["status"].as_str()), (StatusCode::OK, Some("expired")), "{expired}");
     assert_eq!(t.balance(&shop).await, 2 * ETH / 50);
 }
+
+alloy::sol! {
+    /// The test token's switches for attack tests.
+    interface CheatingToken {
+        function setTransferFeeBps(uint256 bps) external;
+        function setHollow(bool hollow) external;
+    }
+}
+
+/// Confirmed means the money arrived: a token that keeps a fee on every transfer, and one that
+/// moves nothing while its `transferWithAuthorization` succeeds (it checks signatures, so it
+/// passes the facilitator's probe), both settle on chain without error. What arrived at the
+/// seller is read from the token's `Transfer` logs: less than asked is `failed`, naming what
+/// arrived, never `confirmed` — on x402 `/settle` and on the gateway's `/payment/receive`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_delivers_less_than_it_says_is_failed_not_confirmed() {
+    use alloy::sol_types::SolCall as _;
+    let t = EvmApp::start().await;
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let payer = PrivateKeySigner::random();
+    token.mint(&t, payer.address(), 5_000_000).await;
+    let seller = Address::repeat_byte(0x55);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let window = (now - 60, now + 300);
+    let switch = |data: Vec<u8>| Token::send(&t, &token.minter, alloy::primitives::TxKind::Call(token.address), data);
+
+    // 1% kept on every transfer: 990,000 of 1,000,000 arrive.
+    switch(CheatingToken::setTransferFeeBpsCall { bps: U256::from(100) }.abi_encode()).await;
+    let fee_taken = token.authorize(&t, &payer, seller, 1_000_000, window, alloy::primitives::B256::repeat_byte(1));
+    let (_, settled) =
+        t.call("POST", "/settle", &key, Some(x402_v2(&token.requirement(&t, seller, 1_000_000), fee_taken))).await;
+    assert_eq!(
+        (settled["success"].as_bool(), settled["errorReason"].as_str()),
+        (Some(false), Some("settle_exact_failed_onchain")),
+        "{settled}"
+    );
+    assert!(settled["errorMessage"].as_str().unwrap().contains("only 990000 of the 1000000"), "{settled}");
+    assert_eq!(token.balance(&t, seller).await, 990_000, "it did move, less than asked");
+
+    // Hollow: success, no Transfer, nothing moved.
+    switch(CheatingToken::setTransferFeeBpsCall { bps: U256::ZERO }.abi_encode()).await;
+    switch(CheatingToken::setHollowCall { hollow: true }.abi_encode()).await;
+    let hollow = token.authorize(&t, &payer, seller, 1_000_000, window, alloy::primitives::B256::repeat_byte(2));
+    let (_, settled) =
+        t.call("POST", "/settle", &key, Some(x402_v2(&token.requirement(&t, seller, 1_000_000), hollow))).await;
+    assert_eq!(settled["success"], false, "{settled}");
+    assert!(settled["errorMessage"].as_str().unwrap().contains("only 0 of the 1000000"), "{settled}");
+    let third = token.authorize(&t, &payer, seller, 1_000_000, window, alloy::primitives::B256::repeat_byte(3));
+    let proof = tollgate_protocol::x402::header::encode(&json!({
+        "x402Version": 1, "scheme": "exact", "network": t.network().to_string(), "payload": third
+    }))
+    .unwrap();
+    let receive = json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 1,
+                         "asset": token.address.to_string()});
+    let (s, refused) = t.call("POST", "/payment/receive", &key, Some(receive)).await;
+    assert_eq!((s.as_u16(), refused["error"]["code"].as_str()), (402, Some("INVALID_PAYMENT_PROOF")), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("only 0 of"), "{refused}");
+    assert_eq!(token.balance(&t, seller).await, 990_000);
+}

@@ -58,9 +58,9 @@ async fn six_hundred_stuck_payments_do_not_delay_a_newer_one() {
         let stuck = unfinished(n, PaymentStatus::Pending, Some(&format!("stuck-{n}")), t0());
         store.insert_payment(&stuck).await.unwrap();
     }
-    let newer = unfinished(600, PaymentStatus::Pending, Some("landed"), t0() + chrono::Duration::seconds(30));
+    let newer = unfinished(600, PaymentStatus::Pending, Some("landed-1000"), t0() + chrono::Duration::seconds(30));
     store.insert_payment(&newer).await.unwrap();
-    chain.broadcasts.lock().unwrap().push("landed".into());
+    chain.broadcasts.lock().unwrap().push("landed-1000".into());
 
     let clock = ManualClock::new(t0() + chrono::Duration::seconds(31));
     let started = std::time::Instant::now();

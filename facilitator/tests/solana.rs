@@ -1022,3 +1022,53 @@ async fn a_stranger_cannot_confirm_a_local_payment_with_another_transfer() {
     let (_, history) = t.call("GET", &format!("/payment/history/{}?type=sent", buyer.pubkey()), &alice, None).await;
     assert_eq!(history["total"], 1, "{history}");
 }
+
+/// Confirmed means the money arrived, on Solana too: what a landed transaction moved is read
+/// from the payee's balance before and after it. A payment recorded for more than its transfer
+/// moved fails, naming what arrived; one for what it moved is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_that_moved_less_than_its_payment_fails_it() {
+    use solana_sdk::signer::Signer as _;
+    use tollgate_facilitator::store::{AccountStore as _, NewPayment, PaymentStore as _};
+    use tollgate_protocol::gateway::{Direction, PaymentStatus};
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let (buyer, shop) = (Keypair::new(), Keypair::new());
+    for who in [&buyer, &shop] {
+        t.call("POST", "/dev/airdrop", &key, Some(json!({"address": who.pubkey().to_string(), "amount": 1}))).await;
+    }
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let tx = solana_sdk::transaction::Transaction::new_signed_with_payer(
+        &[solana_system_interface::instruction::transfer(&buyer.pubkey(), &shop.pubkey(), 10_000_000)],
+        Some(&buyer.pubkey()),
+        &[&buyer],
+        blockhash,
+    );
+    let signature = rpc.send(&tx).await.unwrap();
+    rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+    let now = chrono::Utc::now();
+    t.store.create_account("acct", now).await.unwrap();
+    let recorded = |id: &str, side: Direction, lamports: u128| NewPayment {
+        owner_side: side,
+        status: PaymentStatus::Pending,
+        transaction: Some(signature.to_string()),
+        next_check_at: Some(now),
+        ..NewPayment::native(
+            id,
+            "acct",
+            rpc.network().clone(),
+            (buyer.pubkey().to_string(), shop.pubkey().to_string()),
+            tollgate_protocol::AtomicAmount(lamports),
+            now,
+        )
+    };
+    t.store.insert_payment(&recorded("pay_more", Direction::Sent, 20_000_000)).await.unwrap();
+    t.store.insert_payment(&recorded("pay_exact", Direction::Received, 10_000_000)).await.unwrap();
+    common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::seconds(1)).await;
+    let more = t.store.get_payment("pay_more").await.unwrap().unwrap();
+    assert_eq!(more.payment.status, PaymentStatus::Failed);
+    assert!(more.error.as_deref().unwrap().contains("only 10000000 of the 20000000"), "{:?}", more.error);
+    let exact = t.store.get_payment("pay_exact").await.unwrap().unwrap();
+    assert_eq!((exact.payment.status, exact.payment.amount_atomic.get()), (PaymentStatus::Confirmed, 10_000_000));
+}

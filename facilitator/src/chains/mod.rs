@@ -9,8 +9,7 @@
 //! | [`Chain::check`] | what a payload pays, and how it settles ([`Checked`]), or a [`Refusal`] |
 //! | [`Chain::plan_send`] / [`Chain::build`] | a hosted transfer to sign / a local one to hand out |
 //! | [`Signable::sign`] | a fresh signed transaction ([`Outgoing`]), holding what must be held until it is sent |
-//! | [`Chain::broadcast`], [`Chain::outcome`], [`Chain::status`] | sending it, and what became of it |
-//! | [`Chain::observe`] | whether a reported transaction pays a local-mode payment |
+//! | [`Chain::broadcast`], [`Chain::outcome`], [`Chain::status`] | sending it, and what became of it: what it moved ([`Landed`]), never its status alone |
 //! | [`Chain::kinds`], [`Chain::token_info`] | what it settles, token facts |
 //!
 //! [`solana`] and [`evm`] implement it, each split by scheme (`exact_native`, `exact`).
@@ -92,7 +91,8 @@ pub enum SendError {
     Uncertain(String),
 }
 
-/// What the chain says about a transaction that landed.
+/// What a node says of a transaction's status alone (what moved is not read): for waiting on
+/// transactions that are not payments (airdrops, funding). Payments are judged by [`Landed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxOutcome {
     /// Confirmed, with the fee when the chain reports it.
@@ -107,11 +107,29 @@ pub enum TxOutcome {
     },
 }
 
+/// A payment's transaction as the chain holds it, read whole: what its signers signed, whether
+/// it failed, and what it moved of the payment's asset to the payee.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landed {
+    /// Its id in canonical form.
+    pub tx_id: String,
+    /// What its signers signed ([`Chain::signed_identity`]).
+    pub signed: String,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// Base units of the payment's asset that arrived at the payee (EVM: the token's `Transfer`
+    /// logs from the payer, or the transaction's own value to the payee; Solana: the payee's
+    /// balance before and after, the fee added back when the payee paid it).
+    pub arrived: u128,
+    /// Fee paid, native base units, when the chain reports it.
+    pub fee: Option<AtomicAmount>,
+}
+
 /// What a thorough look at the chain ([`Chain::status`]) tells about a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxStatus {
-    /// It landed (found in the chain's history, however old).
-    Landed(TxOutcome),
+    /// It landed (found in the chain's history, however old, at the depth required).
+    Landed(Landed),
     /// Not seen, and it may still land.
     Unseen,
     /// Not seen, and it can no longer land: Solana past its last valid block height, EVM its
@@ -122,15 +140,43 @@ pub enum TxStatus {
     },
 }
 
-/// A transaction as the payment core keeps it, for [`Chain::status`].
+/// Who pays whom, in what: what a payment's transaction is read for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parties<'a> {
+    /// Payer (canonical text).
+    pub from: &'a str,
+    /// Payee (canonical text).
+    pub to: &'a str,
+    /// `native` or the token's address.
+    pub asset: &'a str,
+}
+
+/// A payment's transaction as the payment core keeps it, for [`Chain::outcome`] and
+/// [`Chain::status`].
 #[derive(Debug, Clone, Copy)]
 pub struct Watched<'a> {
     /// Its id.
     pub id: &'a str,
-    /// Its signed bytes, when kept.
+    /// Its bytes, when kept: signed (hosted sends, settlements) or as built or handed over
+    /// (local mode); whether it can still land is read from them (EVM: its nonce).
     pub raw: Option<&'a [u8]>,
     /// Solana: the last block height at which it can land.
     pub horizon: Option<u64>,
+    /// What it must move.
+    pub parties: Parties<'a>,
+}
+
+impl<'a> Watched<'a> {
+    /// The transaction `tx_id` of payment `p`, with what `p` keeps of it.
+    #[must_use]
+    pub fn of(p: &'a crate::store::NewPayment, tx_id: &'a str) -> Self {
+        Self {
+            id: tx_id,
+            raw: p.tx_raw.as_deref(),
+            horizon: p.last_valid_block_height,
+            parties: Parties { from: &p.from, to: &p.to, asset: &p.asset },
+        }
+    }
 }
 
 /// How a broadcast went, for what an [`Outgoing`] holds.
@@ -238,51 +284,6 @@ pub struct Unsigned {
     pub fee: AtomicAmount,
 }
 
-/// What a local-mode payment expects a reported transaction to pay.
-#[derive(Debug, Clone, Copy)]
-pub struct Expected<'a> {
-    /// Payer (canonical text).
-    pub from: &'a str,
-    /// Recipient (canonical text).
-    pub to: &'a str,
-    /// `native` or the token's address.
-    pub asset: &'a str,
-    /// At least these base units.
-    pub amount: AtomicAmount,
-    /// The transaction that was built or handed over for the payment, in the chain's bytes:
-    /// whether it can still land is read from it (EVM: its sender's nonce).
-    pub built: Option<&'a [u8]>,
-    /// Solana: the last block height at which the built transaction can land.
-    pub horizon: Option<u64>,
-}
-
-/// What the chain says about a transaction reported for a local-mode payment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
-    /// The chain does not have it.
-    Absent {
-        /// The transaction id in its canonical form.
-        tx_id: String,
-        /// Why the built transaction can no longer land, when the chain says so (Solana: past
-        /// its last valid block height; EVM: its sender's nonce used by another transaction).
-        dropped: Option<String>,
-    },
-    /// It landed.
-    Landed {
-        /// The transaction id in its canonical form.
-        tx_id: String,
-        /// What its signers signed ([`Chain::signed_identity`]): the same as the built
-        /// transaction's, or it is another transaction.
-        signed: String,
-        /// Whether it pays the payment (payer, recipient, asset, at least the amount).
-        pays: bool,
-        /// Why it failed, when it did.
-        error: Option<String>,
-        /// Fee paid.
-        fee: Option<AtomicAmount>,
-    },
-}
-
 /// What a chain settles, for `GET /supported`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kinds {
@@ -348,21 +349,19 @@ pub trait Chain: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`SendError`].
     async fn broadcast(&self, raw: &[u8]) -> Result<(), SendError>;
-    /// A quick look (recent history only) for a transaction's verdict: `None` while none is seen.
+    /// A quick look (recent history only) for a transaction's verdict, read whole ([`Landed`]:
+    /// what it moved, not its status alone): `None` while none is seen at the depth required.
     ///
     /// # Errors
     /// [`ChainError`].
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError>;
+    async fn outcome(&self, tx: &Watched<'_>) -> Result<Option<Landed>, ChainError>;
     /// A thorough look: the whole history, and whether it can still land.
     ///
     /// # Errors
     /// [`ChainError`].
     async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError>;
-    /// What the chain says about `tx`, reported as paying `expected`.
-    ///
-    /// # Errors
-    /// [`OrderError::Invalid`] for a malformed transaction id; [`OrderError::Chain`].
-    async fn observe(&self, expected: &Expected<'_>, tx: &str) -> Result<Seen, OrderError>;
+    /// The canonical form of a transaction id of this chain, `None` when it is none.
+    fn transaction_id(&self, tx: &str) -> Option<String>;
     /// A token's facts, `None` when `address` is no token here.
     ///
     /// # Errors

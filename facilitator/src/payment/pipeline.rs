@@ -12,7 +12,7 @@ use std::time::Duration;
 use tollgate_protocol::gateway::PaymentStatus;
 
 use super::{PaymentError, Payments, RECONCILE_AFTER_WAIT};
-use crate::chains::{Chain, Outgoing, SendError, Sent, Signable, TxOutcome, TxStatus, Watched};
+use crate::chains::{Chain, Landed, Outgoing, SendError, Sent, Signable, TxStatus, Watched};
 use crate::settlement::{AdvanceError, Event, advance, record_outcome};
 use crate::store::{NewPayment, StoreError, StoredPayment};
 
@@ -75,17 +75,17 @@ impl Payments {
     }
 
     /// Records a payment whose transfer is already confirmed (a receipt): claim and record, then
-    /// the chain's verdict.
+    /// the chain's verdict, read as for any other payment.
     pub(super) async fn record_confirmed(
         &self,
+        chain: &dyn Chain,
         payment: NewPayment,
         tx_id: String,
     ) -> Result<StoredPayment, PaymentError> {
         let row =
             NewPayment { transaction: Some(tx_id), next_check_at: Some(self.now() + RECONCILE_AFTER_WAIT), ..payment };
         let stored = self.store().insert_payment(&row).await?;
-        let fee = row.fee_atomic;
-        self.record(&stored.payment.id, TxOutcome::Confirmed { fee }).await
+        self.resume(chain, stored, Duration::ZERO).await
     }
 
     /// Step 5: submit (the compare-and-set that elects the broadcaster), broadcast, watch.
@@ -101,7 +101,7 @@ impl Payments {
         match advance(self.store(), &id, &submit, self.now()).await {
             Ok(_) => {}
             // Another attempt at this payment submitted it first and broadcasts it.
-            Err(AdvanceError::Transition(_)) => return self.watch(chain, &id, &outgoing.tx_id, wait).await,
+            Err(AdvanceError::Transition(_)) => return self.watch(chain, &stored.payment, wait).await,
             Err(e) => return Err(PaymentError::Internal(e.to_string())),
         }
         match chain.broadcast(&outgoing.raw).await {
@@ -115,7 +115,7 @@ impl Payments {
                 return self.refused_by_node(chain, &stored, &outgoing, reason).await;
             }
         }
-        self.watch(chain, &id, &outgoing.tx_id, wait).await
+        self.watch(chain, &stored.payment, wait).await
     }
 
     /// The node refused the broadcast. The transaction may be on chain all the same (the buyer
@@ -129,12 +129,16 @@ impl Payments {
         reason: String,
     ) -> Result<StoredPayment, PaymentError> {
         let id = &stored.payment.id;
-        let watched = Watched { id: &outgoing.tx_id, raw: Some(&outgoing.raw), horizon: outgoing.horizon };
-        match chain.status(&watched).await {
-            Ok(TxStatus::Landed(outcome)) => self.record(id, outcome).await,
+        match chain.status(&Watched::of(&stored.payment, &outgoing.tx_id)).await {
+            Ok(TxStatus::Landed(landed)) => self.record(id, &landed).await,
             Ok(TxStatus::Unseen | TxStatus::Dropped { .. }) => {
                 tracing::info!(payment_id = %id, %reason, "transaction refused by the node");
-                self.record(id, TxOutcome::Failed { reason }).await
+                let failed = Event::Fail { reason };
+                match advance(self.store(), id, &failed, self.now()).await {
+                    Ok(p) => Ok(p),
+                    Err(AdvanceError::Transition(_)) => self.current(id).await,
+                    Err(e) => Err(PaymentError::Internal(e.to_string())),
+                }
             }
             Err(e) => {
                 // Unknown either way: the reconciler will ask again.
@@ -144,20 +148,22 @@ impl Payments {
         }
     }
 
-    /// Polls the chain for a verdict for at most `wait`; records it, or moves the payment to
-    /// `pending` when the budget runs out.
+    /// Polls the chain for a verdict on payment `p`'s transaction for at most `wait`; records it,
+    /// or moves the payment to `pending` when the budget runs out.
     pub(super) async fn watch(
         &self,
         chain: &dyn Chain,
-        id: &str,
-        tx_id: &str,
+        p: &NewPayment,
         wait: Duration,
     ) -> Result<StoredPayment, PaymentError> {
+        let id = &p.id;
+        let Some(tx_id) = p.transaction.as_deref() else { return self.current(id).await };
+        let watched = Watched::of(p, tx_id);
         let deadline = tokio::time::Instant::now() + wait;
         let mut attempt = 0;
         while !wait.is_zero() {
-            match chain.outcome(tx_id).await {
-                Ok(Some(outcome)) => return self.record(id, outcome).await,
+            match chain.outcome(&watched).await {
+                Ok(Some(landed)) => return self.record(id, &landed).await,
                 Ok(None) => {}
                 Err(e) => tracing::warn!(payment_id = %id, error = %e, "cannot read the transaction's status yet"),
             }
@@ -177,8 +183,8 @@ impl Payments {
     }
 
     /// Records the chain's verdict; a payment another writer moved on is reported as it stands.
-    async fn record(&self, id: &str, outcome: TxOutcome) -> Result<StoredPayment, PaymentError> {
-        record_outcome(self.store(), id, outcome, self.now()).await.map_err(|e| PaymentError::Internal(e.to_string()))
+    async fn record(&self, id: &str, landed: &Landed) -> Result<StoredPayment, PaymentError> {
+        record_outcome(self.store(), id, landed, self.now()).await.map_err(|e| PaymentError::Internal(e.to_string()))
     }
 
     async fn current(&self, id: &str) -> Result<StoredPayment, PaymentError> {
@@ -201,13 +207,11 @@ impl Payments {
                 self.drive(chain, stored, outgoing, wait).await
             }
             // A receipt whose confirmation was not recorded: the chain has it.
-            (PaymentStatus::Verified, None) => {
-                match chain.status(&Watched { id: &tx_id, raw: None, horizon: None }).await? {
-                    TxStatus::Landed(outcome) => self.record(&p.id, outcome).await,
-                    TxStatus::Unseen | TxStatus::Dropped { .. } => Ok(stored),
-                }
-            }
-            _ => self.watch(chain, &p.id, &tx_id, wait).await,
+            (PaymentStatus::Verified, None) => match chain.status(&Watched::of(p, &tx_id)).await? {
+                TxStatus::Landed(landed) => self.record(&p.id, &landed).await,
+                TxStatus::Unseen | TxStatus::Dropped { .. } => Ok(stored),
+            },
+            _ => self.watch(chain, p, wait).await,
         }
     }
 }

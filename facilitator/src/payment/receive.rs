@@ -53,7 +53,7 @@ impl Payments {
         };
         let payment = self.received(&r.account, &r.terms, &checked).await?;
         let settled = match checked.settle {
-            Settle::Recorded { tx_id } => self.record_confirmed(payment, tx_id).await,
+            Settle::Recorded { tx_id } => self.record_confirmed(&*chain, payment, tx_id).await,
             Settle::Broadcast(outgoing) => self.settle_new(&*chain, payment, Source::Ready(outgoing), r.wait).await,
             Settle::Sign(signer) => self.settle_new(&*chain, payment, Source::Sign(signer), r.wait).await,
             Settle::Handover { .. } | Settle::Nothing => {

@@ -11,9 +11,9 @@ use super::pipeline::SIGN_ATTEMPTS;
 use super::pipeline::Source;
 use super::receive::VALIDITY;
 use super::{PaymentError, Payments, detached, new_id};
-use crate::chains::{Expected, Order, Reason, Refusal, Seen, Unsigned};
+use crate::chains::{Order, Reason, Refusal, TxStatus, Unsigned, Watched};
 use crate::settlement::state::ExpiryEvidence;
-use crate::settlement::{AdvanceError, Event, advance};
+use crate::settlement::{AdvanceError, Event, advance, record_outcome};
 use crate::store::{NewPayment, StoreError, StoredPayment};
 
 /// A transfer the caller asks for.
@@ -173,42 +173,42 @@ impl Payments {
             )));
         }
         let chain = self.chain(&p.network)?;
-        let built = p.tx_raw.as_deref();
-        let expected = Expected {
-            from: &p.from,
-            to: &p.to,
-            asset: &p.asset,
-            amount: p.amount_atomic,
-            built,
-            horizon: p.last_valid_block_height.filter(|_| p.network.family() == ChainFamily::Solana),
-        };
-        let (tx_id, error, fee) = match chain.observe(&expected, tx).await? {
+        let tx_id = chain.transaction_id(tx).ok_or_else(|| {
+            PaymentError::Invalid(match p.network.family() {
+                ChainFamily::Solana => "transaction must be a Solana signature".into(),
+                ChainFamily::Evm => "transaction must be a transaction hash (0x + 64 hex digits)".into(),
+            })
+        })?;
+        let landed = match chain.status(&Watched::of(p, &tx_id)).await? {
+            TxStatus::Landed(landed) => landed,
             // Expired only on the chain's word that the built transaction can no longer land.
-            Seen::Absent { dropped: Some(reason), .. } if p.status == PaymentStatus::Built => {
+            TxStatus::Dropped { reason } if p.status == PaymentStatus::Built => {
                 let event = Event::Expire { evidence: ExpiryEvidence::Chain, reason };
                 return self.advance(&p.id, &event).await;
             }
             // Not on chain (yet): nothing to record.
-            Seen::Absent { .. } => return Ok(stored),
-            Seen::Landed { signed, .. }
-                if built.and_then(|b| chain.signed_identity(b)).is_some_and(|identity| identity != signed) =>
-            {
+            TxStatus::Dropped { .. } | TxStatus::Unseen => return Ok(stored),
+        };
+        // The transaction built or handed over for it, when the payment holds it (payments built
+        // before it did are judged by what the transfer moved alone).
+        match p.tx_raw.as_deref().and_then(|built| chain.signed_identity(built)) {
+            Some(built) if built != landed.signed => {
                 return Err(not_its_transaction(
                     "that transaction is not the one built for this payment (it signs another message)".into(),
                 ));
             }
-            Seen::Landed { pays: false, .. } => {
+            None if landed.error.is_some() || landed.arrived < p.amount_atomic.get() => {
                 return Err(not_its_transaction(
                     "that transaction does not pay this payment (payer, recipient or amount differ)".into(),
                 ));
             }
-            Seen::Landed { tx_id, error, fee, .. } => (tx_id, error, fee),
-        };
-        if p.transaction.as_ref().is_some_and(|known| *known != tx_id) {
+            _ => {}
+        }
+        if p.transaction.as_ref().is_some_and(|known| *known != landed.tx_id) {
             return Err(not_its_transaction("another transaction was reported for this payment".into()));
         }
         if p.status == PaymentStatus::Built {
-            let submit = Event::Submit { transaction: tx_id };
+            let submit = Event::Submit { transaction: landed.tx_id.clone() };
             match advance(self.store(), &p.id, &submit, self.now()).await {
                 Ok(_) | Err(AdvanceError::Transition(_)) => {}
                 Err(AdvanceError::Store(StoreError::TransactionUsed { .. })) => {
@@ -219,11 +219,9 @@ impl Payments {
                 Err(e) => return Err(PaymentError::Internal(e.to_string())),
             }
         }
-        let verdict = match error {
-            None => Event::Confirm { fee },
-            Some(reason) => Event::Fail { reason },
-        };
-        self.advance(&p.id, &verdict).await
+        record_outcome(self.store(), &p.id, &landed, self.now())
+            .await
+            .map_err(|e| PaymentError::Internal(e.to_string()))
     }
 
     /// [`advance`], a payment moved on by another writer reported as it stands.

@@ -13,8 +13,8 @@ use tollgate_protocol::AtomicAmount;
 use tollgate_protocol::gateway::PaymentStatus;
 
 pub use self::state::{Event, TransitionError, transition};
-use crate::chains::TxOutcome;
-use crate::store::{PaymentUpdate, Store, StoreError, StoredPayment};
+use crate::chains::Landed;
+use crate::store::{NewPayment, PaymentUpdate, Store, StoreError, StoredPayment};
 
 /// Why an event could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,7 @@ pub async fn advance(
             status: next,
             transaction: event.transaction(),
             fee_atomic: event.fee(),
+            amount_atomic: event.arrived(),
             error: event.error(),
             // Never broadcast: the proof may be used again.
             release_proof: matches!(event, Event::Abandon { .. }),
@@ -62,16 +63,38 @@ pub async fn advance(
     Err(StoreError::Database(format!("payment {id} kept changing under concurrent updates")).into())
 }
 
-/// Records what the chain says of a payment's transaction (a `verified` payment is submitted
-/// first: its transaction is on chain). A payment another writer moved on meanwhile is returned as
-/// it stands: whoever records the chain's verdict first wins, the others report it.
+/// The one reading of a landed transaction for a payment, whatever path found it (a settlement
+/// watched, a hosted send, a receipt, the reconciler, a local-mode report): confirmed when at
+/// least the payment's amount arrived at its payee, with what arrived recorded as its amount;
+/// failed when it reverted, or when less arrived (a fee-on-transfer token, a transfer-fee mint,
+/// a token that reports success and moves nothing), naming what arrived.
+#[must_use]
+pub fn verdict(payment: &NewPayment, landed: &Landed) -> Event {
+    if let Some(reason) = &landed.error {
+        return Event::Fail { reason: reason.clone() };
+    }
+    let asked = payment.amount_atomic.get();
+    if landed.arrived < asked {
+        return Event::Fail {
+            reason: format!(
+                "the transaction succeeded but only {} of the {asked} base units asked arrived at {}",
+                landed.arrived, payment.to
+            ),
+        };
+    }
+    Event::Confirm { fee: landed.fee, arrived: Some(AtomicAmount(landed.arrived)) }
+}
+
+/// Records what the chain says of a payment's transaction ([`verdict`]; a `verified` payment is
+/// submitted first: its transaction is on chain). A payment another writer moved on meanwhile is
+/// returned as it stands: whoever records the chain's verdict first wins, the others report it.
 ///
 /// # Errors
 /// [`AdvanceError::Store`] when storage fails or the payment is missing.
 pub async fn record_outcome(
     store: &dyn Store,
     id: &str,
-    outcome: TxOutcome,
+    landed: &Landed,
     at: DateTime<Utc>,
 ) -> Result<StoredPayment, AdvanceError> {
     let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
@@ -83,10 +106,7 @@ pub async fn record_outcome(
             Err(e) => return Err(e),
         }
     }
-    let event = match outcome {
-        TxOutcome::Confirmed { fee } => Event::Confirm { fee },
-        TxOutcome::Failed { reason } => Event::Fail { reason },
-    };
+    let event = verdict(&current.payment, landed);
     match advance(store, id, &event, at).await {
         Err(AdvanceError::Transition(e)) => {
             let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
@@ -107,7 +127,14 @@ impl Event {
 
     fn fee(&self) -> Option<AtomicAmount> {
         match self {
-            Self::Confirm { fee } => *fee,
+            Self::Confirm { fee, .. } => *fee,
+            _ => None,
+        }
+    }
+
+    fn arrived(&self) -> Option<AtomicAmount> {
+        match self {
+            Self::Confirm { arrived, .. } => *arrived,
             _ => None,
         }
     }
@@ -142,7 +169,9 @@ mod tests {
         assert_eq!(pending.payment.status, PaymentStatus::Pending);
         let err = advance(&*store, "pay_1", &Event::Submit { transaction: "other".into() }, at).await.unwrap_err();
         assert!(matches!(err, AdvanceError::Transition(_)), "{err}");
-        let done = advance(&*store, "pay_1", &Event::Confirm { fee: Some(AtomicAmount(5000)) }, at).await.unwrap();
+        let done = advance(&*store, "pay_1", &Event::Confirm { fee: Some(AtomicAmount(5000)), arrived: None }, at)
+            .await
+            .unwrap();
         assert_eq!(done.payment.status, PaymentStatus::Confirmed);
         assert_eq!(done.payment.transaction.as_deref(), Some("sig"));
         assert!(matches!(

@@ -134,10 +134,9 @@ async fn look(
         return Ok(None);
     };
     let chain = chains.get(&p.network).map_err(|e| e.to_string())?;
-    let watched = Watched { id: tx_id, raw: p.tx_raw.as_deref(), horizon: p.last_valid_block_height };
-    match chain.status(&watched).await.map_err(|e| e.to_string())? {
-        TxStatus::Landed(outcome) => {
-            record_outcome(store, &p.id, outcome, clock.now()).await.map(Some).map_err(|e| e.to_string())
+    match chain.status(&Watched::of(p, tx_id)).await.map_err(|e| e.to_string())? {
+        TxStatus::Landed(landed) => {
+            record_outcome(store, &p.id, &landed, clock.now()).await.map(Some).map_err(|e| e.to_string())
         }
         TxStatus::Dropped { reason } if p.status == PaymentStatus::Verified => {
             advance(Event::Abandon { reason: format!("never broadcast, and it can no longer land: {reason}") }).await

@@ -38,10 +38,13 @@ pub enum Event {
         /// Signature / hash.
         transaction: String,
     },
-    /// The chain confirmed it.
+    /// The chain confirmed it, and what arrived is at least its amount.
     Confirm {
         /// Fee paid, when known.
         fee: Option<AtomicAmount>,
+        /// What arrived at the payee, recorded as the payment's amount (`None`: the amount
+        /// stands).
+        arrived: Option<AtomicAmount>,
     },
     /// The chain reverted or dropped it.
     Fail {
@@ -129,7 +132,7 @@ mod tests {
             Event::Build,
             Event::Verify,
             Event::Submit { transaction: "sig".into() },
-            Event::Confirm { fee: None },
+            Event::Confirm { fee: None, arrived: None },
             Event::Fail { reason: "reverted".into() },
             Event::WaitTimedOut,
             Event::Abandon { reason: "never broadcast".into() },

@@ -282,6 +282,8 @@ pub struct PaymentUpdate {
     pub transaction: Option<String>,
     /// Fee paid.
     pub fee_atomic: Option<AtomicAmount>,
+    /// What arrived, read from the chain (the payment's amount from then on).
+    pub amount_atomic: Option<AtomicAmount>,
     /// Failure reason.
     pub error: Option<String>,
     /// The payment never reached the chain: its proof may be used again.
@@ -294,7 +296,7 @@ impl PaymentUpdate {
     /// A move to `status` at `at` with nothing else learned.
     #[must_use]
     pub const fn to(status: PaymentStatus, at: DateTime<Utc>) -> Self {
-        Self { status, transaction: None, fee_atomic: None, error: None, release_proof: false, at }
+        Self { status, transaction: None, fee_atomic: None, amount_atomic: None, error: None, release_proof: false, at }
     }
 }
 

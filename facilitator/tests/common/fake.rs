@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 use tollgate_facilitator::chains::{
-    Chain, ChainError, Checked, Expected, Intent, Kinds, Order, OrderError, Outgoing, PlannedSend, Price, ProofError,
-    Seen, SendError, Settle, Settler, Signable, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, Outgoing, PlannedSend, Price, ProofError,
+    SendError, Settle, Settler, Signable, Terms, TxStatus, Unsigned, Watched,
 };
 use tollgate_protocol::gateway::TokenInfo;
 use tollgate_protocol::x402::{Asset, PaymentPayload};
@@ -65,6 +65,7 @@ pub fn network() -> Network {
 struct FakeSigner {
     gate: Arc<Gate>,
     signed: Arc<AtomicU64>,
+    amount: u128,
 }
 
 #[async_trait]
@@ -72,7 +73,8 @@ impl Signable for FakeSigner {
     async fn sign(&self) -> Result<Outgoing, ChainError> {
         self.gate.pass("sign").await;
         let n = self.signed.fetch_add(1, Ordering::SeqCst);
-        let id = format!("send-{n}");
+        // A fake transaction's id ends with the base units it moves.
+        let id = format!("send-{n}-{}", self.amount);
         Ok(Outgoing::ready(id.clone(), id.into_bytes(), None))
     }
 }
@@ -108,7 +110,7 @@ impl Chain for FakeChain {
         // The buyer's transaction: the same for the same proof.
         let mut hasher = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(&proof_id, &mut hasher);
-        let tx_id = format!("buyer-{:x}", std::hash::Hasher::finish(&hasher));
+        let tx_id = format!("buyer-{:x}-{amount}", std::hash::Hasher::finish(&hasher));
         Ok(Checked {
             settle: Settle::Broadcast(Outgoing::ready(tx_id.clone(), tx_id.into_bytes(), None)),
             proof_id,
@@ -121,9 +123,9 @@ impl Chain for FakeChain {
         })
     }
 
-    async fn plan_send(&self, _order: &Order, _key: &[u8]) -> Result<PlannedSend, OrderError> {
+    async fn plan_send(&self, order: &Order, _key: &[u8]) -> Result<PlannedSend, OrderError> {
         self.gate.pass("plan").await;
-        let signer = FakeSigner { gate: self.gate.clone(), signed: self.signed.clone() };
+        let signer = FakeSigner { gate: self.gate.clone(), signed: self.signed.clone(), amount: order.amount.get() };
         Ok(PlannedSend { fee: AtomicAmount(5_000), tx: Box::new(signer) })
     }
 
@@ -145,21 +147,29 @@ impl Chain for FakeChain {
         Ok(())
     }
 
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
+    async fn outcome(&self, tx: &Watched<'_>) -> Result<Option<Landed>, ChainError> {
         self.gate.pass("outcome").await;
-        let landed = self.broadcasts.lock().unwrap().iter().any(|b| b == tx_id);
-        Ok(landed.then_some(TxOutcome::Confirmed { fee: Some(AtomicAmount(5_000)) }))
+        let landed = self.broadcasts.lock().unwrap().iter().any(|b| b == tx.id);
+        // A broadcast transfer moves what its id says.
+        let arrived = tx.id.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        Ok(landed.then(|| Landed {
+            tx_id: tx.id.to_owned(),
+            signed: tx.id.to_owned(),
+            error: None,
+            arrived,
+            fee: Some(AtomicAmount(5_000)),
+        }))
     }
 
     async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError> {
-        Ok(match self.outcome(tx.id).await? {
-            Some(outcome) => TxStatus::Landed(outcome),
+        Ok(match self.outcome(tx).await? {
+            Some(landed) => TxStatus::Landed(landed),
             None => TxStatus::Unseen,
         })
     }
 
-    async fn observe(&self, _: &Expected<'_>, _: &str) -> Result<Seen, OrderError> {
-        Err(OrderError::Invalid("local mode is not part of this test".into()))
+    fn transaction_id(&self, tx: &str) -> Option<String> {
+        Some(tx.to_owned())
     }
 
     async fn token_info(&self, _: &Address) -> Result<Option<TokenInfo>, ChainError> {

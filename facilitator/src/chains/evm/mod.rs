@@ -28,8 +28,8 @@ use tollgate_protocol::gateway::TokenInfo;
 use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
 
 use super::{
-    Chain, ChainError, Checked, Expected, Intent, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
-    Seen, SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
+    SendError, Settler, Terms, TxStatus, Unsigned, Watched,
 };
 
 /// Wei in one ETH.
@@ -121,6 +121,51 @@ fn signer_of(key: &[u8]) -> Result<PrivateKeySigner, ChainError> {
     PrivateKeySigner::from_slice(key).map_err(|_| ChainError("the wallet's key is not a secp256k1 key".into()))
 }
 
+/// A payment's transaction as the chain has it.
+enum Read {
+    /// Not mined.
+    NotMined,
+    /// Mined, under fewer blocks than the confirmations required.
+    Shallow,
+    /// Mined deep enough: read whole.
+    Landed(Landed),
+}
+
+impl EvmBackend {
+    /// A payment's transaction read whole: what its sender signed, and what arrived at the
+    /// payee — for a token, its `Transfer` logs from the payer to the payee; for ETH, the
+    /// transaction's own value when it goes from the payer to the payee.
+    async fn read(&self, tx: &Watched<'_>, hash: B256) -> Result<Read, ChainError> {
+        let Some(mined) = self.rpc.mined(hash).await? else { return Ok(Read::NotMined) };
+        if self.confirmations > 1 && self.rpc.block_number().await?.saturating_sub(mined.block) + 1 < self.confirmations
+        {
+            return Ok(Read::Shallow);
+        }
+        let unreadable = || ChainError("the stored payment has unreadable addresses".into());
+        let from: alloy::primitives::Address = tx.parties.from.parse().map_err(|_| unreadable())?;
+        let to: alloy::primitives::Address = tx.parties.to.parse().map_err(|_| unreadable())?;
+        let arrived = if !mined.success {
+            alloy::primitives::U256::ZERO
+        } else if tx.parties.asset == "native" {
+            if mined.from == from && mined.to == Some(to) { mined.value } else { alloy::primitives::U256::ZERO }
+        } else {
+            let token: alloy::primitives::Address = tx.parties.asset.parse().map_err(|_| unreadable())?;
+            mined
+                .token_transfers
+                .iter()
+                .filter(|(t, f, r, _)| *t == token && *f == from && *r == to)
+                .fold(alloy::primitives::U256::ZERO, |sum, (_, _, _, v)| sum.saturating_add(*v))
+        };
+        Ok(Read::Landed(Landed {
+            tx_id: format!("{hash:#x}"),
+            signed: format!("{:#x}", mined.signed),
+            error: (!mined.success).then(|| "the transaction reverted".to_owned()),
+            arrived: u128::try_from(arrived).unwrap_or(u128::MAX),
+            fee: Some(tollgate_protocol::AtomicAmount(mined.fee)),
+        }))
+    }
+}
+
 fn hash_of(tx_id: &str) -> Result<B256, ChainError> {
     tx_id.parse().map_err(|_| ChainError(format!("not a transaction hash: {tx_id}")))
 }
@@ -188,18 +233,27 @@ impl Chain for EvmBackend {
         self.rpc.send_raw(raw).await.map(|_| ())
     }
 
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
-        self.rpc.outcome(hash_of(tx_id)?).await
+    async fn outcome(&self, tx: &Watched<'_>) -> Result<Option<Landed>, ChainError> {
+        Ok(match self.read(tx, hash_of(tx.id)?).await? {
+            Read::Landed(landed) => Some(landed),
+            Read::Shallow | Read::NotMined => None,
+        })
     }
 
-    /// Mined (at any age), or — its sender's nonce taken by another transaction — dropped.
+    /// Mined (at any age) deep enough, or — its sender's nonce taken by another transaction —
+    /// dropped.
     async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError> {
         let hash = hash_of(tx.id)?;
-        if let Some(outcome) = self.rpc.outcome(hash).await? {
-            return Ok(TxStatus::Landed(outcome));
+        match self.read(tx, hash).await? {
+            Read::Landed(landed) => return Ok(TxStatus::Landed(landed)),
+            Read::Shallow => return Ok(TxStatus::Unseen),
+            Read::NotMined => {}
         }
-        let decoded = tx.raw.and_then(|raw| verify::decode_bytes(raw).ok());
-        let Some((sender, nonce)) = decoded.and_then(|(envelope, _)| verify::sender_and_nonce(&envelope)) else {
+        // Its sender: a signed transaction's signer, else (as built for local mode) the payer.
+        let signed =
+            tx.raw.and_then(|raw| verify::decode_bytes(raw).ok()).and_then(|(e, _)| verify::sender_and_nonce(&e));
+        let built = || Some((tx.parties.from.parse().ok()?, build::nonce(tx.raw?)?));
+        let Some((sender, nonce)) = signed.or_else(built) else {
             return Ok(TxStatus::Unseen);
         };
         if self.rpc.mined_nonce(sender).await? <= nonce {
@@ -207,14 +261,17 @@ impl Chain for EvmBackend {
         }
         // Nonce taken: unless it is this very transaction (mined between the two calls), it
         // can never land.
-        Ok(match self.rpc.outcome(hash).await? {
-            Some(outcome) => TxStatus::Landed(outcome),
-            None => TxStatus::Dropped { reason: format!("nonce {nonce} of {sender} was used by another transaction") },
+        Ok(match self.read(tx, hash).await? {
+            Read::Landed(landed) => TxStatus::Landed(landed),
+            Read::Shallow => TxStatus::Unseen,
+            Read::NotMined => {
+                TxStatus::Dropped { reason: format!("nonce {nonce} of {sender} was used by another transaction") }
+            }
         })
     }
 
-    async fn observe(&self, expected: &Expected<'_>, tx: &str) -> Result<Seen, OrderError> {
-        send::observe(&self.rpc, expected, tx).await
+    fn transaction_id(&self, tx: &str) -> Option<String> {
+        tx.parse::<B256>().ok().map(|h| format!("{h:#x}"))
     }
 
     async fn token_info(&self, address: &tollgate_protocol::Address) -> Result<Option<TokenInfo>, ChainError> {

@@ -2,7 +2,7 @@
 //! nonce of its own) or builds (local mode), and what the chain says about a transaction reported
 //! for a local payment.
 
-use alloy::primitives::{B256, U256};
+use alloy::primitives::U256;
 use alloy::rpc::types::TransactionRequest;
 use alloy::signers::local::PrivateKeySigner;
 use async_trait::async_trait;
@@ -12,7 +12,7 @@ use super::build::{self, TRANSFER_GAS, Transfer};
 use super::nonce::NonceManager;
 use super::rpc::EvmRpc;
 use super::{EvmBackend, address};
-use crate::chains::{ChainError, Expected, Order, OrderError, Outgoing, PlannedSend, Seen, Signable, Unsigned};
+use crate::chains::{ChainError, Order, OrderError, Outgoing, PlannedSend, Signable, Unsigned};
 
 /// Blocks after building during which a local-mode transaction is expected to land; past them
 /// (with `expiresAt`, 60 s) the service treats it as expired when the chain does not have it.
@@ -147,45 +147,4 @@ pub(super) async fn build(backend: &EvmBackend, order: &Order) -> Result<Unsigne
     let horizon = rpc.block_number().await?.saturating_add(HORIZON_BLOCKS);
     let fee = AtomicAmount(u128::from(transfer.gas_limit).saturating_mul(transfer.max_fee_per_gas));
     Ok(Unsigned { transaction: build::unsigned_bytes(&transfer.tx()), horizon, fee })
-}
-
-/// What the chain says about `transaction`, reported as paying `expected`.
-pub(super) async fn observe(rpc: &EvmRpc, expected: &Expected<'_>, transaction: &str) -> Result<Seen, OrderError> {
-    let hash: B256 = transaction
-        .parse()
-        .map_err(|_| OrderError::Invalid("transaction must be a transaction hash (0x + 64 hex digits)".into()))?;
-    let tx_id = format!("{hash:#x}");
-    let Some(mined) = rpc.mined(hash).await? else {
-        // It can no longer land once its sender's nonce is used by another transaction.
-        let sender = expected.from.parse::<alloy::primitives::Address>().ok();
-        let dropped = match (sender, expected.built.and_then(build::nonce)) {
-            (Some(sender), Some(nonce)) if rpc.mined_nonce(sender).await? > nonce => match rpc.mined(hash).await? {
-                Some(_) => None, // mined between the two calls: asked again below by the caller
-                None => Some(format!("nonce {nonce} of {sender} was used by another transaction")),
-            },
-            _ => None,
-        };
-        return Ok(Seen::Absent { tx_id, dropped });
-    };
-    let unreadable = || ChainError("the stored payment has unreadable addresses".into());
-    let from: alloy::primitives::Address = expected.from.parse().map_err(|_| unreadable())?;
-    let to: alloy::primitives::Address = expected.to.parse().map_err(|_| unreadable())?;
-    let pays = if expected.asset == "native" {
-        mined.from == from
-            && mined.to == Some(to)
-            && mined.input.is_empty()
-            && u128::try_from(mined.value).is_ok_and(|v| v >= expected.amount.get())
-    } else {
-        // A token payment (EIP-3009, sent by anyone): the token's Transfer event from the payer.
-        let token = expected.asset.parse::<alloy::primitives::Address>().ok();
-        let paid = mined
-            .token_transfers
-            .iter()
-            .filter(|(t, f, r, _)| Some(*t) == token && *f == from && *r == to)
-            .map(|(_, _, _, v)| *v)
-            .fold(U256::ZERO, U256::saturating_add);
-        u128::try_from(paid).is_ok_and(|v| v >= expected.amount.get())
-    };
-    let error = (!mined.success).then(|| "the transaction reverted".to_owned());
-    Ok(Seen::Landed { tx_id, signed: format!("{:#x}", mined.signed), pays, error, fee: Some(AtomicAmount(mined.fee)) })
 }

@@ -32,8 +32,8 @@ use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_
 use tollgate_protocol::{Address, Network};
 
 use super::{
-    Chain, ChainError, Checked, Expected, Intent, Kinds, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
-    Seen, SendError, Settler, Terms, TxOutcome, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
+    SendError, Settler, Terms, TxStatus, Unsigned, Watched,
 };
 
 /// Lamports in one SOL.
@@ -219,14 +219,20 @@ impl Chain for SolanaBackend {
         self.rpc.send(&tx).await.map(|_| ())
     }
 
-    async fn outcome(&self, tx_id: &str) -> Result<Option<TxOutcome>, ChainError> {
-        self.rpc.outcome(&signature(tx_id)?, false).await
+    async fn outcome(&self, tx: &Watched<'_>) -> Result<Option<Landed>, ChainError> {
+        let signature = signature(tx.id)?;
+        if self.rpc.outcome(&signature, false).await?.is_none() {
+            return Ok(None);
+        }
+        self.landed(tx, &signature).await
     }
 
     async fn status(&self, tx: &Watched<'_>) -> Result<TxStatus, ChainError> {
         let signature = signature(tx.id)?;
-        if let Some(outcome) = self.rpc.outcome(&signature, true).await? {
-            return Ok(TxStatus::Landed(outcome));
+        if self.rpc.outcome(&signature, true).await?.is_some() {
+            // Landed; read whole (a node that has its status but not yet the transaction is
+            // asked again later).
+            return Ok(self.landed(tx, &signature).await?.map_or(TxStatus::Unseen, TxStatus::Landed));
         }
         let Some(last_valid) = tx.horizon else { return Ok(TxStatus::Unseen) };
         let height = self.rpc.block_height().await?;
@@ -235,16 +241,16 @@ impl Chain for SolanaBackend {
         }
         // Past the horizon: it can no longer land. Ask once more, so a confirmation that raced
         // the height check is not missed.
-        Ok(match self.rpc.outcome(&signature, true).await? {
-            Some(outcome) => TxStatus::Landed(outcome),
+        Ok(match self.landed(tx, &signature).await? {
+            Some(landed) => TxStatus::Landed(landed),
             None => TxStatus::Dropped {
                 reason: format!("block height {height} passed {last_valid} without the transaction"),
             },
         })
     }
 
-    async fn observe(&self, expected: &Expected<'_>, tx: &str) -> Result<Seen, OrderError> {
-        send::observe(&self.rpc, expected, tx).await
+    fn transaction_id(&self, tx: &str) -> Option<String> {
+        tx.parse::<Signature>().ok().map(|s| s.to_string())
     }
 
     async fn token_info(&self, address: &Address) -> Result<Option<TokenInfo>, ChainError> {
@@ -252,6 +258,27 @@ impl Chain for SolanaBackend {
             Some(mint) => token::token_info(&self.rpc, &mint).await,
             None => Ok(None),
         }
+    }
+}
+
+impl SolanaBackend {
+    /// A payment's transaction read whole: what its signers signed, and what arrived at the
+    /// payee (its balance before and after); `None` while the cluster does not have it.
+    async fn landed(&self, tx: &Watched<'_>, signature: &Signature) -> Result<Option<Landed>, ChainError> {
+        let Some(seen) = self.rpc.confirmed_transaction(signature).await? else { return Ok(None) };
+        let unreadable = || ChainError("the stored payment has unreadable addresses".into());
+        let to: Pubkey = tx.parties.to.parse().map_err(|_| unreadable())?;
+        let mint: Option<Pubkey> = match tx.parties.asset {
+            "native" => None,
+            mint => Some(mint.parse().map_err(|_| unreadable())?),
+        };
+        Ok(Some(Landed {
+            tx_id: signature.to_string(),
+            signed: message_identity(&seen.transaction.message),
+            arrived: seen.arrived(&to, mint.as_ref()),
+            error: seen.error,
+            fee: seen.fee.map(tollgate_protocol::AtomicAmount::from),
+        }))
     }
 }
 

@@ -16,7 +16,8 @@ use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
 use solana_sdk::transaction::{Transaction, VersionedTransaction};
-use solana_transaction_status_client_types::UiTransactionEncoding;
+use solana_transaction_status_client_types::option_serializer::OptionSerializer;
+use solana_transaction_status_client_types::{UiTransactionEncoding, UiTransactionTokenBalance};
 use tollgate_protocol::Network;
 
 use crate::chains::{ChainError, SendError, TxOutcome};
@@ -148,8 +149,38 @@ impl SolanaRpc {
             .transaction
             .decode()
             .ok_or_else(|| ChainError("getTransaction returned an undecodable transaction".into()))?;
-        let (error, fee) = tx.transaction.meta.map_or((None, None), |m| (m.err.map(|e| format!("{e:?}")), Some(m.fee)));
-        Ok(Some(ConfirmedTx { transaction, error, fee }))
+        let Some(meta) = tx.transaction.meta else {
+            return Ok(Some(ConfirmedTx { transaction, error: None, fee: None, balances: None }));
+        };
+        let error = meta.err.map(|e| format!("{e:?}"));
+        // Account keys in the order the balances list them: the message's own, then those loaded
+        // from lookup tables (writable first).
+        let mut keys: Vec<Pubkey> = transaction.message.static_account_keys().to_vec();
+        if let Some(loaded) = meta.loaded_addresses.as_ref().map(|l| (l.writable.clone(), l.readonly.clone())) {
+            for key in loaded.0.iter().chain(&loaded.1) {
+                keys.push(
+                    key.parse().map_err(|_| ChainError("getTransaction named an invalid loaded address".into()))?,
+                );
+            }
+        }
+        let tokens = |list: OptionSerializer<Vec<UiTransactionTokenBalance>>| -> Vec<TokenBalance> {
+            Option::<Vec<_>>::from(list)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|b| {
+                    Some(TokenBalance {
+                        owner: Option::<String>::from(b.owner)?.parse().ok()?,
+                        mint: b.mint.parse().ok()?,
+                        amount: b.ui_token_amount.amount.parse().ok()?,
+                    })
+                })
+                .collect()
+        };
+        let balances = Balances {
+            lamports: keys.into_iter().zip(meta.pre_balances.into_iter().zip(meta.post_balances)).collect(),
+            tokens: (tokens(meta.pre_token_balances), tokens(meta.post_token_balances)),
+        };
+        Ok(Some(ConfirmedTx { transaction, error, fee: Some(meta.fee), balances: Some(balances) }))
     }
 
     /// An account's owner and data, `None` when it does not exist.
@@ -303,6 +334,54 @@ pub struct ConfirmedTx {
     pub error: Option<String>,
     /// Fee paid, lamports.
     pub fee: Option<u64>,
+    /// Balances before and after it, when the node reports them.
+    pub balances: Option<Balances>,
+}
+
+/// An SPL token account's balance as a transaction's metadata lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBalance {
+    /// The token account's owner.
+    pub owner: Pubkey,
+    /// Its mint.
+    pub mint: Pubkey,
+    /// Base units.
+    pub amount: u128,
+}
+
+/// What a transaction's metadata says of balances.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Balances {
+    /// Every account's lamports before and after.
+    pub lamports: Vec<(Pubkey, (u64, u64))>,
+    /// Token accounts' balances before and after (an account created by the transaction is
+    /// listed after only).
+    pub tokens: (Vec<TokenBalance>, Vec<TokenBalance>),
+}
+
+impl ConfirmedTx {
+    /// What arrived at `to` in `mint`'s token (`None`: lamports): the rise of its balance (of
+    /// all its token accounts of that mint), with the fee added back when `to` paid it. Zero
+    /// without balances, or for a transaction that failed.
+    #[must_use]
+    pub fn arrived(&self, to: &Pubkey, mint: Option<&Pubkey>) -> u128 {
+        let Some(balances) = self.balances.as_ref().filter(|_| self.error.is_none()) else { return 0 };
+        match mint {
+            None => {
+                let fee_payer = self.transaction.message.static_account_keys().first();
+                let fee = if fee_payer == Some(to) { self.fee.unwrap_or_default() } else { 0 };
+                balances.lamports.iter().find(|(key, _)| key == to).map_or(0, |(_, (pre, post))| {
+                    (u128::from(*post) + u128::from(fee)).saturating_sub(u128::from(*pre))
+                })
+            }
+            Some(mint) => {
+                let held = |list: &[TokenBalance]| -> u128 {
+                    list.iter().filter(|b| b.owner == *to && b.mint == *mint).map(|b| b.amount).sum()
+                };
+                held(&balances.tokens.1).saturating_sub(held(&balances.tokens.0))
+            }
+        }
+    }
 }
 
 /// Runs an RPC call with a deadline, mapping every failure to [`ChainError`].
@@ -327,4 +406,43 @@ pub struct Payee {
     pub lamports: u64,
     /// A program or a sysvar: a transfer to it fails on chain.
     pub unpayable: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use solana_sdk::message::Message;
+    use solana_sdk::signature::Keypair;
+    use solana_sdk::signer::Signer as _;
+
+    use super::*;
+
+    /// A transaction paid for by `fee_payer` with the given balances.
+    fn confirmed(fee_payer: &Keypair, balances: Balances, error: Option<&str>) -> ConfirmedTx {
+        let message = Message::new_with_blockhash(&[], Some(&fee_payer.pubkey()), &Hash::new_unique());
+        let transaction = VersionedTransaction::from(Transaction::new_unsigned(message));
+        ConfirmedTx { transaction, error: error.map(str::to_owned), fee: Some(5_000), balances: Some(balances) }
+    }
+
+    #[test]
+    fn what_arrived_is_the_payees_rise_with_the_fee_it_paid_added_back() {
+        let (payer, payee) = (Keypair::new(), Keypair::new());
+        let (mint, other_mint) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let token = |owner: &Keypair, mint: Pubkey, amount: u128| TokenBalance { owner: owner.pubkey(), mint, amount };
+        let balances = Balances {
+            lamports: vec![(payer.pubkey(), (100_000, 85_000)), (payee.pubkey(), (1_000, 11_000))],
+            tokens: (
+                vec![token(&payer, mint, 500), token(&payee, other_mint, 7)],
+                vec![token(&payer, mint, 100), token(&payee, mint, 396), token(&payee, other_mint, 7)],
+            ),
+        };
+        let tx = confirmed(&payer, balances.clone(), None);
+        assert_eq!(tx.arrived(&payee.pubkey(), None), 10_000);
+        assert_eq!(tx.arrived(&payee.pubkey(), Some(&mint)), 396, "an account made by the transaction counts from 0");
+        assert_eq!(tx.arrived(&payee.pubkey(), Some(&other_mint)), 0);
+        assert_eq!(tx.arrived(&Pubkey::new_unique(), None), 0);
+        // The payee paid the fee (a seller settling as fee payer): 10,000 arrived, 5,000 paid.
+        let paid_by_payee = Balances { lamports: vec![(payee.pubkey(), (1_000, 6_000))], ..balances.clone() };
+        assert_eq!(confirmed(&payee, paid_by_payee, None).arrived(&payee.pubkey(), None), 10_000);
+        assert_eq!(confirmed(&payer, balances, Some("InstructionError")).arrived(&payee.pubkey(), None), 0);
+    }
 }

@@ -10,15 +10,15 @@
 use async_trait::async_trait;
 use solana_sdk::hash::Hash;
 use solana_sdk::pubkey::Pubkey;
-use solana_sdk::signature::{Keypair, Signature};
+use solana_sdk::signature::Keypair;
 use solana_sdk::signer::Signer as _;
 use solana_sdk::transaction::{Transaction, VersionedTransaction};
 use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount};
 
 use super::build::{TRANSFER_COMPUTE_UNITS, Transfer, pubkey};
+use super::encode;
 use super::rpc::SolanaRpc;
-use super::{encode, spl, verify};
-use crate::chains::{ChainError, Expected, Order, OrderError, Outgoing, PlannedSend, Seen, Signable, Unsigned};
+use crate::chains::{ChainError, Order, OrderError, Outgoing, PlannedSend, Signable, Unsigned};
 
 /// How far above [`TRANSFER_COMPUTE_UNITS`] a hosted send's own limit may be.
 const UNIQUE_UNITS_SPREAD: u32 = 100_000;
@@ -171,37 +171,4 @@ pub(super) async fn build(rpc: &SolanaRpc, order: &Order) -> Result<Unsigned, Or
     let unsigned = Transaction::new_unsigned(message);
     let transaction = bincode::serialize(&unsigned).map_err(|e| ChainError(format!("cannot encode: {e}")))?;
     Ok(Unsigned { transaction, horizon, fee: AtomicAmount::from(fee) })
-}
-
-/// What the chain says about `transaction`, reported as paying `expected`.
-pub(super) async fn observe(rpc: &SolanaRpc, expected: &Expected<'_>, transaction: &str) -> Result<Seen, OrderError> {
-    let signature: Signature =
-        transaction.parse().map_err(|_| OrderError::Invalid("transaction must be a Solana signature".into()))?;
-    let tx_id = signature.to_string();
-    let Some(seen) = rpc.confirmed_transaction(&signature).await? else {
-        let dropped = match expected.horizon {
-            Some(last) => {
-                let height = rpc.block_height().await?;
-                (height > last).then(|| format!("block {height} passed the transaction's last valid block without it"))
-            }
-            None => None,
-        };
-        return Ok(Seen::Absent { tx_id, dropped });
-    };
-    let unreadable = || ChainError("the stored payment has unreadable addresses".into());
-    let from = expected.from.parse().map_err(|_| unreadable())?;
-    let to = expected.to.parse().map_err(|_| unreadable())?;
-    let paid = if expected.asset == "native" {
-        verify::transferred(&seen.transaction, &from, &to)
-    } else {
-        let mint = expected.asset.parse().map_err(|_| unreadable())?;
-        spl::token_transferred(&seen.transaction, &mint, &from, &to)
-    };
-    Ok(Seen::Landed {
-        tx_id,
-        signed: super::message_identity(&seen.transaction.message),
-        pays: u128::from(paid) >= expected.amount.get(),
-        error: seen.error,
-        fee: seen.fee.map(AtomicAmount::from),
-    })
 }

@@ -337,29 +337,6 @@ pub async fn check_token_accounts(
     Ok(TokenPayment { decimals })
 }
 
-/// Base units of `mint` a (confirmed) transaction moved by `TransferChecked` with `authority`
-/// to `owner`'s associated token account.
-#[must_use]
-pub fn token_transferred(tx: &VersionedTransaction, mint: &Pubkey, authority: &Pubkey, owner: &Pubkey) -> u64 {
-    let keys = tx.message.static_account_keys();
-    let key = |i: &u8| keys.get(usize::from(*i)).copied();
-    tx.message
-        .instructions()
-        .iter()
-        .filter_map(|ix| {
-            let program = key(&ix.program_id_index)?;
-            if program != TOKEN_PROGRAM && program != TOKEN_2022_PROGRAM {
-                return None;
-            }
-            let (amount, _) = transfer_checked(&ix.data)?;
-            let accounts: Vec<Pubkey> = ix.accounts.iter().take(4).filter_map(key).collect();
-            let [_, m, destination, a] = accounts[..] else { return None };
-            (m == *mint && a == *authority && destination == associated_token_address(owner, mint, &program))
-                .then_some(amount)
-        })
-        .fold(0u64, u64::saturating_add)
-}
-
 #[cfg(test)]
 #[path = "spl_tests.rs"]
 pub(crate) mod tests;

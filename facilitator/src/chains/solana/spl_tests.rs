@@ -92,8 +92,6 @@ fn a_plain_sponsored_payment_passes() {
     assert_eq!(ok.transfer.authority, c.buyer.pubkey());
     assert_eq!(ok.transfer.destination, associated_token_address(&c.seller, &c.mint, &TOKEN_PROGRAM));
     assert_eq!(ok.payer_signature, tx.signatures[1]);
-    assert_eq!(token_transferred(&tx, &c.mint, &c.buyer.pubkey(), &c.seller), 1_000_000);
-    assert_eq!(token_transferred(&tx, &c.mint, &c.buyer.pubkey(), &Pubkey::new_unique()), 0);
 }
 
 /// x402's current rules: up to 7 instructions (a wallet's Lighthouse assertions included), and

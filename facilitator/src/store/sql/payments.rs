@@ -151,7 +151,7 @@ impl PaymentStore for SqlStore {
         let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
         let sql = format!(
             "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
-             error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
+             amount_atomic = COALESCE(?, amount_atomic), error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
              proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
              next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
              WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
@@ -163,6 +163,7 @@ impl PaymentStore for SqlStore {
             .bind(u.status.as_str())
             .bind(u.transaction.as_deref())
             .bind(u.fee_atomic.map(|f| f.to_string()))
+            .bind(u.amount_atomic.map(|a| a.to_string()))
             .bind(u.error.as_deref())
             .bind(at)
             .bind(confirmed_at)
