@@ -1072,3 +1072,177 @@ async fn a_transfer_that_moved_less_than_its_payment_fails_it() {
     let exact = t.store.get_payment("pay_exact").await.unwrap().unwrap();
     assert_eq!((exact.payment.status, exact.payment.amount_atomic.get()), (PaymentStatus::Confirmed, 10_000_000));
 }
+
+/// Token-2022 on the embedded ledger. Mints whose payments cannot be settled exactly — a
+/// transfer fee, a permanent delegate, non-transferable, pausable, a transfer hook — are refused
+/// on `/verify` with their reason, and `/token/info` lists their extensions and why. A transfer in
+/// a transfer-fee mint made anyway (by the real Token-2022 program) delivers less than it moves:
+/// a payment recorded for it fails, naming what arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
+    use common::solana::{mint_2022, set_account};
+    use solana_sdk::instruction::{AccountMeta, Instruction};
+    use solana_sdk::signer::Signer as _;
+    use tollgate_facilitator::chains::solana::spl::{ASSOCIATED_TOKEN_PROGRAM, associated_token_address};
+    use tollgate_facilitator::chains::solana::token::TOKEN_2022_PROGRAM;
+    use tollgate_facilitator::store::{AccountStore as _, NewPayment, PaymentStore as _};
+    use tollgate_protocol::gateway::{Direction, PaymentStatus};
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let (rpc, url) = (&backend.rpc, backend.embedded.as_ref().unwrap().rpc_url().to_owned());
+    let network = rpc.network().to_string();
+    let fee_payer = backend.fee_payer().unwrap();
+    let (funder, buyer, shop) = (Keypair::new(), Keypair::new(), Keypair::new());
+    for who in [&funder, &buyer, &shop] {
+        t.call("POST", "/dev/airdrop", &key, Some(json!({"address": who.pubkey().to_string(), "amount": 1}))).await;
+    }
+    // TransferFeeConfig: authorities, withheld, then the older and newer fees (epoch, max, bps).
+    let mut fee_config = vec![0u8; 72];
+    for _ in 0..2 {
+        fee_config.extend_from_slice(&0u64.to_le_bytes());
+        fee_config.extend_from_slice(&1_000_000_000u64.to_le_bytes());
+        fee_config.extend_from_slice(&100u16.to_le_bytes());
+    }
+    let delegate = Pubkey::new_unique();
+    let mut hook = vec![0u8; 32];
+    hook.extend_from_slice(Pubkey::new_unique().as_ref());
+    // (extension type, its value), its name, and why it is refused.
+    let refused = [
+        ((1, fee_config), "transferFeeConfig", "transfer fee (100 basis points"),
+        ((12, delegate.to_bytes().to_vec()), "permanentDelegate", "can move anyone's tokens"),
+        ((9, vec![]), "nonTransferable", "cannot be transferred"),
+        ((26, vec![0; 33]), "pausable", "can be paused"),
+        ((14, hook), "transferHook", "hook program"),
+    ];
+    let mut fee_mint = None;
+    for (extension, name, why) in refused {
+        let mint = Pubkey::new_unique();
+        set_account(&url, &mint, &TOKEN_2022_PROGRAM, &mint_2022(&funder.pubkey(), &[extension])).await;
+        fee_mint.get_or_insert(mint);
+        let (s, info) = t.call("GET", &format!("/token/info/{mint}"), &key, None).await;
+        assert_eq!((s, &info["standard"], &info["extensions"]), (StatusCode::OK, &json!("token-2022"), &json!([name])));
+        assert!(info["refused"].as_str().unwrap().contains(why), "{info}");
+        // An exact payment in it, as a buyer would sign it.
+        let source = associated_token_address(&buyer.pubkey(), &mint, &TOKEN_2022_PROGRAM);
+        let destination = associated_token_address(&shop.pubkey(), &mint, &TOKEN_2022_PROGRAM);
+        let mut data = vec![12];
+        data.extend_from_slice(&1_000_000u64.to_le_bytes());
+        data.push(6);
+        let transfer = Instruction::new_with_bytes(
+            TOKEN_2022_PROGRAM,
+            &data,
+            vec![
+                AccountMeta::new(source, false),
+                AccountMeta::new_readonly(mint, false),
+                AccountMeta::new(destination, false),
+                AccountMeta::new_readonly(buyer.pubkey(), true),
+            ],
+        );
+        let budget = [
+            solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
+            solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(1),
+        ];
+        let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+        let message = solana_sdk::message::Message::new_with_blockhash(
+            &[budget[0].clone(), budget[1].clone(), transfer],
+            Some(&fee_payer),
+            &blockhash,
+        );
+        let mut tx = solana_sdk::transaction::Transaction::new_unsigned(message);
+        tx.partial_sign(&[&buyer], blockhash);
+        use base64::Engine as _;
+        let tx = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+        let body =
+            x402_exact(&network, &tx, &shop.pubkey().to_string(), &mint.to_string(), 1_000_000, &fee_payer.to_string());
+        let (_, v) = t.call("POST", "/verify", &key, Some(body)).await;
+        assert_eq!(
+            (v["isValid"].as_bool(), v["invalidReason"].as_str()),
+            (Some(false), Some("invalid_payment_requirements")),
+            "{name}: {v}"
+        );
+        assert!(v["invalidMessage"].as_str().unwrap().contains(why), "{name}: {v}");
+    }
+
+    // The transfer-fee mint, used anyway: the real program keeps 1% of what moves.
+    let mint = fee_mint.unwrap();
+    let ata = |owner: &Pubkey| associated_token_address(owner, &mint, &TOKEN_2022_PROGRAM);
+    let create = |owner: &Pubkey| {
+        Instruction::new_with_bytes(
+            ASSOCIATED_TOKEN_PROGRAM,
+            &[1],
+            vec![
+                AccountMeta::new(funder.pubkey(), true),
+                AccountMeta::new(ata(owner), false),
+                AccountMeta::new_readonly(*owner, false),
+                AccountMeta::new_readonly(mint, false),
+                AccountMeta::new_readonly(solana_system_interface::program::ID, false),
+                AccountMeta::new_readonly(TOKEN_2022_PROGRAM, false),
+            ],
+        )
+    };
+    let mut mint_to = vec![7];
+    mint_to.extend_from_slice(&5_000_000u64.to_le_bytes());
+    let mint_to = Instruction::new_with_bytes(
+        TOKEN_2022_PROGRAM,
+        &mint_to,
+        vec![
+            AccountMeta::new(mint, false),
+            AccountMeta::new(ata(&buyer.pubkey()), false),
+            AccountMeta::new_readonly(funder.pubkey(), true),
+        ],
+    );
+    tollgate_facilitator::devnet::send_solana(
+        rpc,
+        &funder,
+        &[],
+        &[create(&buyer.pubkey()), create(&shop.pubkey()), mint_to],
+    )
+    .await
+    .unwrap();
+    let mut data = vec![12];
+    data.extend_from_slice(&1_000_000u64.to_le_bytes());
+    data.push(6);
+    let transfer = Instruction::new_with_bytes(
+        TOKEN_2022_PROGRAM,
+        &data,
+        vec![
+            AccountMeta::new(ata(&buyer.pubkey()), false),
+            AccountMeta::new_readonly(mint, false),
+            AccountMeta::new(ata(&shop.pubkey()), false),
+            AccountMeta::new_readonly(buyer.pubkey(), true),
+        ],
+    );
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let tx = solana_sdk::transaction::Transaction::new_signed_with_payer(
+        &[transfer],
+        Some(&buyer.pubkey()),
+        &[&buyer],
+        blockhash,
+    );
+    let signature = rpc.send(&tx).await.unwrap();
+    rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+    let now = chrono::Utc::now();
+    t.store.create_account("acct", now).await.unwrap();
+    let payment = NewPayment {
+        owner_side: Direction::Received,
+        status: PaymentStatus::Pending,
+        transaction: Some(signature.to_string()),
+        asset: mint.to_string(),
+        decimals: 6,
+        next_check_at: Some(now),
+        ..NewPayment::native(
+            "pay_fee",
+            "acct",
+            rpc.network().clone(),
+            (buyer.pubkey().to_string(), shop.pubkey().to_string()),
+            tollgate_protocol::AtomicAmount(1_000_000),
+            now,
+        )
+    };
+    t.store.insert_payment(&payment).await.unwrap();
+    common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::seconds(1)).await;
+    let after = t.store.get_payment("pay_fee").await.unwrap().unwrap();
+    assert_eq!(after.payment.status, PaymentStatus::Failed);
+    assert!(after.error.as_deref().unwrap().contains("only 990000 of the 1000000"), "{:?}", after.error);
+}

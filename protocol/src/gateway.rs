@@ -400,6 +400,14 @@ pub struct TokenInfo {
     pub mint_authority: Option<String>,
     /// Freeze authority (Solana), if any.
     pub freeze_authority: Option<String>,
+    /// Token-2022 extensions of the mint (e.g. `transferFeeConfig`, `tokenMetadata`); empty
+    /// for other tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<String>,
+    /// Why this facilitator refuses payments in the token (it cannot settle them exactly), when
+    /// it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 #[cfg(test)]

@@ -235,3 +235,31 @@ pub mod spl_fixture {
         }
     }
 }
+
+/// Writes an account on the embedded ledger (surfpool's `surfnet_setAccount`).
+pub async fn set_account(rpc_url: &str, address: &Pubkey, owner: &Pubkey, data: &[u8]) {
+    let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "surfnet_setAccount",
+        "params": [address.to_string(), {"lamports": 10_000_000, "data": hex, "owner": owner.to_string()}]});
+    let answer: Value = reqwest::Client::new().post(rpc_url).json(&body).send().await.unwrap().json().await.unwrap();
+    assert!(answer.get("error").is_none(), "{answer}");
+}
+
+/// Token-2022 mint data: the 82-byte mint (`authority` mints, 6 decimals), then `extensions`
+/// as (type, value) TLV entries.
+pub fn mint_2022(authority: &Pubkey, extensions: &[(u16, Vec<u8>)]) -> Vec<u8> {
+    let mut d = vec![1, 0, 0, 0];
+    d.extend_from_slice(authority.as_ref());
+    d.extend_from_slice(&0u64.to_le_bytes());
+    d.push(6);
+    d.push(1);
+    d.extend_from_slice(&[0; 36]);
+    d.resize(165, 0);
+    d.push(1);
+    for (kind, value) in extensions {
+        d.extend_from_slice(&kind.to_le_bytes());
+        d.extend_from_slice(&u16::try_from(value.len()).unwrap().to_le_bytes());
+        d.extend_from_slice(value);
+    }
+    d
+}

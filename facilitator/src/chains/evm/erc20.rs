@@ -129,6 +129,8 @@ pub async fn token_info(rpc: &EvmRpc, address: Address) -> Result<Option<TokenIn
         supply: AtomicAmount(supply),
         mint_authority: None,
         freeze_authority: None,
+        extensions: Vec::new(),
+        refused: None,
     }))
 }
 

@@ -268,23 +268,37 @@ pub async fn check_token_accounts(
     mints: &Facts<Pubkey, (Pubkey, u8)>,
 ) -> Result<TokenPayment, ProofError> {
     let ata = associated_token_address(pay_to, &t.mint, &t.program);
-    // The three accounts are read at once; a mint's program and decimals never change, so a
-    // mint read before is not read again.
+    // The three accounts are read at once. A mint's program and decimals never change, nor does
+    // the verdict on a mint without extensions whose settings change: such a mint read before is
+    // not read again. A Token-2022 mint with a fee, a hook, a delegate or a default state is read
+    // for each payment (its authority may change them).
     let known = mints.get(&t.mint);
     let read_mint = async {
         match known {
-            Some(facts) => Ok(Some(facts)),
+            Some(facts) => Ok(Some(Ok(facts))),
             None => Ok(rpc.account(&t.mint).await?.and_then(|(owner, data)| {
-                parse_mint(&owner, &data).map(|mint| {
-                    mints.insert(t.mint, (owner, mint.decimals));
-                    (owner, mint.decimals)
+                parse_mint(&owner, &data).map(|mint| match mint.refusal() {
+                    Some(why) => Err(why),
+                    None => {
+                        if mint.settled_for_good() {
+                            mints.insert(t.mint, (owner, mint.decimals));
+                        }
+                        Ok((owner, mint.decimals))
+                    }
                 })
             })),
         }
     };
     let (mint, destination, source) = tokio::try_join!(read_mint, rpc.account(&ata), rpc.account(&t.source))?;
     let decimals = match mint {
-        Some((owner, decimals)) if owner == t.program => decimals,
+        Some(Ok((owner, decimals))) if owner == t.program => decimals,
+        Some(Err(why)) => {
+            return Err(refuse(
+                Reason::InvalidPaymentRequirements,
+                format!("this facilitator does not settle payments in {}: {why}", t.mint),
+            )
+            .into());
+        }
         _ => {
             return Err(refuse(
                 Reason::SvmNotTransferChecked,

@@ -6,7 +6,11 @@
 //!   initialized bool, freeze authority `COption<Pubkey>`.
 //! * Token-2022 extensions: byte 165 is the account type (1 = mint), then TLV entries
 //!   (u16 type, u16 length, value); type 19 is `TokenMetadata` (borsh: update authority 32,
-//!   mint 32, name, symbol, uri as u32-length strings, ...).
+//!   mint 32, name, symbol, uri as u32-length strings, ...). Every extension is read into an
+//!   [`Extension`], and [`Mint::refusal`] says whether a payment in the mint can be settled
+//!   exactly: a plain mint and metadata can; a transfer fee, a transfer hook, a permanent
+//!   delegate, confidential transfers, non-transferable, pausable, frozen-by-default,
+//!   interest-bearing and scaled-UI mints cannot.
 //! * Metaplex metadata (PDA `["metadata", program, mint]`): key u8, update authority 32, mint 32,
 //!   name and symbol as u32-length strings padded with NULs.
 
@@ -25,6 +29,153 @@ const ACCOUNT_TYPE_OFFSET: usize = 165;
 const ACCOUNT_TYPE_MINT: u8 = 1;
 const EXTENSION_TOKEN_METADATA: u16 = 19;
 
+/// A Token-2022 mint extension, as far as it decides whether a payment in the mint settles
+/// exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extension {
+    /// `TransferFeeConfig` (1): the older and newer fees, (basis points, maximum fee).
+    TransferFee {
+        /// The fee in force before the newer one's epoch, and the newer one.
+        fees: [(u16, u64); 2],
+    },
+    /// `MintCloseAuthority` (3).
+    MintCloseAuthority,
+    /// `ConfidentialTransferMint` (4), `ConfidentialTransferFeeConfig` (16),
+    /// `ConfidentialMintBurn` (24).
+    Confidential(u16),
+    /// `DefaultAccountState` (6): whether new token accounts start frozen.
+    DefaultAccountState {
+        /// Frozen by default.
+        frozen: bool,
+    },
+    /// `NonTransferable` (9).
+    NonTransferable,
+    /// `InterestBearingConfig` (10).
+    InterestBearing,
+    /// `PermanentDelegate` (12).
+    PermanentDelegate {
+        /// Who may move anyone's tokens (none once given up).
+        delegate: Option<Pubkey>,
+    },
+    /// `TransferHook` (14).
+    TransferHook {
+        /// The program every transfer calls (none: no hook).
+        program: Option<Pubkey>,
+    },
+    /// `MetadataPointer` (18), `TokenMetadata` (19), `GroupPointer` (20), `TokenGroup` (21),
+    /// `GroupMemberPointer` (22), `TokenGroupMember` (23): descriptions only.
+    Metadata(u16),
+    /// `ScaledUiAmount` (25).
+    ScaledUiAmount,
+    /// `Pausable` (26).
+    Pausable,
+    /// Any other type: none a mint has that this facilitator knows.
+    Other(u16),
+}
+
+/// A 32-byte key where all zeroes means none (Token-2022's `OptionalNonZeroPubkey`).
+fn optional_key(bytes: Option<&[u8]>) -> Option<Pubkey> {
+    let key: [u8; 32] = bytes?.try_into().ok()?;
+    (key != [0; 32]).then(|| Pubkey::new_from_array(key))
+}
+
+impl Extension {
+    /// Reads TLV entry `kind` with `value`.
+    fn read(kind: u16, value: &[u8]) -> Self {
+        let fee = |at: usize| -> Option<(u16, u64)> {
+            // TransferFee: epoch u64, maximum fee u64, basis points u16.
+            let max = u64::from_le_bytes(value.get(at + 8..at + 16)?.try_into().ok()?);
+            let bps = u16::from_le_bytes(value.get(at + 16..at + 18)?.try_into().ok()?);
+            Some((bps, max))
+        };
+        match kind {
+            // Authorities (32 + 32), withheld amount (8), then the older and newer fees.
+            1 => match (fee(72), fee(90)) {
+                (Some(older), Some(newer)) => Self::TransferFee { fees: [older, newer] },
+                _ => Self::Other(kind),
+            },
+            3 => Self::MintCloseAuthority,
+            4 | 16 | 24 => Self::Confidential(kind),
+            // AccountState: 1 initialized, 2 frozen.
+            6 => Self::DefaultAccountState { frozen: value.first() != Some(&1) },
+            9 => Self::NonTransferable,
+            10 => Self::InterestBearing,
+            12 => Self::PermanentDelegate { delegate: optional_key(value.get(..32)) },
+            // Authority (32), then the program.
+            14 => Self::TransferHook { program: optional_key(value.get(32..64)) },
+            18..=23 => Self::Metadata(kind),
+            25 => Self::ScaledUiAmount,
+            26 => Self::Pausable,
+            _ => Self::Other(kind),
+        }
+    }
+
+    /// Its name, as `/token/info` lists it.
+    #[must_use]
+    pub fn name(&self) -> String {
+        match self {
+            Self::TransferFee { .. } => "transferFeeConfig".into(),
+            Self::MintCloseAuthority => "mintCloseAuthority".into(),
+            Self::Confidential(4) => "confidentialTransferMint".into(),
+            Self::Confidential(16) => "confidentialTransferFeeConfig".into(),
+            Self::Confidential(_) => "confidentialMintBurn".into(),
+            Self::DefaultAccountState { .. } => "defaultAccountState".into(),
+            Self::NonTransferable => "nonTransferable".into(),
+            Self::InterestBearing => "interestBearingConfig".into(),
+            Self::PermanentDelegate { .. } => "permanentDelegate".into(),
+            Self::TransferHook { .. } => "transferHook".into(),
+            Self::Metadata(18) => "metadataPointer".into(),
+            Self::Metadata(19) => "tokenMetadata".into(),
+            Self::Metadata(20) => "groupPointer".into(),
+            Self::Metadata(21) => "tokenGroup".into(),
+            Self::Metadata(22) => "groupMemberPointer".into(),
+            Self::Metadata(_) => "tokenGroupMember".into(),
+            Self::ScaledUiAmount => "scaledUiAmount".into(),
+            Self::Pausable => "pausable".into(),
+            Self::Other(kind) => format!("extension{kind}"),
+        }
+    }
+
+    /// Why a payment in a mint with this extension cannot be settled exactly, if it cannot.
+    #[must_use]
+    pub fn refusal(&self) -> Option<String> {
+        Some(match self {
+            Self::MintCloseAuthority | Self::Metadata(_) => return None,
+            Self::TransferFee { fees } => {
+                let (bps, max) = fees.iter().copied().find(|(bps, max)| *bps > 0 && *max > 0)?;
+                format!(
+                    "it keeps a transfer fee ({bps} basis points, at most {max} base units): the payee would receive less than is paid"
+                )
+            }
+            Self::Confidential(_) => "it allows confidential transfers, whose amounts cannot be read".into(),
+            Self::DefaultAccountState { frozen: false } => return None,
+            Self::DefaultAccountState { frozen: true } => {
+                "its new token accounts start frozen: the payee's may not receive".into()
+            }
+            Self::NonTransferable => "its tokens cannot be transferred".into(),
+            Self::InterestBearing => "it bears interest: the amount it shows changes over time".into(),
+            Self::ScaledUiAmount => "its amounts are shown scaled by a factor that can change".into(),
+            Self::PermanentDelegate { delegate: None } | Self::TransferHook { program: None } => return None,
+            Self::PermanentDelegate { delegate: Some(d) } => {
+                format!("its permanent delegate {d} can move anyone's tokens, the payee's too")
+            }
+            Self::TransferHook { program: Some(p) } => {
+                format!("every transfer runs its hook program {p}, which may refuse or change it")
+            }
+            Self::Pausable => "its transfers can be paused".into(),
+            Self::Other(kind) => format!("it has extension {kind}, which this facilitator does not know"),
+        })
+    }
+
+    /// Whether what it says can change after the mint is made (a fee scheduled, a hook or a
+    /// delegate set, the default state switched): a mint with one is read again for each
+    /// payment; one without is remembered.
+    #[must_use]
+    pub const fn changeable(&self) -> bool {
+        !matches!(self, Self::MintCloseAuthority | Self::Metadata(_))
+    }
+}
+
 /// A mint as read from its account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mint {
@@ -42,6 +193,22 @@ pub struct Mint {
     pub name: Option<String>,
     /// Symbol from the Token-2022 metadata extension.
     pub symbol: Option<String>,
+    /// Token-2022 extensions, in the order the account lists them.
+    pub extensions: Vec<Extension>,
+}
+
+impl Mint {
+    /// Why a payment in this mint cannot be settled exactly, if it cannot (the first reason).
+    #[must_use]
+    pub fn refusal(&self) -> Option<String> {
+        self.extensions.iter().find_map(Extension::refusal)
+    }
+
+    /// Whether its facts and the verdict of [`Self::refusal`] hold for good.
+    #[must_use]
+    pub fn settled_for_good(&self) -> bool {
+        !self.extensions.iter().any(Extension::changeable)
+    }
 }
 
 fn coption_pubkey(bytes: &[u8]) -> Option<Option<Pubkey>> {
@@ -90,6 +257,7 @@ pub fn parse_mint(owner: &Pubkey, data: &[u8]) -> Option<Mint> {
         freeze_authority: coption_pubkey(&data[46..82])?,
         name: None,
         symbol: None,
+        extensions: Vec::new(),
     };
     if standard == TokenStandard::Token2022 && data.len() > MINT_LEN {
         if data.get(ACCOUNT_TYPE_OFFSET) != Some(&ACCOUNT_TYPE_MINT) {
@@ -100,6 +268,10 @@ pub fn parse_mint(owner: &Pubkey, data: &[u8]) -> Option<Mint> {
             let kind = u16::from_le_bytes([tlv[0], tlv[1]]);
             let len = usize::from(u16::from_le_bytes([tlv[2], tlv[3]]));
             let Some(value) = tlv.get(4..4 + len) else { break };
+            // Type 0 pads the account.
+            if kind != 0 {
+                mint.extensions.push(Extension::read(kind, value));
+            }
             if kind == EXTENSION_TOKEN_METADATA
                 && let Some((name, rest)) = value.get(64..).and_then(borsh_string)
                 && let Some((symbol, _)) = borsh_string(rest)
@@ -161,6 +333,8 @@ pub async fn token_info(
         supply: tollgate_protocol::AtomicAmount::from(parsed.supply),
         mint_authority: parsed.mint_authority.map(|k| k.to_string()),
         freeze_authority: parsed.freeze_authority.map(|k| k.to_string()),
+        extensions: parsed.extensions.iter().map(Extension::name).collect(),
+        refused: parsed.refusal(),
     }))
 }
 
@@ -215,6 +389,89 @@ pub(crate) mod tests {
         d.extend(borsh(&format!("{symbol:\0<10}")));
         d.extend(borsh("https://example.org"));
         d
+    }
+
+    /// A Token-2022 mint with the given extensions, (type, value) in order.
+    pub(crate) fn mint_2022(base: &[u8], extensions: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut d = base.to_vec();
+        d.resize(ACCOUNT_TYPE_OFFSET, 0);
+        d.push(ACCOUNT_TYPE_MINT);
+        for (kind, value) in extensions {
+            d.extend_from_slice(&kind.to_le_bytes());
+            d.extend_from_slice(&u16::try_from(value.len()).unwrap().to_le_bytes());
+            d.extend_from_slice(value);
+        }
+        d
+    }
+
+    /// A `TransferFeeConfig` value: authorities, withheld amount, older and newer fees.
+    pub(crate) fn transfer_fee(older: (u16, u64), newer: (u16, u64)) -> Vec<u8> {
+        let mut v = vec![7u8; 64];
+        v.extend_from_slice(&0u64.to_le_bytes());
+        for (epoch, (bps, max)) in [(0u64, older), (5, newer)] {
+            v.extend_from_slice(&epoch.to_le_bytes());
+            v.extend_from_slice(&max.to_le_bytes());
+            v.extend_from_slice(&bps.to_le_bytes());
+        }
+        v
+    }
+
+    /// Every extension a mint can have, read and judged: descriptions pass, whatever makes
+    /// the payee receive less, another amount, or maybe nothing is refused, with its reason.
+    #[test]
+    fn token_2022_extensions_are_judged_one_by_one() {
+        let base = mint_bytes(None, 1_000, 6, None);
+        let key = Pubkey::new_unique();
+        let mut hook = vec![1u8; 32];
+        hook.extend_from_slice(key.as_ref());
+        let mut no_hook = vec![1u8; 32];
+        no_hook.extend_from_slice(&[0; 32]);
+        let cases: Vec<(u16, Vec<u8>, &str, Option<&str>)> = vec![
+            (1, transfer_fee((0, 0), (0, 0)), "transferFeeConfig", None),
+            (1, transfer_fee((0, 0), (50, 1_000)), "transferFeeConfig", Some("transfer fee (50 basis points")),
+            (1, transfer_fee((100, 0), (0, 0)), "transferFeeConfig", None),
+            (3, vec![0; 32], "mintCloseAuthority", None),
+            (4, vec![0; 65], "confidentialTransferMint", Some("confidential transfers")),
+            (6, vec![1], "defaultAccountState", None),
+            (6, vec![2], "defaultAccountState", Some("start frozen")),
+            (9, vec![], "nonTransferable", Some("cannot be transferred")),
+            (10, vec![0; 52], "interestBearingConfig", Some("bears interest")),
+            (12, vec![0; 32], "permanentDelegate", None),
+            (12, key.to_bytes().to_vec(), "permanentDelegate", Some("can move anyone's tokens")),
+            (14, no_hook, "transferHook", None),
+            (14, hook, "transferHook", Some("hook program")),
+            (16, vec![0; 72], "confidentialTransferFeeConfig", Some("confidential transfers")),
+            (18, vec![0; 64], "metadataPointer", None),
+            (20, vec![0; 64], "groupPointer", None),
+            (21, vec![0; 80], "tokenGroup", None),
+            (22, vec![0; 64], "groupMemberPointer", None),
+            (23, vec![0; 72], "tokenGroupMember", None),
+            (24, vec![0; 64], "confidentialMintBurn", Some("confidential transfers")),
+            (25, vec![0; 56], "scaledUiAmount", Some("scaled")),
+            (26, vec![0; 33], "pausable", Some("can be paused")),
+            (2, vec![0; 8], "extension2", Some("does not know")),
+            (999, vec![], "extension999", Some("does not know")),
+        ];
+        for (kind, value, name, refused) in cases {
+            let m = parse_mint(&TOKEN_2022_PROGRAM, &mint_2022(&base, &[(kind, value)])).unwrap();
+            assert_eq!(m.extensions.iter().map(Extension::name).collect::<Vec<_>>(), [name], "{kind}");
+            match (m.refusal(), refused) {
+                (None, None) => {}
+                (Some(why), Some(part)) => assert!(why.contains(part), "{kind}: {why}"),
+                other => panic!("extension {kind} ({name}): {other:?}"),
+            }
+            let described = matches!(kind, 3 | 18..=23);
+            assert_eq!(m.settled_for_good(), described, "{kind}: remembered only when nothing in it can change");
+        }
+        // A plain Token-2022 mint and one with metadata are settled, and remembered.
+        let plain = parse_mint(&TOKEN_2022_PROGRAM, &mint_2022(&base, &[])).unwrap();
+        assert!(plain.refusal().is_none() && plain.settled_for_good() && plain.extensions.is_empty());
+        let described = mint_2022_with_metadata(&base, &key, "Tollgate Dollar", "TGD");
+        let described = parse_mint(&TOKEN_2022_PROGRAM, &described).unwrap();
+        assert!(described.refusal().is_none() && described.settled_for_good());
+        // The first reason is given, whatever follows.
+        let both = mint_2022(&base, &[(9, vec![]), (26, vec![0; 33])]);
+        assert!(parse_mint(&TOKEN_2022_PROGRAM, &both).unwrap().refusal().unwrap().contains("cannot be transferred"));
     }
 
     #[test]
