@@ -61,6 +61,9 @@ pub struct EventBus {
     sender: broadcast::Sender<Arc<PaymentEvent>>,
     /// Counts the times events may have been lost (the database's announcements were cut).
     gaps: Arc<watch::Sender<u64>>,
+    /// Ids of API keys deleted (here, or on any instance when the database announces it): their
+    /// live connections close.
+    revoked: broadcast::Sender<Arc<str>>,
 }
 
 impl Default for EventBus {
@@ -73,7 +76,22 @@ impl EventBus {
     /// A bus keeping the last `capacity` events for listeners that are behind.
     #[must_use]
     pub fn new(capacity: usize) -> Self {
-        Self { sender: broadcast::channel(capacity.max(1)).0, gaps: Arc::new(watch::channel(0).0) }
+        Self {
+            sender: broadcast::channel(capacity.max(1)).0,
+            gaps: Arc::new(watch::channel(0).0),
+            revoked: broadcast::channel(REVOCATIONS).0,
+        }
+    }
+
+    /// Announces that API key `key_id` was deleted: its live connections close.
+    pub fn revoke(&self, key_id: &str) {
+        let _ = self.revoked.send(Arc::from(key_id));
+    }
+
+    /// Learns of deleted keys from now on.
+    #[must_use]
+    pub fn subscribe_revocations(&self) -> broadcast::Receiver<Arc<str>> {
+        self.revoked.subscribe()
     }
 
     /// Publishes a payment's current state (nobody listening is fine).
@@ -366,8 +384,9 @@ pub async fn follow_announcements(
             match next {
                 Ok(Announcement::Payment(notice)) => bus.publish_notice(notice),
                 Ok(Announcement::KeyDeleted(key_id)) => {
-                    tracing::info!(%key_id, "API key deleted: cached keys dropped");
+                    tracing::info!(%key_id, "API key deleted: cached keys dropped, its connections closed");
                     auth.forget_cached_keys();
+                    bus.revoke(&key_id);
                 }
                 Ok(Announcement::Gap) => {
                     tracing::warn!("lost the database's announcements for a moment: followers must resubscribe");
@@ -384,6 +403,10 @@ pub async fn follow_announcements(
         }
     }
 }
+
+/// Key deletions kept for connections that are behind (a connection that misses some checks
+/// its own key at once).
+const REVOCATIONS: usize = 64;
 
 /// Longest wait between two attempts to listen to the database.
 pub const RELISTEN_MAX: std::time::Duration = std::time::Duration::from_secs(5);

@@ -220,14 +220,24 @@ async fn changes_made_on_one_instance_reach_the_others_at_once() {
     }
     assert_eq!(seen, ["verified", "submitted", "confirmed"], "every change once, in order");
 
-    // A second key, trusted by B (cached), then deleted from another process.
-    let doomed = shared.cli(&["keys", "create", "--plan", "standard"]);
+    // A second key, trusted by B (cached), with a WebSocket open on each instance, then
+    // deleted from another process.
+    let doomed = shared.cli(&["keys", "create", "--plan", "enterprise"]);
     assert_eq!(get(&client, format!("{}/supported", b.base), &doomed).await.0, 200);
+    let mut doomed_sockets = [connect_ws(&a.base, &doomed).await, connect_ws(&b.base, &doomed).await];
+    for socket in &mut doomed_sockets {
+        send_json(socket, json!({"method": "subscribeWallet", "keys": [seller.to_string()]})).await;
+        assert_eq!(next_json(socket).await["event"], "subscribed");
+    }
     let list = shared.cli(&["keys", "list"]);
     let doomed_id = list.lines().skip(1).map(|l| l.split_whitespace().next().unwrap()).last().unwrap().to_owned();
-    assert!(list.lines().last().unwrap().contains("standard"), "{list}");
+    assert!(list.lines().last().unwrap().contains("enterprise"), "{list}");
     shared.cli(&["keys", "delete", &doomed_id]);
     let deleted = Instant::now();
+    for socket in &mut doomed_sockets {
+        let (code, reason) = common::ws::close_within(socket, Duration::from_secs(1)).await;
+        assert_eq!((code, reason.as_str()), (1008, "the API key was deleted"));
+    }
     loop {
         let (status, _) = get(&client, format!("{}/supported", b.base), &doomed).await;
         if status == 401 {

@@ -296,3 +296,39 @@ async fn a_slow_consumer_is_disconnected_instead_of_buffered() {
     }
     assert_eq!(t.state.events.listeners(), 0);
 }
+
+/// A deleted key's connections close: at once when the deletion is announced on this instance
+/// (the dashboard's, or on PostgreSQL anyone's: see `scale_out.rs`), and at the next ping when
+/// another process deleted it from the same SQLite file (the CLI). Other keys' stay up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_keys_connections_are_closed() {
+    let t = Served::start(|c| c.limits.ws_ping_secs = 1).await;
+    let (announced, _) = t.key(Plan::Premium).await;
+    let (quiet, _) = t.key(Plan::Premium).await;
+    let (kept, _) = t.key(Plan::Premium).await;
+    let id = |key: &str| {
+        let auth = t.state.auth.clone();
+        let key = key.to_owned();
+        async move { auth.authenticate_key(&key).await.unwrap().key_id.clone() }
+    };
+    let (announced_id, quiet_id) = (id(&announced).await, id(&quiet).await);
+    let mut sockets = [t.connect(&announced).await.unwrap(), t.connect(&quiet).await.unwrap()];
+    let mut other = t.connect(&kept).await.unwrap();
+
+    // Deleted and announced here (as the dashboard does): closed at once.
+    assert!(t.state.store.delete_api_key(&announced_id).await.unwrap());
+    t.state.events.revoke(&announced_id);
+    let (code, reason) = common::ws::close_within(&mut sockets[0], Duration::from_millis(500)).await;
+    assert_eq!((code, reason.as_str()), (1008, "the API key was deleted"));
+    // Deleted by another process, nothing announced: closed at the next ping.
+    assert!(t.state.store.delete_api_key(&quiet_id).await.unwrap());
+    let (code, reason) = common::ws::close_within(&mut sockets[1], Duration::from_secs(3)).await;
+    assert_eq!((code, reason.as_str()), (1008, "the API key was deleted"));
+    // The other key's connection is still served.
+    send_json(
+        &mut other,
+        json!({"method": "subscribeWallet", "keys": [solana_sdk::pubkey::Pubkey::new_unique().to_string()]}),
+    )
+    .await;
+    assert_eq!(next_json(&mut other).await["event"], "subscribed");
+}

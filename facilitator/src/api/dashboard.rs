@@ -259,7 +259,8 @@ pub async fn delete(
     let notice = match state.store.delete_api_key(&id).await {
         Ok(true) => {
             state.auth.forget_cached_keys();
-            Notice::Done(format!("Key {id} deleted. Requests with it now get 401."))
+            state.events.revoke(&id);
+            Notice::Done(format!("Key {id} deleted. Requests with it now get 401; its connections are closed."))
         }
         Ok(false) => Notice::Error(format!("There is no key {id}.")),
         Err(e) => {

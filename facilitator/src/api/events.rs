@@ -142,6 +142,7 @@ impl Connection {
         let _closed = OnDrop(|| crate::telemetry::ws_connections(-1.0));
         let mut events = self.state.events.subscribe();
         let mut gaps = self.state.events.subscribe_gaps();
+        let mut revoked = self.state.events.subscribe_revocations();
         let ping_every = Duration::from_secs(self.state.config.limits.ws_ping_secs);
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -170,6 +171,18 @@ impl Connection {
                 // changes, so the client must reconnect and resubscribe (which sends current states).
                 Ok(()) = gaps.changed() => {
                     break End::Close(close_code::AGAIN, "events may have been missed; reconnect and resubscribe".into());
+                }
+                // A key deleted (here, or anywhere the database announces it): its connections end.
+                deleted = revoked.recv() => {
+                    let ours = match deleted {
+                        Ok(key_id) => *key_id == *self.caller.key_id,
+                        // Deletions missed: ask about this key.
+                        Err(RecvError::Lagged(_)) => !self.key_still_valid().await,
+                        Err(RecvError::Closed) => false,
+                    };
+                    if ours {
+                        break End::Close(close_code::POLICY, "the API key was deleted".into());
+                    }
                 }
                 incoming = socket.recv() => {
                     last_heard = tokio::time::Instant::now();
@@ -207,6 +220,11 @@ impl Connection {
                     if silent_for_too_long(last_heard.elapsed(), ping_every) {
                         break End::Close(close_code::POLICY, "no answer to pings".into());
                     }
+                    // A deletion nobody announced here (the CLI on another process's SQLite file)
+                    // is found at the next ping.
+                    if !self.key_still_valid().await {
+                        break End::Close(close_code::POLICY, "the API key was deleted".into());
+                    }
                     if let Err(end) = send(&mut socket, Message::Ping(Default::default())).await {
                         break end;
                     }
@@ -218,6 +236,14 @@ impl Connection {
             let frame = CloseFrame { code, reason: reason.into() };
             let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
         }
+    }
+
+    /// Whether the connection's key still exists (storage failing: assumed so, asked again later).
+    async fn key_still_valid(&self) -> bool {
+        self.state.auth.still_valid(&self.caller).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot check a WebSocket connection's key");
+            true
+        })
     }
 
     /// Applies one client message; the reply to send.

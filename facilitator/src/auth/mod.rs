@@ -59,6 +59,9 @@ pub struct Caller {
     pub plan: Plan,
     /// Requests per minute allowed.
     pub rpm: u32,
+    /// The key's lookup (a prefix of its hash, never the key): how a long-lived connection finds
+    /// the key again to learn whether it still exists.
+    pub lookup: String,
 }
 
 /// WebSocket messages a key may send per second, over all its connections.
@@ -140,7 +143,7 @@ impl Authenticator {
         let stored = self.store.find_api_key(&digest.lookup()).await.map_err(|e| AuthError::Internal(e.to_string()))?;
         let caller = stored.filter(|k| digest.matches(&k.hash)).map(|k| {
             let rpm = k.rpm.unwrap_or_else(|| self.plans.get(k.plan).rpm);
-            Arc::new(Caller { key_id: k.id, account_id: k.account_id, plan: k.plan, rpm })
+            Arc::new(Caller { key_id: k.id, account_id: k.account_id, plan: k.plan, rpm, lookup: digest.lookup() })
         });
         if let Some(c) = &caller {
             // Once per cache period: good enough for "last used", and off the hot path.
@@ -218,6 +221,15 @@ impl Authenticator {
     /// Applies the cache's pending maintenance (so counts are exact).
     pub fn cache_sync(&self) {
         self.cache.run_pending_tasks();
+    }
+
+    /// Whether `caller`'s key still exists (a connection opened with it asks this now and then).
+    ///
+    /// # Errors
+    /// [`AuthError::Internal`] when storage fails.
+    pub async fn still_valid(&self, caller: &Caller) -> Result<bool, AuthError> {
+        let stored = self.store.find_api_key(&caller.lookup).await.map_err(|e| AuthError::Internal(e.to_string()))?;
+        Ok(stored.is_some_and(|k| k.id == caller.key_id))
     }
 
     /// Forgets every cached verdict (after a key is deleted, here or on another instance).

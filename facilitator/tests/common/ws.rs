@@ -25,3 +25,17 @@ pub async fn next_json(socket: &mut Socket) -> Value {
 pub async fn send_json(socket: &mut Socket, value: Value) {
     socket.send(Message::Text(value.to_string().into())).await.unwrap();
 }
+
+/// The close frame the server sends next (pings and other messages skipped), within `within`.
+pub async fn close_within(socket: &mut Socket, within: Duration) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let message = tokio::time::timeout_at(deadline, socket.next()).await.expect("closed in time");
+        match message {
+            Some(Ok(Message::Close(Some(frame)))) => return (frame.code.into(), frame.reason.to_string()),
+            Some(Ok(Message::Close(None))) | None => return (1005, String::new()),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => panic!("the socket failed instead of closing: {e}"),
+        }
+    }
+}
