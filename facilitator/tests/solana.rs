@@ -1246,3 +1246,79 @@ async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
     assert_eq!(after.payment.status, PaymentStatus::Failed);
     assert!(after.error.as_deref().unwrap().contains("only 990000 of the 1000000"), "{:?}", after.error);
 }
+
+/// `exact-native` transfers the runtime would refuse are refused at `/verify`, before anything is
+/// claimed or served: to a new account, less than the rent-exempt minimum; leaving the payer (or
+/// a separate fee payer) with dust below that minimum; a fee payer that cannot pay the fee.
+/// Spending all, and paying an existing account any amount, pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_native_transfers_the_runtime_would_refuse_for_rent_are_refused() {
+    use solana_sdk::signer::Signer as _;
+    use solana_system_interface::instruction::transfer;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let network = rpc.network().to_string();
+    let rent = rpc.rent_exempt_minimum().await.unwrap();
+    let funded = |lamports: u64| async move {
+        let who = Keypair::new();
+        let signature = rpc.request_airdrop(&who.pubkey(), lamports).await.unwrap();
+        rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+        who
+    };
+    let shop = funded(1_000_000_000).await;
+    let verify = |signers: Vec<Keypair>, fee_payer: Pubkey, to: Pubkey, lamports: u64| {
+        let (t, key, network) = (&t, key.clone(), network.clone());
+        async move {
+            let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+            let message = solana_sdk::message::Message::new_with_blockhash(
+                &[transfer(&signers.last().unwrap().pubkey(), &to, lamports)],
+                Some(&fee_payer),
+                &blockhash,
+            );
+            let refs: Vec<&Keypair> = signers.iter().collect();
+            let tx = solana_sdk::transaction::Transaction::new(&refs, message, blockhash);
+            use base64::Engine as _;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+            let requirement = json!({"scheme": "exact-native", "network": network, "amount": lamports.to_string(),
+                                     "asset": "native", "payTo": to.to_string(), "maxTimeoutSeconds": 30});
+            let body = json!({"x402Version": 2,
+                "paymentPayload": {"x402Version": 2, "accepted": requirement, "payload": {"transaction": encoded},
+                                   "resource": {"url": "https://seller.example/a", "description": "", "mimeType": ""}},
+                "paymentRequirements": requirement});
+            t.call("POST", "/verify", &key, Some(body)).await.1
+        }
+    };
+    let refused = |v: &Value, reason: &str, why: &str| {
+        assert_eq!((v["isValid"].as_bool(), v["invalidReason"].as_str()), (Some(false), Some(reason)), "{v}");
+        assert!(v["invalidMessage"].as_str().unwrap().contains(why), "{v}");
+    };
+
+    // A new account, paid less than the minimum; then the minimum.
+    let payer = funded(1_000_000_000).await;
+    let fresh = Pubkey::new_unique();
+    let v = verify(vec![payer.insecure_clone()], payer.pubkey(), fresh, 1_000).await;
+    refused(&v, "invalid_payment_requirements", "does not exist yet");
+    let v = verify(vec![payer.insecure_clone()], payer.pubkey(), fresh, rent).await;
+    assert_eq!(v["isValid"], true, "{v}");
+    // An existing account: any amount.
+    let v = verify(vec![payer.insecure_clone()], payer.pubkey(), shop.pubkey(), 1_000).await;
+    assert_eq!(v["isValid"], true, "{v}");
+
+    // The payer left with dust; with nothing left at all.
+    let fee = 5_000;
+    let dusty = funded(10_000_000 + fee + 1_000).await;
+    let v = verify(vec![dusty.insecure_clone()], dusty.pubkey(), shop.pubkey(), 10_000_000).await;
+    refused(&v, "insufficient_funds", "would leave the payer 1000 lamports");
+    let v = verify(vec![dusty.insecure_clone()], dusty.pubkey(), shop.pubkey(), 10_000_000 + 1_000).await;
+    assert_eq!(v["isValid"], true, "everything spent: {v}");
+
+    // A separate fee payer that cannot pay the fee, or would keep dust.
+    let poor = funded(rent + 1_000).await;
+    let v = verify(vec![poor.insecure_clone(), payer.insecure_clone()], poor.pubkey(), shop.pubkey(), 1_000).await;
+    refused(&v, "insufficient_funds", "would leave the fee payer");
+    let sponsor = funded(1_000_000_000).await;
+    let v =
+        verify(vec![sponsor.insecure_clone(), payer.insecure_clone()], sponsor.pubkey(), shop.pubkey(), 1_000).await;
+    assert_eq!(v["isValid"], true, "{v}");
+}

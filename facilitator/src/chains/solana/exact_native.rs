@@ -83,19 +83,62 @@ async fn signed_transfer(
     let decimals = ChainFamily::Solana.native_decimals();
     terms.price.check(u128::from(checked.transfer.lamports), decimals, Reason::SvmAmountMismatch)?;
     let source = checked.transfer.from;
-    let (valid, fee, balance) =
-        tokio::join!(rpc.blockhash_valid(&checked.blockhash), fee_of(backend, &tx.message), rpc.balance(&source));
+    let sponsored = checked.fee_payer != source;
+    let fee_payer_balance =
+        async { if sponsored { rpc.balance(&checked.fee_payer).await.map(Some) } else { Ok(None) } };
+    let (valid, fee, balance, fee_payer_balance, rent, payee) = tokio::join!(
+        rpc.blockhash_valid(&checked.blockhash),
+        fee_of(backend, &tx.message),
+        rpc.balance(&source),
+        fee_payer_balance,
+        rent_minimum(backend),
+        funded_payee(backend, &checked.transfer.to),
+    );
     if !valid? {
         return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
     }
-    let fee = fee?;
-    let needed = checked.transfer.lamports.saturating_add(if checked.fee_payer == source { fee } else { 0 });
-    let balance = balance?;
-    if balance < needed {
-        return Err(refuse(
-            Reason::InsufficientFunds,
-            format!("the payer holds {balance} lamports; the transaction needs {needed}"),
-        ));
+    let (fee, rent) = (fee?, rent?);
+    // The runtime leaves every account it touches empty or rent-exempt: a new payee must receive
+    // at least the minimum, and the payer (and a separate fee payer) keep it or nothing.
+    match payee? {
+        Payee::Unpayable => {
+            return Err(refuse(
+                Reason::InvalidPaymentRequirements,
+                format!("{} is a program or a sysvar: it cannot receive SOL", checked.transfer.to),
+            ));
+        }
+        Payee::New if checked.transfer.lamports < rent => {
+            return Err(refuse(
+                Reason::InvalidPaymentRequirements,
+                format!(
+                    "{} does not exist yet: a payment creating it must be at least {rent} lamports (the rent-exempt minimum)",
+                    checked.transfer.to
+                ),
+            ));
+        }
+        Payee::New | Payee::Funded => {}
+    }
+    let kept = |holder: &str, balance: u64, spent: u64| -> Result<(), ProofError> {
+        if balance < spent {
+            return Err(refuse(
+                Reason::InsufficientFunds,
+                format!("the {holder} holds {balance} lamports; the transaction needs {spent}"),
+            ));
+        }
+        let left = balance - spent;
+        if left > 0 && left < rent {
+            return Err(refuse(
+                Reason::InsufficientFunds,
+                format!(
+                    "the transaction would leave the {holder} {left} lamports, below the {rent} an account must keep (spend all of it or less)"
+                ),
+            ));
+        }
+        Ok(())
+    };
+    kept("payer", balance?, checked.transfer.lamports.saturating_add(if sponsored { 0 } else { fee }))?;
+    if let Some(fee_payer_balance) = fee_payer_balance? {
+        kept("fee payer", fee_payer_balance, fee)?;
     }
     let signature = tx.signatures[0].to_string();
     let settle = match intent {
@@ -121,6 +164,42 @@ async fn signed_transfer(
         amount: u128::from(checked.transfer.lamports),
         decimals,
         fee: Some(u128::from(fee)),
+    })
+}
+
+/// What a payment to an account lands in.
+enum Payee {
+    /// It holds lamports: any amount can be added.
+    Funded,
+    /// It does not exist (or is empty): it must receive at least the rent-exempt minimum.
+    New,
+    /// A program or a sysvar: no transfer can credit it.
+    Unpayable,
+}
+
+/// The cluster's rent-exempt minimum of an account without data, learned once (and remembered).
+async fn rent_minimum(backend: &SolanaBackend) -> Result<u64, ProofError> {
+    if let Some(rent) = backend.rent_minimum.get(&()) {
+        return Ok(rent);
+    }
+    let rent = backend.rpc.rent_exempt_minimum().await?;
+    backend.rent_minimum.insert((), rent);
+    Ok(rent)
+}
+
+/// What `to` is as a payee; one found holding lamports is remembered for a while (a seller's
+/// account rarely empties), so most payments do not ask.
+async fn funded_payee(backend: &SolanaBackend, to: &Pubkey) -> Result<Payee, ProofError> {
+    if backend.funded_payees.get(to).is_some() {
+        return Ok(Payee::Funded);
+    }
+    Ok(match backend.rpc.payee(to).await? {
+        Some(p) if p.unpayable => Payee::Unpayable,
+        Some(p) if p.lamports > 0 => {
+            backend.funded_payees.insert(*to, ());
+            Payee::Funded
+        }
+        _ => Payee::New,
     })
 }
 

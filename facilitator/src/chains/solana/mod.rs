@@ -76,6 +76,10 @@ pub struct SolanaBackend {
     /// priority fee and remembered for a while: meanwhile fees are derived from a transaction's
     /// signatures and compute-unit price.
     pub signature_fee: super::memo::Facts<(), u64>,
+    /// The rent-exempt minimum of an account without data, once learned.
+    pub rent_minimum: super::memo::Facts<(), u64>,
+    /// Payees found holding lamports (a payment of any amount to them lands), for a while.
+    pub funded_payees: super::memo::Facts<Pubkey, ()>,
     /// The in-process ledger behind the RPC, when this is the development ledger.
     #[cfg(feature = "embedded-ledger")]
     pub embedded: Option<embedded::EmbeddedLedger>,
@@ -91,6 +95,8 @@ impl SolanaBackend {
             mints: super::memo::Facts::default(),
             passed: super::memo::Passed::default(),
             signature_fee: super::memo::Facts::default(),
+            rent_minimum: super::memo::Facts::default(),
+            funded_payees: super::memo::Facts::default(),
             #[cfg(feature = "embedded-ledger")]
             embedded: None,
         }
