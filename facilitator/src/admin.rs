@@ -58,11 +58,15 @@ pub async fn create_key(store: &dyn Store, new: NewKey, now: DateTime<Utc>) -> R
             "--rpm applies to enterprise keys; standard and premium use their plan's limit".into(),
         ));
     }
-    if new.label.as_ref().is_some_and(|l| l.chars().count() > 100) {
-        return Err(AdminError::Invalid("--label must be at most 100 characters".into()));
+    if new.label.as_ref().is_some_and(|l| l.chars().count() > 100 || l.chars().any(char::is_control)) {
+        return Err(AdminError::Invalid("--label must be at most 100 characters, without control characters".into()));
     }
     let failed = |e: crate::store::StoreError| AdminError::Failed(e.to_string());
     let account_id = match new.account {
+        // Ids this service makes are letters, digits and `_`: anything else names no account.
+        Some(id) if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+            return Err(AdminError::Invalid(format!("no account {}", id.escape_debug())));
+        }
         Some(id) => {
             if !store.account_exists(&id).await.map_err(failed)? {
                 return Err(AdminError::Invalid(format!("no account {id}")));

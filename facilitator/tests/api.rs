@@ -21,6 +21,10 @@ use tollgate_facilitator::{AppState, router};
 use tollgate_protocol::{AtomicAmount, Network};
 use tower::ServiceExt as _;
 
+#[path = "common/process.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod process;
+
 const SOL_A: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 const SOL_B: &str = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4";
 const EVM_A: &str = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed";
@@ -59,9 +63,15 @@ impl TestApp {
         Self::with_config(Config::default()).await
     }
 
-    async fn with_config(mut config: Config) -> Self {
+    async fn with_config(config: Config) -> Self {
+        Self::on(config, None).await
+    }
+
+    /// On the database at `url` (a SQLite file in a temporary directory when `None`).
+    async fn on(mut config: Config, url: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        config.database_url = DatabaseUrl::parse(dir.path().join("api.db").to_str().unwrap()).unwrap();
+        let default = dir.path().join("api.db");
+        config.database_url = DatabaseUrl::parse(url.unwrap_or(default.to_str().unwrap())).unwrap();
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         let clock = ManualClock::new(start());
         let state = AppState::new(config, store.clone(), Arc::new(clock.clone()));
@@ -519,4 +529,73 @@ async fn openapi_describes_every_endpoint_of_the_contract() {
     assert_eq!(parameter["format"], "address", "{parameter}");
     let transaction = &doc.body["components"]["schemas"]["ConfirmTransactionRequest"]["properties"]["transaction"];
     assert_eq!(transaction["format"], "transaction-id", "{transaction}");
+}
+
+/// Control characters in strings that are stored (a resource, on every endpoint that takes one;
+/// a key's label) are refused with 400, never stored nor answered with a 500: PostgreSQL cannot
+/// hold NUL in text, and no URL has a control character. On SQLite and, when configured,
+/// PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_strings_are_refused_on_every_backend() {
+    let pg = process::PgSchema::create("control_characters_in_strings_are_refused_on_every_backend").await;
+    for url in [None, pg.as_ref().map(|p| p.url.as_str())] {
+        let backend = if url.is_some() { "PostgreSQL" } else { "SQLite" };
+        if backend == "PostgreSQL" && pg.is_none() {
+            continue;
+        }
+        let t = TestApp::on(Config::default(), url).await;
+        let (key, _) = t.key(Plan::Enterprise, None).await;
+        let nul = "https://shop.example/a\u{0}b";
+        let proof = "eyJ4NDAyVmVyc2lvbiI6MX0=";
+        let gateway = [
+            (
+                "/payment/receive",
+                json!({"walletAddress": SOL_A, "paymentProof": proof, "expectedAmount": 0.01, "resource": nul}),
+            ),
+            (
+                "/transaction/receive",
+                json!({"walletAddress": SOL_A, "paymentProof": proof, "expectedAmount": 0.01, "resource": nul}),
+            ),
+            (
+                "/payment/send",
+                json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": 0.01, "resource": nul}),
+            ),
+            (
+                "/transaction/send",
+                json!({"walletAddress": SOL_A, "recipientAddress": SOL_B, "amount": 0.01, "resource": nul}),
+            ),
+        ];
+        let requirement = json!({"scheme": "exact-native", "network": "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1",
+            "amount": "10000000", "asset": "native", "payTo": SOL_A, "maxTimeoutSeconds": 30});
+        let v2 = json!({"x402Version": 2, "paymentPayload": {"x402Version": 2, "accepted": requirement,
+            "payload": {"transaction": "AQID"}, "resource": {"url": nul}}, "paymentRequirements": requirement});
+        let v1 = json!({"x402Version": 1,
+            "paymentPayload": {"x402Version": 1, "scheme": "exact-native", "network": "solana-devnet", "payload": {"transaction": "AQID"}},
+            "paymentRequirements": {"scheme": "exact-native", "network": "solana-devnet", "maxAmountRequired": "10000000",
+                "resource": nul, "description": "", "mimeType": "", "payTo": SOL_A, "maxTimeoutSeconds": 30, "asset": "native"}});
+        let x402 = [("/verify", v2.clone()), ("/settle", v2), ("/verify", v1.clone()), ("/settle", v1)];
+        for (path, body) in gateway.into_iter().chain(x402) {
+            // The JSON text carries the escape `\u0000`, as a client's would.
+            let text = body.to_string();
+            assert!(text.contains("\\u0000"), "{text}");
+            let a = t.post(path, &key, text, None).await;
+            assert_envelope(&a, StatusCode::BAD_REQUEST, "INVALID_PARAMETERS");
+            assert!(a.message().contains("resource"), "{backend} {path}: {}", a.message());
+        }
+        let label =
+            NewKey { plan: Plan::Standard, rpm: None, label: Some("a\0b".into()), account: None, env: KeyEnv::Test };
+        assert!(
+            matches!(admin::create_key(&*t.store, label, start()).await, Err(admin::AdminError::Invalid(_))),
+            "{backend}"
+        );
+        let account =
+            NewKey { plan: Plan::Standard, rpm: None, label: None, account: Some("acct\0".into()), env: KeyEnv::Test };
+        assert!(
+            matches!(admin::create_key(&*t.store, account, start()).await, Err(admin::AdminError::Invalid(_))),
+            "{backend}"
+        );
+    }
+    if let Some(pg) = pg {
+        pg.drop_schema().await;
+    }
 }

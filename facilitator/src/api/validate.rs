@@ -98,13 +98,29 @@ pub fn resource(value: Option<&str>) -> Result<(), ApiError> {
     let ok = url.len() <= MAX_RESOURCE_LEN
         && (url.starts_with("https://") || url.starts_with("http://"))
         && url.len() > "http://".len()
-        && !url.chars().any(char::is_whitespace);
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
     if ok {
         Ok(())
     } else {
         Err(ApiError::invalid_params(format!(
             "resource must be an absolute http(s) URL of at most {MAX_RESOURCE_LEN} characters"
         )))
+    }
+}
+
+/// The resource an x402 request names (any URL scheme: x402 sells more than HTTP), bounded and
+/// free of control characters, which no URL has and PostgreSQL cannot store (NUL).
+///
+/// # Errors
+/// 400 `INVALID_PARAMETERS`.
+pub fn x402_resource(value: Option<&str>) -> Result<(), ApiError> {
+    match value {
+        Some(url) if url.len() > MAX_RESOURCE_LEN || url.chars().any(char::is_control) => {
+            Err(ApiError::invalid_params(format!(
+                "resource.url must be at most {MAX_RESOURCE_LEN} characters, without control characters"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -190,6 +206,12 @@ mod tests {
         assert!(resource(Some("https://seller.example/a")).is_ok());
         assert!(resource(Some("ftp://x")).is_err());
         assert!(resource(Some("https://a b")).is_err());
+        assert!(resource(Some("https://a\u{0}b")).is_err(), "NUL");
+        assert!(resource(Some("https://a\u{7f}b")).is_err(), "DEL");
+        assert!(x402_resource(Some("mcp://tools/weather")).is_ok());
+        assert!(x402_resource(Some("https://a/\u{0}")).is_err());
+        assert!(x402_resource(Some(&"a".repeat(MAX_RESOURCE_LEN + 1))).is_err());
+        assert!(x402_resource(None).is_ok());
         assert!(facilitator_url(Some("https://x402.example/"), &["https://x402.example".into()]).is_ok());
         assert!(facilitator_url(Some("https://evil.example"), &[]).is_err());
         assert_eq!(payment_proof("garbage!").unwrap_err().code(), ErrorCode::InvalidPaymentProof);
