@@ -37,7 +37,7 @@ use tollgate_protocol::x402::{
     Asset, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequired, PaymentRequirements, ResourceInfo,
     SCHEME_EXACT_NATIVE, SettleResponse, V1, V2,
 };
-use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, Network};
+use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 mod evm;
 mod solana;
@@ -85,30 +85,119 @@ pub enum PayError {
     Cap(String),
 }
 
-/// The most one request may cost, in whole units of the asset paid (SOL, ETH, token).
+/// What a [`Cap`] is counted in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cap(DecimalAmount);
+#[non_exhaustive]
+pub enum CapAsset {
+    /// Whatever asset the chosen offer asks: 1 is 1 SOL, 1 ETH or 1 token, as the seller lists
+    /// them. Only for sellers of one asset.
+    Any,
+    /// A chain family's native currency (SOL, ETH): offers in anything else are not taken.
+    Native(ChainFamily),
+    /// One token (an SPL mint or an ERC-20 contract): offers in anything else are not taken.
+    Token(Address),
+}
+
+/// The most one request may cost, in whole units of an asset named with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cap {
+    amount: DecimalAmount,
+    asset: CapAsset,
+}
 
 impl Cap {
-    /// A cap of `amount` whole units (`"0.05"`).
+    /// A cap of `amount` whole units of whichever asset the chosen offer asks (`"0.05"`):
+    /// prefer [`Cap::parse`] or [`Cap::in_asset`], which name the asset.
     ///
     /// # Errors
     /// [`PayError::Cap`] for text that is not a non-negative decimal.
     pub fn whole(amount: &str) -> Result<Self, PayError> {
-        DecimalAmount::parse(amount).map(Self).map_err(|e| PayError::Cap(e.to_string()))
+        Self::in_asset(amount, CapAsset::Any)
+    }
+
+    /// A cap of `amount` whole units of `asset`; offers in other assets are not taken.
+    ///
+    /// # Errors
+    /// [`PayError::Cap`] for text that is not a non-negative decimal.
+    pub fn in_asset(amount: &str, asset: CapAsset) -> Result<Self, PayError> {
+        let amount = DecimalAmount::parse(amount).map_err(|e| PayError::Cap(e.to_string()))?;
+        Ok(Self { amount, asset })
+    }
+
+    /// A cap that names its asset: `0.01SOL`, `0.001ETH`, or `1.5@<token address>`.
+    ///
+    /// # Errors
+    /// [`PayError::Cap`] for an amount without an asset, or anything else malformed.
+    pub fn parse(text: &str) -> Result<Self, PayError> {
+        let text = text.trim();
+        if let Some((amount, token)) = text.split_once('@') {
+            let token: Address = token.trim().parse().map_err(|e| PayError::Cap(format!("{token}: {e}")))?;
+            return Self::in_asset(amount.trim(), CapAsset::Token(token));
+        }
+        let split = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());
+        let (amount, symbol) = text.split_at(split);
+        let family = match symbol.to_ascii_uppercase().as_str() {
+            "SOL" => ChainFamily::Solana,
+            "ETH" => ChainFamily::Evm,
+            "" => {
+                return Err(PayError::Cap(format!(
+                    "{text:?} names no asset: write 0.01SOL, 0.001ETH or 1.5@<token address>"
+                )));
+            }
+            other => {
+                return Err(PayError::Cap(format!(
+                    "unknown asset {other:?}: name SOL, ETH, or a token as <amount>@<token address>"
+                )));
+            }
+        };
+        Self::in_asset(amount.trim(), CapAsset::Native(family))
+    }
+
+    /// Whether the cap is counted in `requirement`'s asset.
+    fn counts(&self, requirement: &PaymentRequirements) -> bool {
+        match (&self.asset, requirement.asset) {
+            (CapAsset::Any, _) => true,
+            (CapAsset::Native(family), Asset::Native) => *family == requirement.network.family(),
+            (CapAsset::Token(token), Asset::Token(asked)) => *token == asked,
+            _ => false,
+        }
     }
 
     /// Whether `atomic` units of an asset with `decimals` fit; a cap finer than the asset's
     /// decimals rounds down, never up.
     fn allows(&self, atomic: AtomicAmount, decimals: u8) -> bool {
-        let cap = truncate(&self.0.to_string(), decimals);
+        let cap = truncate(&self.amount.to_string(), decimals);
         DecimalAmount::parse(&cap).and_then(|c| c.to_atomic(decimals)).is_ok_and(|c| atomic.get() <= c.get())
     }
 
     /// The cap in whole units.
     #[must_use]
     pub const fn amount(&self) -> &DecimalAmount {
-        &self.0
+        &self.amount
+    }
+
+    /// What it is counted in.
+    #[must_use]
+    pub const fn asset(&self) -> &CapAsset {
+        &self.asset
+    }
+}
+
+impl std::fmt::Display for Cap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.asset {
+            CapAsset::Any => write!(f, "{}", self.amount),
+            CapAsset::Native(family) => write!(f, "{} {}", self.amount, family.native_symbol()),
+            CapAsset::Token(token) => write!(f, "{} of token {token}", self.amount),
+        }
+    }
+}
+
+/// `amount` of `requirement`'s asset, for people.
+fn priced(amount: &DecimalAmount, requirement: &PaymentRequirements) -> String {
+    match requirement.asset {
+        Asset::Native => format!("{amount} {}", requirement.network.family().native_symbol()),
+        Asset::Token(token) => format!("{amount} of token {token}"),
     }
 }
 
@@ -324,13 +413,17 @@ impl Buyer {
         let offers = challenge.requirements();
         let mut over_cap = None;
         for (requirement, resource) in &offers {
+            // An offer in another asset than the cap's is not taken: 1 SOL is no cap on ETH.
+            if self.cap.as_ref().is_some_and(|cap| !cap.counts(requirement)) {
+                continue;
+            }
             let Some(decimals) = self.payable(requirement).await? else { continue };
             if let Some(cap) = &self.cap
                 && !cap.allows(requirement.amount, decimals)
             {
                 over_cap.get_or_insert_with(|| PayError::OverCap {
-                    price: DecimalAmount::from_atomic(requirement.amount, decimals).to_string(),
-                    cap: cap.0.to_string(),
+                    price: priced(&DecimalAmount::from_atomic(requirement.amount, decimals), requirement),
+                    cap: cap.to_string(),
                 });
                 continue;
             }
@@ -338,7 +431,12 @@ impl Buyer {
         }
         Err(over_cap.unwrap_or_else(|| {
             let offered: Vec<String> = offers.iter().map(|(r, _)| describe(r)).collect();
-            PayError::NoOption(offered.join(", "))
+            match &self.cap {
+                Some(cap) if cap.asset != CapAsset::Any => {
+                    PayError::NoOption(format!("{}; none in the cap's asset ({cap})", offered.join(", ")))
+                }
+                _ => PayError::NoOption(offered.join(", ")),
+            }
         }))
     }
 
@@ -426,6 +524,28 @@ mod tests {
         assert!(fine.allows(AtomicAmount(1), 9), "rounded down to 1 lamport");
         assert!(!fine.allows(AtomicAmount(2), 9));
         assert!(Cap::whole("abc").is_err());
+    }
+
+    #[test]
+    fn a_cap_names_its_asset_and_takes_no_offer_in_another() {
+        let offer = |network: &str, asset: &str| -> PaymentRequirements {
+            serde_json::from_value(serde_json::json!({"scheme": "exact-native", "network": network, "amount": "1",
+                "asset": asset, "payTo": "0x1111111111111111111111111111111111111111", "maxTimeoutSeconds": 60}))
+            .unwrap()
+        };
+        let (eth, sol) = (offer("eip155:8453", "native"), offer("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1", "native"));
+        let token = "0x2222222222222222222222222222222222222222";
+        let tusd = offer("eip155:8453", token);
+        let in_sol = Cap::parse("0.01SOL").unwrap();
+        assert_eq!((in_sol.to_string(), in_sol.counts(&sol), in_sol.counts(&eth)), ("0.01 SOL".into(), true, false));
+        let in_eth = Cap::parse(" 0.001 eth ").unwrap();
+        assert!(in_eth.counts(&eth) && !in_eth.counts(&sol) && !in_eth.counts(&tusd));
+        let in_token = Cap::parse(&format!("1.5@{token}")).unwrap();
+        assert!(in_token.counts(&tusd) && !in_token.counts(&eth));
+        assert!(Cap::whole("1").unwrap().counts(&eth), "an unnamed cap counts any asset");
+        for bad in ["1", "0.01", "1BTC", "x@0x12", "1@not-an-address", "SOL"] {
+            assert!(matches!(Cap::parse(bad), Err(PayError::Cap(_))), "{bad}");
+        }
     }
 
     #[test]

@@ -48,12 +48,20 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     // Over the cap: exit 1, the reason on stderr, nothing paid.
     let mut frugal = args.clone();
     let max = frugal.iter().position(|a| a == "--max").unwrap();
-    frugal[max + 1] = "0.0005".into();
-    let out = run(frugal, vec![]).await;
+    frugal[max + 1] = "0.0005SOL".into();
+    let out = run(frugal.clone(), vec![]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("the price 0.001 is above the spending cap of 0.0005"), "{stderr}");
+    assert!(stderr.contains("the price 0.001 SOL is above the spending cap of 0.0005 SOL"), "{stderr}");
+    // A cap in another asset takes no SOL offer; a cap without an asset is refused.
+    for (cap, why) in [("1ETH", "none in the cap's asset (1 ETH)"), ("1", "names no asset")] {
+        frugal[max + 1] = cap.into();
+        let out = run(frugal.clone(), vec![]).await;
+        assert_eq!(out.status.code(), Some(1), "{cap}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(why), "{cap}: {stderr}");
+    }
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 
     // No key at all: exit 1 with what was offered.

@@ -109,7 +109,7 @@ impl Demo {
     #[must_use]
     pub fn pay_command(&self) -> String {
         format!(
-            "cargo run --release -p tollgate-client --bin tollgate-pay -- --solana-key {} --solana-rpc {} --max 0.01 {}/quote",
+            "cargo run --release -p tollgate-client --bin tollgate-pay -- --solana-key {} --solana-rpc {} --max 0.01SOL {}/quote",
             self.buyer_key_file.display(),
             self.solana_rpc_url,
             self.shop_url
@@ -125,14 +125,16 @@ impl Demo {
         history(&reqwest::Client::new(), &self.facilitator_url, &self.seller_api_key, wallet, direction).await
     }
 
-    /// A `tollgate-pay` command that pays with ETH or the EIP-3009 token, when EVM is on.
+    /// A `tollgate-pay` command that pays with the EIP-3009 token (at most 0.1 of it), when EVM
+    /// is on.
     #[must_use]
     pub fn evm_pay_command(&self, path: &str) -> Option<String> {
         let evm = self.evm.as_ref()?;
         Some(format!(
-            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max 0.1 {}{path}",
+            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max 0.1@{} {}{path}",
             evm.buyer_key_file.display(),
             evm.rpc_url,
+            evm.token,
             self.shop_url
         ))
     }

@@ -26,7 +26,8 @@ struct Args {
     /// EVM JSON-RPC for the chain id, nonces, fees and token details.
     #[arg(long, env = "TOLLGATE_EVM_RPC_URL", default_value = "http://127.0.0.1:8545")]
     evm_rpc: String,
-    /// Most to pay for this request, in whole units of the asset paid (e.g. 0.05 SOL).
+    /// Most to pay for this request, naming its asset: `0.01SOL`, `0.001ETH`, or
+    /// `1.5@<token address>` (whole tokens). Offers in other assets are not taken.
     #[arg(long)]
     max: Option<String>,
     /// The URL to fetch.
@@ -53,7 +54,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         buyer = buyer.with_evm(signer, &args.evm_rpc)?;
     }
     if let Some(max) = &args.max {
-        buyer = buyer.with_cap(Cap::whole(max)?);
+        buyer = buyer.with_cap(Cap::parse(max)?);
     }
     let paid = buyer.get(&args.url).await?;
     if let Some(p) = &paid.payment {
