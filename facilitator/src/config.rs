@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tollgate_protocol::Network;
+use tollgate_protocol::{ChainFamily, Network};
 
 use crate::auth::plans::{EndpointGroup, Plan, PlanConfig, Plans};
 
@@ -194,6 +194,10 @@ pub struct Limits {
     pub evm_max_gas: u64,
     /// Highest max fee per gas of the facilitator's own EVM transactions, wei.
     pub evm_max_fee_per_gas: u128,
+    /// Seconds an EIP-3009 authorization must stay valid after it is checked: at least the
+    /// time a settlement takes to land (blocks of 12 s, the confirmations asked), or it reverts
+    /// after its expiry at the facilitator's cost.
+    pub evm_valid_before_margin_secs: u64,
     /// Most wallets and payments one WebSocket connection may follow.
     pub ws_max_subscriptions: usize,
     /// Largest WebSocket message accepted from a client, bytes.
@@ -224,6 +228,7 @@ impl Default for Limits {
             evm_confirmations: 1,
             evm_max_gas: 500_000,
             evm_max_fee_per_gas: 500_000_000_000,
+            evm_valid_before_margin_secs: 30,
             ws_max_subscriptions: 100,
             ws_max_message_bytes: 16 * 1024,
             ws_ping_secs: 30,
@@ -411,6 +416,7 @@ struct FileLimits {
     evm_confirmations: Option<u64>,
     evm_max_gas: Option<u64>,
     evm_max_fee_per_gas: Option<u128>,
+    evm_valid_before_margin_secs: Option<u64>,
     ws_max_subscriptions: Option<usize>,
     ws_max_message_bytes: Option<usize>,
     ws_ping_secs: Option<u64>,
@@ -431,6 +437,10 @@ struct FilePlans {
 struct FilePlan {
     rpm: Option<u32>,
     endpoints: Option<Vec<EndpointGroup>>,
+    /// Whole SOL a day, as decimal text (`"0.01"`).
+    sponsor_sol_per_day: Option<String>,
+    /// Whole ETH a day, as decimal text (`"0.005"`).
+    sponsor_eth_per_day: Option<String>,
 }
 
 /// Values given on the command line (highest precedence).
@@ -524,6 +534,8 @@ impl Config {
             self.limits.evm_confirmations = l.evm_confirmations.unwrap_or(self.limits.evm_confirmations).max(1);
             self.limits.evm_max_gas = l.evm_max_gas.unwrap_or(self.limits.evm_max_gas);
             self.limits.evm_max_fee_per_gas = l.evm_max_fee_per_gas.unwrap_or(self.limits.evm_max_fee_per_gas);
+            self.limits.evm_valid_before_margin_secs =
+                l.evm_valid_before_margin_secs.unwrap_or(self.limits.evm_valid_before_margin_secs).max(6);
             self.limits.ws_max_subscriptions = l.ws_max_subscriptions.unwrap_or(self.limits.ws_max_subscriptions);
             self.limits.ws_max_message_bytes = l.ws_max_message_bytes.unwrap_or(self.limits.ws_max_message_bytes);
             self.limits.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.limits.ws_ping_secs).max(1);
@@ -550,6 +562,30 @@ impl Config {
                     if let Some(endpoints) = given.endpoints {
                         target.endpoints = endpoints;
                     }
+                    let budget = |text: Option<String>, family: ChainFamily, key: &str, now: u64| match text {
+                        None => Ok(now),
+                        Some(text) => tollgate_protocol::DecimalAmount::parse(&text)
+                            .and_then(|a| a.to_atomic(family.native_decimals()))
+                            .ok()
+                            .and_then(|a| u64::try_from(a.get()).ok())
+                            .filter(|a| i64::try_from(*a).is_ok())
+                            .ok_or_else(|| {
+                                ConfigError::Invalid(format!(
+                                    "plans.{}.{key} must be a whole-unit amount as text (\"0.01\"), at most 9.2 {}",
+                                    plan.as_str(),
+                                    family.native_symbol()
+                                ))
+                            }),
+                    };
+                    let now = target.sponsorship;
+                    target.sponsorship.lamports_per_day = budget(
+                        given.sponsor_sol_per_day,
+                        ChainFamily::Solana,
+                        "sponsor_sol_per_day",
+                        now.lamports_per_day,
+                    )?;
+                    target.sponsorship.wei_per_day =
+                        budget(given.sponsor_eth_per_day, ChainFamily::Evm, "sponsor_eth_per_day", now.wei_per_day)?;
                 }
             }
         }

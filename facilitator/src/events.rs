@@ -20,8 +20,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::{broadcast, watch};
-use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
+use tollgate_protocol::{ChainFamily, Network};
 
 use crate::store::{
     AccountStore, Announcement, Announcements, DeliveryOutcome, DeliveryRecord, DueDelivery, HistoryPage,
@@ -202,6 +202,19 @@ impl AccountStore for PublishingStore {
     }
     async fn delete_api_key(&self, id: &str) -> StoreResult<bool> {
         self.inner.delete_api_key(id).await
+    }
+    async fn reserve_sponsorship(
+        &self,
+        account: &str,
+        family: ChainFamily,
+        day: i64,
+        amount: u64,
+        budget: u64,
+    ) -> StoreResult<Option<u64>> {
+        self.inner.reserve_sponsorship(account, family, day, amount, budget).await
+    }
+    async fn sponsorship_spent(&self, account: &str, family: ChainFamily, day: i64) -> StoreResult<(u64, u64)> {
+        self.inner.sponsorship_spent(account, family, day).await
     }
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
         self.inner.touch_api_key(id, at).await

@@ -282,6 +282,7 @@ async fn evm_backends(config: &Config) -> anyhow::Result<Vec<chains::evm::EvmBac
         backend.confirmations = config.limits.evm_confirmations;
         backend.max_gas = config.limits.evm_max_gas;
         backend.max_fee_per_gas = config.limits.evm_max_fee_per_gas;
+        backend.valid_before_margin_secs = config.limits.evm_valid_before_margin_secs;
         if let Some(key) = &config.evm_signer_key {
             let signer: alloy::signers::local::PrivateKeySigner = key
                 .expose()

@@ -277,3 +277,43 @@ async fn an_evm_transfer_with_a_future_nonce_is_refused() {
     assert_refused(s, &e);
     assert!(e["error"]["message"].as_str().unwrap().contains("nonce"), "{e}");
 }
+
+/// A hosted send under an `Idempotency-Key` whose verdict cannot be recorded (a storage fault
+/// after the broadcast) answers 500; the retry with the same key gets that answer again, never a
+/// second transfer. The reconciler then records what the chain says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_that_failed_after_its_broadcast_is_not_sent_again_by_its_key() {
+    use tower::ServiceExt as _;
+    let t = SolanaApp::start().await;
+    let (key, _, wallet) = t.customer().await;
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": wallet, "amount": 1}))).await;
+    let to = Pubkey::new_unique().to_string();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": to, "amount": 1}))).await;
+    let body = json!({"walletAddress": wallet, "recipientAddress": to, "amount": 0.01}).to_string();
+    let send = || {
+        let request = http::Request::post("/payment/send")
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "order-7")
+            .body(axum::body::Body::from(body.clone()))
+            .unwrap();
+        let app = t.app.clone();
+        async move {
+            let answer = app.oneshot(request).await.unwrap();
+            (answer.status(), answer.headers().get("idempotent-replayed").is_some())
+        }
+    };
+    sqlite(
+        &t.db_path(),
+        "CREATE TRIGGER fault BEFORE UPDATE OF status ON payments WHEN NEW.status IN ('confirmed', 'failed', 'pending') \
+         BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+    )
+    .await;
+    assert_eq!(send().await, (StatusCode::INTERNAL_SERVER_ERROR, false));
+    sqlite(&t.db_path(), "DROP TRIGGER fault").await;
+    assert_eq!(send().await, (StatusCode::INTERNAL_SERVER_ERROR, true), "the same answer, replayed");
+    assert_eq!(t.lamports(&to).await, 1_000_000_000 + 10_000_000, "one transfer");
+    common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await;
+    let (_, history) = t.call("GET", &format!("/payment/history/{wallet}?type=sent"), &key, None).await;
+    assert_eq!((history["total"].as_u64(), history["payments"][0]["status"].as_str()), (Some(1), Some("confirmed")));
+}

@@ -352,6 +352,11 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
             token.authorize(&t, &buyer, seller, 1_000_000, (now - 60, now + 3), nonce),
             "invalid_exact_evm_payload_authorization_valid_before",
         ),
+        // Valid for 20 s more: less than a settlement may take to land (30 s by default).
+        (
+            token.authorize(&t, &buyer, seller, 1_000_000, (now - 60, now + 20), nonce),
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
         (
             token.authorize(&t, &buyer, seller, 1_000_000, (now + 60, now + 300), nonce),
             "invalid_exact_evm_payload_authorization_valid_after",

@@ -776,10 +776,17 @@ async fn a_verified_exact_spl_transfer_settles_only_for_the_recipient_it_was_ver
     let seller = Pubkey::new_unique();
     let seller_ata = fixture.account(rpc, &seller, 0).await;
 
-    // To itself: verified as a payment to itself.
+    // To itself: refused (nothing would move, at the fee payer's cost).
     let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &buyer_ata, 1_000_000, 1_000).await;
     let to_self = x402_exact(&network, &tx, &buyer.pubkey().to_string(), &mint, 1_000_000, &fee_payer.to_string());
     let (_, v) = t.call("POST", "/verify", &key, Some(to_self)).await;
+    assert!(v["invalidMessage"].as_str().unwrap().contains("itself"), "{v}");
+    // To an accomplice: verified as a payment to the accomplice.
+    let accomplice = Pubkey::new_unique();
+    let accomplice_ata = fixture.account(rpc, &accomplice, 0).await;
+    let tx = fixture.exact_tx(rpc, &fee_payer, &buyer, &accomplice_ata, 1_000_000, 1_000).await;
+    let to_accomplice = x402_exact(&network, &tx, &accomplice.to_string(), &mint, 1_000_000, &fee_payer.to_string());
+    let (_, v) = t.call("POST", "/verify", &key, Some(to_accomplice)).await;
     assert_eq!(v["isValid"], json!(true), "{v}");
     // Settled at once as a payment to the seller: refused, nothing moves.
     let to_seller = x402_exact(&network, &tx, &seller.to_string(), &mint, 1_000_000, &fee_payer.to_string());
@@ -1321,4 +1328,75 @@ async fn exact_native_transfers_the_runtime_would_refuse_for_rent_are_refused() 
     let v =
         verify(vec![sponsor.insecure_clone(), payer.insecure_clone()], sponsor.pubkey(), shop.pubkey(), 1_000).await;
     assert_eq!(v["isValid"], true, "{v}");
+}
+
+/// Sponsorship is accounted: a stranger's account settles exact payments between wallets it
+/// holds both ends of, each costing the facilitator's fee payer its fees, until the plan's daily
+/// budget is spent: then `/settle` and `/verify` answer 429, and the fee payer has spent at most
+/// the budget. A payment to the payer itself is refused outright.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_loop_stops_at_the_plans_sponsorship_budget() {
+    use solana_sdk::signer::Signer as _;
+    use tollgate_facilitator::auth::plans::Plan;
+    // Room for three settlements of 10,001 lamports (two signatures, and a priority of 20
+    // micro-lamports a unit over 20,000 units, rounded up), not four.
+    let t = SolanaApp::start_configured(|c| c.plans.get_mut(Plan::Premium).sponsorship.lamports_per_day = 35_000).await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let rpc = &backend.rpc;
+    let network = rpc.network().to_string();
+    let fee_payer = backend.fee_payer().unwrap();
+    let fixture = spl_fixture::Fixture::new(rpc).await;
+    let (payer, payee) = (Keypair::new(), Keypair::new());
+    fixture.account(rpc, &payer.pubkey(), 5_000_000).await;
+    let payee_ata = fixture.account(rpc, &payee.pubkey(), 0).await;
+    let mint = fixture.mint.to_string();
+    let before = rpc.balance(&fee_payer).await.unwrap();
+    let settle = |tx: String, to: String| {
+        let body = x402_exact(&network, &tx, &to, &mint, 1_000, &fee_payer.to_string());
+        let (t, key) = (&t, key.clone());
+        async move { t.call("POST", "/settle", &key, Some(body)).await }
+    };
+    let mut settled = 0;
+    let refused = loop {
+        let tx = fixture.exact_tx(rpc, &fee_payer, &payer, &payee_ata, 1_000, 20).await;
+        let (s, answer) = settle(tx, payee.pubkey().to_string()).await;
+        if s != StatusCode::OK {
+            break (s, answer);
+        }
+        assert_eq!(answer["success"], true, "{answer}");
+        settled += 1;
+        assert!(settled <= 3, "settled past the budget");
+    };
+    assert_eq!(settled, 3);
+    assert_eq!(refused.0, StatusCode::TOO_MANY_REQUESTS, "{}", refused.1);
+    assert_eq!(refused.1["error"]["code"], "RATE_LIMIT");
+    assert!(refused.1["error"]["message"].as_str().unwrap().contains("budget"), "{}", refused.1);
+    // /verify says so too, before a seller serves what it could not settle.
+    let tx = fixture.exact_tx(rpc, &fee_payer, &payer, &payee_ata, 1_000, 20).await;
+    let (s, _) = t
+        .call(
+            "POST",
+            "/verify",
+            &key,
+            Some(x402_exact(&network, &tx, &payee.pubkey().to_string(), &mint, 1_000, &fee_payer.to_string())),
+        )
+        .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let spent = before - rpc.balance(&fee_payer).await.unwrap();
+    assert!(spent <= 35_000, "the fee payer spent {spent} lamports, more than the budget");
+    assert_eq!(spent, 3 * 10_001, "three settlements' fees");
+
+    // Another account has its own budget; a payment to the payer itself is refused.
+    let (other, _, _) = t.customer().await;
+    let payer_ata = tollgate_facilitator::chains::solana::spl::associated_token_address(
+        &payer.pubkey(),
+        &fixture.mint,
+        &tollgate_facilitator::chains::solana::token::TOKEN_PROGRAM,
+    );
+    let to_itself = fixture.exact_tx(rpc, &fee_payer, &payer, &payer_ata, 1_000, 20).await;
+    let body = x402_exact(&network, &to_itself, &payer.pubkey().to_string(), &mint, 1_000, &fee_payer.to_string());
+    let (s, answer) = t.call("POST", "/settle", &other, Some(body)).await;
+    assert_eq!((s, answer["success"].as_bool()), (StatusCode::OK, Some(false)), "{answer}");
+    assert!(answer["errorMessage"].as_str().unwrap().contains("itself"), "{answer}");
 }

@@ -28,13 +28,30 @@ pub struct ApiError {
     payment_id: Option<String>,
     /// Logged, never sent.
     detail: Option<String>,
+    /// Known to have happened before anything was claimed, recorded or sent: an
+    /// `Idempotency-Key` may be used again ([`NothingDone`] on the response).
+    nothing_done: bool,
 }
+
+/// Marks an error answer given before anything was claimed, recorded or sent (the idempotency
+/// layer releases the key of such an answer; any other answer, 5xx included, is kept: a retry
+/// after a broadcast must not send again).
+#[derive(Debug, Clone, Copy)]
+pub struct NothingDone;
 
 impl ApiError {
     /// An error with the code's default remedy.
     #[must_use]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), remedy: None, retry_after_secs: None, payment_id: None, detail: None }
+        Self {
+            code,
+            message: message.into(),
+            remedy: None,
+            retry_after_secs: None,
+            payment_id: None,
+            detail: None,
+            nothing_done: false,
+        }
     }
 
     /// Replaces the default remedy.
@@ -146,6 +163,9 @@ impl IntoResponse for ApiError {
         if self.code == ErrorCode::InvalidPaymentProof {
             response.extensions_mut().insert(super::guard::ProofRefused);
         }
+        if self.nothing_done {
+            response.extensions_mut().insert(NothingDone);
+        }
         if let Some(secs) = self.retry_after_secs
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
@@ -170,12 +190,14 @@ impl From<Refusal> for ApiError {
 impl From<Unserved> for ApiError {
     /// 400 for a network of another family than the addresses; 502 for one no chain serves.
     fn from(e: Unserved) -> Self {
-        match e {
+        let answer = match e {
             Unserved::WrongFamily { .. } => Self::invalid_params(e.to_string()),
             Unserved::Unavailable(_) => Self::verification_failed(e.to_string()).with_remedy(
                 "Configure a chain backend for this network, or use a network the facilitator serves (see GET /supported)",
             ),
-        }
+        };
+        // No chain was asked: nothing was done.
+        Self { nothing_done: true, ..answer }
     }
 }
 
@@ -192,6 +214,16 @@ impl From<AuthError> for ApiError {
 
 impl From<PaymentError> for ApiError {
     fn from(e: PaymentError) -> Self {
+        // Every failure of the payment core but `Internal` happens before anything is claimed
+        // or sent: the chain unreachable while checking or signing, a plan's limit, a refusal.
+        // `Internal` (storage, a bug) may come after a broadcast.
+        let nothing_done = !matches!(e, PaymentError::Internal(_));
+        Self { nothing_done, ..Self::from_payment(e) }
+    }
+}
+
+impl ApiError {
+    fn from_payment(e: PaymentError) -> Self {
         match e {
             PaymentError::Invalid(m) => Self::invalid_params(m),
             PaymentError::InvalidRecipient(m) => Self::invalid_recipient(m),
@@ -208,6 +240,8 @@ impl From<PaymentError> for ApiError {
             PaymentError::NotFound(m) => Self::not_found(m),
             PaymentError::Unserved(u) => u.into(),
             PaymentError::Unavailable(m) => Self::verification_failed(m),
+            PaymentError::SponsorshipSpent { message, renews_in_secs } => Self::rate_limited(message, renews_in_secs)
+                .with_remedy("Wait until the budget renews, or ask for a plan with a larger one"),
             PaymentError::Internal(detail) => Self::internal(detail),
         }
     }

@@ -1,13 +1,18 @@
 //! `Idempotency-Key` for POST requests.
 //!
-//! The first request with a key runs and its answer is stored (unless it was a 5xx, which is
-//! forgotten so the caller can retry); a repeat with the same body gets the stored answer with
-//! `Idempotent-Replayed: true`; the same key with another body, or while the first is still
+//! The first request with a key runs and its answer is stored, 5xx included: a send that failed
+//! after its broadcast (a storage fault, a transaction that failed on chain) is not sent again by
+//! a retry. Only an answer given before anything was claimed, recorded or sent ([`NothingDone`]:
+//! the chain unreachable while checking, a plan's limit, a refusal of the request) and a 429
+//! release the key, so the caller can retry. A repeat with the same body gets the stored answer
+//! with `Idempotent-Replayed: true`; the same key with another body, or while the first is still
 //! running, is `409 IDEMPOTENCY_CONFLICT`. Keys are scoped to the API key and kept at least
 //! `limits.idempotency_ttl_secs` (24 h by default).
 //!
 //! The first request runs on a task of its own, and its key is completed or released there: a
-//! client that hangs up does not leave its key "in progress", and its retry gets the answer.
+//! client that hangs up does not leave its key "in progress", and its retry gets the answer. A
+//! task that ends without an answer (a panic) leaves its key in progress: after [`STALE_AFTER`]
+//! the retry is told to look for the payment before paying again.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
@@ -18,7 +23,7 @@ use http::{HeaderValue, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, NothingDone};
 use crate::auth::Caller;
 use crate::store::{IdempotencyBegin, StoredResponse};
 
@@ -101,17 +106,15 @@ async fn run(state: &AppState, req: Request, next: Next) -> Result<Response, Api
             });
             match first.await {
                 Ok(answer) => answer,
-                Err(e) => {
-                    abandon(state, &caller.key_id, &idem_key).await;
-                    Err(ApiError::internal(format!("idempotent request task ended: {e}")))
-                }
+                // It may have sent something: the key stays in progress, not free to pay again.
+                Err(e) => Err(ApiError::internal(format!("idempotent request task ended: {e}"))),
             }
         }
     }
 }
 
-/// Stores the first request's answer under its key (5xx and 429 answers are released instead,
-/// so the caller can retry), and returns it.
+/// Stores the first request's answer under its key (one given before anything was done, and a
+/// 429, release it instead, so the caller can retry), and returns it.
 async fn remember(state: &AppState, key_id: &str, idem_key: &str, response: Response) -> Result<Response, ApiError> {
     let (resp_parts, resp_body) = response.into_parts();
     let body = match to_bytes(resp_body, MAX_STORED_RESPONSE).await {
@@ -121,7 +124,8 @@ async fn remember(state: &AppState, key_id: &str, idem_key: &str, response: Resp
             return Err(ApiError::internal(format!("response too large to remember: {e}")));
         }
     };
-    let storable = !resp_parts.status.is_server_error() && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
+    let storable =
+        resp_parts.extensions.get::<NothingDone>().is_none() && resp_parts.status != StatusCode::TOO_MANY_REQUESTS;
     match std::str::from_utf8(&body) {
         Ok(text) if storable => {
             let stored = StoredResponse { status: resp_parts.status.as_u16(), body: text.to_owned() };

@@ -245,7 +245,8 @@ pub(crate) fn receive_of(
         requirement: None,
         fee_cap,
     };
-    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat: Repeat::Used })
+    let sponsorship = state.config.plans.get(caller.plan).sponsorship;
+    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat: Repeat::Used, sponsorship })
 }
 
 /// The status and details of a payment of the caller's account.

@@ -32,7 +32,7 @@ fn network_name(v1: bool, network: &Network) -> String {
 
 /// The request as the payment core's job: its requirement as the terms, the resource the
 /// seller's request names (a seller's layer writes its own into the payload).
-fn receive_of(caller: &Caller, req: FacilitatorRequest, repeat: Repeat) -> Result<Receive, ApiError> {
+fn receive_of(state: &AppState, caller: &Caller, req: FacilitatorRequest, repeat: Repeat) -> Result<Receive, ApiError> {
     let (payload, requirement, resource) = req.into_parts();
     crate::api::validate::x402_resource(resource.as_ref().map(|r| r.url.as_str()))?;
     let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
@@ -46,7 +46,8 @@ fn receive_of(caller: &Caller, req: FacilitatorRequest, repeat: Repeat) -> Resul
         requirement: Some(requirement),
         fee_cap: None,
     };
-    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat })
+    let sponsorship = state.config.plans.get(caller.plan).sponsorship;
+    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat, sponsorship })
 }
 
 /// A refusal in x402's words, or the error the API answers.
@@ -88,7 +89,7 @@ pub async fn verify(
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
 ) -> Result<(Option<Extension<ProofRefused>>, Json<VerifyResponse>), ApiError> {
-    let answer = match state.payments().verify(receive_of(&caller, req, Repeat::Used)?).await {
+    let answer = match state.payments().verify(receive_of(&state, &caller, req, Repeat::Used)?).await {
         Ok(payer) => VerifyResponse {
             is_valid: true,
             invalid_reason: None,
@@ -126,7 +127,7 @@ pub async fn settle(
     // Settling a proof settled before for the caller, with the same terms, answers that
     // settlement again (a seller following a settlement it saw pending).
     let v1 = matches!(req, FacilitatorRequest::V1(_));
-    let receive = receive_of(&caller, req, Repeat::Confirmed)?;
+    let receive = receive_of(&state, &caller, req, Repeat::Confirmed)?;
     let family = receive.terms.network.family();
     let network = network_name(v1, &receive.terms.network);
     let answer =

@@ -6,7 +6,9 @@
 //! | premium | 1,000 | standard's + token, ws |
 //! | enterprise | per key (default 10,000) | all |
 //!
-//! Both columns are configurable (`[plans.<name>]` in the config file).
+//! Both columns are configurable (`[plans.<name>]` in the config file), and so is each plan's
+//! daily budget of network fees the facilitator pays for an account ([`Sponsorship`]: 0.01 SOL
+//! and 0.005 ETH on standard, ten times that on premium, a hundred times on enterprise).
 
 use std::fmt;
 use std::str::FromStr;
@@ -142,6 +144,30 @@ pub struct PlanConfig {
     pub rpm: u32,
     /// Endpoint groups granted.
     pub endpoints: Vec<EndpointGroup>,
+    /// Network fees the facilitator pays for an account's settlements per UTC day.
+    pub sponsorship: Sponsorship,
+}
+
+/// The most network fees the facilitator pays per UTC day for one account's settlements (x402
+/// `exact`: the Solana fee payer's fees, the EVM settling account's gas), per chain family, in
+/// native base units. Each settlement counts the most it can cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sponsorship {
+    /// Lamports a day, over every Solana network.
+    pub lamports_per_day: u64,
+    /// Wei a day, over every EVM network.
+    pub wei_per_day: u64,
+}
+
+impl Sponsorship {
+    /// The budget for `family`, base units a day.
+    #[must_use]
+    pub const fn per_day(&self, family: tollgate_protocol::ChainFamily) -> u64 {
+        match family {
+            tollgate_protocol::ChainFamily::Solana => self.lamports_per_day,
+            tollgate_protocol::ChainFamily::Evm => self.wei_per_day,
+        }
+    }
 }
 
 impl PlanConfig {
@@ -166,10 +192,16 @@ impl Default for Plans {
         let standard = vec![G::Payment, G::Transaction, G::Verify, G::Settle, G::Supported, G::Webhooks];
         let mut premium = standard.clone();
         premium.extend([G::Token, G::Ws]);
+        // 0.01 SOL is 2,000 signatures at 5,000 lamports; 0.005 ETH is 100 settlements of 50,000
+        // gas at 1 gwei. Ten and a hundred times that for the larger plans.
+        let sponsored = |times: u64| Sponsorship {
+            lamports_per_day: 10_000_000 * times,
+            wei_per_day: 5_000_000_000_000_000 * times,
+        };
         Self {
-            standard: PlanConfig { rpm: 100, endpoints: standard },
-            premium: PlanConfig { rpm: 1_000, endpoints: premium },
-            enterprise: PlanConfig { rpm: 10_000, endpoints: vec![G::All] },
+            standard: PlanConfig { rpm: 100, endpoints: standard, sponsorship: sponsored(1) },
+            premium: PlanConfig { rpm: 1_000, endpoints: premium, sponsorship: sponsored(10) },
+            enterprise: PlanConfig { rpm: 10_000, endpoints: vec![G::All], sponsorship: sponsored(100) },
         }
     }
 }

@@ -132,6 +132,14 @@ impl Terms {
     /// The [`Refusal`] naming the first difference.
     pub fn admit(&self, payload: &PaymentPayload, checked: &Checked) -> Result<(), Refusal> {
         let family = self.network.family();
+        // Paying oneself moves nothing: it buys nothing, and costs whoever pays the fee (the
+        // facilitator, for a sponsored settlement).
+        if checked.payer == self.pay_to {
+            return Err(Refusal::new(
+                Reason::InvalidPayload,
+                format!("the proof pays {} from {0} itself: nothing would move", self.pay_to),
+            ));
+        }
         if checked.pay_to != self.pay_to {
             return Err(Refusal::new(
                 match family {
@@ -320,6 +328,9 @@ mod tests {
             Reason::SvmIncorrectAta
         );
         assert_eq!(t.admit(&v1(), &checked(seller(), token, 49_999)).unwrap_err().reason, Reason::SvmAmountMismatch);
+        let mut itself = checked(seller(), token, 50_000);
+        itself.payer = seller();
+        assert!(t.admit(&v1(), &itself).unwrap_err().message.contains("itself"), "a payer paying itself");
     }
 
     #[test]

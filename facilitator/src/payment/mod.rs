@@ -34,6 +34,7 @@ use tollgate_protocol::{Address, AtomicAmount, Network};
 
 pub use self::receive::Handed;
 pub use self::send::{Built, SendOrder, Sent};
+use crate::auth::plans::Sponsorship;
 use crate::chains::{Chain, ChainError, Chains, Checked, OrderError, ProofError, Refusal, Terms, Unserved};
 use crate::clock::SharedClock;
 use crate::store::{NewPayment, Store, StoreError, StoredPayment};
@@ -74,6 +75,14 @@ pub enum PaymentError {
     /// The chain could not be asked, or custodial wallets are off: no verdict either way.
     #[error("{0}")]
     Unavailable(String),
+    /// The plan's daily budget of network fees the facilitator pays for the account is spent.
+    #[error("{message}")]
+    SponsorshipSpent {
+        /// What is spent and when it renews.
+        message: String,
+        /// Seconds until the budget renews (00:00 UTC).
+        renews_in_secs: u64,
+    },
     /// Storage failed or a bug: logged, never shown.
     #[error("{0}")]
     Internal(String),
@@ -154,6 +163,8 @@ pub struct Receive {
     /// What the same account presenting the same proof for the same terms again is answered
     /// once the payment is confirmed.
     pub repeat: Repeat,
+    /// The account's plan's daily budget of network fees the facilitator pays for it.
+    pub sponsorship: Sponsorship,
 }
 
 /// The answer to a proof presented again by the account that claimed it, for the same terms,

@@ -51,6 +51,7 @@ impl Payments {
             Ok(checked) => checked,
             Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
         };
+        self.sponsor(&r, &checked).await?;
         let payment = self.received(&r.account, &r.terms, &checked).await?;
         let settled = match checked.settle {
             Settle::Recorded { tx_id } => self.record_confirmed(&*chain, payment, tx_id).await,
@@ -135,12 +136,63 @@ impl Payments {
         }
     }
 
-    /// Would this proof settle these terms? The payer when it would.
+    /// Counts the fees of a settlement the facilitator signs (and pays for: x402 `exact`) against
+    /// the account's daily budget, atomically in storage, before anything is claimed or sent.
+    /// Each settlement counts the most it can cost.
+    ///
+    /// # Errors
+    /// [`PaymentError::SponsorshipSpent`] when it would pass the budget (nothing counted).
+    async fn sponsor(&self, r: &Receive, checked: &Checked) -> Result<(), PaymentError> {
+        if !matches!(checked.settle, Settle::Sign(_)) {
+            return Ok(());
+        }
+        let family = r.terms.network.family();
+        let fee = u64::try_from(checked.fee.unwrap_or(0)).unwrap_or(u64::MAX);
+        let budget = r.sponsorship.per_day(family);
+        let (day, renews_in_secs) = self.sponsorship_day();
+        match self.store().reserve_sponsorship(&r.account, family, day, fee, budget).await? {
+            Some(_) => Ok(()),
+            None => Err(PaymentError::SponsorshipSpent {
+                message: format!(
+                    "the network fees this facilitator pays for your account today would pass the plan's budget of \
+                     {budget} {family} base units (this settlement may cost {fee}); it renews at 00:00 UTC"
+                ),
+                renews_in_secs,
+            }),
+        }
+    }
+
+    /// Today (days since the Unix epoch, UTC) and the seconds until tomorrow.
+    fn sponsorship_day(&self) -> (i64, u64) {
+        let now = self.now().timestamp();
+        (now.div_euclid(86_400), u64::try_from(86_400 - now.rem_euclid(86_400)).unwrap_or(86_400))
+    }
+
+    /// Would this proof settle these terms? The payer when it would. A proof the facilitator
+    /// would pay the fees of (x402 `exact`) is refused once the account's daily budget would not
+    /// cover another settlement like the dearest counted today, so a seller that settles after
+    /// serving does not serve what cannot be settled.
     ///
     /// # Errors
     /// As [`Self::receive`] (a claimed proof is always [`PaymentError::ProofUsed`]).
     pub async fn verify(&self, r: Receive) -> Result<Address, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
+        if r.payload.scheme() == tollgate_protocol::x402::SCHEME_EXACT {
+            let family = r.terms.network.family();
+            let (day, renews_in_secs) = self.sponsorship_day();
+            let budget = r.sponsorship.per_day(family);
+            let (spent, largest) = self.store().sponsorship_spent(&r.account, family, day).await?;
+            if spent > 0 && spent.saturating_add(largest) > budget {
+                return Err(PaymentError::SponsorshipSpent {
+                    message: format!(
+                        "the plan's budget of {budget} {family} base units of network fees this facilitator pays \
+                         for your account today is spent ({spent}; another settlement may cost {largest}); it \
+                         renews at 00:00 UTC"
+                    ),
+                    renews_in_secs,
+                });
+            }
+        }
         match self.checked(&*chain, &r, (Settler::Facilitator, Intent::Verify)).await? {
             Ok(checked) => Ok(checked.payer),
             Err(holder) => {

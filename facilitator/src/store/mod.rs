@@ -359,6 +359,21 @@ pub trait AccountStore: Send + Sync + 'static {
     async fn count_wallets(&self) -> StoreResult<u64>;
     /// The oldest custodial wallet, if any (to check the master key opens what is sealed).
     async fn first_wallet(&self) -> StoreResult<Option<StoredWallet>>;
+    /// Adds `amount` to what the facilitator paid in fees for `account` on chain `family` on
+    /// `day` (days since the Unix epoch), only if the sum stays within `budget`: in one statement,
+    /// so racing settlements never spend past it together. The sum after, or `None` when it
+    /// would pass the budget (nothing added).
+    async fn reserve_sponsorship(
+        &self,
+        account: &str,
+        family: ChainFamily,
+        day: i64,
+        amount: u64,
+        budget: u64,
+    ) -> StoreResult<Option<u64>>;
+    /// What the facilitator paid in fees for `account` on chain `family` on `day`, and the
+    /// dearest single settlement counted in it.
+    async fn sponsorship_spent(&self, account: &str, family: ChainFamily, day: i64) -> StoreResult<(u64, u64)>;
 }
 
 /// Payments, their history index and the reconciler's schedule.

@@ -558,6 +558,33 @@ async fn racing_reports_of_one_transfer_settle_one_payment(store: Arc<SqlStore>)
     }
 }
 
+/// Thirty-two settlements of one account racing for a daily fee budget that holds ten: ten are
+/// counted, whatever the interleaving; another family, day or account has its own.
+async fn racing_settlements_never_spend_past_the_sponsorship_budget(store: Arc<SqlStore>) {
+    use tollgate_protocol::ChainFamily;
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.reserve_sponsorship("acct", ChainFamily::Solana, 20_000, 10, 100).await })
+        })
+        .collect();
+    let mut counted = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap().is_some() {
+            counted += 1;
+        }
+    }
+    assert_eq!(counted, 10);
+    assert_eq!(store.sponsorship_spent("acct", ChainFamily::Solana, 20_000).await.unwrap(), (100, 10));
+    assert_eq!(store.reserve_sponsorship("acct", ChainFamily::Solana, 20_000, 1, 100).await.unwrap(), None);
+    assert_eq!(store.reserve_sponsorship("acct", ChainFamily::Evm, 20_000, 7, 100).await.unwrap(), Some(7));
+    assert_eq!(store.reserve_sponsorship("acct", ChainFamily::Solana, 20_001, 7, 100).await.unwrap(), Some(7));
+    assert_eq!(store.reserve_sponsorship("other", ChainFamily::Solana, 20_000, 7, 100).await.unwrap(), Some(7));
+    assert_eq!(store.reserve_sponsorship("other", ChainFamily::Solana, 20_000, 101, 100).await.unwrap(), None);
+    assert_eq!(store.sponsorship_spent("other", ChainFamily::Solana, 20_000).await.unwrap(), (7, 7));
+    assert_eq!(store.sponsorship_spent("nobody", ChainFamily::Solana, 20_000).await.unwrap(), (0, 0));
+}
+
 /// Payments A→B and B→A between two accounts' wallets, inserted concurrently, all land: their
 /// counter updates take the same order, so PostgreSQL cannot deadlock them.
 async fn opposite_payments_do_not_deadlock(store: Arc<SqlStore>) {
@@ -881,6 +908,7 @@ suite!(
     a_proof_is_claimed_once,
     a_transaction_is_one_payments_own_transfer,
     racing_reports_of_one_transfer_settle_one_payment,
+    racing_settlements_never_spend_past_the_sponsorship_budget,
     opposite_payments_do_not_deadlock,
     history_is_newest_first_filtered_and_private,
     idempotency_records,

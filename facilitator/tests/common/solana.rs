@@ -37,6 +37,11 @@ impl SolanaApp {
         Self::start_with(false, Arc::new(SystemClock)).await
     }
 
+    /// A facilitator whose configuration `configure` changes first.
+    pub async fn start_configured(configure: impl FnOnce(&mut Config)) -> Self {
+        Self::start_full(false, Arc::new(SystemClock), configure).await
+    }
+
     /// A facilitator that reaches the ledger through an [`RpcProxy`](super::rpc_proxy::RpcProxy).
     pub async fn start_behind_proxy() -> Self {
         Self::start_with(true, Arc::new(SystemClock)).await
@@ -53,11 +58,20 @@ impl SolanaApp {
     }
 
     async fn start_with(proxied: bool, clock: tollgate_facilitator::clock::SharedClock) -> Self {
+        Self::start_full(proxied, clock, |_| {}).await
+    }
+
+    async fn start_full(
+        proxied: bool,
+        clock: tollgate_facilitator::clock::SharedClock,
+        configure: impl FnOnce(&mut Config),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config {
+        let mut config = Config {
             database_url: DatabaseUrl::parse(dir.path().join("sol.db").to_str().unwrap()).unwrap(),
             ..Config::default()
         };
+        configure(&mut config);
         let store = Arc::new(SqlStore::connect(&config.database_url).await.unwrap());
         let ledger = EmbeddedLedger::start().await.unwrap();
         let proxy = if proxied { Some(super::rpc_proxy::RpcProxy::start(ledger.rpc_url()).await) } else { None };

@@ -20,10 +20,6 @@ use super::erc20::{self, Erc3009, TransferWithAuthorization};
 use super::{EvmBackend, FacilitatorSigner, address, build, protocol_address, refuse};
 use crate::chains::{ChainError, Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
 
-/// Seconds an EIP-3009 authorization must stay valid after it is checked (x402's margin for the
-/// settlement to land).
-pub const VALID_BEFORE_MARGIN_SECS: i64 = 6;
-
 /// Proof identity of an EIP-3009 authorization: chain, token, payer and nonce.
 fn authorization_id(network: &Network, token: &Address, from: &Address, nonce: &B256) -> String {
     format!("{network}:{token:#x}:{from:#x}:{nonce:#x}")
@@ -226,10 +222,13 @@ pub(super) async fn check(
     if valid_after >= u128::try_from(now).unwrap_or_default() {
         return Err(refuse(Reason::EvmValidAfter, format!("the authorization is valid only after {valid_after}")));
     }
-    if valid_before < u128::try_from(now + VALID_BEFORE_MARGIN_SECS).unwrap_or_default() {
+    let margin = i64::try_from(backend.valid_before_margin_secs).unwrap_or(i64::MAX);
+    if valid_before < u128::try_from(now.saturating_add(margin)).unwrap_or_default() {
         return Err(refuse(
             Reason::EvmValidBefore,
-            format!("the authorization expires at {valid_before}, too soon to settle"),
+            format!(
+                "the authorization expires at {valid_before}, too soon to settle: it must stay valid {margin} s more"
+            ),
         ));
     }
     let nonce: B256 =
@@ -260,6 +259,8 @@ pub(super) async fn check(
     .abi_encode();
     let call = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
     let why = Failed { token, message: &message, domain: &domain, signature: &signature };
+    // What the facilitator's account pays in gas, at most, when it sends the settlement.
+    let mut fee = None;
     let settle = if intent == Intent::Verify {
         if let Err(failure) = rpc.simulate(call.gas_limit(backend.max_gas)).await? {
             return Err(why_it_fails(backend, why, failure).await);
@@ -278,9 +279,14 @@ pub(super) async fn check(
         }
         // Margin over the estimate, within the cap.
         let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
-        let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit };
+        let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit, fees: None };
         match settler {
-            Settler::Facilitator => Settle::Sign(Box::new(call)),
+            Settler::Facilitator => {
+                // The fees it is signed with, read once: what the account's budget counts.
+                let fees = rpc.fees().await?;
+                fee = Some(u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas));
+                Settle::Sign(Box::new(Eip3009Call { fees: Some(fees), ..call }))
+            }
             Settler::Seller(_) => {
                 let (transaction, fee) = call.unsigned_from(sender).await?;
                 let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
@@ -296,7 +302,7 @@ pub(super) async fn check(
         asset: Asset::Token(protocol_address(token)),
         amount: a.value.get(),
         decimals,
-        fee: None,
+        fee,
     })
 }
 
@@ -325,6 +331,8 @@ struct Eip3009Call {
     token: Address,
     data: Vec<u8>,
     gas_limit: u64,
+    /// The fees read when it was checked, to sign with (else read when signing).
+    fees: Option<alloy::eips::eip1559::Eip1559Estimation>,
 }
 
 impl Eip3009Call {
@@ -358,7 +366,10 @@ impl Signable for Eip3009Call {
     async fn sign(&self) -> Result<Outgoing, ChainError> {
         let b = &self.backend;
         let signer = b.signer.as_ref().ok_or_else(|| ChainError("no facilitator account on this chain".into()))?;
-        let fees = b.rpc.fees().await?;
+        let fees = match self.fees {
+            Some(fees) => fees,
+            None => b.rpc.fees().await?,
+        };
         if fees.max_fee_per_gas > b.max_fee_per_gas {
             return Err(ChainError(format!(
                 "gas costs {} wei, above the {} wei this facilitator pays; try again later",

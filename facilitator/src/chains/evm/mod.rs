@@ -48,6 +48,9 @@ pub struct EvmBackend {
     pub max_gas: u64,
     /// Highest max fee per gas the facilitator's own transactions may pay, wei.
     pub max_fee_per_gas: u128,
+    /// Seconds an EIP-3009 authorization must stay valid after it is checked (the time a
+    /// settlement takes to land here).
+    pub valid_before_margin_secs: u64,
     /// The facilitator's account, which sends EIP-3009 settlements; `None` disables x402 `exact`.
     pub signer: Option<FacilitatorSigner>,
     /// Decimals of tokens found to check EIP-3009 signatures, remembered between requests.
@@ -76,6 +79,7 @@ impl EvmBackend {
             confirmations: 1,
             max_gas: 500_000,
             max_fee_per_gas: 500_000_000_000,
+            valid_before_margin_secs: 30,
             signer: None,
             decimals: super::memo::Facts::default(),
             domains: super::memo::Facts::default(),

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use tollgate_protocol::ChainFamily;
 
-use super::{KEY_COLUMNS, SqlStore, corrupt, key_from_row, opt_millis};
+use super::{KEY_COLUMNS, SqlStore, corrupt, key_from_row, opt_millis, to_i64};
 use crate::clock::from_millis;
 use crate::store::{AccountStore, StoreResult, StoredApiKey, StoredWallet};
 
@@ -121,5 +121,46 @@ impl AccountStore for SqlStore {
             sealed_secret: row.try_get("sealed_secret")?,
             created_at: from_millis(row.try_get("created_at")?),
         }))
+    }
+
+    async fn reserve_sponsorship(
+        &self,
+        account: &str,
+        family: ChainFamily,
+        day: i64,
+        amount: u64,
+        budget: u64,
+    ) -> StoreResult<Option<u64>> {
+        let (amount, budget) = (to_i64(amount, "sponsorship amount")?, to_i64(budget, "sponsorship budget")?);
+        // The first settlement of the day inserts (if it fits); later ones add, if the sum fits.
+        let sql = self.sql(
+            "INSERT INTO sponsorship (account_id, family, day, spent, largest) SELECT ?, ?, ?, ?, ? WHERE ? <= ? \
+             ON CONFLICT (account_id, family, day) DO UPDATE SET spent = sponsorship.spent + excluded.spent, \
+             largest = CASE WHEN excluded.largest > sponsorship.largest THEN excluded.largest \
+             ELSE sponsorship.largest END \
+             WHERE sponsorship.spent + excluded.spent <= ? RETURNING spent",
+        );
+        let row = sqlx::query(&sql)
+            .bind(account)
+            .bind(family.namespace())
+            .bind(day)
+            .bind(amount)
+            .bind(amount)
+            .bind(amount)
+            .bind(budget)
+            .bind(budget)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get::<i64, _>("spent").map(|spent| u64::try_from(spent).unwrap_or_default()))
+            .transpose()
+            .map_err(Into::into)
+    }
+
+    async fn sponsorship_spent(&self, account: &str, family: ChainFamily, day: i64) -> StoreResult<(u64, u64)> {
+        let sql = self.sql("SELECT spent, largest FROM sponsorship WHERE account_id = ? AND family = ? AND day = ?");
+        let row = sqlx::query(&sql).bind(account).bind(family.namespace()).bind(day).fetch_optional(&self.pool).await?;
+        let Some(row) = row else { return Ok((0, 0)) };
+        let (spent, largest): (i64, i64) = (row.try_get("spent")?, row.try_get("largest")?);
+        Ok((u64::try_from(spent).unwrap_or_default(), u64::try_from(largest).unwrap_or_default()))
     }
 }
