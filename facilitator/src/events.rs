@@ -203,6 +203,12 @@ impl AccountStore for PublishingStore {
     async fn delete_api_key(&self, id: &str) -> StoreResult<bool> {
         self.inner.delete_api_key(id).await
     }
+    async fn dashboard_epoch(&self) -> StoreResult<i64> {
+        self.inner.dashboard_epoch().await
+    }
+    async fn end_dashboard_sessions(&self) -> StoreResult<i64> {
+        self.inner.end_dashboard_sessions().await
+    }
     async fn reserve_sponsorship(
         &self,
         account: &str,

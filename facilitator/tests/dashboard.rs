@@ -297,3 +297,47 @@ async fn generate_use_and_delete_a_key_in_a_headless_browser() {
     assert_eq!(seen["gone"], true, "{seen}");
     assert_eq!(seen["statusAfter"], 401, "a deleted key is refused at once: {seen}");
 }
+
+/// Signing out ends every session, a copied cookie too; sign-in attempts are limited (ten a
+/// minute), so the admin token cannot be guessed at speed: past the limit even the right token
+/// waits.
+#[tokio::test]
+async fn signing_out_ends_every_session_and_sign_ins_are_throttled() {
+    let (url, _state, _dir) = serve(Some(ADMIN)).await;
+    let http = client();
+    let cookie = sign_in(&url).await;
+    let copied = cookie.clone();
+    let other_session = sign_in(&url).await;
+    let page = http.get(format!("{url}/dashboard")).header("cookie", &cookie).send().await.unwrap();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let out = http
+        .post(format!("{url}/dashboard/logout"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status().as_u16(), 303);
+    for session in [&copied, &other_session] {
+        let answer = http.get(format!("{url}/dashboard")).header("cookie", session).send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), 401, "a session made before signing out");
+    }
+    let fresh = sign_in(&url).await;
+    assert_eq!(
+        http.get(format!("{url}/dashboard")).header("cookie", &fresh).send().await.unwrap().status().as_u16(),
+        200
+    );
+
+    // Guesses: ten are answered (the successful sign-ins were given back), then every attempt
+    // waits, the right token too.
+    for _ in 0..10 {
+        let wrong = http.post(format!("{url}/dashboard/login")).form(&[("token", "guess")]).send().await.unwrap();
+        assert_eq!(wrong.status().as_u16(), 401);
+    }
+    for token in ["guess", ADMIN] {
+        let answer = http.post(format!("{url}/dashboard/login")).form(&[("token", token)]).send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), 429, "{token}");
+        assert!(answer.headers().contains_key("retry-after"));
+        assert!(answer.headers().get("set-cookie").is_none());
+    }
+}

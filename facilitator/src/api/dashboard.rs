@@ -1,10 +1,13 @@
 //! `GET /dashboard`: the operator's page — API keys (list, generate, delete) and recent payments.
 //!
 //! Off unless `TOLLGATE_ADMIN_TOKEN` is set. Signing in with that token sets a session cookie
-//! (`HttpOnly`, `SameSite=Strict`, path `/dashboard`, 12 hours): `<expiry>.<HMAC-SHA256 of the
-//! expiry under a key derived from the admin token>`, so any instance with the same token accepts
-//! it and changing the token signs everyone out. Every form carries a CSRF token (an HMAC of the
-//! session) that is checked on submit, on top of `SameSite=Strict`. A new key is shown once, in
+//! (`HttpOnly`, `SameSite=Strict`, path `/dashboard`, 12 hours): `<epoch>.<expiry>.<HMAC-SHA256 of
+//! both under a key derived from the admin token>`, so any instance with the same token accepts
+//! it, changing the token signs everyone out, and so does signing out: it raises the epoch in the
+//! database, which ends every session made before (a copied cookie too), on every instance.
+//! Sign-in attempts are limited to [`crate::auth::LOGINS_PER_MINUTE`] (counted by the rate limiter, so shared
+//! through Redis by instances that share it; a successful one is given back). Every form carries a
+//! CSRF token (an HMAC of the session) that is checked on submit, on top of `SameSite=Strict`. A new key is shown once, in
 //! the answer to the form that made it; the list shows id, label, plan, the last four characters,
 //! created and last used — never a secret.
 
@@ -54,17 +57,18 @@ fn equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-/// A new session value, valid until `now` + [`SESSION_SECS`].
-fn new_session(token: &str, now: DateTime<Utc>) -> String {
+/// A new session value of `epoch`, valid until `now` + [`SESSION_SECS`].
+fn new_session(token: &str, epoch: i64, now: DateTime<Utc>) -> String {
     let expiry = now.timestamp() + SESSION_SECS;
-    format!("{expiry}.{}", sign(token, &format!("session:{expiry}")))
+    format!("{epoch}.{expiry}.{}", sign(token, &format!("session:{epoch}:{expiry}")))
 }
 
-/// Whether `session` was made with `token` and has not expired.
-fn session_valid(token: &str, session: &str, now: DateTime<Utc>) -> bool {
-    let Some((expiry, mac)) = session.split_once('.') else { return false };
-    let Ok(at) = expiry.parse::<i64>() else { return false };
-    at > now.timestamp() && equal(mac, &sign(token, &format!("session:{expiry}")))
+/// Whether `session` was made with `token` in `epoch` and has not expired.
+fn session_valid(token: &str, epoch: i64, session: &str, now: DateTime<Utc>) -> bool {
+    let mut parts = session.splitn(3, '.');
+    let (Some(made_in), Some(expiry), Some(mac)) = (parts.next(), parts.next(), parts.next()) else { return false };
+    let (Ok(made_in), Ok(at)) = (made_in.parse::<i64>(), expiry.parse::<i64>()) else { return false };
+    made_in == epoch && at > now.timestamp() && equal(mac, &sign(token, &format!("session:{made_in}:{at}")))
 }
 
 /// The CSRF token of a session.
@@ -92,6 +96,8 @@ enum Denied {
     SignIn,
     /// The form's CSRF token does not match the session.
     Forged,
+    /// Storage failed (the session epoch could not be read).
+    Unavailable,
 }
 
 impl IntoResponse for Denied {
@@ -102,16 +108,23 @@ impl IntoResponse for Denied {
             Self::Forged => {
                 page(StatusCode::FORBIDDEN, message_page("This form has expired. Reload the dashboard and try again."))
             }
+            Self::Unavailable => ApiError::internal("the dashboard's sessions cannot be read").into_response(),
         }
     }
 }
 
 /// The admin token and the signed-in session.
-fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<(String, String), Denied> {
+async fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<(String, String), Denied> {
     let token = admin_token(state).ok_or(Denied::Off)?;
-    match session_cookie(headers) {
-        Some(session) if session_valid(token, session, state.clock.now()) => Ok((token.to_owned(), session.to_owned())),
-        _ => Err(Denied::SignIn),
+    let Some(session) = session_cookie(headers) else { return Err(Denied::SignIn) };
+    let epoch = state.store.dashboard_epoch().await.map_err(|e| {
+        tracing::error!(error = %e, "cannot read the dashboard's session epoch");
+        Denied::Unavailable
+    })?;
+    if session_valid(token, epoch, session, state.clock.now()) {
+        Ok((token.to_owned(), session.to_owned()))
+    } else {
+        Err(Denied::SignIn)
     }
 }
 
@@ -138,7 +151,7 @@ fn page(status: StatusCode, body: String) -> Response {
 
 /// `GET /dashboard`.
 pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match signed_in(&state, &headers) {
+    match signed_in(&state, &headers).await {
         Ok((token, session)) => render(&state, &csrf_for(&token, &session), None).await,
         Err(denied) => denied.into_response(),
     }
@@ -154,10 +167,27 @@ pub struct Login {
 /// `POST /dashboard/login`.
 pub async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Login>) -> Response {
     let Some(token) = admin_token(&state) else { return off() };
+    // Every attempt counts (a guesser learns nothing once over the limit); a right one is given back.
+    let counted = state.auth.admit_login().await;
+    if !counted.allowed {
+        let mut answer = page(
+            StatusCode::TOO_MANY_REQUESTS,
+            login_page(Some("Too many sign-in attempts. Wait a minute and try again.")),
+        );
+        if let Ok(v) = HeaderValue::from_str(&counted.retry_after_secs(state.clock.now_millis()).to_string()) {
+            answer.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return answer;
+    }
     if !equal(form.token.trim(), token) {
         return page(StatusCode::UNAUTHORIZED, login_page(Some("That is not the admin token.")));
     }
-    let session = new_session(token, state.clock.now());
+    state.auth.forgive_login(&counted).await;
+    let epoch = match state.store.dashboard_epoch().await {
+        Ok(epoch) => epoch,
+        Err(e) => return ApiError::internal(e).into_response(),
+    };
+    let session = new_session(token, epoch, state.clock.now());
     // Behind a TLS-terminating proxy that says so, the cookie is also marked Secure.
     let https = headers.get("x-forwarded-proto").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
     let secure = if https { "; Secure" } else { "" };
@@ -180,8 +210,12 @@ pub struct Csrf {
 
 /// `POST /dashboard/logout`.
 pub async fn logout(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Csrf>) -> Response {
-    if let Err(denied) = checked(&state, &headers, &form.csrf) {
+    if let Err(denied) = checked(&state, &headers, &form.csrf).await {
         return denied.into_response();
+    }
+    // Every session ends, on every instance: a copy of this cookie too.
+    if let Err(e) = state.store.end_dashboard_sessions().await {
+        return ApiError::internal(e).into_response();
     }
     let mut response = Redirect::to("/dashboard").into_response();
     let cookie = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=0");
@@ -192,8 +226,8 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap, Form(form
 }
 
 /// A signed-in session whose form carried its CSRF token; the token for the next forms.
-fn checked(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<String, Denied> {
-    let (token, session) = signed_in(state, headers)?;
+async fn checked(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<String, Denied> {
+    let (token, session) = signed_in(state, headers).await?;
     let expected = csrf_for(&token, &session);
     if !equal(csrf, &expected) {
         return Err(Denied::Forged);
@@ -221,7 +255,7 @@ pub struct Generate {
 /// `POST /dashboard/keys`: makes a key (for a new account, or another key of an existing one)
 /// and shows it once.
 pub async fn generate(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<Generate>) -> Response {
-    let csrf = match checked(&state, &headers, &form.csrf) {
+    let csrf = match checked(&state, &headers, &form.csrf).await {
         Ok(csrf) => csrf,
         Err(denied) => return denied.into_response(),
     };
@@ -252,7 +286,7 @@ pub async fn delete(
     headers: HeaderMap,
     Form(form): Form<Csrf>,
 ) -> Response {
-    let csrf = match checked(&state, &headers, &form.csrf) {
+    let csrf = match checked(&state, &headers, &form.csrf).await {
         Ok(csrf) => csrf,
         Err(denied) => return denied.into_response(),
     };
@@ -291,7 +325,7 @@ pub async fn add_endpoint(
     headers: HeaderMap,
     Form(form): Form<AddEndpoint>,
 ) -> Response {
-    let csrf = match checked(&state, &headers, &form.csrf) {
+    let csrf = match checked(&state, &headers, &form.csrf).await {
         Ok(csrf) => csrf,
         Err(denied) => return denied.into_response(),
     };
@@ -337,7 +371,7 @@ pub async fn delete_endpoint(
     headers: HeaderMap,
     Form(form): Form<DeleteEndpoint>,
 ) -> Response {
-    let csrf = match checked(&state, &headers, &form.csrf) {
+    let csrf = match checked(&state, &headers, &form.csrf).await {
         Ok(csrf) => csrf,
         Err(denied) => return denied.into_response(),
     };
@@ -639,17 +673,21 @@ mod tests {
     #[test]
     fn sessions_and_csrf_tokens_are_bound_to_the_admin_token_and_expire() {
         let now = Utc::now();
-        let session = new_session("secret", now);
-        assert!(session_valid("secret", &session, now));
-        assert!(!session_valid("another", &session, now), "a new token signs everyone out");
-        assert!(!session_valid("secret", &session, now + chrono::Duration::seconds(SESSION_SECS + 1)));
-        let (expiry, mac) = session.split_once('.').unwrap();
-        let later = format!("{}.{mac}", expiry.parse::<i64>().unwrap() + 3600);
-        assert!(!session_valid("secret", &later, now), "the expiry is signed");
-        assert!(!session_valid("secret", "garbage", now));
+        let session = new_session("secret", 3, now);
+        assert!(session_valid("secret", 3, &session, now));
+        assert!(!session_valid("another", 3, &session, now), "a new token signs everyone out");
+        assert!(!session_valid("secret", 4, &session, now), "so does a new epoch (signing out)");
+        assert!(!session_valid("secret", 3, &session, now + chrono::Duration::seconds(SESSION_SECS + 1)));
+        let mut parts = session.splitn(3, '.');
+        let (epoch, expiry, mac) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+        let later = format!("{epoch}.{}.{mac}", expiry.parse::<i64>().unwrap() + 3600);
+        assert!(!session_valid("secret", 3, &later, now), "the expiry is signed");
+        let moved = format!("4.{expiry}.{mac}");
+        assert!(!session_valid("secret", 4, &moved, now), "the epoch is signed");
+        assert!(!session_valid("secret", 3, "garbage", now));
         assert_ne!(
             csrf_for("secret", &session),
-            csrf_for("secret", &new_session("secret", now + chrono::Duration::seconds(1)))
+            csrf_for("secret", &new_session("secret", 3, now + chrono::Duration::seconds(1)))
         );
     }
 

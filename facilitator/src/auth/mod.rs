@@ -64,6 +64,12 @@ pub struct Caller {
     pub lookup: String,
 }
 
+/// Dashboard sign-in attempts allowed per minute, over all clients.
+pub const LOGINS_PER_MINUTE: u32 = 10;
+
+/// The rate limiter's key for dashboard sign-ins (no API key id looks like it).
+const LOGIN_KEY: &str = "dashboard:login";
+
 /// WebSocket messages a key may send per second, over all its connections.
 pub const WS_MESSAGES_PER_SECOND: u32 = 20;
 
@@ -204,6 +210,17 @@ impl Authenticator {
     pub async fn admit_ws_message(&self, caller: &Caller) -> bool {
         let key = format!("{}:ws", caller.key_id);
         self.limiter.check(&key, WS_MESSAGES_PER_SECOND, 1_000, self.clock.now_millis()).await.allowed
+    }
+
+    /// Counts one dashboard sign-in attempt: at most [`LOGINS_PER_MINUTE`] a minute, over every
+    /// client (and every instance sharing the limiter).
+    pub async fn admit_login(&self) -> RateDecision {
+        self.limiter.check(LOGIN_KEY, LOGINS_PER_MINUTE, WINDOW_MS, self.clock.now_millis()).await
+    }
+
+    /// Gives a successful sign-in's attempt back.
+    pub async fn forgive_login(&self, counted: &RateDecision) {
+        self.limiter.give_back(LOGIN_KEY, counted, self.clock.now_millis()).await;
     }
 
     /// Where rate limits are counted right now.

@@ -371,6 +371,10 @@ pub trait AccountStore: Send + Sync + 'static {
         amount: u64,
         budget: u64,
     ) -> StoreResult<Option<u64>>;
+    /// The epoch dashboard sessions are signed with now.
+    async fn dashboard_epoch(&self) -> StoreResult<i64>;
+    /// Ends every dashboard session: raises the epoch; the new one.
+    async fn end_dashboard_sessions(&self) -> StoreResult<i64>;
     /// What the facilitator paid in fees for `account` on chain `family` on `day`, and the
     /// dearest single settlement counted in it.
     async fn sponsorship_spent(&self, account: &str, family: ChainFamily, day: i64) -> StoreResult<(u64, u64)>;

@@ -163,4 +163,16 @@ impl AccountStore for SqlStore {
         let (spent, largest): (i64, i64) = (row.try_get("spent")?, row.try_get("largest")?);
         Ok((u64::try_from(spent).unwrap_or_default(), u64::try_from(largest).unwrap_or_default()))
     }
+
+    async fn dashboard_epoch(&self) -> StoreResult<i64> {
+        let row = sqlx::query("SELECT epoch FROM dashboard_sessions WHERE id = 1").fetch_optional(&self.pool).await?;
+        Ok(row.map(|r| r.try_get("epoch")).transpose()?.unwrap_or(0))
+    }
+
+    async fn end_dashboard_sessions(&self) -> StoreResult<i64> {
+        let row = sqlx::query("UPDATE dashboard_sessions SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("epoch")?)
+    }
 }
