@@ -1400,3 +1400,58 @@ async fn a_settlement_loop_stops_at_the_plans_sponsorship_budget() {
     assert_eq!((s, answer["success"].as_bool()), (StatusCode::OK, Some(false)), "{answer}");
     assert!(answer["errorMessage"].as_str().unwrap().contains("itself"), "{answer}");
 }
+
+/// Anyone may build a local payment to anyone's wallet: the payee's account (whose custodial
+/// wallet it pays) learns of it — history, status, webhooks — only once it is confirmed, never
+/// of a build that only carries a stranger's metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_to_another_accounts_wallet_reaches_it_only_once_confirmed() {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    use solana_sdk::transaction::Transaction;
+    use tollgate_facilitator::store::WebhookStore as _;
+    let t = SolanaApp::start().await;
+    let (victim, _, victim_wallet) = t.customer().await;
+    let (builder, _, _) = t.customer().await;
+    t.call("POST", "/dev/airdrop", &victim, Some(json!({"address": victim_wallet, "amount": 1}))).await;
+    let victim_account = t.state.auth.authenticate_key(&victim).await.unwrap().account_id.clone();
+    let endpoint = tollgate_facilitator::store::StoredWebhookEndpoint {
+        id: "whe_victim".into(),
+        account_id: victim_account,
+        url: "https://victim.example/hook".into(),
+        description: None,
+        sealed_secret: "sealed".into(),
+        created_at: chrono::Utc::now(),
+    };
+    t.store.insert_webhook_endpoint(&endpoint, 10).await.unwrap();
+    let buyer = Keypair::new();
+    t.call("POST", "/dev/airdrop", &builder, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let order = json!({"walletAddress": buyer.pubkey().to_string(), "recipientAddress": victim_wallet, "amount": 0.05,
+                       "metadata": {"note": "you owe me"}});
+    let (s, built) = t.call("POST", "/transaction/send", &builder, Some(order)).await;
+    assert_eq!(s, StatusCode::OK, "{built}");
+    let id = built["paymentId"].as_str().unwrap().to_owned();
+    let (_, history) = t.call("GET", &format!("/payment/history/{victim_wallet}"), &victim, None).await;
+    assert_eq!(history["total"], 0, "the payee's account does not see a build: {history}");
+    assert_eq!(t.call("GET", &format!("/payment/status/{id}"), &victim, None).await.0, StatusCode::NOT_FOUND);
+    assert!(t.store.webhook_deliveries(Some(&endpoint.id), 10).await.unwrap().is_empty(), "nor is it notified");
+
+    // Signed, sent, confirmed: now it is the payee's too.
+    let bytes = base64::engine::general_purpose::STANDARD.decode(built["transaction"].as_str().unwrap()).unwrap();
+    let mut tx: Transaction = bincode::deserialize(&bytes).unwrap();
+    let blockhash = tx.message.recent_blockhash;
+    tx.sign(&[&buyer], blockhash);
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let signature = rpc.send(&tx).await.unwrap();
+    rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+    let confirm = json!({"paymentId": id, "transaction": signature.to_string()});
+    let (s, confirmed) = t.call("POST", "/transaction/confirm", &builder, Some(confirm)).await;
+    assert_eq!((s, confirmed["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{confirmed}");
+    let (_, history) = t.call("GET", &format!("/payment/history/{victim_wallet}?type=received"), &victim, None).await;
+    assert_eq!((history["total"].as_u64(), history["payments"][0]["paymentId"].as_str()), (Some(1), Some(id.as_str())));
+    let (s, status) = t.call("GET", &format!("/payment/status/{id}"), &victim, None).await;
+    assert_eq!((s, status["status"].as_str()), (StatusCode::OK, Some("confirmed")));
+    let events: Vec<String> =
+        t.store.webhook_deliveries(Some(&endpoint.id), 10).await.unwrap().into_iter().map(|d| d.event_type).collect();
+    assert_eq!(events, ["payment.confirmed"], "notified once, of the confirmation");
+}

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
+use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::{ChainFamily, Network};
 
 use super::pipeline::SIGN_ATTEMPTS;
@@ -13,7 +13,7 @@ use super::receive::VALIDITY;
 use super::{PaymentError, Payments, detached, new_id};
 use crate::chains::{Order, Reason, Refusal, TxStatus, Unsigned, Watched};
 use crate::settlement::state::ExpiryEvidence;
-use crate::settlement::{AdvanceError, Event, advance, record_outcome};
+use crate::settlement::{AdvanceError, Event, advance, record_outcome_revealing};
 use crate::store::{NewPayment, StoreError, StoredPayment};
 
 /// A transfer the caller asks for.
@@ -116,6 +116,9 @@ impl Payments {
                 last_valid_block_height: Some(unsigned.horizon),
                 tx_raw: Some(unsigned.transaction.clone()),
                 proof_id: Some(built_claim(&s.network, &identity)),
+                // Anyone may build a payment to anyone's wallet: the payee's account (a custodial
+                // wallet's) learns of it, with the builder's metadata, only once it is confirmed.
+                counterparty_account: None,
                 ..self.sent(&s, unsigned.fee).await?
             };
             match self.store().insert_payment(&payment).await {
@@ -219,7 +222,12 @@ impl Payments {
                 Err(e) => return Err(PaymentError::Internal(e.to_string())),
             }
         }
-        record_outcome(self.store(), &p.id, &landed, self.now())
+        // A build is revealed to its payee's account once confirmed.
+        let payee = match (p.owner_side, &p.counterparty_account) {
+            (Direction::Sent, None) => self.account_of(&p.to).await?,
+            _ => None,
+        };
+        record_outcome_revealing(self.store(), &p.id, &landed, self.now(), payee.as_deref())
             .await
             .map_err(|e| PaymentError::Internal(e.to_string()))
     }

@@ -39,6 +39,21 @@ pub async fn advance(
     event: &Event,
     at: DateTime<Utc>,
 ) -> Result<StoredPayment, AdvanceError> {
+    advance_revealing(store, id, event, at, None).await
+}
+
+/// [`advance`], revealing the payment to `counterparty`'s account with this change when it has
+/// no other side yet (a local build confirmed: its payee's account learns of it only then).
+///
+/// # Errors
+/// As [`advance`].
+pub async fn advance_revealing(
+    store: &dyn Store,
+    id: &str,
+    event: &Event,
+    at: DateTime<Utc>,
+    counterparty: Option<&str>,
+) -> Result<StoredPayment, AdvanceError> {
     // Each retry means another writer made progress; the state machine has no cycles, so
     // a payment can only move a handful of times.
     for _ in 0..8 {
@@ -49,6 +64,9 @@ pub async fn advance(
             transaction: event.transaction(),
             fee_atomic: event.fee(),
             amount_atomic: event.arrived(),
+            counterparty_account: counterparty
+                .filter(|_| current.payment.counterparty_account.is_none())
+                .map(str::to_owned),
             error: event.error(),
             // Never broadcast: the proof may be used again.
             release_proof: matches!(event, Event::Abandon { .. }),
@@ -97,6 +115,21 @@ pub async fn record_outcome(
     landed: &Landed,
     at: DateTime<Utc>,
 ) -> Result<StoredPayment, AdvanceError> {
+    record_outcome_revealing(store, id, landed, at, None).await
+}
+
+/// [`record_outcome`], revealing a confirmed payment to `counterparty`'s account (see
+/// [`advance_revealing`]); a failed one stays unknown to it.
+///
+/// # Errors
+/// As [`record_outcome`].
+pub async fn record_outcome_revealing(
+    store: &dyn Store,
+    id: &str,
+    landed: &Landed,
+    at: DateTime<Utc>,
+    counterparty: Option<&str>,
+) -> Result<StoredPayment, AdvanceError> {
     let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
     if current.payment.status == PaymentStatus::Verified
         && let Some(transaction) = current.payment.transaction.clone()
@@ -107,7 +140,8 @@ pub async fn record_outcome(
         }
     }
     let event = verdict(&current.payment, landed);
-    match advance(store, id, &event, at).await {
+    let counterparty = counterparty.filter(|_| matches!(event, Event::Confirm { .. }));
+    match advance_revealing(store, id, &event, at, counterparty).await {
         Err(AdvanceError::Transition(e)) => {
             let current = store.get_payment(id).await?.ok_or(StoreError::NotFound)?;
             tracing::debug!(payment_id = %id, error = %e, status = current.payment.status.as_str(), "moved on by another writer");

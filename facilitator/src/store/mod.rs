@@ -284,6 +284,9 @@ pub struct PaymentUpdate {
     pub fee_atomic: Option<AtomicAmount>,
     /// What arrived, read from the chain (the payment's amount from then on).
     pub amount_atomic: Option<AtomicAmount>,
+    /// The other side's account, learning of the payment now (a payment that has none yet: a
+    /// local build, revealed to its payee's account once confirmed).
+    pub counterparty_account: Option<String>,
     /// Failure reason.
     pub error: Option<String>,
     /// The payment never reached the chain: its proof may be used again.
@@ -296,7 +299,16 @@ impl PaymentUpdate {
     /// A move to `status` at `at` with nothing else learned.
     #[must_use]
     pub const fn to(status: PaymentStatus, at: DateTime<Utc>) -> Self {
-        Self { status, transaction: None, fee_atomic: None, amount_atomic: None, error: None, release_proof: false, at }
+        Self {
+            status,
+            transaction: None,
+            fee_atomic: None,
+            amount_atomic: None,
+            counterparty_account: None,
+            error: None,
+            release_proof: false,
+            at,
+        }
     }
 }
 

@@ -22,6 +22,39 @@ const INSERT: &str = "INSERT INTO payments (id, owner_account, owner_side, count
      ON CONFLICT DO NOTHING RETURNING seq";
 
 impl SqlStore {
+    /// Lists payment `p` (insertion sequence `seq`) in the history of each of `accounts`, under its
+    /// payer's and payee's wallets, and counts it there.
+    async fn index_history(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        accounts: &[&str],
+        p: &NewPayment,
+        seq: i64,
+    ) -> StoreResult<()> {
+        let mut entries: Vec<(&str, &str, Direction)> = accounts
+            .iter()
+            .flat_map(|a| [(*a, p.from.as_str(), Direction::Sent), (*a, p.to.as_str(), Direction::Received)])
+            .collect();
+        // One order for every writer: no two inserts wait on each other's counters in a cycle.
+        entries.sort_by(|a, b| (a.0, a.1, a.2.as_str()).cmp(&(b.0, b.1, b.2.as_str())));
+        let index = self.sql("INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES (?, ?, ?, ?)");
+        let count = self.sql(
+            "INSERT INTO wallet_payment_counts (account_id, wallet, direction, n) VALUES (?, ?, ?, 1) \
+             ON CONFLICT (account_id, wallet, direction) DO UPDATE SET n = wallet_payment_counts.n + 1",
+        );
+        for (account, wallet, direction) in entries {
+            sqlx::query(&index)
+                .bind(account)
+                .bind(wallet)
+                .bind(direction.as_str())
+                .bind(seq)
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query(&count).bind(account).bind(wallet).bind(direction.as_str()).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+
     /// The payment whose own transfer `tx_id` is, on `p`'s side (of any account).
     async fn transaction_holder(&self, p: &NewPayment, tx_id: &str) -> StoreResult<Option<String>> {
         let row = sqlx::query(&self.sql("SELECT id FROM payments WHERE network = ? AND tx_id = ? AND owner_side = ?"))
@@ -96,21 +129,7 @@ impl PaymentStore for SqlStore {
         if let Some(other) = p.counterparty_account.as_deref().filter(|o| *o != p.owner_account) {
             accounts.push(other);
         }
-        let mut entries: Vec<(&str, &str, Direction)> = accounts
-            .iter()
-            .flat_map(|a| [(*a, p.from.as_str(), Direction::Sent), (*a, p.to.as_str(), Direction::Received)])
-            .collect();
-        // One order for every writer: no two inserts wait on each other's counters in a cycle.
-        entries.sort_by(|a, b| (a.0, a.1, a.2.as_str()).cmp(&(b.0, b.1, b.2.as_str())));
-        let index = self.sql("INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES (?, ?, ?, ?)");
-        let count = self.sql(
-            "INSERT INTO wallet_payment_counts (account_id, wallet, direction, n) VALUES (?, ?, ?, 1) \
-             ON CONFLICT (account_id, wallet, direction) DO UPDATE SET n = wallet_payment_counts.n + 1",
-        );
-        for (account, wallet, direction) in entries {
-            sqlx::query(&index).bind(account).bind(wallet).bind(direction.as_str()).bind(seq).execute(&mut *tx).await?;
-            sqlx::query(&count).bind(account).bind(wallet).bind(direction.as_str()).execute(&mut *tx).await?;
-        }
+        self.index_history(&mut tx, &accounts, p, seq).await?;
         let stored = StoredPayment {
             payment: p.clone(),
             seq,
@@ -151,7 +170,8 @@ impl PaymentStore for SqlStore {
         let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
         let sql = format!(
             "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
-             amount_atomic = COALESCE(?, amount_atomic), error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
+             amount_atomic = COALESCE(?, amount_atomic), counterparty_account = COALESCE(counterparty_account, ?), \
+             error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
              proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
              next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
              WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
@@ -164,6 +184,7 @@ impl PaymentStore for SqlStore {
             .bind(u.transaction.as_deref())
             .bind(u.fee_atomic.map(|f| f.to_string()))
             .bind(u.amount_atomic.map(|a| a.to_string()))
+            .bind(u.counterparty_account.as_deref())
             .bind(u.error.as_deref())
             .bind(at)
             .bind(confirmed_at)
@@ -189,6 +210,14 @@ impl PaymentStore for SqlStore {
             }
             Err(e) => return Err(e.into()),
         };
+        // The other side learns of the payment now (a local build, once it is confirmed): it
+        // enters that account's history with this change.
+        if let Some(revealed) = u.counterparty_account.as_deref()
+            && moved.payment.counterparty_account.as_deref() == Some(revealed)
+            && revealed != moved.payment.owner_account
+        {
+            self.index_history(&mut tx, &[revealed], &moved.payment, moved.seq).await?;
+        }
         self.announce(&mut tx, &moved).await?;
         self.queue_webhooks(&mut tx, &moved).await?;
         tx.commit().await?;
