@@ -160,6 +160,18 @@ pub struct EvmChainConfig {
     pub rpc_url: RpcUrl,
 }
 
+/// How deep a Solana transaction must be before its verdict is recorded (every path: settlements,
+/// receipts, the reconciler, local confirm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SolanaCommitment {
+    /// Voted on by a supermajority (about a second).
+    #[default]
+    Confirmed,
+    /// Rooted (about 13 s more): cannot be rolled back.
+    Finalized,
+}
+
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -283,6 +295,8 @@ pub struct Config {
     /// Keypair file (Solana CLI JSON) of the fee payer for x402 `exact` Solana payments. The
     /// embedded ledger makes and funds one of its own when none is given.
     pub solana_fee_payer: Option<PathBuf>,
+    /// How deep a Solana transaction's verdict must be.
+    pub solana_commitment: SolanaCommitment,
     /// EVM chains.
     pub evm: Vec<EvmChainConfig>,
     /// A single EVM RPC URL given by environment (its chain id is asked from the node).
@@ -334,6 +348,7 @@ impl Default for Config {
             database_url: DatabaseUrl(DEFAULT_DATABASE.to_owned()),
             redis_url: None,
             solana_rpc_url: None,
+            solana_commitment: SolanaCommitment::Confirmed,
             solana_fee_payer: None,
             evm: Vec::new(),
             evm_rpc_url: None,
@@ -384,6 +399,7 @@ struct FileConfig {
     redis_url: Option<String>,
     solana_rpc_url: Option<RpcUrl>,
     solana_fee_payer: Option<PathBuf>,
+    solana_commitment: Option<SolanaCommitment>,
     #[serde(default)]
     evm: Vec<EvmChainConfig>,
     public_supported: Option<bool>,
@@ -504,6 +520,9 @@ impl Config {
         if let Some(v) = file.database_url {
             self.database_url = DatabaseUrl::parse(&v)?;
         }
+        if let Some(v) = file.solana_commitment {
+            self.solana_commitment = v;
+        }
         if file.solana_rpc_url.is_some() {
             self.solana_rpc_url = file.solana_rpc_url;
         }
@@ -570,8 +589,12 @@ impl Config {
                             .and_then(|a| u64::try_from(a.get()).ok())
                             .filter(|a| i64::try_from(*a).is_ok())
                             .ok_or_else(|| {
+                                let most = tollgate_protocol::DecimalAmount::from_atomic(
+                                    tollgate_protocol::AtomicAmount(i64::MAX.unsigned_abs().into()),
+                                    family.native_decimals(),
+                                );
                                 ConfigError::Invalid(format!(
-                                    "plans.{}.{key} must be a whole-unit amount as text (\"0.01\"), at most 9.2 {}",
+                                    "plans.{}.{key} must be an amount of whole {} as text (\"0.01\"), at most {most}",
                                     plan.as_str(),
                                     family.native_symbol()
                                 ))
@@ -627,6 +650,17 @@ impl Config {
         }
         if let Some(v) = non_empty("TOLLGATE_PUBLIC_SUPPORTED") {
             self.public_supported = parse_bool("TOLLGATE_PUBLIC_SUPPORTED", &v)?;
+        }
+        if let Some(v) = non_empty("TOLLGATE_SOLANA_COMMITMENT") {
+            self.solana_commitment = match v.as_str() {
+                "confirmed" => SolanaCommitment::Confirmed,
+                "finalized" => SolanaCommitment::Finalized,
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "TOLLGATE_SOLANA_COMMITMENT must be confirmed or finalized, got {v}"
+                    )));
+                }
+            };
         }
         if let Some(v) = non_empty("TOLLGATE_LOG_FORMAT") {
             self.log_format = match v.as_str() {

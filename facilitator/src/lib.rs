@@ -229,10 +229,15 @@ async fn solana_backend(config: &Config) -> anyhow::Result<Option<chains::Solana
         Some(path) => Some(chains::Sponsor::new(wallets::read_solana_keypair(path)?, policy)),
         None => None,
     };
+    let depth = match config.solana_commitment {
+        config::SolanaCommitment::Confirmed => solana_commitment_config::CommitmentConfig::confirmed(),
+        config::SolanaCommitment::Finalized => solana_commitment_config::CommitmentConfig::finalized(),
+    };
     if let Some(url) = &config.solana_rpc_url {
         let rpc = SolanaRpc::connect(url.expose(), DEFAULT_CALL_TIMEOUT)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot reach the Solana RPC {url}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot reach the Solana RPC {url}: {e}"))?
+            .with_verdict_commitment(depth);
         tracing::info!(network = %rpc.network(), rpc = %url, "Solana RPC connected");
         let backend = chains::SolanaBackend::new(rpc);
         return Ok(Some(match configured_sponsor {
@@ -249,7 +254,7 @@ async fn solana_backend(config: &Config) -> anyhow::Result<Option<chains::Solana
     #[cfg(feature = "embedded-ledger")]
     {
         let ledger = chains::solana::embedded::EmbeddedLedger::start().await?;
-        let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await?;
+        let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await?.with_verdict_commitment(depth);
         tracing::warn!(network = %rpc.network(), rpc = ledger.rpc_url(), "development mode: embedded Solana ledger started (offline; nothing on it is real money)");
         let sponsor = match configured_sponsor {
             Some(s) => s,

@@ -1455,3 +1455,65 @@ async fn a_build_to_another_accounts_wallet_reaches_it_only_once_confirmed() {
         t.store.webhook_deliveries(Some(&endpoint.id), 10).await.unwrap().into_iter().map(|d| d.event_type).collect();
     assert_eq!(events, ["payment.confirmed"], "notified once, of the confirmation");
 }
+
+/// With `solana_commitment = "finalized"`, a verdict waits for a rooted block on every path. The
+/// embedded ledger roots at once, so a proxy makes the node say "confirmed, not yet rooted" (one
+/// confirmation; no transaction at `finalized`) until the test roots it: a receive whose wait ends
+/// first answers pending; the reconciler confirms it once the block is rooted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalized_commitment_confirms_only_rooted_transfers() {
+    use common::rpc_proxy::Rule;
+    use solana_sdk::signer::Signer as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = SolanaApp::start_full(true, Arc::new(SystemClock), |c| {
+        c.solana_commitment = tollgate_facilitator::config::SolanaCommitment::Finalized;
+    })
+    .await;
+    let proxy = t.proxy.as_ref().unwrap();
+    // Rooted at once (as the ledger is) while the test funds its wallets.
+    let rooted = Arc::new(AtomicBool::new(true));
+    let seen = rooted.clone();
+    proxy.rule(
+        "getSignatureStatuses",
+        Rule::Rewrite(Arc::new(move |_, mut result| {
+            if !seen.load(Ordering::SeqCst)
+                && let Some(statuses) = result["value"].as_array_mut()
+            {
+                for status in statuses.iter_mut().filter(|s| !s.is_null()) {
+                    status["confirmations"] = json!(1);
+                    status["confirmationStatus"] = json!("confirmed");
+                }
+            }
+            result
+        })),
+    );
+    let seen = rooted.clone();
+    proxy.rule(
+        "getTransaction",
+        Rule::Rewrite(Arc::new(move |params, result| {
+            let finalized = params[1]["commitment"] == "finalized";
+            if finalized && !seen.load(Ordering::SeqCst) { Value::Null } else { result }
+        })),
+    );
+    let (key, _, _) = t.customer().await;
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let (buyer, shop) = (Keypair::new(), Keypair::new());
+    for who in [&buyer, &shop] {
+        t.call("POST", "/dev/airdrop", &key, Some(json!({"address": who.pubkey().to_string(), "amount": 1}))).await;
+    }
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let proof = signed_proof(&rpc.network().to_string(), &buyer, &shop.pubkey(), 10_000_000, blockhash);
+    let body = json!({"walletAddress": shop.pubkey().to_string(), "paymentProof": proof, "expectedAmount": 0.01, "timeout": 1});
+    rooted.store(false, Ordering::SeqCst);
+    let (s, pending) = t.call("POST", "/payment/receive", &key, Some(body)).await;
+    assert_eq!((s, pending["status"].as_str()), (StatusCode::ACCEPTED, Some("pending")), "{pending}");
+    let id = pending["paymentId"].as_str().unwrap();
+    common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::minutes(20)).await;
+    let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &key, None).await;
+    assert_eq!(status["status"], "pending", "not rooted yet: {status}");
+    rooted.store(true, Ordering::SeqCst);
+    common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::minutes(40)).await;
+    let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &key, None).await;
+    assert_eq!(status["status"], "confirmed", "{status}");
+}

@@ -200,3 +200,38 @@ fn rpc_urls_never_print_their_key() {
     assert!(!printed.contains("SECRETKEY"), "{printed}");
     assert!(printed.contains("sol.example") && printed.contains("base.example"), "{printed}");
 }
+
+#[test]
+fn sponsorship_budgets_margin_and_solana_depth_are_read_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &file,
+        r#"
+solana_commitment = "finalized"
+[limits]
+evm_valid_before_margin_secs = 2
+[plans.premium]
+sponsor_sol_per_day = "0.5"
+sponsor_eth_per_day = "0.000000000000000001"
+"#,
+    )
+    .unwrap();
+    let c = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
+    assert_eq!(c.solana_commitment, SolanaCommitment::Finalized);
+    assert_eq!(c.limits.evm_valid_before_margin_secs, 6, "never under 6 s");
+    let premium = c.plans.get(Plan::Premium).sponsorship;
+    assert_eq!((premium.lamports_per_day, premium.wei_per_day), (500_000_000, 1));
+    assert_eq!(c.plans.get(Plan::Standard).sponsorship.lamports_per_day, 10_000_000, "defaults kept");
+    let env = env_of(&[("TOLLGATE_SOLANA_COMMITMENT", "confirmed")]);
+    assert_eq!(
+        Config::load(Some(&file), env, &Flags::default()).unwrap().solana_commitment,
+        SolanaCommitment::Confirmed
+    );
+    for bad in ["\"0.0000000001\"", "\"ten\"", "\"10000000000\""] {
+        std::fs::write(&file, format!("[plans.standard]\nsponsor_sol_per_day = {bad}\n")).unwrap();
+        assert!(Config::load(Some(&file), env_of(&[]), &Flags::default()).is_err(), "{bad}");
+    }
+    let env = env_of(&[("TOLLGATE_SOLANA_COMMITMENT", "processed")]);
+    assert!(Config::load(None, env, &Flags::default()).is_err());
+}

@@ -61,7 +61,7 @@ impl SolanaApp {
         Self::start_full(proxied, clock, |_| {}).await
     }
 
-    async fn start_full(
+    pub async fn start_full(
         proxied: bool,
         clock: tollgate_facilitator::clock::SharedClock,
         configure: impl FnOnce(&mut Config),
@@ -76,7 +76,15 @@ impl SolanaApp {
         let ledger = EmbeddedLedger::start().await.unwrap();
         let proxy = if proxied { Some(super::rpc_proxy::RpcProxy::start(ledger.rpc_url()).await) } else { None };
         let url = proxy.as_ref().map_or(ledger.rpc_url(), |p| p.url.as_str());
-        let rpc = SolanaRpc::connect(url, DEFAULT_CALL_TIMEOUT).await.unwrap();
+        let depth = match config.solana_commitment {
+            tollgate_facilitator::config::SolanaCommitment::Confirmed => {
+                solana_commitment_config::CommitmentConfig::confirmed()
+            }
+            tollgate_facilitator::config::SolanaCommitment::Finalized => {
+                solana_commitment_config::CommitmentConfig::finalized()
+            }
+        };
+        let rpc = SolanaRpc::connect(url, DEFAULT_CALL_TIMEOUT).await.unwrap().with_verdict_commitment(depth);
         let sponsor = Sponsor::new(Keypair::new(), SponsorPolicy::default());
         embedded::fund(&rpc, &sponsor.keypair).await.unwrap();
         let chains = Chains::none().with_solana(SolanaBackend::new(rpc).with_embedded(ledger).with_sponsor(sponsor));

@@ -28,6 +28,9 @@ pub struct SolanaRpc {
     network: Network,
     url: String,
     call_timeout: Duration,
+    /// How deep a transaction must be for a verdict ([`Self::outcome`],
+    /// [`Self::confirmed_transaction`]).
+    verdict: CommitmentConfig,
 }
 
 impl std::fmt::Debug for SolanaRpc {
@@ -49,7 +52,14 @@ impl SolanaRpc {
             RpcClient::new_with_timeout_and_commitment(url.to_owned(), call_timeout, CommitmentConfig::confirmed());
         let genesis = bounded(call_timeout, "getGenesisHash", client.get_genesis_hash()).await?;
         let network = Network::solana_from_genesis(&genesis.to_string());
-        Ok(Self { client, network, url: url.to_owned(), call_timeout })
+        Ok(Self { client, network, url: url.to_owned(), call_timeout, verdict: CommitmentConfig::confirmed() })
+    }
+
+    /// The same RPC, giving verdicts only at `commitment` (`finalized` to wait for rooted blocks).
+    #[must_use]
+    pub fn with_verdict_commitment(mut self, commitment: CommitmentConfig) -> Self {
+        self.verdict = commitment;
+        self
     }
 
     /// The cluster's CAIP-2 id.
@@ -129,7 +139,7 @@ impl SolanaRpc {
     pub async fn confirmed_transaction(&self, signature: &Signature) -> Result<Option<ConfirmedTx>, ChainError> {
         let config = RpcTransactionConfig {
             encoding: Some(UiTransactionEncoding::Base64),
-            commitment: Some(CommitmentConfig::confirmed()),
+            commitment: Some(self.verdict),
             max_supported_transaction_version: Some(0),
         };
         let fetched =
@@ -290,7 +300,7 @@ impl SolanaRpc {
         let Some(Some(status)) = statuses.value.into_iter().next() else {
             return Ok(None);
         };
-        if !status.satisfies_commitment(CommitmentConfig::confirmed()) {
+        if !status.satisfies_commitment(self.verdict) {
             return Ok(None);
         }
         Ok(Some(match status.err {
