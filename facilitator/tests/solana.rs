@@ -366,6 +366,10 @@ async fn local_mode_transaction_is_signed_by_the_caller_and_confirmed() {
     let seller = Pubkey::new_unique();
     t.call("POST", "/dev/airdrop", &key, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
 
+    // A builtin program cannot pay: refused as a bad parameter, not a chain failure.
+    let system = json!({"walletAddress": "11111111111111111111111111111111", "recipientAddress": seller.to_string(), "amount": 0.05});
+    let (s, e) = t.call("POST", "/transaction/send", &key, Some(system)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_PARAMETERS")), "{e}");
     let body = json!({"walletAddress": buyer.pubkey().to_string(), "recipientAddress": seller.to_string(), "amount": 0.05, "priorityFee": 0.00001});
     let (s, built) = t.call("POST", "/transaction/send", &key, Some(body)).await;
     assert_eq!(s, StatusCode::OK, "{built}");

@@ -298,11 +298,12 @@ async fn a_slow_consumer_is_disconnected_instead_of_buffered() {
 }
 
 /// A deleted key's connections close: at once when the deletion is announced on this instance
-/// (the dashboard's, or on PostgreSQL anyone's: see `scale_out.rs`), and at the next ping when
-/// another process deleted it from the same SQLite file (the CLI). Other keys' stay up.
+/// (the dashboard's, or on PostgreSQL anyone's: see `scale_out.rs`), and within the key cache's
+/// period (as HTTP requests with it) when another process deleted it from the same SQLite file
+/// (the CLI). Other keys' stay up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_keys_connections_are_closed() {
-    let t = Served::start(|c| c.limits.ws_ping_secs = 1).await;
+    let t = Served::start(|c| c.limits.key_cache_ttl_secs = 1).await;
     let (announced, _) = t.key(Plan::Premium).await;
     let (quiet, _) = t.key(Plan::Premium).await;
     let (kept, _) = t.key(Plan::Premium).await;
@@ -320,7 +321,7 @@ async fn a_deleted_keys_connections_are_closed() {
     t.state.events.revoke(&announced_id);
     let (code, reason) = common::ws::close_within(&mut sockets[0], Duration::from_millis(500)).await;
     assert_eq!((code, reason.as_str()), (1008, "the API key was deleted"));
-    // Deleted by another process, nothing announced: closed at the next ping.
+    // Deleted by another process, nothing announced: closed at the next check of the key.
     assert!(t.state.store.delete_api_key(&quiet_id).await.unwrap());
     let (code, reason) = common::ws::close_within(&mut sockets[1], Duration::from_secs(3)).await;
     assert_eq!((code, reason.as_str()), (1008, "the API key was deleted"));

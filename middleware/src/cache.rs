@@ -125,15 +125,12 @@ impl ProofCache {
         Self { known, in_flight: Mutex::new(HashMap::new()) }
     }
 
-    /// The cache key of a proof: SHA-256 of the canonical JSON of what pays — v1's whole
-    /// payload; v2's accepted requirement and scheme payload, without the buyer's copy of the
-    /// resource or its extensions, so a proof wrapped again with another resource is the same
+    /// The cache key of a proof: SHA-256 of the canonical JSON of what pays — its scheme, network
+    /// and scheme payload — in either protocol version and whatever wraps it (v2's `accepted`,
+    /// `resource`, extensions): a proof wrapped again, or in the other version, is the same
     /// proof, remembered for what it paid.
     pub(crate) fn key(payload: &PaymentPayload) -> String {
-        let bytes = match payload {
-            PaymentPayload::V1(p) => serde_json::to_vec(p),
-            PaymentPayload::V2(p) => serde_json::to_vec(&(&p.accepted, &p.payload)),
-        };
+        let bytes = serde_json::to_vec(&(payload.scheme(), payload.network(), payload.payload()));
         Sha256::digest(bytes.unwrap_or_default()).iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -179,6 +176,10 @@ mod tests {
         assert_eq!(ProofCache::key(&v2(Some("https://shop.example/b"), "0x01")), key);
         assert_eq!(ProofCache::key(&v2(None, "0x01")), key);
         assert_ne!(ProofCache::key(&v2(None, "0x02")), key, "another proof");
+        let v1: PaymentPayload = serde_json::from_value(json!({"x402Version": 1, "scheme": "exact-native",
+            "network": "eip155:8453", "payload": {"transaction": "0x01"}}))
+        .unwrap();
+        assert_eq!(ProofCache::key(&v1), key, "the same proof in a v1 header");
     }
 
     #[test]

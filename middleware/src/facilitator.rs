@@ -43,6 +43,8 @@ pub struct Payment {
 pub(crate) struct Wanted<'a> {
     /// The resource URL of this request, as the layer makes it.
     pub resource: &'a str,
+    /// This request's method.
+    pub method: &'a str,
     /// How long a confirmed payment serves its resource again (the layer's ticket lifetime).
     pub lifetime: Duration,
 }
@@ -54,6 +56,11 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wa
     // A payment made for another resource (followed by its id) pays that one, not this.
     if record.resource.as_deref() != Some(wanted.resource) {
         return Verdict::Refused { reason: "this payment was made for another resource".into() };
+    }
+    let method = record.metadata.as_ref().and_then(|m| m.get("method")).and_then(serde_json::Value::as_str);
+    if method != Some(wanted.method) {
+        let made_for = method.map_or_else(|| "a request of no named method".to_owned(), |m| format!("a {m} request"));
+        return Verdict::Refused { reason: format!("this payment was made for {made_for}") };
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let lifetime = i64::try_from(wanted.lifetime.as_secs()).unwrap_or(i64::MAX);
@@ -292,6 +299,7 @@ impl FacilitatorClient {
             payment_proof: proof.to_owned(),
             expected_amount: tollgate_protocol::DecimalAmount::from_atomic(requirement.amount, decimals),
             resource: Some(wanted.resource.to_owned()),
+            method: Some(wanted.method.to_owned()),
             facilitator_url: None,
             timeout: Some(settle_wait(requirement)),
             network: Some(requirement.network.clone()),
@@ -325,7 +333,7 @@ impl FacilitatorClient {
         if !self.is_gateway() {
             return self.settle(payload, requirement, resource).await;
         }
-        let wanted = Wanted { resource: &resource.url, lifetime };
+        let wanted = Wanted { resource: &resource.url, method: resource.method.as_deref().unwrap_or("GET"), lifetime };
         match payment_id {
             Some(id) => self.status(id, requirement, wanted).await,
             None => self.receive(requirement, decimals, proof, wanted).await,
@@ -365,6 +373,10 @@ impl FacilitatorClient {
                 PaymentStatus::Failed | PaymentStatus::Expired => Verdict::Refused {
                     reason: format!("the payment {}: {}", record.status.as_str(), record.error.unwrap_or_default()),
                 },
+                // Another request's payment, still under way: not this request's to wait for.
+                _ if record.resource.as_deref() != Some(wanted.resource) => {
+                    Verdict::Refused { reason: "this payment was made for another resource".into() }
+                }
                 _ => Verdict::Pending { payment_id: Some(record.payment_id), transaction: record.transaction },
             };
             return (verdict, None);
@@ -526,22 +538,31 @@ mod tests {
         .unwrap()
     }
 
-    /// A confirmed gateway record for `resource`, confirmed `ago` seconds ago.
+    /// A confirmed gateway record for `resource` and a GET, confirmed `ago` seconds ago.
     fn record(resource: Option<&str>, ago: i64) -> PaymentRecord {
         let at = (chrono::Utc::now() - chrono::Duration::seconds(ago)).to_rfc3339();
         let record = json!({"paymentId": "pay_1", "status": "confirmed", "mode": "hosted",
             "network": "eip155:8453", "from": PAY_TO, "to": PAY_TO, "amount": 1,
             "amountAtomic": "1000000000000000000", "asset": "native", "fee": null, "transaction": "0xab",
-            "resource": resource, "metadata": null, "createdAt": at, "updatedAt": at, "confirmedAt": at, "error": null});
+            "resource": resource, "metadata": {"method": "GET"}, "createdAt": at, "updatedAt": at,
+            "confirmedAt": at, "error": null});
         // Amounts are read from the JSON text.
         serde_json::from_str(&record.to_string()).unwrap()
     }
 
     #[test]
     fn a_gateway_payment_serves_only_its_resource_within_the_ticket_lifetime() {
-        let wanted = Wanted { resource: "https://shop.example/a", lifetime: Duration::from_secs(600) };
+        let wanted = Wanted { resource: "https://shop.example/a", method: "GET", lifetime: Duration::from_secs(600) };
         let paid = |r: PaymentRecord| matches!(paid_for(r, &requirement(), wanted), Verdict::Paid(_));
         assert!(paid(record(Some("https://shop.example/a"), 60)));
+        let delete = Wanted { method: "DELETE", ..wanted };
+        assert!(!matches!(
+            paid_for(record(Some("https://shop.example/a"), 60), &requirement(), delete),
+            Verdict::Paid(_)
+        ));
+        let mut unnamed = record(Some("https://shop.example/a"), 60);
+        unnamed.metadata = None;
+        assert!(!paid(unnamed), "a payment of no named method");
         assert!(!paid(record(Some("https://shop.example/b"), 60)), "another resource");
         assert!(!paid(record(None, 60)), "no resource is not this one");
         assert!(!paid(record(Some("https://shop.example/a"), 601)), "confirmed before the ticket's lifetime");
@@ -557,6 +578,7 @@ mod tests {
             url: "https://shop.example/dear".into(),
             description: String::new(),
             mime_type: String::new(),
+            method: Some("GET".into()),
         };
         let FacilitatorRequest::V2(sent) = facilitator_request(&payload, &accepted, &seller) else { panic!("v2") };
         assert_eq!(sent.payment_payload.resource, Some(seller));

@@ -178,6 +178,8 @@ where
     let (key, payload) = (&decoded.key, &decoded.payload);
     let (requirement, decimals) = &offers[decoded.offer];
     let ticket = Ticket { resource: resource.url.clone(), method: parts.method.clone() };
+    // What the facilitator binds the payment to: the resource and the request's method.
+    let bound = ResourceInfo { method: Some(ticket.method.as_str().to_owned()), ..resource.clone() };
     let paid = Paid {
         config: &config,
         requirement,
@@ -185,6 +187,7 @@ where
         header,
         payload,
         resource: &resource,
+        bound: &bound,
         ticket: &ticket,
         v1,
     };
@@ -346,6 +349,8 @@ struct Paid<'a> {
     header: &'a str,
     payload: &'a PaymentPayload,
     resource: &'a ResourceInfo,
+    /// The resource with the request's method, as the facilitator is told.
+    bound: &'a ResourceInfo,
     ticket: &'a Ticket,
     v1: bool,
 }
@@ -361,7 +366,11 @@ impl Paid<'_> {
     async fn settle_before(&self) -> Verdict {
         let facilitator = &self.config.facilitator;
         if facilitator.is_gateway() {
-            let wanted = Wanted { resource: &self.resource.url, lifetime: self.config.ticket_lifetime };
+            let wanted = Wanted {
+                resource: &self.resource.url,
+                method: self.ticket.method.as_str(),
+                lifetime: self.config.ticket_lifetime,
+            };
             return facilitator.receive(self.requirement, self.decimals, self.header, wanted).await;
         }
         match self.verify().await {
@@ -373,7 +382,7 @@ impl Paid<'_> {
     /// Follows a settlement seen pending (or whose answer was lost).
     async fn follow(&self, payment_id: Option<&str>) -> Verdict {
         let paid = (self.payload, self.header);
-        let wanted = (self.resource, self.config.ticket_lifetime);
+        let wanted = (self.bound, self.config.ticket_lifetime);
         self.config.facilitator.follow(payment_id, paid, self.requirement, self.decimals, wanted).await
     }
 
@@ -381,7 +390,7 @@ impl Paid<'_> {
     /// the seller's own settlement for the same terms (the first answer was lost: the buyer hung
     /// up), and any other settlement is refused, so the buyer is never refused after paying.
     async fn verify(&self) -> Verdict {
-        match self.config.facilitator.verify(self.payload, self.requirement, self.resource).await {
+        match self.config.facilitator.verify(self.payload, self.requirement, self.bound).await {
             Verdict::Refused { reason } if reason.starts_with("duplicate_settlement") => self.settle().await,
             other => other,
         }
@@ -389,7 +398,7 @@ impl Paid<'_> {
 
     /// x402 `/settle`.
     async fn settle(&self) -> Verdict {
-        self.config.facilitator.settle(self.payload, self.requirement, self.resource).await
+        self.config.facilitator.settle(self.payload, self.requirement, self.bound).await
     }
 
     /// A new challenge for a refused proof, with the failed settlement header.
@@ -461,7 +470,7 @@ fn resource_info(config: &Config, parts: &http::request::Parts, named: Option<St
             format!("{base}{path}")
         }
     };
-    ResourceInfo { url, description: config.description.clone(), mime_type: config.mime_type.clone() }
+    ResourceInfo { url, description: config.description.clone(), mime_type: config.mime_type.clone(), method: None }
 }
 
 /// `scheme://host` as the request, or the proxy in front of it, names them.

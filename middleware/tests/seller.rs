@@ -68,14 +68,14 @@ impl Stand {
 }
 
 /// A gateway record of a payment of `amount` lamports (or of `asset`) to `to`.
-/// A gateway payment record; a confirmed one was confirmed just now.
+/// A gateway payment record of a GET; a confirmed one was confirmed just now.
 fn record(status: &str, amount: u64, asset: &str, to: &str) -> Value {
     let now = chrono::Utc::now().to_rfc3339();
     let confirmed_at = (status == "confirmed").then(|| now.clone());
     json!({
         "paymentId": "pay_1", "status": status, "mode": "hosted", "network": NETWORK,
         "from": BUYER, "to": to, "amount": 0.001, "amountAtomic": amount.to_string(), "asset": asset,
-        "transaction": "5sig", "createdAt": now, "updatedAt": now, "confirmedAt": confirmed_at,
+        "transaction": "5sig", "createdAt": now, "updatedAt": now, "confirmedAt": confirmed_at, "metadata": {"method": "GET"},
         "payer": BUYER
     })
 }

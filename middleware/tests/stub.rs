@@ -19,7 +19,7 @@ use tower::{Layer as _, ServiceExt as _};
 const NETWORK: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
 const PAY_TO: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 
-/// A gateway payment record; a confirmed one was confirmed just now.
+/// A gateway payment record of a GET; a confirmed one was confirmed just now.
 fn record(status: &str, resource: &str) -> Value {
     let now = chrono::Utc::now().to_rfc3339();
     let confirmed_at = (status == "confirmed").then(|| now.clone());
@@ -28,7 +28,7 @@ fn record(status: &str, resource: &str) -> Value {
         "paymentId": "pay_1", "status": status, "mode": "hosted", "network": NETWORK,
         "from": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "to": PAY_TO,
         "amount": 0.01, "amountAtomic": "10000000", "asset": "native", "transaction": "5sig",
-        "createdAt": now, "updatedAt": now, "confirmedAt": confirmed_at,
+        "createdAt": now, "updatedAt": now, "confirmedAt": confirmed_at, "metadata": {"method": "GET"},
         "payer": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"
     })
 }

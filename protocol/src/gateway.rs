@@ -73,6 +73,10 @@ pub struct ReceivePaymentRequest {
     /// CAIP-2 chain within the address family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Network>,
+    /// The HTTP method of the request paid for (extension, sent by Tollgate's seller layer): the
+    /// payment records it, and a repeat of the proof is answered only for the same method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 /// Body of `POST /transaction/receive`.

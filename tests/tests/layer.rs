@@ -572,9 +572,36 @@ async fn a_proof_wrapped_again_for_another_resource_or_method_is_refused() {
                     assert_eq!(status, 402, "{case}: {url}: {body}");
                 }
             }
-            // Another method of the same resource, where the layer remembers the proof.
+            // Another method of the same resource: where the layer remembers the proof, at the
+            // other instance (the facilitator binds the method too), and in the other protocol
+            // version's header.
+            let other_first = format!("{other_instance}/report/1");
             let posted = client.post(&first).header(name, &header).send().await.unwrap();
             assert_eq!(posted.status().as_u16(), 402, "{case}: POST with a GET's proof");
+            let posted = client.post(&other_first).header(name, &header).send().await.unwrap();
+            assert_eq!(posted.status().as_u16(), 402, "{case}: POST with a GET's proof, at the other instance");
+            let inner: Value = tollgate_protocol::x402::header::decode(&header).unwrap();
+            let (other_name, other_version) = if version == 1 {
+                let (_, headers, _) = get_with(&first, None).await;
+                let offered: Value =
+                    tollgate_protocol::x402::header::decode(headers.get("payment-required").unwrap().to_str().unwrap())
+                        .unwrap();
+                let v2 = json!({"x402Version": 2, "accepted": offered["accepts"][0], "payload": inner["payload"],
+                                "resource": offered["resource"]});
+                ("PAYMENT-SIGNATURE", tollgate_protocol::x402::header::encode(&v2).unwrap())
+            } else {
+                let v1 = json!({"x402Version": 1, "scheme": inner["accepted"]["scheme"],
+                                "network": inner["accepted"]["network"], "payload": inner["payload"]});
+                ("X-PAYMENT", tollgate_protocol::x402::header::encode(&v1).unwrap())
+            };
+            for url in [&first, &other_first] {
+                let posted = client.post(url).header(other_name, &other_version).send().await.unwrap();
+                assert_eq!(
+                    posted.status().as_u16(),
+                    402,
+                    "{case}: POST with a GET's proof in the other version: {url}"
+                );
+            }
             assert_eq!(runs.load(Ordering::SeqCst), 1, "{case}: served once");
 
             // The request it paid for, again, at the other instance (its answer was lost):

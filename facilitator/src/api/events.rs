@@ -147,6 +147,11 @@ impl Connection {
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_heard = tokio::time::Instant::now();
+        // A deletion nobody announced here (the CLI on another process's SQLite file) is found
+        // as soon as an HTTP request's cached key would be read again.
+        let recheck_every = Duration::from_secs(self.state.config.limits.key_cache_ttl_secs.max(1));
+        let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let end = loop {
             tokio::select! {
                 // Events first: what was published before a client's message is sent before the
@@ -216,15 +221,16 @@ impl Connection {
                         break end;
                     }
                 }
+                _ = recheck.tick() => {
+                    if !self.key_still_valid().await {
+                        break End::Close(close_code::POLICY, "the API key was deleted".into());
+                    }
+                }
                 _ = ping.tick() => {
                     if silent_for_too_long(last_heard.elapsed(), ping_every) {
                         break End::Close(close_code::POLICY, "no answer to pings".into());
                     }
-                    // A deletion nobody announced here (the CLI on another process's SQLite file)
-                    // is found at the next ping.
-                    if !self.key_still_valid().await {
-                        break End::Close(close_code::POLICY, "the API key was deleted".into());
-                    }
+
                     if let Err(end) = send(&mut socket, Message::Ping(Default::default())).await {
                         break end;
                     }

@@ -77,7 +77,10 @@ impl Modify for BearerAuth {
         let guarded = [
             ("401", "UNAUTHORIZED: key missing, unknown or deleted"),
             ("403", "FORBIDDEN: the key's plan does not include this endpoint"),
-            ("429", "RATE_LIMIT: the key's limit is exceeded (`Retry-After`)"),
+            (
+                "429",
+                "RATE_LIMIT: the key's limit is exceeded, or the account's daily budget of network fees the facilitator pays for its settlements is spent (`Retry-After`)",
+            ),
         ];
         for (path, item) in openapi.paths.paths.iter_mut() {
             let methods = [

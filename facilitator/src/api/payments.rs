@@ -168,6 +168,7 @@ pub(crate) struct ReceiveFields<'a> {
     network: Option<&'a Network>,
     asset: Option<Asset>,
     priority_fee: Option<&'a DecimalAmount>,
+    method: Option<&'a str>,
 }
 
 impl<'a> ReceiveFields<'a> {
@@ -181,6 +182,7 @@ impl<'a> ReceiveFields<'a> {
             network: r.network.as_ref(),
             asset: r.asset,
             priority_fee: None,
+            method: r.method.as_deref(),
         }
     }
 
@@ -194,6 +196,7 @@ impl<'a> ReceiveFields<'a> {
             network: r.network.as_ref(),
             asset: r.asset,
             priority_fee: r.priority_fee.as_ref(),
+            method: None,
         }
     }
 }
@@ -241,6 +244,7 @@ pub(crate) fn receive_of(
         asset,
         price: Price::AtLeast(r.expected.clone()),
         resource: r.resource.map(str::to_owned),
+        method: validate::method(r.method)?,
         extra: None,
         requirement: None,
         fee_cap,

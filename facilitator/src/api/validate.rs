@@ -53,6 +53,9 @@ pub fn recipient(text: &str, payer: &Address) -> Result<Address, ApiError> {
     if to == *payer {
         return Err(ApiError::invalid_recipient("recipientAddress must differ from walletAddress"));
     }
+    if to == Address::Evm([0; 20]) {
+        return Err(ApiError::invalid_recipient("recipientAddress is the zero address: what it receives is lost"));
+    }
     Ok(to)
 }
 
@@ -121,6 +124,19 @@ pub fn x402_resource(value: Option<&str>) -> Result<(), ApiError> {
             )))
         }
         _ => Ok(()),
+    }
+}
+
+/// The HTTP method a seller names for the request paid for: a token of 1 to 16 uppercase ASCII
+/// letters (`GET`, `POST`, ...).
+///
+/// # Errors
+/// 400 `INVALID_PARAMETERS`.
+pub fn method(value: Option<&str>) -> Result<Option<String>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(m) if (1..=16).contains(&m.len()) && m.bytes().all(|b| b.is_ascii_uppercase()) => Ok(Some(m.to_owned())),
+        Some(_) => Err(ApiError::invalid_params("method must be an HTTP method in capitals (GET, POST, ...)")),
     }
 }
 
@@ -207,6 +223,11 @@ mod tests {
         assert!(resource(Some("ftp://x")).is_err());
         assert!(resource(Some("https://a b")).is_err());
         assert!(resource(Some("https://a\u{0}b")).is_err(), "NUL");
+        let payer: Address = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed".parse().unwrap();
+        assert!(recipient("0x0000000000000000000000000000000000000000", &payer).is_err(), "the zero address");
+        assert!(recipient("0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359", &payer).is_ok());
+        assert!(method(Some("GET")).unwrap().is_some() && method(None).unwrap().is_none());
+        assert!(method(Some("get")).is_err() && method(Some("G E")).is_err() && method(Some("")).is_err());
         assert!(resource(Some("https://a\u{7f}b")).is_err(), "DEL");
         assert!(x402_resource(Some("mcp://tools/weather")).is_ok());
         assert!(x402_resource(Some("https://a/\u{0}")).is_err());

@@ -35,6 +35,7 @@ fn network_name(v1: bool, network: &Network) -> String {
 fn receive_of(state: &AppState, caller: &Caller, req: FacilitatorRequest, repeat: Repeat) -> Result<Receive, ApiError> {
     let (payload, requirement, resource) = req.into_parts();
     crate::api::validate::x402_resource(resource.as_ref().map(|r| r.url.as_str()))?;
+    let method = crate::api::validate::method(resource.as_ref().and_then(|r| r.method.as_deref()))?;
     let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
     let terms = Terms {
         network: requirement.network.clone(),
@@ -42,6 +43,7 @@ fn receive_of(state: &AppState, caller: &Caller, req: FacilitatorRequest, repeat
         asset: requirement.asset,
         price: Price::of_requirement(&requirement.scheme, requirement.amount),
         resource: resource.map(|r| r.url).filter(|u| !u.is_empty()),
+        method,
         extra: requirement.extra.clone(),
         requirement: Some(requirement),
         fee_cap: None,

@@ -74,6 +74,9 @@ pub struct Terms {
     pub price: Price,
     /// The resource paid for; a receipt must be bound to it.
     pub resource: Option<String>,
+    /// The HTTP method of the request paid for, when the seller names it: recorded with the
+    /// payment, and a repeat of the proof is answered only for the same.
+    pub method: Option<String>,
     /// The requirement's scheme details (EVM `exact`: the token's EIP-712 `name` and `version`;
     /// Solana `exact`: the `feePayer` the buyer was offered).
     pub extra: Option<serde_json::Value>,
@@ -284,6 +287,7 @@ mod tests {
             asset: Asset::Token(Address::Solana([1; 32])),
             price: Price::AtLeastAtomic(50_000),
             resource: None,
+            method: None,
             extra: None,
             requirement: None,
             fee_cap: None,

@@ -268,7 +268,9 @@ impl Payments {
             transaction: None,
             tx_raw: None,
             resource: terms.resource.clone(),
-            metadata: None,
+            metadata: terms.method.as_ref().map(|method| {
+                serde_json::Map::from_iter([("method".to_owned(), serde_json::Value::String(method.clone()))])
+            }),
             proof_id: Some(checked.proof_id.clone()),
             expires_at: None,
             last_valid_block_height: None,
@@ -284,8 +286,8 @@ fn new_id() -> String {
 }
 
 /// Whether a stored payment pays what `terms` ask: same network, recipient and asset, enough of
-/// it, and the same resource — none only for none: a request that names no resource is never
-/// answered with a payment made for one. A proof answered again for its owner must meet the new
+/// it, and the same resource and method — none only for none: a request that names no resource
+/// is never answered with a payment made for one, nor a DELETE with a GET's. A proof answered again for its owner must meet the new
 /// terms too, or a cheap proof would buy a dear request.
 fn covers(p: &NewPayment, terms: &Terms) -> bool {
     p.network == terms.network
@@ -293,4 +295,10 @@ fn covers(p: &NewPayment, terms: &Terms) -> bool {
         && p.asset == terms.asset.to_string()
         && terms.price.check(p.amount_atomic.get(), p.decimals, crate::chains::Reason::InvalidPayload).is_ok()
         && p.resource == terms.resource
+        && method_of(p) == terms.method.as_deref()
+}
+
+/// The HTTP method a received payment was made for, when its seller named one.
+fn method_of(p: &NewPayment) -> Option<&str> {
+    p.metadata.as_ref()?.get("method")?.as_str()
 }

@@ -107,6 +107,11 @@ pub struct ResourceInfo {
     /// MIME type of the response.
     #[serde(default)]
     pub mime_type: String,
+    /// The HTTP method of the request paid for (Tollgate extension: a seller's layer names it to
+    /// its facilitator, which answers a repeat of the proof only for the same method). Absent
+    /// from 402 answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 /// One way to pay for a resource (x402 v2 shape, CAIP-2 network).
@@ -172,6 +177,9 @@ pub struct PaymentRequirementsV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
     pub extra: Option<Value>,
+    /// The HTTP method of the request paid for (Tollgate extension, as [`ResourceInfo::method`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 mod v1_network {
@@ -203,6 +211,7 @@ impl PaymentRequirementsV1 {
             max_timeout_seconds: req.max_timeout_seconds,
             asset: req.asset,
             extra: req.extra.clone(),
+            method: resource.method.clone(),
         }
     }
 
@@ -223,6 +232,7 @@ impl PaymentRequirementsV1 {
                 url: self.resource.clone(),
                 description: self.description.clone(),
                 mime_type: self.mime_type.clone(),
+                method: self.method.clone(),
             },
         )
     }
@@ -620,6 +630,7 @@ mod tests {
             url: "https://seller.example/report".into(),
             description: "Daily report".into(),
             mime_type: "application/json".into(),
+            method: None,
         }
     }
 

@@ -36,6 +36,9 @@ fn transfer(order: &Order) -> Result<Transfer, OrderError> {
     let (Some(from), Some(to)) = (pubkey(&order.from), pubkey(&order.to)) else {
         return Err(OrderError::InvalidRecipient("both addresses must be Solana addresses".into()));
     };
+    if is_reserved(&from) {
+        return Err(OrderError::Invalid(format!("{from} is a builtin program or a sysvar: it cannot pay")));
+    }
     let priority_fee = order.priority_fee.map(|f| lamports(f, "priorityFee")).transpose()?;
     Ok(Transfer { from, to, lamports: lamports(order.amount, "amount")?, priority_fee })
 }
