@@ -76,6 +76,7 @@ pub struct ReceivePaymentRequest {
     /// The HTTP method of the request paid for (extension, sent by Tollgate's seller layer): the
     /// payment records it, and a repeat of the proof is answered only for the same method.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{1,16}$"))]
     pub method: Option<String>,
 }
 

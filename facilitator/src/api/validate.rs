@@ -118,7 +118,7 @@ pub fn resource(value: Option<&str>) -> Result<(), ApiError> {
 /// 400 `INVALID_PARAMETERS`.
 pub fn x402_resource(value: Option<&str>) -> Result<(), ApiError> {
     match value {
-        Some(url) if url.len() > MAX_RESOURCE_LEN || url.chars().any(char::is_control) => {
+        Some(url) if url.chars().count() > MAX_RESOURCE_LEN || url.chars().any(char::is_control) => {
             Err(ApiError::invalid_params(format!(
                 "resource.url must be at most {MAX_RESOURCE_LEN} characters, without control characters"
             )))

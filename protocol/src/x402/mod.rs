@@ -100,6 +100,7 @@ version_marker!(V2, 2);
 #[serde(rename_all = "camelCase")]
 pub struct ResourceInfo {
     /// The URL of the paid resource.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{0,2048}$"))]
     pub url: String,
     /// What the buyer gets.
     #[serde(default)]
@@ -111,6 +112,7 @@ pub struct ResourceInfo {
     /// its facilitator, which answers a repeat of the proof only for the same method). Absent
     /// from 402 answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{1,16}$"))]
     pub method: Option<String>,
 }
 
@@ -154,6 +156,7 @@ pub struct PaymentRequirementsV1 {
     /// Atomic amount.
     pub max_amount_required: AtomicAmount,
     /// Resource URL.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{0,2048}$"))]
     pub resource: String,
     /// Description.
     #[serde(default)]
@@ -179,6 +182,7 @@ pub struct PaymentRequirementsV1 {
     pub extra: Option<Value>,
     /// The HTTP method of the request paid for (Tollgate extension, as [`ResourceInfo::method`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{1,16}$"))]
     pub method: Option<String>,
 }
 
