@@ -63,7 +63,8 @@ fn failed(what: &str, outcome: Option<TxOutcome>) -> ChainError {
     ChainError(format!("{what} did not confirm: {outcome:?}"))
 }
 
-/// Signs and sends `instructions` paid by `payer`, and waits until they are confirmed.
+/// Signs and sends `instructions` paid by `payer`, and waits until they are confirmed; the
+/// transaction's signature.
 ///
 /// # Errors
 /// [`ChainError`] when the ledger refuses or fails the transaction.
@@ -72,14 +73,14 @@ pub async fn send_solana(
     payer: &Keypair,
     signers: &[&Keypair],
     instructions: &[Instruction],
-) -> Result<(), ChainError> {
+) -> Result<solana_sdk::signature::Signature, ChainError> {
     let (blockhash, _) = rpc.latest_blockhash().await?;
     let mut all = vec![payer];
     all.extend_from_slice(signers);
     let tx = Transaction::new_signed_with_payer(instructions, Some(&payer.pubkey()), &all, blockhash);
     let signature = rpc.send(&tx).await.map_err(|e| ChainError(e.to_string()))?;
     match rpc.wait_for_outcome(&signature, WAIT).await? {
-        Some(TxOutcome::Confirmed { .. }) => Ok(()),
+        Some(TxOutcome::Confirmed { .. }) => Ok(signature),
         other => Err(failed("a Solana transaction", other)),
     }
 }

@@ -13,6 +13,7 @@ use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signature::Signature;
 use tollgate_facilitator::clock::SystemClock;
+use tollgate_facilitator::devnet::send_solana;
 use tollgate_protocol::Address;
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::x402::schemes::{ExactNativePayload, receipt_message};
@@ -994,14 +995,8 @@ async fn a_stranger_cannot_confirm_a_local_payment_with_another_transfer() {
     };
 
     // The buyer pays the shop the same amount outside local mode (an exact-native proof, say).
-    let (blockhash, _) = backend.rpc.latest_blockhash().await.unwrap();
-    let paid = land(Transaction::new_signed_with_payer(
-        &[solana_system_interface::instruction::transfer(&buyer.pubkey(), &shop.pubkey(), 50_000_000)],
-        Some(&buyer.pubkey()),
-        &[&buyer],
-        blockhash,
-    ))
-    .await;
+    let transfer = solana_system_interface::instruction::transfer(&buyer.pubkey(), &shop.pubkey(), 50_000_000);
+    let paid = send_solana(rpc, &buyer, &[], &[transfer]).await.unwrap().to_string();
     let stranger = build(mallory.clone()).await;
     let stranger_id = stranger["paymentId"].as_str().unwrap().to_owned();
     let (s, e) = confirm(mallory.clone(), stranger_id.clone(), paid.clone()).await;
@@ -1049,15 +1044,8 @@ async fn a_transfer_that_moved_less_than_its_payment_fails_it() {
     for who in [&buyer, &shop] {
         t.call("POST", "/dev/airdrop", &key, Some(json!({"address": who.pubkey().to_string(), "amount": 1}))).await;
     }
-    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
-    let tx = solana_sdk::transaction::Transaction::new_signed_with_payer(
-        &[solana_system_interface::instruction::transfer(&buyer.pubkey(), &shop.pubkey(), 10_000_000)],
-        Some(&buyer.pubkey()),
-        &[&buyer],
-        blockhash,
-    );
-    let signature = rpc.send(&tx).await.unwrap();
-    rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+    let transfer = solana_system_interface::instruction::transfer(&buyer.pubkey(), &shop.pubkey(), 10_000_000);
+    let signature = send_solana(rpc, &buyer, &[], &[transfer]).await.unwrap();
     let now = chrono::Utc::now();
     t.store.create_account("acct", now).await.unwrap();
     let recorded = |id: &str, side: Direction, lamports: u128| NewPayment {
@@ -1203,14 +1191,7 @@ async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
             AccountMeta::new_readonly(funder.pubkey(), true),
         ],
     );
-    tollgate_facilitator::devnet::send_solana(
-        rpc,
-        &funder,
-        &[],
-        &[create(&buyer.pubkey()), create(&shop.pubkey()), mint_to],
-    )
-    .await
-    .unwrap();
+    send_solana(rpc, &funder, &[], &[create(&buyer.pubkey()), create(&shop.pubkey()), mint_to]).await.unwrap();
     let mut data = vec![12];
     data.extend_from_slice(&1_000_000u64.to_le_bytes());
     data.push(6);
@@ -1224,15 +1205,7 @@ async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
             AccountMeta::new_readonly(buyer.pubkey(), true),
         ],
     );
-    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
-    let tx = solana_sdk::transaction::Transaction::new_signed_with_payer(
-        &[transfer],
-        Some(&buyer.pubkey()),
-        &[&buyer],
-        blockhash,
-    );
-    let signature = rpc.send(&tx).await.unwrap();
-    rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await.unwrap().unwrap();
+    let signature = send_solana(rpc, &buyer, &[], &[transfer]).await.unwrap();
     let now = chrono::Utc::now();
     t.store.create_account("acct", now).await.unwrap();
     let payment = NewPayment {
