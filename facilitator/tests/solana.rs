@@ -1079,7 +1079,7 @@ async fn a_transfer_that_moved_less_than_its_payment_fails_it() {
 /// a payment recorded for it fails, naming what arrived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
-    use common::solana::{mint_2022, set_account};
+    use common::solana::{mint_2022, set_account, transfer_checked};
     use solana_sdk::instruction::{AccountMeta, Instruction};
     use solana_sdk::signer::Signer as _;
     use tollgate_facilitator::chains::solana::spl::{ASSOCIATED_TOKEN_PROGRAM, associated_token_address};
@@ -1125,19 +1125,8 @@ async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
         // An exact payment in it, as a buyer would sign it.
         let source = associated_token_address(&buyer.pubkey(), &mint, &TOKEN_2022_PROGRAM);
         let destination = associated_token_address(&shop.pubkey(), &mint, &TOKEN_2022_PROGRAM);
-        let mut data = vec![12];
-        data.extend_from_slice(&1_000_000u64.to_le_bytes());
-        data.push(6);
-        let transfer = Instruction::new_with_bytes(
-            TOKEN_2022_PROGRAM,
-            &data,
-            vec![
-                AccountMeta::new(source, false),
-                AccountMeta::new_readonly(mint, false),
-                AccountMeta::new(destination, false),
-                AccountMeta::new_readonly(buyer.pubkey(), true),
-            ],
-        );
+        let transfer =
+            transfer_checked(TOKEN_2022_PROGRAM, (source, mint, destination), buyer.pubkey(), (1_000_000, 6));
         let budget = [
             solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
             solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(1),
@@ -1192,19 +1181,8 @@ async fn token_2022_mints_that_cannot_settle_exactly_are_refused() {
         ],
     );
     send_solana(rpc, &funder, &[], &[create(&buyer.pubkey()), create(&shop.pubkey()), mint_to]).await.unwrap();
-    let mut data = vec![12];
-    data.extend_from_slice(&1_000_000u64.to_le_bytes());
-    data.push(6);
-    let transfer = Instruction::new_with_bytes(
-        TOKEN_2022_PROGRAM,
-        &data,
-        vec![
-            AccountMeta::new(ata(&buyer.pubkey()), false),
-            AccountMeta::new_readonly(mint, false),
-            AccountMeta::new(ata(&shop.pubkey()), false),
-            AccountMeta::new_readonly(buyer.pubkey(), true),
-        ],
-    );
+    let accounts = (ata(&buyer.pubkey()), mint, ata(&shop.pubkey()));
+    let transfer = transfer_checked(TOKEN_2022_PROGRAM, accounts, buyer.pubkey(), (1_000_000, 6));
     let signature = send_solana(rpc, &buyer, &[], &[transfer]).await.unwrap();
     let now = chrono::Utc::now();
     t.store.create_account("acct", now).await.unwrap();

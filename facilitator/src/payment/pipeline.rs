@@ -133,12 +133,7 @@ impl Payments {
             Ok(TxStatus::Landed(landed)) => self.record(id, &landed).await,
             Ok(TxStatus::Unseen | TxStatus::Dropped { .. }) => {
                 tracing::info!(payment_id = %id, %reason, "transaction refused by the node");
-                let failed = Event::Fail { reason };
-                match advance(self.store(), id, &failed, self.now()).await {
-                    Ok(p) => Ok(p),
-                    Err(AdvanceError::Transition(_)) => self.current(id).await,
-                    Err(e) => Err(PaymentError::Internal(e.to_string())),
-                }
+                self.advance(id, &Event::Fail { reason }).await
             }
             Err(e) => {
                 // Unknown either way: the reconciler will ask again.
@@ -174,9 +169,14 @@ impl Payments {
             tokio::time::sleep(delay).await;
             attempt += 1;
         }
-        match advance(self.store(), id, &Event::WaitTimedOut, self.now()).await {
+        // Moved on meanwhile (a verdict recorded by the reconciler or a twin request): as it stands.
+        self.advance(id, &Event::WaitTimedOut).await
+    }
+
+    /// [`advance`], a payment moved on by another writer reported as it stands.
+    pub(super) async fn advance(&self, id: &str, event: &Event) -> Result<StoredPayment, PaymentError> {
+        match advance(self.store(), id, event, self.now()).await {
             Ok(p) => Ok(p),
-            // Moved on meanwhile (a verdict recorded by the reconciler or a twin request).
             Err(AdvanceError::Transition(_)) => self.current(id).await,
             Err(e) => Err(PaymentError::Internal(e.to_string())),
         }

@@ -231,19 +231,6 @@ impl Payments {
             .await
             .map_err(|e| PaymentError::Internal(e.to_string()))
     }
-
-    /// [`advance`], a payment moved on by another writer reported as it stands.
-    async fn advance(&self, id: &str, event: &Event) -> Result<StoredPayment, PaymentError> {
-        match advance(self.store(), id, event, self.now()).await {
-            Ok(p) => Ok(p),
-            Err(AdvanceError::Transition(_)) => self
-                .store()
-                .get_payment(id)
-                .await?
-                .ok_or_else(|| PaymentError::Internal(format!("payment {id} vanished"))),
-            Err(e) => Err(PaymentError::Internal(e.to_string())),
-        }
-    }
 }
 
 /// The claim a built transaction is held under (in the proof index): its network and what its

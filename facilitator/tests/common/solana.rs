@@ -164,9 +164,33 @@ pub fn x402_exact(network: &str, tx: &str, pay_to: &str, mint: &str, amount: u64
     })
 }
 
+/// An SPL `TransferChecked` (tag 12) of `amount` base units of `mint` (`decimals`) from the token
+/// account `source` to `destination`, signed by `authority`, for the token `program`.
+pub fn transfer_checked(
+    program: Pubkey,
+    (source, mint, destination): (Pubkey, Pubkey, Pubkey),
+    authority: Pubkey,
+    (amount, decimals): (u64, u8),
+) -> solana_sdk::instruction::Instruction {
+    use solana_sdk::instruction::{AccountMeta, Instruction};
+    let mut data = vec![12];
+    data.extend_from_slice(&amount.to_le_bytes());
+    data.push(decimals);
+    Instruction::new_with_bytes(
+        program,
+        &data,
+        vec![
+            AccountMeta::new(source, false),
+            AccountMeta::new_readonly(mint, false),
+            AccountMeta::new(destination, false),
+            AccountMeta::new_readonly(authority, true),
+        ],
+    )
+}
+
 /// SPL tokens on the embedded ledger, made with the real Token and Associated Token programs.
 pub mod spl_fixture {
-    use solana_sdk::instruction::{AccountMeta, Instruction};
+    use solana_sdk::instruction::Instruction;
     use solana_sdk::pubkey::Pubkey;
     use solana_sdk::signature::Keypair;
     use solana_sdk::signer::Signer as _;
@@ -230,19 +254,8 @@ pub mod spl_fixture {
         ) -> String {
             use base64::Engine as _;
             let source = associated_token_address(&buyer.pubkey(), &self.mint, &TOKEN_PROGRAM);
-            let mut data = vec![12];
-            data.extend_from_slice(&amount.to_le_bytes());
-            data.push(DECIMALS);
-            let transfer = Instruction::new_with_bytes(
-                TOKEN_PROGRAM,
-                &data,
-                vec![
-                    AccountMeta::new(source, false),
-                    AccountMeta::new_readonly(self.mint, false),
-                    AccountMeta::new(*to, false),
-                    AccountMeta::new_readonly(buyer.pubkey(), true),
-                ],
-            );
+            let accounts = (source, self.mint, *to);
+            let transfer = super::transfer_checked(TOKEN_PROGRAM, accounts, buyer.pubkey(), (amount, DECIMALS));
             let mut ixs = vec![
                 solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_limit(20_000),
                 solana_compute_budget_interface::ComputeBudgetInstruction::set_compute_unit_price(unit_price),
