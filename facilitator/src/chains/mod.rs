@@ -5,8 +5,8 @@
 //!
 //! | the core asks | the chain answers |
 //! |---|---|
-//! | [`Chain::proof_id`] | the identity a payload is claimed under (no chain call) |
-//! | [`Chain::check`] | what a payload pays, and how it settles ([`Checked`]), or a [`Refusal`] |
+//! | [`Chain::decode`] | the payload read once ([`Proof`]): the identity it is claimed under and the chain's typed reading (no chain call) |
+//! | [`Chain::check`] | what a decoded proof pays, and how it settles ([`Checked`]), or a [`Refusal`] |
 //! | [`Chain::plan_send`] / [`Chain::build`] | a hosted transfer to sign / a local one to hand out |
 //! | [`Signable::sign`] | a fresh signed transaction ([`Outgoing`]), holding what must be held until it is sent |
 //! | [`Chain::broadcast`], [`Chain::outcome`], [`Chain::status`] | sending it, and what became of it: what it moved ([`Landed`]), never its status alone |
@@ -284,6 +284,67 @@ pub struct Unsigned {
     pub fee: AtomicAmount,
 }
 
+/// A payment payload read once by its chain ([`Chain::decode`]): the identity a payment claims
+/// it under, and the chain's own typed reading of it (the decoded transaction or authorization,
+/// or why it cannot be read), which [`Chain::check`] takes. Nothing decodes the payload again.
+pub struct Proof {
+    id: Option<String>,
+    reading: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl Proof {
+    /// A proof claimed under `id` (`None`: it cannot be read, and the check says why), read by
+    /// its chain as `reading`.
+    #[must_use]
+    pub fn new<T: std::any::Any + Send + Sync>(id: Option<String>, reading: T) -> Self {
+        Self { id, reading: Box::new(reading) }
+    }
+
+    /// The identity a payment claims it under; `None` when the payload cannot be read.
+    #[must_use]
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The chain's reading, as the chain that decoded it wrote it.
+    ///
+    /// # Errors
+    /// [`ProofError::Chain`] when another chain decoded it (a bug: the core checks a proof on the
+    /// chain that read it).
+    pub fn reading<T: std::any::Any>(&self) -> Result<&T, ProofError> {
+        self.reading
+            .downcast_ref()
+            .ok_or_else(|| ProofError::Chain(ChainError("the proof was decoded by another chain".into())))
+    }
+}
+
+impl std::fmt::Debug for Proof {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proof").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// How many payload transactions this thread decoded (base64 or hex, then bincode or RLP): the
+/// tests keep every request at one.
+#[cfg(test)]
+pub(crate) mod decodes {
+    use std::cell::Cell;
+
+    thread_local! {
+        static COUNT: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// One more decode.
+    pub(crate) fn count() {
+        COUNT.with(|c| c.set(c.get() + 1));
+    }
+
+    /// The decodes so far on this thread.
+    pub(crate) fn so_far() -> usize {
+        COUNT.with(Cell::get)
+    }
+}
+
 /// What a chain settles, for `GET /supported`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kinds {
@@ -300,18 +361,20 @@ pub trait Chain: Send + Sync + std::fmt::Debug {
     fn network(&self) -> &Network;
     /// What it settles.
     fn kinds(&self) -> Kinds;
-    /// The identity `payload` is claimed under when it pays `asset`, read without the chain
-    /// (`None` when the payload is malformed; [`Self::check`] then says why).
-    fn proof_id(&self, payload: &PaymentPayload, asset: &tollgate_protocol::x402::Asset) -> Option<String>;
-    /// Checks `payload` against `terms` and the chain, for `settler` to settle, for a verdict
-    /// only or to settle now (`intent`); `now` is Unix seconds.
+    /// Reads `payload`, paying `asset`, once and without the chain: the identity it is claimed
+    /// under and the typed reading [`Self::check`] takes. A payload that cannot be read is a
+    /// proof without identity, refused by the check in its turn (so every refusal comes in the
+    /// same order whatever is wrong).
+    fn decode(&self, payload: &PaymentPayload, asset: &tollgate_protocol::x402::Asset) -> Proof;
+    /// Checks a proof this chain decoded against `terms` and the chain, for `settler` to
+    /// settle, for a verdict only or to settle now (`intent`); `now` is Unix seconds.
     ///
     /// # Errors
     /// [`ProofError::Refused`] for a proof that does not pay as asked, [`ProofError::Chain`] when
     /// the chain cannot be read.
     async fn check(
         &self,
-        payload: &PaymentPayload,
+        proof: &Proof,
         terms: &Terms,
         settler: Settler,
         intent: Intent,

@@ -24,6 +24,8 @@
 mod pipeline;
 mod receive;
 mod send;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;

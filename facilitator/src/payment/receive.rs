@@ -108,16 +108,16 @@ impl Payments {
         (settler, intent): (Settler, Intent),
     ) -> Result<Result<Checked, StoredPayment>, PaymentError> {
         r.terms.admit_payload(&r.payload)?;
-        let proof_id = chain.proof_id(&r.payload, &r.terms.asset);
+        let proof = chain.decode(&r.payload, &r.terms.asset);
         // Asked before the chain is: a used proof may no longer simulate, and must still be "used".
-        if let Some(holder) = self.holder(proof_id.as_deref()).await? {
+        if let Some(holder) = self.holder(proof.id()).await? {
             return Ok(Err(holder));
         }
-        let checked = match chain.check(&r.payload, &r.terms, settler, intent, self.now().timestamp()).await {
+        let checked = match chain.check(&proof, &r.terms, settler, intent, self.now().timestamp()).await {
             Ok(c) => c,
             Err(ProofError::Refused(refusal)) => {
                 // A twin request may have settled it while it was being checked.
-                return match self.holder(proof_id.as_deref()).await? {
+                return match self.holder(proof.id()).await? {
                     Some(holder) => Ok(Err(holder)),
                     None => Err(refusal.into()),
                 };

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 use tollgate_facilitator::chains::{
-    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, Outgoing, PlannedSend, Price, ProofError,
-    SendError, Settle, Settler, Signable, Terms, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, Outgoing, PlannedSend, Price, Proof,
+    ProofError, SendError, Settle, Settler, Signable, Terms, TxStatus, Unsigned, Watched,
 };
 use tollgate_protocol::gateway::TokenInfo;
 use tollgate_protocol::x402::{Asset, PaymentPayload};
@@ -89,13 +89,13 @@ impl Chain for FakeChain {
         Kinds { schemes: vec![("exact-native", None)], signer: None }
     }
 
-    fn proof_id(&self, payload: &PaymentPayload, _asset: &Asset) -> Option<String> {
-        Some(format!("{}:{payload:?}", network()))
+    fn decode(&self, payload: &PaymentPayload, _asset: &Asset) -> Proof {
+        Proof::new(Some(format!("{}:{payload:?}", network())), ())
     }
 
     async fn check(
         &self,
-        payload: &PaymentPayload,
+        proof: &Proof,
         terms: &Terms,
         _settler: Settler,
         _intent: Intent,
@@ -106,7 +106,7 @@ impl Chain for FakeChain {
             Price::AtLeast(whole) => whole.to_atomic(9).unwrap().get(),
             Price::AtLeastAtomic(n) | Price::Exactly(n) => *n,
         };
-        let proof_id = self.proof_id(payload, &terms.asset).unwrap();
+        let proof_id = proof.id().unwrap().to_owned();
         // The buyer's transaction: the same for the same proof.
         let mut hasher = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(&proof_id, &mut hasher);

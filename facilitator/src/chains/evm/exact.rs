@@ -18,33 +18,53 @@ use tollgate_protocol::x402::{Asset, PaymentPayload};
 
 use super::erc20::{self, Erc3009, TransferWithAuthorization};
 use super::{EvmBackend, FacilitatorSigner, address, build, protocol_address, refuse};
-use crate::chains::{ChainError, Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
+use crate::chains::{
+    ChainError, Checked, Intent, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Signable, Terms,
+};
 
 /// Proof identity of an EIP-3009 authorization: chain, token, payer and nonce.
 fn authorization_id(network: &Network, token: &Address, from: &Address, nonce: &B256) -> String {
     format!("{network}:{token:#x}:{from:#x}:{nonce:#x}")
 }
 
-/// The identity a payload is claimed under when it pays `asset` (`None` when malformed).
-pub(super) fn identity(payload: &PaymentPayload, asset: &Asset) -> Option<String> {
-    let Asset::Token(token) = asset else { return None };
-    let p = ExactEvmPayload::from_value(payload.payload()).ok()?;
-    let (token, from) = (address(token)?, address(&p.authorization.from)?);
-    Some(authorization_id(payload.network(), &token, &from, &p.authorization.nonce.parse().ok()?))
+/// An `exact` payload, read: the authorization, and the `extra` of the requirement a v2 payload
+/// accepted (where the token's EIP-712 domain may be named).
+pub(super) struct Authorization {
+    payload: ExactEvmPayload,
+    accepted_extra: Option<serde_json::Value>,
 }
 
-/// The EIP-712 domain of `token`: name and version from the requirement's `extra` (or a v2
-/// payload's), else read from the contract (once: remembered).
+impl Authorization {
+    /// The identity it is claimed under on `network` when it pays `asset` (`None` when that is
+    /// no token, or its addresses or nonce cannot be read).
+    pub(super) fn identity(&self, network: &Network, asset: &Asset) -> Option<String> {
+        let Asset::Token(token) = asset else { return None };
+        let a = &self.payload.authorization;
+        let (token, from) = (address(token)?, address(&a.from)?);
+        Some(authorization_id(network, &token, &from, &a.nonce.parse().ok()?))
+    }
+}
+
+/// Reads an `exact` payload.
+pub(super) fn read(payload: &PaymentPayload) -> Result<Authorization, Refusal> {
+    let p = ExactEvmPayload::from_value(payload.payload())
+        .map_err(|e| Refusal::new(Reason::InvalidPayload, e.to_string()))?;
+    let accepted_extra = match payload {
+        PaymentPayload::V2(v2) => v2.accepted.extra.clone(),
+        PaymentPayload::V1(_) => None,
+    };
+    Ok(Authorization { payload: p, accepted_extra })
+}
+
+/// The EIP-712 domain of `token`: name and version from the requirement's `extra` (or the one a
+/// v2 payload accepted), else read from the contract (once: remembered).
 async fn domain_of(
     backend: &EvmBackend,
     token: Address,
-    payload: &PaymentPayload,
+    accepted_extra: Option<&serde_json::Value>,
     terms: &Terms,
 ) -> Result<Eip712Domain, ProofError> {
-    let extra = terms.extra.as_ref().or(match payload {
-        PaymentPayload::V2(p) => p.accepted.extra.as_ref(),
-        PaymentPayload::V1(_) => None,
-    });
+    let extra = terms.extra.as_ref().or(accepted_extra);
     let given = |field: &str| extra.and_then(|e| e.get(field)).and_then(|v| v.as_str()).map(str::to_owned);
     let (name, version) = match (given("name"), given("version")) {
         (Some(name), Some(version)) => (name, version),
@@ -177,7 +197,7 @@ async fn why_it_fails(backend: &EvmBackend, failed: Failed<'_>, failure: String)
 /// every time), asks a wallet contract, and reads the balance and nonce, to say why.
 pub(super) async fn check(
     backend: &EvmBackend,
-    payload: &PaymentPayload,
+    authorization: &Result<Authorization, Refusal>,
     terms: &Terms,
     (pay_to, now): (&Address, i64),
     (settler, intent): (Settler, Intent),
@@ -202,8 +222,8 @@ pub(super) async fn check(
     };
     let token = address(&token)
         .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be an EVM token contract"))?;
-    let p =
-        ExactEvmPayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
+    let read = authorization.as_ref().map_err(|r| ProofError::Refused(r.clone()))?;
+    let p = &read.payload;
     let a = &p.authorization;
     let (Some(from), Some(to)) = (address(&a.from), address(&a.to)) else {
         return Err(refuse(Reason::InvalidPayload, "authorization addresses must be EVM addresses"));
@@ -246,7 +266,7 @@ pub(super) async fn check(
     };
     // The domain is settled before the chain is asked: a token that publishes none, for terms
     // that name none, is refused whatever the simulation says.
-    let domain = domain_of(backend, token, payload, terms).await?;
+    let domain = domain_of(backend, token, read.accepted_extra.as_ref(), terms).await?;
     let data = Erc3009::transferWithAuthorizationCall {
         from,
         to,

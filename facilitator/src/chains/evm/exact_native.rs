@@ -2,32 +2,57 @@
 //! broadcast), or by a receipt of a mined one (the sender's EIP-191 signature over the payment's
 //! terms, and the transfer on chain, sent by that sender, buried deep enough).
 
+use alloy::consensus::TxEnvelope;
 use alloy::primitives::{Address, B256, Signature};
 use tollgate_protocol::x402::schemes::{ExactNativePayload, NativeReceipt, receipt_message};
 use tollgate_protocol::x402::{Asset, PaymentPayload};
 use tollgate_protocol::{ChainFamily, Network};
 
 use super::{EvmBackend, address, protocol_address, refuse, verify};
-use crate::chains::{Checked, Outgoing, ProofError, Reason, Settle, Settler, Terms};
+use crate::chains::{Checked, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Terms};
 
 /// Proof identity of an EVM payment: network and transaction hash (lowercase hex).
 fn proof_id(network: &Network, hash: &B256) -> String {
     format!("{network}:{hash:#x}")
 }
 
-/// The identity a payload is claimed under (`None` when malformed).
-pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
-    let hash = match ExactNativePayload::from_value(payload.payload()).ok()? {
-        ExactNativePayload::Transaction(raw) => *verify::decode(&raw).ok()?.0.tx_hash(),
-        ExactNativePayload::Receipt(r) => r.transaction.parse().ok()?,
-    };
-    Some(proof_id(payload.network(), &hash))
+/// An `exact-native` payload, read.
+pub(super) enum Native {
+    /// A signed transfer, decoded, with its bytes.
+    Transfer(Box<TxEnvelope>, Vec<u8>),
+    /// A receipt of a mined transfer.
+    Receipt(NativeReceipt),
+}
+
+impl Native {
+    /// The identity it is claimed under on `network`: the transfer's hash, or the one the
+    /// receipt names (`None` when that is no hash).
+    pub(super) fn identity(&self, network: &Network) -> Option<String> {
+        let hash = match self {
+            Self::Transfer(envelope, _) => *envelope.tx_hash(),
+            Self::Receipt(r) => r.transaction.parse().ok()?,
+        };
+        Some(proof_id(network, &hash))
+    }
+}
+
+/// Reads an `exact-native` payload (the one decode of its transaction).
+pub(super) fn read(payload: &PaymentPayload) -> Result<Native, Refusal> {
+    let native = ExactNativePayload::from_value(payload.payload())
+        .map_err(|e| Refusal::new(Reason::InvalidPayload, e.to_string()))?;
+    Ok(match native {
+        ExactNativePayload::Transaction(hex) => {
+            let (envelope, raw) = verify::decode(&hex)?;
+            Native::Transfer(Box::new(envelope), raw)
+        }
+        ExactNativePayload::Receipt(r) => Native::Receipt(r),
+    })
 }
 
 /// Checks an `exact-native` payload paying `pay_to`.
 pub(super) async fn check(
     backend: &EvmBackend,
-    payload: &PaymentPayload,
+    native: &Result<Native, Refusal>,
     terms: &Terms,
     pay_to: &Address,
     settler: Settler,
@@ -35,29 +60,26 @@ pub(super) async fn check(
     if terms.asset != Asset::Native {
         return Err(refuse(Reason::InvalidPaymentRequirements, "exact-native pays ETH, but a token is asked"));
     }
-    let native =
-        ExactNativePayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
-    match native {
-        ExactNativePayload::Transaction(raw) => signed_transfer(backend, &raw, pay_to, terms, settler).await,
-        ExactNativePayload::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
+    match native.as_ref().map_err(|r| ProofError::Refused(r.clone()))? {
+        Native::Transfer(envelope, raw) => signed_transfer(backend, (envelope, raw), pay_to, terms, settler).await,
+        Native::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
             Reason::InvalidPayload,
             "a receipt is for a transfer already on chain: present it to /payment/receive",
         )),
-        ExactNativePayload::Receipt(r) => receipt(backend, &r, pay_to, terms).await,
+        Native::Receipt(r) => receipt(backend, r, pay_to, terms).await,
     }
 }
 
 /// A signed transfer: checked without the chain, then its nonce and the sender's balance.
 async fn signed_transfer(
     backend: &EvmBackend,
-    hex_tx: &str,
+    (envelope, raw): (&TxEnvelope, &[u8]),
     pay_to: &Address,
     terms: &Terms,
     settler: Settler,
 ) -> Result<Checked, ProofError> {
     let rpc = &backend.rpc;
-    let (envelope, raw) = verify::decode(hex_tx)?;
-    let t = verify::check_signed_transfer(&envelope, raw, pay_to, rpc.chain_id(), backend.max_gas)?;
+    let t = verify::check_signed_transfer(envelope, raw.to_vec(), pay_to, rpc.chain_id(), backend.max_gas)?;
     let decimals = ChainFamily::Evm.native_decimals();
     terms.price.check(u128::try_from(t.value).unwrap_or(u128::MAX), decimals, Reason::EvmValue)?;
     // Three independent reads, asked at once.

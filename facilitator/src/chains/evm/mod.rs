@@ -28,8 +28,8 @@ use tollgate_protocol::gateway::TokenInfo;
 use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
 
 use super::{
-    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
-    SendError, Settler, Terms, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, Proof, ProofError, Reason,
+    Refusal, SendError, Settler, Terms, TxStatus, Unsigned, Watched,
 };
 
 /// Wei in one ETH.
@@ -117,6 +117,17 @@ pub fn protocol_address(a: alloy::primitives::Address) -> tollgate_protocol::Add
     tollgate_protocol::Address::Evm(a.into_array())
 }
 
+/// An EVM payment payload read once ([`Chain::decode`]), per scheme: what its check takes, or
+/// why it cannot be read (said in the check's turn).
+enum Reading {
+    /// `exact-native`: a signed transfer, or a receipt of a mined one.
+    Native(Result<exact_native::Native, Refusal>),
+    /// x402 `exact`: an EIP-3009 authorization.
+    Authorization(Result<exact::Authorization, Refusal>),
+    /// A scheme not served here.
+    Unsupported(String),
+}
+
 fn refuse(reason: Reason, message: impl Into<String>) -> ProofError {
     ProofError::Refused(Refusal::new(reason, message))
 }
@@ -185,17 +196,23 @@ impl Chain for EvmBackend {
         super::schemes_with(signer.as_deref(), None)
     }
 
-    fn proof_id(&self, payload: &PaymentPayload, asset: &Asset) -> Option<String> {
-        match payload.scheme() {
-            SCHEME_EXACT => exact::identity(payload, asset),
-            SCHEME_EXACT_NATIVE => exact_native::identity(payload),
-            _ => None,
-        }
+    fn decode(&self, payload: &PaymentPayload, asset: &Asset) -> Proof {
+        let reading = match payload.scheme() {
+            SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
+            SCHEME_EXACT => Reading::Authorization(exact::read(payload)),
+            other => Reading::Unsupported(other.to_owned()),
+        };
+        let id = match &reading {
+            Reading::Native(Ok(native)) => native.identity(payload.network()),
+            Reading::Authorization(Ok(authorization)) => authorization.identity(payload.network(), asset),
+            Reading::Native(Err(_)) | Reading::Authorization(Err(_)) | Reading::Unsupported(_) => None,
+        };
+        Proof::new(id, reading)
     }
 
     async fn check(
         &self,
-        payload: &PaymentPayload,
+        proof: &Proof,
         terms: &Terms,
         settler: Settler,
         intent: Intent,
@@ -203,10 +220,12 @@ impl Chain for EvmBackend {
     ) -> Result<Checked, ProofError> {
         let pay_to = address(&terms.pay_to)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be an EVM address"))?;
-        match payload.scheme() {
-            SCHEME_EXACT_NATIVE => exact_native::check(self, payload, terms, &pay_to, settler).await,
-            SCHEME_EXACT => exact::check(self, payload, terms, (&pay_to, now), (settler, intent)).await,
-            other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
+        match proof.reading::<Reading>()? {
+            Reading::Native(native) => exact_native::check(self, native, terms, &pay_to, settler).await,
+            Reading::Authorization(a) => exact::check(self, a, terms, (&pay_to, now), (settler, intent)).await,
+            Reading::Unsupported(other) => {
+                Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}")))
+            }
         }
     }
 

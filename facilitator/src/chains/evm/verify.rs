@@ -76,6 +76,8 @@ pub fn decode_bytes(raw: &[u8]) -> Result<(TxEnvelope, Vec<u8>), Refusal> {
     if raw.len() > MAX_RAW_TX {
         return Err(refuse(Reason::EvmTransaction, "the transaction is too large"));
     }
+    #[cfg(test)]
+    crate::chains::decodes::count();
     let envelope = TxEnvelope::decode_2718_exact(raw)
         .map_err(|_| refuse(Reason::EvmTransaction, "not a signed EVM transaction"))?;
     Ok((envelope, raw.to_vec()))

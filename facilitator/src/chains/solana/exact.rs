@@ -21,15 +21,23 @@ use super::build::pubkey;
 use super::exact_native::fee_of;
 use super::spl::{self, SponsorPolicy};
 use super::{SolanaBackend, encode, proof_id, refuse, verify};
-use crate::chains::{ChainError, Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Signable, Terms};
+use crate::chains::{
+    ChainError, Checked, Intent, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Signable, Terms,
+};
 
 /// Fee per signature on every Solana cluster, lamports.
 const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
 
-/// The payer's signature a payload is claimed under (`None` when malformed).
-pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
-    let p = ExactSolanaPayload::from_value(payload.payload()).ok()?;
-    Some(verify::decode(&p.transaction).ok()?.signatures.get(1)?.to_string())
+/// Reads an `exact` payload (the one decode of its transaction).
+pub(super) fn read(payload: &PaymentPayload) -> Result<VersionedTransaction, Refusal> {
+    let p = ExactSolanaPayload::from_value(payload.payload())
+        .map_err(|e| Refusal::new(Reason::InvalidPayload, e.to_string()))?;
+    verify::decode(&p.transaction)
+}
+
+/// The payer's signature (the second; the sponsor's is first) a transaction is claimed under.
+pub(super) fn identity(tx: &VersionedTransaction) -> Option<String> {
+    tx.signatures.get(1).map(ToString::to_string)
 }
 
 /// Checks an `exact` payload paying `pay_to` the token `terms.asset`.
@@ -40,7 +48,7 @@ pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
 /// reads its fee and horizon.
 pub(super) async fn check(
     backend: &SolanaBackend,
-    payload: &PaymentPayload,
+    tx: &Result<VersionedTransaction, Refusal>,
     terms: &Terms,
     pay_to: &Pubkey,
     (settler, intent): (Settler, Intent),
@@ -77,11 +85,9 @@ pub(super) async fn check(
             backend.sponsor.as_ref().map_or_else(SponsorPolicy::default, |s| s.policy),
         ),
     };
-    let p =
-        ExactSolanaPayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
-    let tx = verify::decode(&p.transaction)?;
+    let tx = tx.as_ref().map_err(|r| ProofError::Refused(r.clone()))?;
     let memo = terms.extra.as_ref().and_then(|e| e.get("memo")).and_then(|m| m.as_str());
-    let s = spl::check_sponsored_transfer(&tx, &sponsor, &policy, memo)?;
+    let s = spl::check_sponsored_transfer(tx, &sponsor, &policy, memo)?;
     let t = &s.transfer;
     if t.mint != asked {
         return Err(refuse(Reason::SvmInstructions, format!("the transfer moves mint {}, not {asked}", t.mint)));
@@ -102,7 +108,7 @@ pub(super) async fn check(
                 spl::check_token_accounts(rpc, t, (pay_to, &sponsor), &backend.mints),
                 rpc.blockhash_valid(&s.blockhash),
                 // The sponsor has not signed yet: simulate without signature checks.
-                rpc.simulate(&tx, false),
+                rpc.simulate(tx, false),
             );
             let token = token?;
             terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
@@ -150,7 +156,7 @@ pub(super) async fn check(
         (Settler::Facilitator, Some(sponsor)) => {
             Settle::Sign(Box::new(CoSign { tx: tx.clone(), sponsor: sponsor.keypair.clone(), horizon }))
         }
-        _ => Settle::Handover { transaction: encode(&tx)?, fee: u128::from(fee), horizon },
+        _ => Settle::Handover { transaction: encode(tx)?, fee: u128::from(fee), horizon },
     };
     Ok(checked(settle, Some(fee)))
 }

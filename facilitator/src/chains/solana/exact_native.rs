@@ -5,6 +5,7 @@
 use solana_sdk::message::VersionedMessage;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Signature;
+use solana_sdk::transaction::VersionedTransaction;
 use tollgate_protocol::x402::schemes::{ExactNativePayload, NativeReceipt, receipt_message};
 use tollgate_protocol::x402::{Asset, PaymentPayload};
 use tollgate_protocol::{Address, ChainFamily};
@@ -12,16 +13,35 @@ use tollgate_protocol::{Address, ChainFamily};
 use super::build::pubkey;
 use super::rpc::SolanaRpc;
 use super::{SolanaBackend, encode, proof_id, refuse, verify};
-use crate::chains::{Checked, Intent, Outgoing, ProofError, Reason, Settle, Settler, Terms};
+use crate::chains::{Checked, Intent, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Terms};
 
-/// The signature a payload is claimed under (`None` when malformed).
-pub(super) fn identity(payload: &PaymentPayload) -> Option<String> {
-    match ExactNativePayload::from_value(payload.payload()).ok()? {
-        ExactNativePayload::Transaction(encoded) => {
-            Some(verify::decode(&encoded).ok()?.signatures.first()?.to_string())
+/// An `exact-native` payload, read.
+pub(super) enum Native {
+    /// A signed System transfer, decoded.
+    Transfer(VersionedTransaction),
+    /// A receipt of a confirmed transfer.
+    Receipt(NativeReceipt),
+}
+
+impl Native {
+    /// The signature it is claimed under: the transfer's (its first), or the one the receipt names.
+    pub(super) fn identity(&self) -> String {
+        match self {
+            // A decoded transaction is sanitized: it has a signature for each signer, at least one.
+            Self::Transfer(tx) => tx.signatures.first().map(ToString::to_string).unwrap_or_default(),
+            Self::Receipt(r) => r.transaction.clone(),
         }
-        ExactNativePayload::Receipt(r) => Some(r.transaction),
     }
+}
+
+/// Reads an `exact-native` payload (the one decode of its transaction).
+pub(super) fn read(payload: &PaymentPayload) -> Result<Native, Refusal> {
+    let native = ExactNativePayload::from_value(payload.payload())
+        .map_err(|e| Refusal::new(Reason::InvalidPayload, e.to_string()))?;
+    Ok(match native {
+        ExactNativePayload::Transaction(encoded) => Native::Transfer(verify::decode(&encoded)?),
+        ExactNativePayload::Receipt(r) => Native::Receipt(r),
+    })
 }
 
 /// The fee the cluster charges for `message`, lamports: derived from the message while the
@@ -48,7 +68,7 @@ pub(super) async fn fee_of(backend: &SolanaBackend, message: &VersionedMessage) 
 /// Checks an `exact-native` payload paying `pay_to`.
 pub(super) async fn check(
     backend: &SolanaBackend,
-    payload: &PaymentPayload,
+    native: &Result<Native, Refusal>,
     terms: &Terms,
     pay_to: &Pubkey,
     (settler, intent): (Settler, Intent),
@@ -56,15 +76,13 @@ pub(super) async fn check(
     if terms.asset != Asset::Native {
         return Err(refuse(Reason::InvalidPaymentRequirements, "exact-native pays SOL, but a token is asked"));
     }
-    let native =
-        ExactNativePayload::from_value(payload.payload()).map_err(|e| refuse(Reason::InvalidPayload, e.to_string()))?;
-    match native {
-        ExactNativePayload::Transaction(tx) => signed_transfer(backend, &tx, pay_to, terms, (settler, intent)).await,
-        ExactNativePayload::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
+    match native.as_ref().map_err(|r| ProofError::Refused(r.clone()))? {
+        Native::Transfer(tx) => signed_transfer(backend, tx, pay_to, terms, (settler, intent)).await,
+        Native::Receipt(_) if matches!(settler, Settler::Seller(_)) => Err(refuse(
             Reason::InvalidPayload,
             "a receipt is for a transfer already on chain: present it to /payment/receive",
         )),
-        ExactNativePayload::Receipt(r) => receipt(&backend.rpc, &r, pay_to, terms).await,
+        Native::Receipt(r) => receipt(&backend.rpc, r, pay_to, terms).await,
     }
 }
 
@@ -72,14 +90,13 @@ pub(super) async fn check(
 /// balance, asked at once; its fee derived, or asked alongside until the cluster's rate is known).
 async fn signed_transfer(
     backend: &SolanaBackend,
-    encoded: &str,
+    tx: &VersionedTransaction,
     pay_to: &Pubkey,
     terms: &Terms,
     (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
     let rpc = &backend.rpc;
-    let tx = verify::decode(encoded)?;
-    let checked = verify::check_signed_transfer(&tx, pay_to, 0)?;
+    let checked = verify::check_signed_transfer(tx, pay_to, 0)?;
     let decimals = ChainFamily::Solana.native_decimals();
     terms.price.check(u128::from(checked.transfer.lamports), decimals, Reason::SvmAmountMismatch)?;
     let source = checked.transfer.from;
@@ -148,7 +165,7 @@ async fn signed_transfer(
             // the newest blockhash: past that height, a transaction the chain never saw has
             // expired.
             let (_, horizon) = rpc.latest_blockhash().await?;
-            let raw = encode(&tx)?;
+            let raw = encode(tx)?;
             match settler {
                 Settler::Facilitator => Settle::Broadcast(Outgoing::ready(signature.clone(), raw, Some(horizon))),
                 Settler::Seller(_) => Settle::Handover { transaction: raw, fee: u128::from(fee), horizon },

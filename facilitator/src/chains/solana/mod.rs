@@ -32,8 +32,8 @@ use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_
 use tollgate_protocol::{Address, Network};
 
 use super::{
-    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, ProofError, Reason, Refusal,
-    SendError, Settler, Terms, TxStatus, Unsigned, Watched,
+    Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, Proof, ProofError, Reason,
+    Refusal, SendError, Settler, Terms, TxStatus, Unsigned, Watched,
 };
 
 /// Lamports in one SOL.
@@ -133,6 +133,17 @@ impl SolanaBackend {
     }
 }
 
+/// A Solana payment payload read once ([`Chain::decode`]), per scheme: what its check takes, or
+/// why it cannot be read (said in the check's turn).
+enum Reading {
+    /// `exact-native`: a signed System transfer, or a receipt of a confirmed one.
+    Native(Result<exact_native::Native, Refusal>),
+    /// x402 `exact`: the buyer's SPL transfer, for a sponsor to sign.
+    Sponsored(Result<VersionedTransaction, Refusal>),
+    /// A scheme not served here.
+    Unsupported(String),
+}
+
 fn refuse(reason: Reason, message: impl Into<String>) -> ProofError {
     ProofError::Refused(Refusal::new(reason, message))
 }
@@ -169,18 +180,23 @@ impl Chain for SolanaBackend {
         super::schemes_with(fee_payer.as_deref(), extra)
     }
 
-    fn proof_id(&self, payload: &PaymentPayload, _asset: &Asset) -> Option<String> {
-        let signature = match payload.scheme() {
-            SCHEME_EXACT_NATIVE => exact_native::identity(payload)?,
-            SCHEME_EXACT => exact::identity(payload)?,
-            _ => return None,
+    fn decode(&self, payload: &PaymentPayload, _asset: &Asset) -> Proof {
+        let reading = match payload.scheme() {
+            SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
+            SCHEME_EXACT => Reading::Sponsored(exact::read(payload)),
+            other => Reading::Unsupported(other.to_owned()),
         };
-        Some(proof_id(payload.network(), &signature))
+        let signature = match &reading {
+            Reading::Native(Ok(native)) => Some(native.identity()),
+            Reading::Sponsored(Ok(tx)) => exact::identity(tx),
+            Reading::Native(Err(_)) | Reading::Sponsored(Err(_)) | Reading::Unsupported(_) => None,
+        };
+        Proof::new(signature.map(|s| proof_id(payload.network(), &s)), reading)
     }
 
     async fn check(
         &self,
-        payload: &PaymentPayload,
+        proof: &Proof,
         terms: &Terms,
         settler: Settler,
         intent: Intent,
@@ -188,10 +204,12 @@ impl Chain for SolanaBackend {
     ) -> Result<Checked, ProofError> {
         let pay_to = build::pubkey(&terms.pay_to)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be a Solana address"))?;
-        match payload.scheme() {
-            SCHEME_EXACT_NATIVE => exact_native::check(self, payload, terms, &pay_to, (settler, intent)).await,
-            SCHEME_EXACT => exact::check(self, payload, terms, &pay_to, (settler, intent)).await,
-            other => Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}"))),
+        match proof.reading::<Reading>()? {
+            Reading::Native(native) => exact_native::check(self, native, terms, &pay_to, (settler, intent)).await,
+            Reading::Sponsored(tx) => exact::check(self, tx, terms, &pay_to, (settler, intent)).await,
+            Reading::Unsupported(other) => {
+                Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}")))
+            }
         }
     }
 
@@ -220,9 +238,7 @@ impl Chain for SolanaBackend {
     }
 
     async fn broadcast(&self, raw: &[u8]) -> Result<(), SendError> {
-        let tx: VersionedTransaction =
-            bincode::deserialize(raw).map_err(|e| SendError::Rejected(format!("not a Solana transaction: {e}")))?;
-        self.rpc.send(&tx).await.map(|_| ())
+        self.rpc.send_raw(raw).await.map(|_| ())
     }
 
     async fn outcome(&self, tx: &Watched<'_>) -> Result<Option<Landed>, ChainError> {

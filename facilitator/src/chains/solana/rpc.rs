@@ -260,11 +260,28 @@ impl SolanaRpc {
     /// # Errors
     /// [`SendError::Rejected`] when the node refused it, [`SendError::Uncertain`] when the answer
     /// was lost or late (the transaction may still land).
-    pub async fn send(&self, tx: &impl SerializableTransaction) -> Result<Signature, SendError> {
-        let sending = self.client.send_transaction(tx);
+    pub async fn send(&self, tx: &(impl SerializableTransaction + serde::Serialize)) -> Result<Signature, SendError> {
+        let raw = bincode::serialize(tx).map_err(|e| SendError::Rejected(format!("cannot encode it: {e}")))?;
+        self.send_raw(&raw).await
+    }
+
+    /// Submits a signed transaction given as the bytes it is broadcast as, without decoding
+    /// them (the node simulates it first).
+    ///
+    /// # Errors
+    /// As [`Self::send`].
+    pub async fn send_raw(&self, raw: &[u8]) -> Result<Signature, SendError> {
+        use base64::Engine as _;
+        let params = serde_json::json!([
+            base64::engine::general_purpose::STANDARD.encode(raw),
+            { "encoding": "base64", "preflightCommitment": self.client.commitment().commitment },
+        ]);
+        let sending = self.client.send::<String>(solana_rpc_client_api::request::RpcRequest::SendTransaction, params);
         match tokio::time::timeout(self.call_timeout, sending).await {
             Err(_) => Err(SendError::Uncertain(format!("sendTransaction: no answer within {:?}", self.call_timeout))),
-            Ok(Ok(sig)) => Ok(sig),
+            Ok(Ok(sig)) => sig
+                .parse()
+                .map_err(|_| SendError::Uncertain(format!("sendTransaction answered {sig}, not a signature"))),
             Ok(Err(e)) => {
                 // A JSON-RPC error response means the node evaluated and refused the transaction;
                 // an I/O error means we do not know whether it reached the cluster.

@@ -187,6 +187,8 @@ pub fn decode(base64_tx: &str) -> Result<VersionedTransaction, Refusal> {
     if bytes.len() > 1232 {
         return Err(bad("transaction is larger than a Solana packet (1232 bytes)".into()));
     }
+    #[cfg(test)]
+    crate::chains::decodes::count();
     let tx: VersionedTransaction = bincode::deserialize(&bytes).map_err(|_| bad("not a Solana transaction".into()))?;
     // Later versions carry fees and limits in the message itself, which no check here reads.
     if !matches!(tx.message, VersionedMessage::Legacy(_) | VersionedMessage::V0(_)) {
