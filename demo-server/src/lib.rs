@@ -18,9 +18,9 @@ use solana_sdk::signer::Signer as _;
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
-use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::config::{Config, DatabaseUrl, EvmChainConfig, RpcUrl, Secret};
 use tollgate_facilitator::devnet::SplDevToken;
+use tollgate_facilitator::plans::Plan;
 use tollgate_protocol::{Address, ChainFamily};
 
 mod evm;

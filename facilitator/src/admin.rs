@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::auth::keys::{self, KeyEnv};
-use crate::auth::plans::Plan;
 use crate::config::Secret;
+use crate::plans::Plan;
 use crate::store::{Store, StoredApiKey, StoredWallet};
 use crate::wallets::MasterKey;
 use tollgate_protocol::ChainFamily;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use tollgate_protocol::{ChainFamily, Network};
 
-use crate::auth::plans::{EndpointGroup, Plan, PlanConfig, Plans};
+use crate::plans::{EndpointGroup, Plan, PlanConfig, Plans};
 
 /// A secret string: usable through [`Secret::expose`], never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -227,16 +227,21 @@ pub struct Limits {
     pub nonce_lease_connections: u32,
 }
 
+/// Most compute units a sponsored Solana transaction may ask for, by default.
+pub const SPONSOR_MAX_COMPUTE_UNITS: u32 = 200_000;
+/// Highest compute-unit price (micro-lamports) a sponsored Solana transaction may pay, by
+/// default: with [`SPONSOR_MAX_COMPUTE_UNITS`], at most 0.001 SOL of priority fee.
+pub const SPONSOR_MAX_COMPUTE_UNIT_PRICE: u64 = 5_000_000;
+
 impl Default for Limits {
     fn default() -> Self {
-        let sponsor = crate::chains::solana::spl::SponsorPolicy::default();
         Self {
             max_body_bytes: 64 * 1024,
             idempotency_ttl_secs: 24 * 3600,
             key_cache_ttl_secs: 10,
             send_wait_secs: 30,
-            sponsor_max_compute_units: sponsor.max_compute_units,
-            sponsor_max_compute_unit_price: sponsor.max_compute_unit_price,
+            sponsor_max_compute_units: SPONSOR_MAX_COMPUTE_UNITS,
+            sponsor_max_compute_unit_price: SPONSOR_MAX_COMPUTE_UNIT_PRICE,
             evm_confirmations: 1,
             evm_max_gas: 500_000,
             evm_max_fee_per_gas: 500_000_000_000,

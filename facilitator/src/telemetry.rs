@@ -25,8 +25,6 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::store::StoredPayment;
-
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Installs the process's recorder (once; later calls return the same handle). `None` when
@@ -91,14 +89,18 @@ fn describe() {
 }
 
 /// A payment changed here.
-pub fn payment_changed(stored: &StoredPayment) {
-    let p = &stored.payment;
-    let scheme = if p.asset == "native" { "exact-native" } else { "exact" };
-    counter!("tollgate_payments_total", "status" => p.status.as_str(), "scheme" => scheme, "network" => p.network.to_string())
+pub fn payment_changed(
+    status: &'static str,
+    asset: &str,
+    network: &tollgate_protocol::Network,
+    settled_in: Option<chrono::Duration>,
+) {
+    let scheme = if asset == "native" { "exact-native" } else { "exact" };
+    counter!("tollgate_payments_total", "status" => status, "scheme" => scheme, "network" => network.to_string())
         .increment(1);
-    if p.status == tollgate_protocol::gateway::PaymentStatus::Confirmed {
-        let took = (stored.updated_at - p.created_at).to_std().unwrap_or_default();
-        histogram!("tollgate_settlement_seconds", "network" => p.network.to_string()).record(took.as_secs_f64());
+    if let Some(took) = settled_in {
+        let took = took.to_std().unwrap_or_default();
+        histogram!("tollgate_settlement_seconds", "network" => network.to_string()).record(took.as_secs_f64());
     }
 }
 

@@ -180,7 +180,7 @@ async fn webhook_endpoints_and_their_delivery_log_in_the_dashboard() {
     let created = tollgate_facilitator::admin::create_key(
         &*state.store,
         tollgate_facilitator::admin::NewKey {
-            plan: tollgate_facilitator::auth::plans::Plan::Premium,
+            plan: tollgate_facilitator::plans::Plan::Premium,
             rpm: None,
             label: Some("shop".into()),
             account: None,

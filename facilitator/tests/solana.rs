@@ -1292,7 +1292,7 @@ async fn exact_native_transfers_the_runtime_would_refuse_for_rent_are_refused() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settlement_loop_stops_at_the_plans_sponsorship_budget() {
     use solana_sdk::signer::Signer as _;
-    use tollgate_facilitator::auth::plans::Plan;
+    use tollgate_facilitator::plans::Plan;
     // Room for three settlements of 10,001 lamports (two signatures, and a priority of 20
     // micro-lamports a unit over 20,000 units, rounded up), not four.
     let t = SolanaApp::start_configured(|c| c.plans.get_mut(Plan::Premium).sponsorship.lamports_per_day = 35_000).await;

@@ -16,8 +16,8 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
-use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::plans::Plan;
 use tollgate_protocol::ChainFamily;
 
 use common::ws::{Socket, next_json, send_json};

@@ -16,9 +16,9 @@ use solana_sdk::signer::Signer as _;
 use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
-use tollgate_facilitator::auth::plans::Plan;
 use tollgate_facilitator::chains::solana::build::Transfer;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
+use tollgate_facilitator::plans::Plan;
 use tollgate_facilitator::{AppState, router};
 
 /// A facilitator served on 127.0.0.1, counting `/payment/receive` calls.

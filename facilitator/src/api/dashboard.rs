@@ -21,11 +21,11 @@ use serde::Deserialize;
 use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 
-use crate::AppState;
 use crate::admin::{self, NewKey};
 use crate::api::error::ApiError;
+use crate::app::AppState;
 use crate::auth::keys::KeyEnv;
-use crate::auth::plans::Plan;
+use crate::plans::Plan;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "tollgate_session";

@@ -7,10 +7,10 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount};
 
-use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::ApiJson;
 use crate::api::validate;
+use crate::app::AppState;
 use crate::chains::TxOutcome;
 use crate::chains::solana::build::pubkey;
 

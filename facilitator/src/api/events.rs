@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tollgate_protocol::ErrorCode;
 
-use crate::AppState;
 use crate::api::error::ApiError;
+use crate::app::AppState;
 use crate::auth::{Caller, WS_MESSAGES_PER_SECOND};
 use crate::events::PaymentEvent;
 
@@ -159,7 +159,7 @@ impl Connection {
                 biased;
                 event = events.recv() => match event {
                     Ok(event) if self.wants(&event) => {
-                        if let Err(end) = send(&mut socket, Message::Text(event.message.clone())).await {
+                        if let Err(end) = send(&mut socket, Message::Text(text(&event.message))).await {
                             break end;
                         }
                     }
@@ -386,6 +386,12 @@ impl<F: FnMut()> Drop for OnDrop<F> {
     fn drop(&mut self) {
         (self.0)();
     }
+}
+
+/// A published event's bytes as a WebSocket text frame: checked as UTF-8 (they are: the bus
+/// holds serialized JSON), not copied.
+fn text(message: &bytes::Bytes) -> axum::extract::ws::Utf8Bytes {
+    axum::extract::ws::Utf8Bytes::try_from(message.clone()).unwrap_or_else(|_| "{}".into())
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use http::HeaderValue;
 use http::header::AUTHORIZATION;
 
 use super::error::ApiError;
-use crate::AppState;
-use crate::auth::plans::Endpoint;
+use crate::app::AppState;
 use crate::auth::rate_limit::RateDecision;
+use crate::plans::Endpoint;
 
 /// Header names of the rate-limit answer.
 pub const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";

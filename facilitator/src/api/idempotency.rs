@@ -22,8 +22,8 @@ use chrono::Duration;
 use http::{HeaderValue, StatusCode};
 use sha2::{Digest, Sha256};
 
-use crate::AppState;
 use crate::api::error::{ApiError, NothingDone};
+use crate::app::AppState;
 use crate::auth::Caller;
 use crate::store::{IdempotencyBegin, StoredResponse};
 

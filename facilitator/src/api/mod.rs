@@ -41,8 +41,8 @@ use utoipa::{Modify, OpenApi};
 use self::error::ApiError;
 use self::guard::require_key;
 use self::idempotency::idempotent;
-use crate::AppState;
-use crate::auth::plans::Endpoint;
+use crate::app::AppState;
+use crate::plans::Endpoint;
 
 /// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
 #[derive(OpenApi)]

@@ -17,12 +17,12 @@ use tollgate_protocol::gateway::{
 use tollgate_protocol::x402::Asset;
 use tollgate_protocol::{AtomicAmount, DecimalAmount, ErrorCode, Network};
 
-use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::{
     self, PRIORITY_FEE_MAX, PRIORITY_FEE_MIN, SEND_MAX_AMOUNT, SEND_MIN_AMOUNT, TIMEOUT_RANGE_SECS,
 };
+use crate::app::AppState;
 use crate::auth::Caller;
 use crate::chains::{Order, Price, Terms};
 use crate::payment::{Receive, Repeat, SendOrder};

@@ -12,7 +12,7 @@ use utoipa::OpenApi as _;
 use tollgate_protocol::address::PATTERN as ADDRESS_PATTERN;
 
 use super::error::ApiError;
-use crate::AppState;
+use crate::app::AppState;
 
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "`{\"status\": \"ok\"}`")))]

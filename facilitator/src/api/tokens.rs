@@ -6,10 +6,10 @@ use serde::Deserialize;
 use tollgate_protocol::Network;
 use tollgate_protocol::gateway::TokenInfo;
 
-use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiPath, ApiQuery};
 use crate::api::validate;
+use crate::app::AppState;
 use crate::chains::Unserved;
 
 /// Query of the token lookup.

@@ -13,9 +13,9 @@ use tollgate_protocol::gateway::{
 use tollgate_protocol::{AtomicAmount, DecimalAmount};
 
 use super::payments::{ReceiveFields, receive_of, send_order};
-use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::ApiJson;
+use crate::app::AppState;
 use crate::auth::Caller;
 
 /// Longest transaction id accepted (a Solana signature is 88 base58 characters, an EVM hash 66).

@@ -17,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::AppState;
+use crate::app::AppState;
 use crate::auth::Caller;
 use crate::store::{DeliveryRecord, StoredWebhookEndpoint};
 use crate::webhooks::{self, WebhookError};

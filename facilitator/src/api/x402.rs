@@ -14,10 +14,10 @@ use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::{FacilitatorRequest, SettleResponse, Supported, VerifyResponse};
 use tollgate_protocol::{ChainFamily, Network};
 
-use crate::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::ApiJson;
 use crate::api::guard::ProofRefused;
+use crate::app::AppState;
 use crate::auth::Caller;
 use crate::chains::{Price, Reason, Refusal, Terms, Unserved};
 use crate::payment::{PaymentError, Receive, Repeat};

@@ -8,7 +8,6 @@
 //! cache also remembers unknown keys briefly, so a flood of bad keys does not reach storage.
 
 pub mod keys;
-pub mod plans;
 pub mod rate_limit;
 
 use std::sync::Arc;
@@ -17,9 +16,9 @@ use std::time::Duration;
 use moka::sync::Cache;
 
 use self::keys::{KeyDigest, looks_like_key};
-use self::plans::{Endpoint, Plan, Plans};
 use self::rate_limit::{RateDecision, RateLimiter, WINDOW_MS};
 use crate::clock::SharedClock;
+use crate::plans::{Endpoint, Plan, Plans};
 use crate::store::Store;
 
 /// Why a request is not let through.

@@ -36,9 +36,9 @@ use tollgate_protocol::{Address, AtomicAmount, Network};
 
 pub use self::receive::Handed;
 pub use self::send::{Built, SendOrder, Sent};
-use crate::auth::plans::Sponsorship;
 use crate::chains::{Chain, ChainError, Chains, Checked, OrderError, ProofError, Refusal, Terms, Unserved};
 use crate::clock::SharedClock;
+use crate::plans::Sponsorship;
 use crate::store::{NewPayment, Store, StoreError, StoredPayment};
 use crate::wallets::MasterKey;
 

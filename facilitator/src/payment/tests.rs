@@ -11,13 +11,13 @@ use tollgate_protocol::x402::{Asset, PaymentPayload};
 use tollgate_protocol::{Address, Network};
 
 use super::{Payments, Receive, Repeat};
-use crate::auth::plans::Sponsorship;
 use crate::chains::solana::build::Transfer;
 use crate::chains::solana::embedded::{self, EmbeddedLedger};
 use crate::chains::solana::rpc::{DEFAULT_CALL_TIMEOUT, SolanaRpc};
 use crate::chains::{Chains, Price, SolanaBackend, Terms, decodes};
 use crate::clock::SystemClock;
 use crate::config::DatabaseUrl;
+use crate::plans::Sponsorship;
 use crate::store::SqlStore;
 
 /// A funded payer's `exact-native` payload paying `to` 1,000,000 lamports.
@@ -25,8 +25,8 @@ async fn transfer(rpc: &SolanaRpc, payer: &Keypair, to: &Address) -> PaymentPayl
     use base64::Engine as _;
     let Address::Solana(to) = to else { unreachable!("a Solana payee") };
     let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
-    let message =
-        Transfer { from: payer.pubkey(), to: (*to).into(), lamports: 1_000_000, priority_fee: None }.message(&blockhash);
+    let message = Transfer { from: payer.pubkey(), to: (*to).into(), lamports: 1_000_000, priority_fee: None }
+        .message(&blockhash);
     let tx = solana_sdk::transaction::Transaction::new(&[payer], message, blockhash);
     let encoded = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
     serde_json::from_value(serde_json::json!({

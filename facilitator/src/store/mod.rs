@@ -31,7 +31,7 @@ use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 pub use sql::SqlStore;
 
-use crate::auth::plans::Plan;
+use crate::plans::Plan;
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
@@ -486,6 +486,11 @@ pub trait Store: AccountStore + PaymentStore + IdempotencyStore + WebhookStore {
         false
     }
 
+    /// Calls `hook` with every payment this store inserts or moves from now on, once the write
+    /// has committed (on this instance only: other instances' changes come through
+    /// [`Store::listen`] when the database announces them).
+    fn on_change(&self, hook: ChangeHook);
+
     /// A stream of the changes announced by the database (see [`Store::announces_changes`]);
     /// `None` when it announces none.
     ///
@@ -504,6 +509,9 @@ pub trait Store: AccountStore + PaymentStore + IdempotencyStore + WebhookStore {
         Ok(0)
     }
 }
+
+/// Told of a payment the store inserted or moved ([`Store::on_change`]).
+pub type ChangeHook = std::sync::Arc<dyn Fn(&StoredPayment) + Send + Sync>;
 
 /// Which payment changed, to what, and who may see it: what the event feed routes on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use super::{
     AccountStore, IdempotencyBegin, IdempotencyStore, NewPayment, PaymentStore, PaymentUpdate, SqlStore, Store,
     StoreError, StoredApiKey, StoredPayment, StoredResponse,
 };
-use crate::auth::plans::Plan;
 use crate::config::DatabaseUrl;
+use crate::plans::Plan;
 
 fn t0() -> DateTime<Utc> {
     DateTime::from_timestamp(1_790_000_000, 0).unwrap()
@@ -395,7 +395,7 @@ async fn a_key_deleted_while_it_is_read_is_not_cached_as_valid(store: Arc<SqlSto
     let key = created.secret.expose().to_owned();
     let auth = Arc::new(crate::auth::Authenticator::new(
         store.clone(),
-        crate::auth::plans::Plans::default(),
+        crate::plans::Plans::default(),
         Arc::new(crate::auth::rate_limit::InMemoryRateLimiter::new()),
         Arc::new(crate::clock::SystemClock),
         std::time::Duration::from_secs(600),

@@ -55,9 +55,13 @@ pub struct SponsorPolicy {
 }
 
 impl Default for SponsorPolicy {
-    /// 200,000 units at up to 5 lamports each (at most 0.001 SOL of priority fee).
+    /// The configuration's defaults: 200,000 units at up to 5 lamports each (at most 0.001 SOL
+    /// of priority fee).
     fn default() -> Self {
-        Self { max_compute_units: 200_000, max_compute_unit_price: 5_000_000 }
+        Self {
+            max_compute_units: crate::config::SPONSOR_MAX_COMPUTE_UNITS,
+            max_compute_unit_price: crate::config::SPONSOR_MAX_COMPUTE_UNIT_PRICE,
+        }
     }
 }
 

@@ -51,6 +51,8 @@ pub struct SqlStore {
     listen_url: Option<String>,
     /// SQLite on a file: whether a proof is held, read without the pool's worker threads.
     proofs: Option<Arc<proofs::ProofReader>>,
+    /// Told of every payment written here, once its write commits ([`Store::on_change`]).
+    hooks: Arc<std::sync::RwLock<Vec<super::ChangeHook>>>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -134,7 +136,18 @@ impl SqlStore {
             Backend::Sqlite => proof_reader(&pool).await?.map(Arc::new),
             Backend::Postgres => None,
         };
-        Ok(Self { pool, locks, backend, listen_url, proofs })
+        Ok(Self { pool, locks, backend, listen_url, proofs, hooks: Arc::default() })
+    }
+
+    /// A payment was inserted or moved, and its write committed: counted, and told to the hooks.
+    fn changed(&self, stored: &StoredPayment) {
+        let p = &stored.payment;
+        let settled_in = (p.status == PaymentStatus::Confirmed).then(|| stored.updated_at - p.created_at);
+        crate::telemetry::payment_changed(p.status.as_str(), &p.asset, &p.network, settled_in);
+        let hooks = self.hooks.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for hook in hooks.iter() {
+            hook(stored);
+        }
     }
 
     /// Whether "no payment holds this proof" is read without the pool (SQLite on a file).
@@ -304,6 +317,10 @@ impl Store for SqlStore {
 
     fn announces_changes(&self) -> bool {
         self.backend == Backend::Postgres
+    }
+
+    fn on_change(&self, hook: super::ChangeHook) {
+        self.hooks.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(hook);
     }
 
     async fn listen(&self) -> StoreResult<Option<Box<dyn super::Announcements>>> {

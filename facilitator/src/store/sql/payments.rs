@@ -141,6 +141,7 @@ impl PaymentStore for SqlStore {
         self.announce(&mut tx, &stored).await?;
         self.queue_webhooks(&mut tx, &stored).await?;
         tx.commit().await?;
+        self.changed(&stored);
         Ok(stored)
     }
 
@@ -221,6 +222,7 @@ impl PaymentStore for SqlStore {
         self.announce(&mut tx, &moved).await?;
         self.queue_webhooks(&mut tx, &moved).await?;
         tx.commit().await?;
+        self.changed(&moved);
         Ok(moved)
     }
 
