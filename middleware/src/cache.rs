@@ -14,6 +14,14 @@ use tollgate_protocol::x402::PaymentPayload;
 use crate::challenge::Buffered;
 use crate::facilitator::Payment;
 
+/// A payment header decoded and matched: its cache key, the offer it pays, the payload.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub key: String,
+    pub offer: usize,
+    pub payload: PaymentPayload,
+}
+
 /// What a paid proof is a ticket for: the resource the seller named for the request it paid,
 /// and that request's method. A repeat of the proof is served only for the same.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,45 +1,20 @@
 //! [`PaymentLayer`] and its builder.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tower::Layer;
 
 use crate::cache::ProofCache;
-use crate::facilitator::FacilitatorClient;
+use crate::config::{Config, ResourceUrl};
+pub use crate::config::{PriceFn, SettlementOrder};
+use crate::facilitator::Facilitator;
 use crate::price::{Price, Quote};
 use crate::service::PaymentService;
 
-/// Prices chosen per request: `None` lets the request through unpaid.
-pub type PriceFn =
-    Arc<dyn Fn(&http::request::Parts) -> Pin<Box<dyn Future<Output = Option<Quote>> + Send>> + Send + Sync>;
-
 /// The most memory the decoded payment headers of a layer take (headers of strangers included).
 const DECODED_BYTES: u64 = 8 * 1024 * 1024;
-
-/// When the facilitator settles relative to the handler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum SettlementOrder {
-    /// Settle, then run the handler (one gateway call). The default.
-    #[default]
-    SettleBefore,
-    /// Verify, run the handler, and settle only if it answered below 400 (the x402 reference
-    /// order); the response is held until settlement succeeds.
-    VerifyThenSettle,
-}
-
-/// How the resource URL in requirements is made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ResourceUrl {
-    /// This URL.
-    Fixed(String),
-    /// From the request: `base` (or the scheme and host the request names: `Forwarded`,
-    /// `X-Forwarded-Proto` / `X-Forwarded-Host`, `Host`) plus its path and query.
-    FromRequest { base: Option<String> },
-}
 
 /// Why a layer cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,44 +43,6 @@ pub enum BuildError {
     ResourceUrl(String),
 }
 
-/// The layer's settings, shared by every clone.
-pub(crate) struct Config {
-    pub facilitator: FacilitatorClient,
-    pub prices: Vec<Price>,
-    pub pricing: Option<PriceFn>,
-    pub description: String,
-    pub mime_type: String,
-    pub resource: ResourceUrl,
-    pub order: SettlementOrder,
-    pub max_timeout_seconds: u64,
-    pub max_buffered_body: usize,
-    pub retry_after_secs: u64,
-    /// How long after its confirmation a payment serves its request again.
-    pub ticket_lifetime: Duration,
-    pub cache: Arc<ProofCache>,
-    /// The requirements when they are the same for every request (fixed prices on named
-    /// networks, nothing asked of `/supported`): built once.
-    pub static_offers: Option<Arc<Vec<crate::service::Offer>>>,
-    /// 402 answers to requests without payment, per (resource, HTML or not), when offers are
-    /// static.
-    pub challenges: moka::sync::Cache<(String, bool), Arc<crate::challenge::Buffered>>,
-    /// Payment headers already decoded and matched, when offers are static; bounded in bytes.
-    pub decoded: moka::sync::Cache<String, Arc<crate::service::Decoded>>,
-    /// x402 v2 extensions declared in the 402 answer (e.g. `bazaar` discovery info).
-    pub extensions: serde_json::Map<String, serde_json::Value>,
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("facilitator", &self.facilitator)
-            .field("prices", &self.prices)
-            .field("dynamic_pricing", &self.pricing.is_some())
-            .field("order", &self.order)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct PaymentLayer {
@@ -130,7 +67,7 @@ impl<S> Layer<S> for PaymentLayer {
 /// Builds a [`PaymentLayer`]; invalid settings fail at [`PaymentLayerBuilder::build`].
 #[must_use]
 pub struct PaymentLayerBuilder {
-    facilitator: Option<FacilitatorClient>,
+    facilitator: Option<Arc<dyn Facilitator>>,
     prices: Vec<Price>,
     pricing: Option<PriceFn>,
     description: String,
@@ -174,9 +111,10 @@ impl std::fmt::Debug for PaymentLayerBuilder {
 }
 
 impl PaymentLayerBuilder {
-    /// The facilitator that verifies and settles (required).
-    pub fn facilitator(mut self, facilitator: FacilitatorClient) -> Self {
-        self.facilitator = Some(facilitator);
+    /// The facilitator that verifies and settles (required): a [`crate::FacilitatorClient`] over
+    /// HTTP, or any other [`Facilitator`] (such as `tollgate-facilitator`'s core in process).
+    pub fn facilitator(mut self, facilitator: impl Facilitator + 'static) -> Self {
+        self.facilitator = Some(Arc::new(facilitator));
         self
     }
 
@@ -323,7 +261,7 @@ impl PaymentLayerBuilder {
                     .iter()
                     .filter_map(|p| {
                         let network = p.network.clone()?;
-                        crate::service::offer(p, network, p.extra.clone(), self.max_timeout_seconds)
+                        p.offer(network, p.extra.clone(), self.max_timeout_seconds)
                     })
                     .collect(),
             )

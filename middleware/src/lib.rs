@@ -45,14 +45,16 @@
 pub mod body;
 mod cache;
 mod challenge;
+mod config;
 pub mod facilitator;
 pub mod future;
 pub mod layer;
+mod offers;
 mod offline;
 pub mod price;
 pub mod service;
 
-pub use facilitator::{FacilitatorClient, Payment, Verdict};
+pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, Verdict};
 pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
 pub use price::{Price, PriceError, Quote};
 pub use service::PaymentService;

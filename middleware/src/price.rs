@@ -1,7 +1,7 @@
 //! What a route costs: one [`Price`] per accepted way to pay.
 
 use serde_json::Value;
-use tollgate_protocol::x402::{Asset, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 /// A price that cannot be built.
@@ -17,6 +17,9 @@ pub enum PriceError {
         reason: String,
     },
 }
+
+/// A requirement offered for a request, with the decimals of its asset.
+pub(crate) type Offer = (PaymentRequirements, u8);
 
 /// One way to pay for a route: scheme, asset, amount, recipient and (optionally) network.
 ///
@@ -45,6 +48,22 @@ fn atomic(amount: &str, decimals: u8) -> Result<AtomicAmount, PriceError> {
 }
 
 impl Price {
+    /// Its requirement on `network`, with `extra` (`None` without a recipient).
+    pub(crate) fn offer(&self, network: Network, extra: Option<Value>, max_timeout_seconds: u64) -> Option<Offer> {
+        Some((
+            PaymentRequirements {
+                scheme: self.scheme.to_owned(),
+                network,
+                amount: self.amount,
+                asset: self.asset,
+                pay_to: self.pay_to?,
+                max_timeout_seconds,
+                extra,
+            },
+            self.decimals,
+        ))
+    }
+
     /// Native SOL (`exact-native`), e.g. `"0.01"`.
     ///
     /// # Errors

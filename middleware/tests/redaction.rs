@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-use tollgate::{FacilitatorClient, PaymentLayer, Price, Verdict};
+use tollgate::{Facilitator as _, FacilitatorClient, PaymentLayer, Price, Verdict};
 
 const KEY: &str = "tg_live_SECRETKEYSECRETKEYSECRETKEYSECRETKEY123";
 

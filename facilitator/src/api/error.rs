@@ -153,6 +153,11 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// Marks an answer that refused the payment proof it was asked about (see
+/// [`crate::auth::Authenticator::forgive_refusal`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ProofRefused;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -161,7 +166,7 @@ impl IntoResponse for ApiError {
         }
         let mut response = (status, Json(self.envelope())).into_response();
         if self.code == ErrorCode::InvalidPaymentProof {
-            response.extensions_mut().insert(super::guard::ProofRefused);
+            response.extensions_mut().insert(ProofRefused);
         }
         if self.nothing_done {
             response.extensions_mut().insert(NothingDone);

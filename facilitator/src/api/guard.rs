@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use http::header::AUTHORIZATION;
 
-use super::error::ApiError;
+use super::error::{ApiError, ProofRefused};
 use crate::app::AppState;
 use crate::auth::rate_limit::RateDecision;
 use crate::plans::Endpoint;
@@ -54,11 +54,6 @@ pub async fn require_key(
     set_rate_headers(&mut response, &decision);
     response
 }
-
-/// Marks an answer that refused the payment proof it was asked about (see
-/// [`crate::auth::Authenticator::forgive_refusal`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ProofRefused;
 
 fn query_api_key(query: Option<&str>) -> Option<String> {
     query?.split('&').find_map(|pair| {

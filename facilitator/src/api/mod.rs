@@ -13,6 +13,7 @@ pub mod events;
 pub mod extract;
 pub mod guard;
 pub mod idempotency;
+pub mod openapi;
 pub mod payments;
 pub mod system;
 pub mod tokens;
@@ -35,93 +36,12 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
 
 use self::error::ApiError;
 use self::guard::require_key;
 use self::idempotency::idempotent;
 use crate::app::AppState;
 use crate::plans::Endpoint;
-
-/// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "Tollgate facilitator", description = "Payment gateway API (hosted and local modes) and x402 facilitator API. Errors: `{\"error\": {\"code\", \"message\", \"remedy\"}}`."),
-    paths(
-        payments::send, payments::receive, payments::status, payments::history,
-        transactions::send, transactions::receive, transactions::confirm,
-        tokens::info,
-        x402::verify, x402::settle, x402::supported,
-        events::ws,
-        webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries,
-        system::healthz, system::readyz, system::openapi,
-        dev::airdrop,
-    ),
-    components(schemas(tollgate_protocol::ErrorEnvelope, tollgate_protocol::ErrorBody, tollgate_protocol::ErrorCode)),
-    modifiers(&BearerAuth),
-)]
-pub struct ApiDoc;
-
-struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{HttpMethod, RefOr, ResponseBuilder};
-        // What the guard answers on every operation that takes a key, documented once here.
-        let envelope = || {
-            utoipa::openapi::content::ContentBuilder::new()
-                .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorEnvelope")))
-                .build()
-        };
-        let guarded = [
-            ("401", "UNAUTHORIZED: key missing, unknown or deleted"),
-            ("403", "FORBIDDEN: the key's plan does not include this endpoint"),
-            (
-                "429",
-                "RATE_LIMIT: the key's limit is exceeded, or the account's daily budget of network fees the facilitator pays for its settlements is spent (`Retry-After`)",
-            ),
-        ];
-        for (path, item) in openapi.paths.paths.iter_mut() {
-            let methods = [
-                (HttpMethod::Get, &mut item.get),
-                (HttpMethod::Post, &mut item.post),
-                (HttpMethod::Delete, &mut item.delete),
-            ];
-            for (method, operation) in methods {
-                let Some(operation) = operation.as_mut() else { continue };
-                if operation.security.is_none() {
-                    continue;
-                }
-                let mut add = |status: &str, text: &str| {
-                    operation.responses.responses.entry(status.to_owned()).or_insert_with(|| {
-                        RefOr::T(
-                            ResponseBuilder::new().description(text).content("application/json", envelope()).build(),
-                        )
-                    });
-                };
-                for (status, text) in guarded {
-                    add(status, text);
-                }
-                // POSTs go through the Idempotency-Key layer (except /webhooks, whose answer
-                // carries a secret and is not replayed).
-                if method == HttpMethod::Post && path != "/webhooks" {
-                    add(
-                        "409",
-                        "IDEMPOTENCY_CONFLICT: the Idempotency-Key was used with another body, or is in progress",
-                    );
-                }
-            }
-        }
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(
-                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("tg_live_… / tg_test_…").build(),
-            ),
-        );
-    }
-}
 
 /// The whole HTTP surface of the daemon.
 pub fn router(state: AppState) -> Router {
@@ -164,7 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard/webhooks/{id}/delete", post(dashboard::delete_endpoint))
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
-        .route("/openapi.json", get(system::openapi))
+        .route("/openapi.json", get(openapi::openapi))
         .route("/metrics", get(system::metrics))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)

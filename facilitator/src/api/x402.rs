@@ -15,8 +15,8 @@ use tollgate_protocol::x402::{FacilitatorRequest, SettleResponse, Supported, Ver
 use tollgate_protocol::{ChainFamily, Network};
 
 use crate::api::error::ApiError;
+use crate::api::error::ProofRefused;
 use crate::api::extract::ApiJson;
-use crate::api::guard::ProofRefused;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::chains::{Price, Reason, Refusal, Terms, Unserved};

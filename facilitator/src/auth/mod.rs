@@ -9,6 +9,7 @@
 
 pub mod keys;
 pub mod rate_limit;
+pub mod sessions;
 
 use std::sync::Arc;
 use std::time::Duration;

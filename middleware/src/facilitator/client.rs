@@ -1,46 +1,25 @@
-//! Talking to the facilitator: Tollgate's gateway (`POST /payment/receive`, one call that
-//! verifies and settles) or any x402 facilitator (`POST /verify` + `POST /settle`).
-//!
-//! Every answer becomes a [`Verdict`]. Only [`Verdict::Paid`] serves the handler; a payment the
-//! chain has not confirmed yet is [`Verdict::Pending`] (never a refusal: the buyer has paid); a
-//! facilitator that cannot be reached is [`Verdict::Unavailable`] (502/504, nothing served).
+//! [`FacilitatorClient`]: a facilitator over HTTP — Tollgate's gateway (`POST /payment/receive`,
+//! one call that verifies and settles) or any x402 facilitator (`POST /verify` + `POST /settle`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use reqwest::StatusCode;
 use tollgate_protocol::gateway::{PaymentRecord, PaymentStatus, ReceivePaymentRequest};
 use tollgate_protocol::redact::{redact_url, redact_urls};
 use tollgate_protocol::x402::{
-    Asset, FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentPayloadV2,
+    FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentPayloadV2,
     PaymentRequirements, PaymentRequirementsV1, ResourceInfo, SettleResponse, Supported, V1, V2, VerifyResponse,
 };
-use tollgate_protocol::{Address, AtomicAmount, ErrorEnvelope, Network};
+use tollgate_protocol::{ErrorEnvelope, Network};
 
-/// A settled payment, as handlers see it in request extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Payment {
-    /// Who paid, when the facilitator says.
-    pub payer: Option<String>,
-    /// Atomic units paid.
-    pub amount: AtomicAmount,
-    /// What with.
-    pub asset: Asset,
-    /// Where.
-    pub network: Network,
-    /// To whom.
-    pub pay_to: Address,
-    /// The settling transaction.
-    pub transaction: Option<String>,
-    /// The gateway's payment id (x402 facilitators have none).
-    pub payment_id: Option<String>,
-}
+use super::{Claim, Facilitator, Payment, Verdict};
 
 /// What a payment must have been made for to serve this request: the resource the seller names
 /// (never the buyer's copy of it), and how long after its confirmation it still serves.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Wanted<'a> {
+struct Wanted<'a> {
     /// The resource URL of this request, as the layer makes it.
     pub resource: &'a str,
     /// This request's method.
@@ -88,46 +67,6 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wa
             reason: "this payment does not pay this request (amount, asset, network or recipient differ)".into(),
         },
     }
-}
-
-impl Payment {
-    /// Whether it pays `requirement`'s price: its asset, on its network, to its recipient, at
-    /// least its amount. A payment made for one request of a route may be presented for a
-    /// dearer one.
-    #[must_use]
-    pub fn covers(&self, requirement: &PaymentRequirements) -> bool {
-        self.asset == requirement.asset
-            && self.network == requirement.network
-            && self.pay_to == requirement.pay_to
-            && self.amount.get() >= requirement.amount.get()
-    }
-}
-
-/// What the facilitator said about a proof.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Verdict {
-    /// Settled: serve.
-    Paid(Payment),
-    /// Broadcast, not yet confirmed: ask the buyer to retry with the same proof.
-    Pending {
-        /// The gateway's payment id, to follow it.
-        payment_id: Option<String>,
-        /// The transaction, when known.
-        transaction: Option<String>,
-    },
-    /// The proof does not pay as required (or was used).
-    Refused {
-        /// Why.
-        reason: String,
-    },
-    /// The facilitator could not be asked.
-    Unavailable {
-        /// It did not answer in time (504) rather than failing (502).
-        timed_out: bool,
-        /// Why, for the log.
-        reason: String,
-    },
 }
 
 /// Which API the facilitator speaks.
@@ -240,28 +179,6 @@ impl FacilitatorClient {
         }
     }
 
-    /// What the facilitator settles (cached for five minutes).
-    ///
-    /// # Errors
-    /// [`Verdict::Unavailable`] when it cannot be asked.
-    pub async fn supported(&self) -> Result<Supported, Verdict> {
-        if let Some((at, s)) = &*self.inner.supported.read().await
-            && at.elapsed() < SUPPORTED_TTL
-        {
-            return Ok(s.clone());
-        }
-        let answer = self.request(reqwest::Method::GET, "/supported").send().await.map_err(unavailable)?;
-        if !answer.status().is_success() {
-            return Err(Verdict::Unavailable {
-                timed_out: false,
-                reason: format!("GET /supported answered {}", answer.status()),
-            });
-        }
-        let supported: Supported = answer.json().await.map_err(unavailable)?;
-        *self.inner.supported.write().await = Some((Instant::now(), supported.clone()));
-        Ok(supported)
-    }
-
     /// The deadline of a call that settles `requirement`.
     fn settle_deadline(&self, requirement: &PaymentRequirements) -> Duration {
         self.inner.timeout.max(Duration::from_secs(settle_wait(requirement)) + self.inner.settle_margin)
@@ -272,7 +189,7 @@ impl FacilitatorClient {
     /// to be followed with [`Self::follow`]. A proof the gateway says the caller's own payment
     /// holds (its answer was lost: the buyer hung up, the call timed out) is that payment, when
     /// it pays `requirement` for this `resource`: the buyer is not refused after paying.
-    pub(crate) async fn receive(
+    async fn receive(
         &self,
         requirement: &PaymentRequirements,
         decimals: u8,
@@ -317,37 +234,9 @@ impl FacilitatorClient {
         }
     }
 
-    /// Follows a payment this layer saw pending (or whose answer it did not get): the gateway's
-    /// payment by its id, or the proof sent again, which the gateway answers with the caller's
-    /// payment holding it; an x402 facilitator's `/settle` again, which Tollgate's facilitator
-    /// answers with the settlement made before (x402 `/settle` is idempotent for one seller).
-    pub(crate) async fn follow(
-        &self,
-        payment_id: Option<&str>,
-        paid: (&PaymentPayload, &str),
-        requirement: &PaymentRequirements,
-        decimals: u8,
-        (resource, lifetime): (&ResourceInfo, Duration),
-    ) -> Verdict {
-        let (payload, proof) = paid;
-        if !self.is_gateway() {
-            return self.settle(payload, requirement, resource).await;
-        }
-        let wanted = Wanted { resource: &resource.url, method: resource.method.as_deref().unwrap_or("GET"), lifetime };
-        match payment_id {
-            Some(id) => self.status(id, requirement, wanted).await,
-            None => self.receive(requirement, decimals, proof, wanted).await,
-        }
-    }
-
     /// Follows a pending gateway payment (`GET /payment/status/{id}`): paid only when it pays
     /// `requirement` for the ticket's resource, confirmed within its lifetime.
-    pub(crate) async fn status(
-        &self,
-        payment_id: &str,
-        requirement: &PaymentRequirements,
-        wanted: Wanted<'_>,
-    ) -> Verdict {
+    async fn status(&self, payment_id: &str, requirement: &PaymentRequirements, wanted: Wanted<'_>) -> Verdict {
         let sent = self.request(reqwest::Method::GET, &format!("/payment/status/{payment_id}")).send().await;
         self.gateway_verdict(sent, requirement, wanted).await.0
     }
@@ -396,12 +285,8 @@ impl FacilitatorClient {
     }
 
     /// x402 `POST /verify`: [`Verdict::Paid`] (without a transaction) when the payload would settle.
-    pub async fn verify(
-        &self,
-        payload: &PaymentPayload,
-        requirement: &PaymentRequirements,
-        resource: &ResourceInfo,
-    ) -> Verdict {
+    async fn x402_verify(&self, claim: Claim<'_>) -> Verdict {
+        let (payload, requirement, resource) = (claim.payload, claim.requirement, claim.resource);
         match self.post_x402::<VerifyResponse>("/verify", payload, requirement, resource, None).await {
             Ok(v) if v.is_valid => Verdict::Paid(paid(requirement, v.payer, None)),
             Ok(v) => Verdict::Refused { reason: x402_reason(v.invalid_reason, v.invalid_message, "invalid payment") },
@@ -412,12 +297,8 @@ impl FacilitatorClient {
     /// x402 `POST /settle`. A settlement the facilitator reports pending, and a call that
     /// times out (it may have settled), are [`Verdict::Pending`]: settling the same payload again
     /// follows it. A success on another network than required is not a payment of it.
-    pub async fn settle(
-        &self,
-        payload: &PaymentPayload,
-        requirement: &PaymentRequirements,
-        resource: &ResourceInfo,
-    ) -> Verdict {
+    async fn x402_settle(&self, claim: Claim<'_>) -> Verdict {
+        let (payload, requirement, resource) = (claim.payload, claim.requirement, claim.resource);
         let deadline = Some(self.settle_deadline(requirement));
         match self.post_x402::<SettleResponse>("/settle", payload, requirement, resource, deadline).await {
             Ok(s) if s.success && !names_network(&s.network, &requirement.network) => Verdict::Unavailable {
@@ -459,6 +340,80 @@ impl FacilitatorClient {
             });
         }
         answer.json::<T>().await.map_err(unavailable)
+    }
+}
+
+/// What the layer binds a gateway payment to, from a claim.
+fn wanted<'a>(claim: &Claim<'a>) -> Wanted<'a> {
+    Wanted {
+        resource: &claim.resource.url,
+        method: claim.resource.method.as_deref().unwrap_or("GET"),
+        lifetime: claim.lifetime,
+    }
+}
+
+#[async_trait]
+impl Facilitator for FacilitatorClient {
+    /// What the facilitator settles (cached for five minutes).
+    ///
+    /// # Errors
+    /// [`Verdict::Unavailable`] when it cannot be asked.
+    async fn supported(&self) -> Result<Supported, Verdict> {
+        if let Some((at, s)) = &*self.inner.supported.read().await
+            && at.elapsed() < SUPPORTED_TTL
+        {
+            return Ok(s.clone());
+        }
+        let answer = self.request(reqwest::Method::GET, "/supported").send().await.map_err(unavailable)?;
+        if !answer.status().is_success() {
+            return Err(Verdict::Unavailable {
+                timed_out: false,
+                reason: format!("GET /supported answered {}", answer.status()),
+            });
+        }
+        let supported: Supported = answer.json().await.map_err(unavailable)?;
+        *self.inner.supported.write().await = Some((Instant::now(), supported.clone()));
+        Ok(supported)
+    }
+
+    /// The gateway's one call, or x402 verify then settle.
+    async fn settle_before(&self, claim: Claim<'_>) -> Verdict {
+        if self.is_gateway() {
+            return self.receive(claim.requirement, claim.decimals, claim.header, wanted(&claim)).await;
+        }
+        match self.verify(claim).await {
+            Verdict::Paid(_) => self.settle(claim).await,
+            other => other,
+        }
+    }
+
+    /// x402 `/verify`. A proof settled already is settled again: Tollgate's facilitator answers
+    /// the seller's own settlement for the same terms (the first answer was lost: the buyer hung
+    /// up), and any other settlement is refused, so the buyer is never refused after paying.
+    async fn verify(&self, claim: Claim<'_>) -> Verdict {
+        match self.x402_verify(claim).await {
+            Verdict::Refused { reason } if reason.starts_with("duplicate_settlement") => self.x402_settle(claim).await,
+            other => other,
+        }
+    }
+
+    /// x402 `/settle`.
+    async fn settle(&self, claim: Claim<'_>) -> Verdict {
+        self.x402_settle(claim).await
+    }
+
+    /// Follows a payment this layer saw pending (or whose answer it did not get): the gateway's
+    /// payment by its id, or the proof sent again, which the gateway answers with the caller's
+    /// payment holding it; an x402 facilitator's `/settle` again, which Tollgate's facilitator
+    /// answers with the settlement made before (x402 `/settle` is idempotent for one seller).
+    async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
+        if !self.is_gateway() {
+            return self.x402_settle(claim).await;
+        }
+        match payment_id {
+            Some(id) => self.status(id, claim.requirement, wanted(&claim)).await,
+            None => self.receive(claim.requirement, claim.decimals, claim.header, wanted(&claim)).await,
+        }
     }
 }
 

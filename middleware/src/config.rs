@@ -1,0 +1,76 @@
+//! The layer's settings ([`Config`], shared by every clone of the layer and its services), and
+//! the choices a seller makes about them: [`SettlementOrder`], [`PriceFn`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::{Decoded, ProofCache};
+use crate::challenge::Buffered;
+use crate::facilitator::Facilitator;
+use crate::price::{Offer, Price, Quote};
+
+/// Prices chosen per request: `None` lets the request through unpaid.
+pub type PriceFn =
+    Arc<dyn Fn(&http::request::Parts) -> Pin<Box<dyn Future<Output = Option<Quote>> + Send>> + Send + Sync>;
+
+/// When the facilitator settles relative to the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SettlementOrder {
+    /// Settle, then run the handler (one gateway call). The default.
+    #[default]
+    SettleBefore,
+    /// Verify, run the handler, and settle only if it answered below 400 (the x402 reference
+    /// order); the response is held until settlement succeeds.
+    VerifyThenSettle,
+}
+
+/// How the resource URL in requirements is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ResourceUrl {
+    /// This URL.
+    Fixed(String),
+    /// From the request: `base` (or the scheme and host the request names: `Forwarded`,
+    /// `X-Forwarded-Proto` / `X-Forwarded-Host`, `Host`) plus its path and query.
+    FromRequest { base: Option<String> },
+}
+
+/// The layer's settings, shared by every clone.
+pub(crate) struct Config {
+    pub facilitator: Arc<dyn Facilitator>,
+    pub prices: Vec<Price>,
+    pub pricing: Option<PriceFn>,
+    pub description: String,
+    pub mime_type: String,
+    pub resource: ResourceUrl,
+    pub order: SettlementOrder,
+    pub max_timeout_seconds: u64,
+    pub max_buffered_body: usize,
+    pub retry_after_secs: u64,
+    /// How long after its confirmation a payment serves its request again.
+    pub ticket_lifetime: Duration,
+    pub cache: Arc<ProofCache>,
+    /// The requirements when they are the same for every request (fixed prices on named
+    /// networks, nothing asked of `/supported`): built once.
+    pub static_offers: Option<Arc<Vec<Offer>>>,
+    /// 402 answers to requests without payment, per (resource, HTML or not), when offers are
+    /// static.
+    pub challenges: moka::sync::Cache<(String, bool), Arc<Buffered>>,
+    /// Payment headers already decoded and matched, when offers are static; bounded in bytes.
+    pub decoded: moka::sync::Cache<String, Arc<Decoded>>,
+    /// x402 v2 extensions declared in the 402 answer (e.g. `bazaar` discovery info).
+    pub extensions: serde_json::Map<String, serde_json::Value>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("facilitator", &self.facilitator)
+            .field("prices", &self.prices)
+            .field("dynamic_pricing", &self.pricing.is_some())
+            .field("order", &self.order)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,127 @@
+//! What the layer asks of a facilitator ([`Facilitator`]), and its two implementations:
+//! [`FacilitatorClient`] over HTTP — Tollgate's gateway (`POST /payment/receive`, one call that
+//! verifies and settles) or any x402 facilitator (`POST /verify` + `POST /settle`) — and, in
+//! `tollgate-facilitator`, the facilitator core in process.
+//!
+//! Every answer is a [`Verdict`]. Only [`Verdict::Paid`] serves the handler; a payment the
+//! chain has not confirmed yet is [`Verdict::Pending`] (never a refusal: the buyer has paid); a
+//! facilitator that cannot be reached is [`Verdict::Unavailable`] (502/504, nothing served).
+
+mod client;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tollgate_protocol::x402::{Asset, PaymentPayload, PaymentRequirements, ResourceInfo, Supported};
+use tollgate_protocol::{Address, AtomicAmount, Network};
+
+pub use self::client::{DEFAULT_TIMEOUT, FacilitatorClient, SETTLE_MARGIN};
+
+/// A settled payment, as handlers see it in request extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Payment {
+    /// Who paid, when the facilitator says.
+    pub payer: Option<String>,
+    /// Atomic units paid.
+    pub amount: AtomicAmount,
+    /// What with.
+    pub asset: Asset,
+    /// Where.
+    pub network: Network,
+    /// To whom.
+    pub pay_to: Address,
+    /// The settling transaction.
+    pub transaction: Option<String>,
+    /// The gateway's payment id (x402 facilitators have none).
+    pub payment_id: Option<String>,
+}
+
+impl Payment {
+    /// Whether it pays `requirement`'s price: its asset, on its network, to its recipient, at
+    /// least its amount. A payment made for one request of a route may be presented for a
+    /// dearer one.
+    #[must_use]
+    pub fn covers(&self, requirement: &PaymentRequirements) -> bool {
+        self.asset == requirement.asset
+            && self.network == requirement.network
+            && self.pay_to == requirement.pay_to
+            && self.amount.get() >= requirement.amount.get()
+    }
+}
+
+/// What the facilitator said about a proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Settled: serve.
+    Paid(Payment),
+    /// Broadcast, not yet confirmed: ask the buyer to retry with the same proof.
+    Pending {
+        /// The gateway's payment id, to follow it.
+        payment_id: Option<String>,
+        /// The transaction, when known.
+        transaction: Option<String>,
+    },
+    /// The proof does not pay as required (or was used).
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// The facilitator could not be asked.
+    Unavailable {
+        /// It did not answer in time (504) rather than failing (502).
+        timed_out: bool,
+        /// Why, for the log.
+        reason: String,
+    },
+}
+
+/// A proof presented for a request, as the layer hands it to a facilitator: the buyer's header
+/// and its decoded payload, the offer it pays, and what the seller binds the payment to.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The payment header as the buyer sent it (`X-PAYMENT` or `PAYMENT-SIGNATURE`).
+    pub header: &'a str,
+    /// Its payload, decoded.
+    pub payload: &'a PaymentPayload,
+    /// The seller's requirement it pays.
+    pub requirement: &'a PaymentRequirements,
+    /// Decimals of the requirement's asset.
+    pub decimals: u8,
+    /// The resource paid for, named by the seller (never the buyer's copy of it), with the
+    /// request's method: what the payment is bound to.
+    pub resource: &'a ResourceInfo,
+    /// How long after its confirmation a payment serves its request again (the layer's ticket
+    /// lifetime): a payment confirmed longer ago is not this request's.
+    pub lifetime: Duration,
+}
+
+impl Claim<'_> {
+    /// The request's method, as bound (`GET` when the layer named none).
+    #[must_use]
+    pub fn method(&self) -> &str {
+        self.resource.method.as_deref().unwrap_or("GET")
+    }
+}
+
+/// A facilitator as the layer uses it: it says what it settles, and verifies, settles or
+/// follows a claim, always answering a [`Verdict`] (it never fails otherwise).
+#[async_trait]
+pub trait Facilitator: Send + Sync + std::fmt::Debug {
+    /// What it settles (schemes, networks, and their `extra`, such as a Solana fee payer).
+    ///
+    /// # Errors
+    /// [`Verdict::Unavailable`] when it cannot be asked.
+    async fn supported(&self) -> Result<Supported, Verdict>;
+    /// Verifies and settles a claim before the handler runs.
+    async fn settle_before(&self, claim: Claim<'_>) -> Verdict;
+    /// Whether the claim would settle ([`Verdict::Paid`] without a transaction). A proof this
+    /// seller settled already for the same terms (its first answer was lost) is answered with
+    /// that settlement, so the buyer is never refused after paying.
+    async fn verify(&self, claim: Claim<'_>) -> Verdict;
+    /// Settles a verified claim (after the handler succeeded).
+    async fn settle(&self, claim: Claim<'_>) -> Verdict;
+    /// Follows a settlement seen pending (by the payment id, when the facilitator gave one).
+    async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict;
+}

@@ -1,0 +1,124 @@
+//! What a request is offered: the requirements of its prices (with what the facilitator's
+//! `/supported` adds), the resource paid for, and which offer a payment pays.
+
+use tollgate_protocol::x402::{PaymentPayload, ResourceInfo, SCHEME_EXACT};
+use tollgate_protocol::{ChainFamily, Network};
+
+use crate::challenge::{self, Buffered};
+use crate::config::{Config, ResourceUrl};
+use crate::facilitator::Verdict;
+use crate::price::{Offer, Price};
+
+/// The requirements for `prices`: each price's network (or the facilitator's for its chain),
+/// and for Solana `exact` the facilitator's fee payer.
+pub(crate) async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offer>, Buffered> {
+    let needs_supported =
+        prices.iter().any(|p| p.network.is_none() || (p.scheme == SCHEME_EXACT && p.family == ChainFamily::Solana));
+    let supported = if needs_supported {
+        match config.facilitator.supported().await {
+            Ok(s) => Some(s),
+            Err(Verdict::Unavailable { timed_out, reason }) => {
+                tracing::warn!(%reason, "payment facilitator unavailable");
+                return Err(challenge::unavailable(timed_out));
+            }
+            Err(_) => return Err(challenge::unavailable(false)),
+        }
+    } else {
+        None
+    };
+    let kinds = supported.as_ref().map(|s| s.kinds.as_slice()).unwrap_or_default();
+    let mut out = Vec::with_capacity(prices.len());
+    for price in prices {
+        let network = price.network.clone().or_else(|| {
+            kinds
+                .iter()
+                .filter(|k| k.x402_version == 2 && k.scheme == price.scheme)
+                .filter_map(|k| k.network.parse::<Network>().ok())
+                .find(|n| n.family() == price.family)
+        });
+        let Some(network) = network else {
+            tracing::warn!(scheme = price.scheme, family = %price.family, "the facilitator settles no such payment; price left out");
+            continue;
+        };
+        let mut extra = price.extra.clone();
+        if price.scheme == SCHEME_EXACT && price.family == ChainFamily::Solana {
+            let fee_payer = kinds
+                .iter()
+                .find(|k| k.x402_version == 2 && k.scheme == SCHEME_EXACT && k.network == network.to_string())
+                .and_then(|k| k.extra.as_ref())
+                .and_then(|e| e.get("feePayer"))
+                .cloned();
+            let Some(fee_payer) = fee_payer else {
+                tracing::warn!(%network, "the facilitator has no Solana fee payer; exact price left out");
+                continue;
+            };
+            let mut map = extra.and_then(|e| e.as_object().cloned()).unwrap_or_default();
+            map.insert("feePayer".into(), fee_payer);
+            extra = Some(serde_json::Value::Object(map));
+        }
+        if let Some(offer) = price.offer(network, extra, config.max_timeout_seconds) {
+            out.push(offer);
+        }
+    }
+    if out.is_empty() {
+        return Err(challenge::unavailable(false));
+    }
+    Ok(out)
+}
+
+/// The offered requirement a payload pays: v2 must have accepted one whole (scheme, network,
+/// amount, asset, recipient, timeout and `extra`); v1 names scheme and network, and the
+/// facilitator checks the rest against the requirement.
+pub(crate) fn matching(offers: &[Offer], payload: &PaymentPayload) -> Option<usize> {
+    offers.iter().position(|(r, _)| match payload {
+        PaymentPayload::V2(p) => p.accepted == *r,
+        PaymentPayload::V1(p) => p.scheme == r.scheme && p.network == r.network,
+    })
+}
+
+/// The resource of this request: the configured URL, the one the pricing function named, or
+/// the request's own (scheme and host from the configured base, `Forwarded`,
+/// `X-Forwarded-Proto` / `X-Forwarded-Host` or `Host`; then path and query).
+pub(crate) fn resource_info(config: &Config, parts: &http::request::Parts, named: Option<String>) -> ResourceInfo {
+    let url = match (&config.resource, named) {
+        (_, Some(url)) => url,
+        (ResourceUrl::Fixed(url), None) => url.clone(),
+        (ResourceUrl::FromRequest { base }, None) => {
+            let base = base.clone().unwrap_or_else(|| request_base(&parts.headers, &parts.uri));
+            let path = parts.uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
+            format!("{base}{path}")
+        }
+    };
+    ResourceInfo { url, description: config.description.clone(), mime_type: config.mime_type.clone(), method: None }
+}
+
+/// `scheme://host` as the request, or the proxy in front of it, names them.
+fn request_base(headers: &http::HeaderMap, uri: &http::Uri) -> String {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // RFC 7239: the first element is the one the client's first proxy wrote.
+    let forwarded = text("forwarded").and_then(|f| f.split(',').next()).map(|first| {
+        let pair = |key: &str| {
+            first.split(';').find_map(|p| {
+                let (k, v) = p.trim().split_once('=')?;
+                k.eq_ignore_ascii_case(key).then(|| v.trim_matches('"').to_owned())
+            })
+        };
+        (pair("proto"), pair("host"))
+    });
+    let (proto, host) = forwarded.unwrap_or_default();
+    let first = |name: &str| text(name).and_then(|v| v.split(',').next()).map(|v| v.trim().to_owned());
+    let proto = proto.or_else(|| first("x-forwarded-proto")).or_else(|| uri.scheme_str().map(str::to_owned));
+    let host = host
+        .or_else(|| first("x-forwarded-host"))
+        .or_else(|| text("host").map(str::to_owned))
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()));
+    let proto = match proto.as_deref() {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    // A host with anything but host characters is not used to make a URL.
+    let host = host.filter(|h| {
+        !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
+    });
+    format!("{proto}://{}", host.as_deref().unwrap_or("localhost"))
+}
