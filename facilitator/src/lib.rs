@@ -35,6 +35,7 @@ pub mod otel;
 pub mod payment;
 pub mod plans;
 pub mod runtime;
+pub mod seller;
 pub mod settlement;
 pub mod store;
 pub mod telemetry;

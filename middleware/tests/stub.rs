@@ -1,5 +1,6 @@
-//! The layer against a stand-in facilitator (an axum app on 127.0.0.1 that answers as the
-//! gateway would): the pending path, and a plain `tower::Service` that is not axum.
+//! The layer against a scripted facilitator in memory (a [`Facilitator`] whose answers the test
+//! chooses — no HTTP stand-in): the pending path, dynamic pricing, and a plain `tower::Service`
+//! that is not axum.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
@@ -7,65 +8,71 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::Router;
-use axum::routing::{get, post};
+use async_trait::async_trait;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use serde_json::{Value, json};
-use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
+use tollgate::protocol::x402::Supported;
+use tollgate::{Claim, Facilitator, FacilitatorClient, Payment, PaymentLayer, Price, Verdict};
 use tower::{Layer as _, ServiceExt as _};
 
 const NETWORK: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
 const PAY_TO: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
+const BUYER: &str = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4";
 
-/// A gateway payment record of a GET; a confirmed one was confirmed just now.
-fn record(status: &str, resource: &str) -> Value {
-    let now = chrono::Utc::now().to_rfc3339();
-    let confirmed_at = (status == "confirmed").then(|| now.clone());
-    json!({
-        "resource": resource,
-        "paymentId": "pay_1", "status": status, "mode": "hosted", "network": NETWORK,
-        "from": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "to": PAY_TO,
-        "amount": 0.01, "amountAtomic": "10000000", "asset": "native", "transaction": "5sig",
-        "createdAt": now, "updatedAt": now, "confirmedAt": confirmed_at, "metadata": {"method": "GET"},
-        "payer": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"
-    })
+/// A facilitator whose settlement of any claim is pending at first (payment `pay_1`, transaction
+/// `5sig`), then, followed, `later`: confirmed (paying the claim's requirement, by [`BUYER`]) or
+/// failed.
+#[derive(Debug)]
+struct Scripted {
+    later: &'static str,
+    settles: AtomicUsize,
+    follows: AtomicUsize,
 }
 
-/// A gateway whose `/payment/receive` answers "pending" and whose status answers `later`, for
-/// the resource the receive named.
-async fn stub(later: &'static str) -> (String, Arc<AtomicUsize>) {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counted = calls.clone();
-    let resource = Arc::new(std::sync::Mutex::new(String::new()));
-    let seen = resource.clone();
-    let app = Router::new()
-        .route(
-            "/payment/receive",
-            post(move |axum::Json(body): axum::Json<Value>| {
-                counted.fetch_add(1, Ordering::SeqCst);
-                let named = body["resource"].as_str().unwrap_or_default().to_owned();
-                seen.lock().unwrap().clone_from(&named);
-                async move { (StatusCode::ACCEPTED, axum::Json(record("pending", &named))) }
-            }),
-        )
-        .route(
-            "/payment/status/{id}",
-            get(move || {
-                let named = resource.lock().unwrap().clone();
-                async move { axum::Json(record(later, &named)) }
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, calls)
+fn scripted(later: &'static str) -> Arc<Scripted> {
+    Arc::new(Scripted { later, settles: AtomicUsize::new(0), follows: AtomicUsize::new(0) })
 }
 
-fn layer(url: &str) -> PaymentLayer {
+#[async_trait]
+impl Facilitator for Scripted {
+    async fn supported(&self) -> Result<Supported, Verdict> {
+        Err(Verdict::Unavailable { timed_out: false, reason: "not asked: the networks are named".into() })
+    }
+
+    async fn settle_before(&self, _claim: Claim<'_>) -> Verdict {
+        self.settles.fetch_add(1, Ordering::SeqCst);
+        Verdict::Pending { payment_id: Some("pay_1".into()), transaction: Some("5sig".into()) }
+    }
+
+    async fn verify(&self, claim: Claim<'_>) -> Verdict {
+        self.settle_before(claim).await
+    }
+
+    async fn settle(&self, claim: Claim<'_>) -> Verdict {
+        self.settle_before(claim).await
+    }
+
+    async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
+        self.follows.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(payment_id, Some("pay_1"), "the payment seen pending is followed");
+        let r = claim.requirement;
+        match self.later {
+            "confirmed" => Verdict::Paid(
+                Payment::new(r.network.clone(), r.asset, r.amount, r.pay_to)
+                    .with_payer(BUYER)
+                    .with_transaction("5sig")
+                    .with_payment_id("pay_1"),
+            ),
+            _ => Verdict::Refused { reason: "the payment failed".into() },
+        }
+    }
+}
+
+fn layer(facilitator: impl Facilitator + 'static) -> PaymentLayer {
     PaymentLayer::builder()
-        .facilitator(FacilitatorClient::new(url, "tg_test_key"))
+        .facilitator(facilitator)
         .accept(Price::native_sol("0.01").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
         .retry_after_secs(3)
         .build()
@@ -101,9 +108,9 @@ fn paid_request() -> Request<String> {
 
 #[tokio::test]
 async fn pending_answers_503_with_retry_after_and_a_retry_is_served_once_confirmed() {
-    let (url, calls) = stub("confirmed").await;
+    let facilitator = scripted("confirmed");
     let runs = Arc::new(AtomicUsize::new(0));
-    let service = layer(&url).layer(plain(runs.clone()));
+    let service = layer(facilitator.clone()).layer(plain(runs.clone()));
 
     let response = service.clone().oneshot(paid_request()).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -118,14 +125,14 @@ async fn pending_answers_503_with_retry_after_and_a_retry_is_served_once_confirm
     assert!(response.headers().contains_key("x-payment-response"));
     let text = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(text, "paid by 2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4");
-    assert_eq!((calls.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 1));
+    let settles = facilitator.settles.load(Ordering::SeqCst);
+    assert_eq!((settles, facilitator.follows.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 1, 1));
 }
 
 #[tokio::test]
 async fn a_payment_that_failed_while_pending_is_refused_on_retry() {
-    let (url, _) = stub("failed").await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let service = layer(&url).layer(plain(runs.clone()));
+    let service = layer(scripted("failed")).layer(plain(runs.clone()));
     assert_eq!(service.clone().oneshot(paid_request()).await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(service.clone().oneshot(paid_request()).await.unwrap().status(), StatusCode::PAYMENT_REQUIRED);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -134,7 +141,7 @@ async fn a_payment_that_failed_while_pending_is_refused_on_retry() {
 #[tokio::test]
 async fn a_plain_service_answers_402_without_payment() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let service = layer("http://127.0.0.1:9").layer(plain(runs.clone()));
+    let service = layer(scripted("confirmed")).layer(plain(runs.clone()));
     let response =
         service.oneshot(Request::get("http://shop.example/report").body(String::new()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
@@ -173,7 +180,6 @@ fn invalid_configuration_fails_at_build() {
 
 #[tokio::test]
 async fn plain_hyper_serves_the_layer_over_http() {
-    let (url, _) = stub("confirmed").await;
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
     // A hyper service with hyper's own request body type; no axum anywhere.
@@ -181,7 +187,7 @@ async fn plain_hyper_serves_the_layer_over_http() {
         counted.fetch_add(1, Ordering::SeqCst);
         async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"paid content")))) }
     });
-    let service = layer(&url).layer(handler);
+    let service = layer(scripted("confirmed")).layer(handler);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let shop = format!("http://{}/report", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -198,7 +204,7 @@ async fn plain_hyper_serves_the_layer_over_http() {
     let answer = client.get(&shop).send().await.unwrap();
     assert_eq!(answer.status().as_u16(), 402);
     assert!(answer.headers().contains_key("payment-required"));
-    // Pending first (the stand-in says so), then served on the retry.
+    // Pending first (the script says so), then served on the retry.
     let answer = client.get(&shop).header("X-PAYMENT", proof()).send().await.unwrap();
     assert_eq!(answer.status().as_u16(), 503);
     let answer = client.get(&shop).header("X-PAYMENT", proof()).send().await.unwrap();
@@ -246,10 +252,9 @@ async fn dynamic_pricing_can_let_a_request_through_or_price_it() {
 /// the dear one, from the layer's memory or by following its payment.
 #[tokio::test]
 async fn a_proof_for_a_cheap_request_does_not_buy_a_dear_one() {
-    let (url, _) = stub("confirmed").await;
     let runs = Arc::new(AtomicUsize::new(0));
     let layer = PaymentLayer::builder()
-        .facilitator(FacilitatorClient::new(&url, "tg_test_key"))
+        .facilitator(scripted("confirmed"))
         .pricing(|parts: &http::request::Parts| {
             let amount = if parts.uri.query() == Some("size=large") { "0.05" } else { "0.01" };
             async move {

@@ -6,7 +6,6 @@
 //! as HTTP errors.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::{Extension, Json};
@@ -19,11 +18,8 @@ use crate::api::error::ProofRefused;
 use crate::api::extract::ApiJson;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::chains::{Price, Reason, Refusal, Terms, Unserved};
+use crate::chains::{Reason, Refusal, Unserved};
 use crate::payment::{PaymentError, Receive, Repeat};
-
-/// Longest a `/settle` waits for confirmation before answering that it timed out.
-const MAX_SETTLE_WAIT_SECS: u64 = 60;
 
 /// The network as the request's version writes it.
 fn network_name(v1: bool, network: &Network) -> String {
@@ -36,20 +32,9 @@ fn receive_of(state: &AppState, caller: &Caller, req: FacilitatorRequest, repeat
     let (payload, requirement, resource) = req.into_parts();
     crate::api::validate::x402_resource(resource.as_ref().map(|r| r.url.as_str()))?;
     let method = crate::api::validate::method(resource.as_ref().and_then(|r| r.method.as_deref()))?;
-    let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_SETTLE_WAIT_SECS));
-    let terms = Terms {
-        network: requirement.network.clone(),
-        pay_to: requirement.pay_to,
-        asset: requirement.asset,
-        price: Price::of_requirement(&requirement.scheme, requirement.amount),
-        resource: resource.map(|r| r.url).filter(|u| !u.is_empty()),
-        method,
-        extra: requirement.extra.clone(),
-        requirement: Some(requirement),
-        fee_cap: None,
-    };
     let sponsorship = state.config.plans.get(caller.plan).sponsorship;
-    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat, sponsorship })
+    let bound = (resource.map(|r| r.url), method);
+    Ok(Receive::x402(caller.account_id.clone(), payload, requirement, bound, repeat, sponsorship))
 }
 
 /// A refusal in x402's words, or the error the API answers.

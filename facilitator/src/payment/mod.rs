@@ -169,6 +169,38 @@ pub struct Receive {
     pub sponsorship: Sponsorship,
 }
 
+/// Longest an x402 settlement waits for confirmation before answering that it is pending.
+pub const MAX_X402_WAIT: Duration = Duration::from_secs(60);
+
+impl Receive {
+    /// An x402 request (over HTTP, or from a seller's layer in process) as the core's job: the
+    /// requirement whole as the terms, the resource and method the seller names as what the
+    /// payment is bound to, the requirement's timeout (at most [`MAX_X402_WAIT`]) as the wait.
+    #[must_use]
+    pub fn x402(
+        account: String,
+        payload: PaymentPayload,
+        requirement: tollgate_protocol::x402::PaymentRequirements,
+        (resource, method): (Option<String>, Option<String>),
+        repeat: Repeat,
+        sponsorship: Sponsorship,
+    ) -> Self {
+        let wait = Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_X402_WAIT.as_secs()));
+        let terms = Terms {
+            network: requirement.network.clone(),
+            pay_to: requirement.pay_to,
+            asset: requirement.asset,
+            price: crate::chains::Price::of_requirement(&requirement.scheme, requirement.amount),
+            resource: resource.filter(|u| !u.is_empty()),
+            method,
+            extra: requirement.extra.clone(),
+            requirement: Some(requirement),
+            fee_cap: None,
+        };
+        Self { account, payload, terms, wait, repeat, sponsorship }
+    }
+}
+
 /// The answer to a proof presented again by the account that claimed it, for the same terms,
 /// once its payment is confirmed. (An unfinished payment is always pushed on and answered; any
 /// other caller, and other terms, always get [`PaymentError::ProofUsed`].)

@@ -38,6 +38,35 @@ pub struct Payment {
 }
 
 impl Payment {
+    /// A payment of `amount` base units of `asset` on `network` to `pay_to`, as a
+    /// [`Facilitator`] reports it (with [`Self::with_payer`], [`Self::with_transaction`],
+    /// [`Self::with_payment_id`] when it knows them).
+    #[must_use]
+    pub const fn new(network: Network, asset: Asset, amount: AtomicAmount, pay_to: Address) -> Self {
+        Self { payer: None, amount, asset, network, pay_to, transaction: None, payment_id: None }
+    }
+
+    /// The same payment, paid by `payer`.
+    #[must_use]
+    pub fn with_payer(mut self, payer: impl Into<String>) -> Self {
+        self.payer = Some(payer.into());
+        self
+    }
+
+    /// The same payment, settled by `transaction`.
+    #[must_use]
+    pub fn with_transaction(mut self, transaction: impl Into<String>) -> Self {
+        self.transaction = Some(transaction.into());
+        self
+    }
+
+    /// The same payment, under the facilitator's id `id`.
+    #[must_use]
+    pub fn with_payment_id(mut self, id: impl Into<String>) -> Self {
+        self.payment_id = Some(id.into());
+        self
+    }
+
     /// Whether it pays `requirement`'s price: its asset, on its network, to its recipient, at
     /// least its amount. A payment made for one request of a route may be presented for a
     /// dearer one.
@@ -124,4 +153,24 @@ pub trait Facilitator: Send + Sync + std::fmt::Debug {
     async fn settle(&self, claim: Claim<'_>) -> Verdict;
     /// Follows a settlement seen pending (by the payment id, when the facilitator gave one).
     async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict;
+}
+
+/// A shared facilitator (one core or client behind several layers, or kept by the caller).
+#[async_trait]
+impl<F: Facilitator + ?Sized> Facilitator for std::sync::Arc<F> {
+    async fn supported(&self) -> Result<Supported, Verdict> {
+        (**self).supported().await
+    }
+    async fn settle_before(&self, claim: Claim<'_>) -> Verdict {
+        (**self).settle_before(claim).await
+    }
+    async fn verify(&self, claim: Claim<'_>) -> Verdict {
+        (**self).verify(claim).await
+    }
+    async fn settle(&self, claim: Claim<'_>) -> Verdict {
+        (**self).settle(claim).await
+    }
+    async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
+        (**self).follow(payment_id, claim).await
+    }
 }

@@ -1,0 +1,166 @@
+//! The seller layer (`tollgate`) on the facilitator core in process ([`InProcess`]): real
+//! signed transfers on the embedded Solana ledger, the real payment core and SQLite, and the
+//! layer in front of a route — no stand-in facilitator. What one proof buys, once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::routing::get;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt as _;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer as _;
+use tollgate::{Payment, PaymentLayer, Price, SettlementOrder};
+use tollgate_facilitator::chains::solana::embedded;
+use tollgate_facilitator::plans::Plan;
+use tollgate_facilitator::seller::InProcess;
+use tollgate_facilitator::store::AccountStore as _;
+use tower::ServiceExt as _;
+
+use common::solana::{SolanaApp, signed_proof};
+
+/// 0.001 SOL, in lamports: the price of `/report`.
+const PRICE: u64 = 1_000_000;
+
+/// A shop whose routes cost 0.001 SOL to `seller`, settled by the core in process; `runs`
+/// counts the handler's runs, and `/fails` answers 500.
+async fn shop(t: &SolanaApp, seller: &Pubkey, order: SettlementOrder, runs: Arc<AtomicUsize>) -> Router {
+    t.store.create_account("acct_shop", chrono::Utc::now()).await.ok();
+    let network = t.state.chains.embedded_solana().unwrap().rpc.network().clone();
+    let layer = PaymentLayer::builder()
+        .facilitator(InProcess::new(&t.state, "acct_shop", Plan::Premium))
+        .accept(Price::native_sol("0.001").unwrap().on(network).pay_to(seller.to_string().parse().unwrap()))
+        .resource_base("https://shop.test")
+        .settlement_order(order)
+        .build()
+        .unwrap();
+    let counted = runs.clone();
+    Router::new()
+        .route(
+            "/report",
+            get(move |axum::Extension(p): axum::Extension<Payment>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move { format!("paid {} by {}", p.amount.get(), p.transaction.unwrap_or_default()) }
+            })
+            .delete(|| async { "deleted" }),
+        )
+        .route("/other", get(|| async { "other" }))
+        .route("/fails", get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "broken") }))
+        .route_layer(layer)
+}
+
+/// A buyer holding SOL on the ledger.
+async fn buyer(t: &SolanaApp) -> Keypair {
+    let buyer = Keypair::new();
+    embedded::fund(&t.state.chains.embedded_solana().unwrap().rpc, &buyer).await.unwrap();
+    buyer
+}
+
+/// `buyer`'s `X-PAYMENT` paying `to` `lamports`.
+async fn proof(t: &SolanaApp, buyer: &Keypair, to: &Pubkey, lamports: u64) -> String {
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    signed_proof(&rpc.network().to_string(), buyer, to, lamports, blockhash)
+}
+
+async fn call(shop: &Router, method: &str, path: &str, proof: Option<&str>) -> (StatusCode, String) {
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(proof) = proof {
+        request = request.header("x-payment", proof);
+    }
+    let response = shop.clone().oneshot(request.body(axum::body::Body::empty()).unwrap()).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_proof_buys_one_request_once_and_nothing_it_did_not_pay_for() {
+    let t = SolanaApp::start().await;
+    let seller = Keypair::new().pubkey();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = shop(&t, &seller, SettlementOrder::SettleBefore, runs.clone()).await;
+    let buyer = buyer(&t).await;
+
+    let (status, _) = call(&shop, "GET", "/report", None).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+
+    // Less than the price: refused by the core, nothing moved.
+    let cheap = proof(&t, &buyer, &seller, PRICE / 2).await;
+    let (status, body) = call(&shop, "GET", "/report", Some(&cheap)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert!(body.contains("invalid_exact_svm_payload_amount_mismatch") || body.contains("less than"), "{body}");
+    assert_eq!(t.lamports(&seller.to_string()).await, 0);
+
+    // To someone else: refused without a transfer.
+    let elsewhere = proof(&t, &buyer, &Keypair::new().pubkey(), PRICE).await;
+    let (status, _) = call(&shop, "GET", "/report", Some(&elsewhere)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+
+    // The price: served once, and the money is on chain.
+    let paid = proof(&t, &buyer, &seller, PRICE).await;
+    let (status, body) = call(&shop, "GET", "/report", Some(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.starts_with(&format!("paid {PRICE} by ")), "{body}");
+    assert_eq!(t.lamports(&seller.to_string()).await, PRICE);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // The same proof for another resource, or another method: refused.
+    let (status, body) = call(&shop, "GET", "/other", Some(&paid)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{body}");
+    let (status, body) = call(&shop, "DELETE", "/report", Some(&paid)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{body}");
+
+    // Another instance of the shop (its own cache) over the same core: the proof is a ticket for
+    // its request for a while, answered by the settlement made — not a second transfer.
+    let other_instance = shop_again(&t, &seller).await;
+    let (status, body) = call(&other_instance, "GET", "/report", Some(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "settled once");
+    let (status, _) = call(&other_instance, "GET", "/other", Some(&paid)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+}
+
+async fn shop_again(t: &SolanaApp, seller: &Pubkey) -> Router {
+    shop(t, seller, SettlementOrder::SettleBefore, Arc::new(AtomicUsize::new(0))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_with_one_proof_settle_it_once() {
+    let t = SolanaApp::start().await;
+    let seller = Keypair::new().pubkey();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = shop(&t, &seller, SettlementOrder::SettleBefore, runs.clone()).await;
+    let buyer = buyer(&t).await;
+    let paid = proof(&t, &buyer, &seller, PRICE).await;
+    let answers = futures_util::future::join_all((0..8).map(|_| call(&shop, "GET", "/report", Some(&paid)))).await;
+    assert!(answers.iter().all(|(status, _)| *status == StatusCode::OK), "{answers:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "one handler run, shared");
+    assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "one transfer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_then_settle_settles_only_what_the_handler_served() {
+    let t = SolanaApp::start().await;
+    let seller = Keypair::new().pubkey();
+    let shop = shop(&t, &seller, SettlementOrder::VerifyThenSettle, Arc::new(AtomicUsize::new(0))).await;
+    let buyer = buyer(&t).await;
+
+    // The handler fails: nothing is settled, the buyer keeps the money.
+    let kept = proof(&t, &buyer, &seller, PRICE).await;
+    let (status, _) = call(&shop, "GET", "/fails", Some(&kept)).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(t.lamports(&seller.to_string()).await, 0);
+
+    // It succeeds: settled, once.
+    let paid = proof(&t, &buyer, &seller, PRICE).await;
+    let (status, body) = call(&shop, "GET", "/report", Some(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(t.lamports(&seller.to_string()).await, PRICE);
+}
