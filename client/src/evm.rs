@@ -14,7 +14,7 @@ use alloy::providers::{Provider as _, RootProvider};
 use alloy::rpc::types::TransactionRequest;
 use alloy::signers::SignerSync as _;
 use alloy::signers::local::PrivateKeySigner;
-use alloy::sol_types::{Eip712Domain, SolStruct as _};
+use alloy::sol_types::SolStruct as _;
 use rand::TryRngCore as _;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OnceCell};
@@ -24,24 +24,7 @@ use tollgate_protocol::{Address, ChainFamily, Network};
 
 use crate::PayError;
 
-alloy::sol! {
-    /// What the buyer reads of a token before signing for it.
-    interface Token {
-        function name() external view returns (string);
-        function version() external view returns (string);
-        function decimals() external view returns (uint8);
-    }
-
-    /// The EIP-712 message of EIP-3009.
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
-    }
-}
+use tollgate_encoding::evm::{Erc3009 as Token, TransferWithAuthorization, eip3009_domain};
 
 /// Gas of a plain transfer to an account without code.
 const TRANSFER_GAS: u64 = 21_000;
@@ -233,13 +216,7 @@ impl EvmWallet {
         let name = given("name").or(facts.name).ok_or_else(|| build_error("the token's EIP-712 name is unknown"))?;
         let version =
             given("version").or(facts.version).ok_or_else(|| build_error("the token's EIP-712 version is unknown"))?;
-        let domain = Eip712Domain::new(
-            Some(name.into()),
-            Some(version.into()),
-            Some(U256::from(self.network().await?.1)),
-            Some(token),
-            None,
-        );
+        let domain = eip3009_domain(name, version, self.network().await?.1, token);
         let mut nonce = [0u8; 32];
         rand::rngs::OsRng.try_fill_bytes(&mut nonce).map_err(build_error)?;
         let now = now_secs();

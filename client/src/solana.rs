@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 use solana_compute_budget_interface::ComputeBudgetInstruction;
-use solana_sdk::instruction::{AccountMeta, Instruction};
+use solana_sdk::instruction::Instruction;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::Keypair;
 use solana_sdk::signer::Signer as _;
@@ -18,18 +18,12 @@ use tollgate_protocol::x402::schemes::ExactNativePayload;
 use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
 use tollgate_protocol::{Address, ChainFamily, Network};
 
+use tollgate_encoding::solana::{
+    MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM, Transfer, associated_token_address, transfer_checked,
+};
+
 use crate::PayError;
 
-/// SPL Token program.
-const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA");
-/// SPL Token-2022 program.
-const TOKEN_2022_PROGRAM: Pubkey = Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb");
-/// Associated Token Account program.
-const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
-/// Token program instruction tag of `TransferChecked`.
-const TRANSFER_CHECKED: u8 = 12;
-/// SPL Memo program (v2).
-const MEMO_PROGRAM: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 /// Size of a mint account's base state; its decimals are at byte 44, `is_initialized` at 45.
 const MINT_LEN: usize = 82;
 /// Least compute units asked for a sponsored token transfer (it uses ~10,000 with Token-2022).
@@ -141,15 +135,9 @@ impl SolanaWallet {
             let mint = Pubkey::new_from_array(mint);
             let fee_payer = fee_payer(requirement).ok_or_else(|| build_error("extra.feePayer is missing"))?;
             let (program, decimals) = self.mint(&mint).await?;
-            let transfer = transfer_checked(
-                &program,
-                &associated_token_address(&me, &mint, &program),
-                &mint,
-                &associated_token_address(&to, &mint, &program),
-                &me,
-                amount,
-                decimals,
-            );
+            let (source, destination) =
+                (associated_token_address(&me, &mint, &program), associated_token_address(&to, &mint, &program));
+            let transfer = transfer_checked(&program, (&source, &mint, &destination), &me, (amount, decimals));
             let units = SPONSORED_COMPUTE_UNITS + crate::unique_below(UNIQUE_UNITS_SPREAD);
             let mut instructions = vec![
                 ComputeBudgetInstruction::set_compute_unit_limit(units),
@@ -168,11 +156,9 @@ impl SolanaWallet {
             return Ok((json!({ "transaction": encode(&tx)? }), id));
         }
 
-        let transfer = solana_system_interface::instruction::transfer(&me, &to, amount);
-        let units = ComputeBudgetInstruction::set_compute_unit_limit(
-            NATIVE_COMPUTE_UNITS + crate::unique_below(UNIQUE_UNITS_SPREAD),
-        );
-        let tx = Transaction::new_signed_with_payer(&[units, transfer], Some(&me), &[&self.keypair], blockhash);
+        let units = NATIVE_COMPUTE_UNITS + crate::unique_below(UNIQUE_UNITS_SPREAD);
+        let transfer = Transfer { from: me, to, lamports: amount, priority_fee: None };
+        let tx = Transaction::new(&[&self.keypair], transfer.message_with_limit(&blockhash, Some(units)), blockhash);
         let id = tx.signatures.first().map(ToString::to_string);
         Ok((ExactNativePayload::Transaction(encode(&tx)?).to_value(), id))
     }
@@ -186,38 +172,6 @@ fn encode(tx: &Transaction) -> Result<String, PayError> {
 /// The fee payer an `exact` offer names in `extra.feePayer`.
 fn fee_payer(requirement: &PaymentRequirements) -> Option<Pubkey> {
     requirement.extra.as_ref()?.get("feePayer")?.as_str()?.parse().ok()
-}
-
-/// The associated token account of `owner` for `mint` under `program`.
-fn associated_token_address(owner: &Pubkey, mint: &Pubkey, program: &Pubkey) -> Pubkey {
-    Pubkey::find_program_address(&[owner.as_ref(), program.as_ref(), mint.as_ref()], &ASSOCIATED_TOKEN_PROGRAM).0
-}
-
-/// `TransferChecked` of `amount` (`decimals` as the mint has them) from `source` to `destination`,
-/// authorised by `owner`.
-fn transfer_checked(
-    program: &Pubkey,
-    source: &Pubkey,
-    mint: &Pubkey,
-    destination: &Pubkey,
-    owner: &Pubkey,
-    amount: u64,
-    decimals: u8,
-) -> Instruction {
-    let mut data = Vec::with_capacity(10);
-    data.push(TRANSFER_CHECKED);
-    data.extend_from_slice(&amount.to_le_bytes());
-    data.push(decimals);
-    Instruction::new_with_bytes(
-        *program,
-        &data,
-        vec![
-            AccountMeta::new(*source, false),
-            AccountMeta::new_readonly(*mint, false),
-            AccountMeta::new(*destination, false),
-            AccountMeta::new_readonly(*owner, true),
-        ],
-    )
 }
 
 #[cfg(test)]

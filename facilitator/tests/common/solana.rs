@@ -164,7 +164,7 @@ pub fn x402_exact(network: &str, tx: &str, pay_to: &str, mint: &str, amount: u64
     })
 }
 
-/// An SPL `TransferChecked` (tag 12) of `amount` base units of `mint` (`decimals`) from the token
+/// An SPL `TransferChecked` of `amount` base units of `mint` (`decimals`) from the token
 /// account `source` to `destination`, signed by `authority`, for the token `program`.
 pub fn transfer_checked(
     program: Pubkey,
@@ -172,19 +172,11 @@ pub fn transfer_checked(
     authority: Pubkey,
     (amount, decimals): (u64, u8),
 ) -> solana_sdk::instruction::Instruction {
-    use solana_sdk::instruction::{AccountMeta, Instruction};
-    let mut data = vec![12];
-    data.extend_from_slice(&amount.to_le_bytes());
-    data.push(decimals);
-    Instruction::new_with_bytes(
-        program,
-        &data,
-        vec![
-            AccountMeta::new(source, false),
-            AccountMeta::new_readonly(mint, false),
-            AccountMeta::new(destination, false),
-            AccountMeta::new_readonly(authority, true),
-        ],
+    tollgate_encoding::solana::transfer_checked(
+        &program,
+        (&source, &mint, &destination),
+        &authority,
+        (amount, decimals),
     )
 }
 

@@ -9,42 +9,7 @@ use tollgate_protocol::gateway::{TokenInfo, TokenStandard};
 use super::rpc::EvmRpc;
 use crate::chains::ChainError;
 
-alloy::sol! {
-    /// The ERC-20 reads and the EIP-3009 functions the facilitator uses.
-    interface Erc3009 {
-        function name() external view returns (string);
-        function symbol() external view returns (string);
-        function decimals() external view returns (uint8);
-        function totalSupply() external view returns (uint256);
-        function balanceOf(address owner) external view returns (uint256);
-        function version() external view returns (string);
-        function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
-        function transferWithAuthorization(
-            address from,
-            address to,
-            uint256 value,
-            uint256 validAfter,
-            uint256 validBefore,
-            bytes32 nonce,
-            bytes signature
-        ) external;
-    }
-
-    /// EIP-1271: signature checks by contract accounts.
-    interface Erc1271 {
-        function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4);
-    }
-
-    /// The EIP-712 message of EIP-3009.
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
-        bytes32 nonce;
-    }
-}
+pub use tollgate_encoding::evm::{Erc1271, Erc3009, TransferWithAuthorization};
 
 /// EIP-1271's "valid" answer: `isValidSignature`'s own selector.
 const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];

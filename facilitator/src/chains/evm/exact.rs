@@ -73,8 +73,7 @@ async fn domain_of(
             (name.unwrap_or(read_name), version.unwrap_or(read_version))
         }
     };
-    let chain_id = U256::from(backend.rpc.chain_id());
-    Ok(Eip712Domain::new(Some(name.into()), Some(version.into()), Some(chain_id), Some(token), None))
+    Ok(tollgate_encoding::evm::eip3009_domain(name, version, backend.rpc.chain_id(), token))
 }
 
 /// The EIP-712 name and version `token` publishes (read once: remembered).

@@ -30,7 +30,7 @@ use crate::chains::{ProofError, Reason, Refusal};
 /// Lighthouse (assertion instructions that wallets such as Phantom append).
 pub const LIGHTHOUSE: Pubkey = Pubkey::from_str_const("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95");
 /// Associated Token Account program.
-pub const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
+pub use tollgate_encoding::solana::{ASSOCIATED_TOKEN_PROGRAM, associated_token_address};
 /// Most instructions a sponsored transaction may hold: two compute-budget, the transfer, and
 /// up to four Memo or Lighthouse (x402's current `exact` SVM rules; wallets such as Phantom add
 /// Lighthouse assertions).
@@ -39,7 +39,7 @@ pub const MAX_INSTRUCTIONS: usize = 7;
 pub const MAX_SIGNERS: u8 = 3;
 
 /// Token program instruction tag of `TransferChecked`.
-const TRANSFER_CHECKED: u8 = 12;
+use tollgate_encoding::solana::TRANSFER_CHECKED;
 /// Bytes of an SPL token account (Token-2022 accounts may be longer).
 const TOKEN_ACCOUNT_LEN: usize = 165;
 /// Offset of a token account's state byte (1 = initialized, 2 = frozen).
@@ -97,12 +97,6 @@ pub struct SponsoredTransfer {
 
 fn refuse(reason: Reason, message: impl Into<String>) -> Refusal {
     Refusal::new(reason, message)
-}
-
-/// The associated token account of `owner` for `mint` under `program`.
-#[must_use]
-pub fn associated_token_address(owner: &Pubkey, mint: &Pubkey, program: &Pubkey) -> Pubkey {
-    Pubkey::find_program_address(&[owner.as_ref(), program.as_ref(), mint.as_ref()], &ASSOCIATED_TOKEN_PROGRAM).0
 }
 
 /// Reads a `TransferChecked` instruction's amount and decimals.

@@ -13,19 +13,7 @@ pub(crate) fn transfer_checked_ix(
     amount: u64,
     decimals: u8,
 ) -> Instruction {
-    let mut data = vec![TRANSFER_CHECKED];
-    data.extend_from_slice(&amount.to_le_bytes());
-    data.push(decimals);
-    Instruction::new_with_bytes(
-        *program,
-        &data,
-        vec![
-            AccountMeta::new(*source, false),
-            AccountMeta::new_readonly(*mint, false),
-            AccountMeta::new(*destination, false),
-            AccountMeta::new_readonly(*authority, true),
-        ],
-    )
+    tollgate_encoding::solana::transfer_checked(program, (source, mint, destination), authority, (amount, decimals))
 }
 
 /// A transaction with `sponsor` as fee payer, signed by `signers` (not the sponsor).

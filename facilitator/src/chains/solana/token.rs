@@ -17,10 +17,10 @@
 use solana_sdk::pubkey::Pubkey;
 use tollgate_protocol::gateway::TokenStandard;
 
-/// SPL Token program.
-pub const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA");
 /// Token-2022 program.
-pub const TOKEN_2022_PROGRAM: Pubkey = Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb");
+pub use tollgate_encoding::solana::TOKEN_2022_PROGRAM;
+/// SPL Token program.
+pub use tollgate_encoding::solana::TOKEN_PROGRAM;
 /// Metaplex token metadata program.
 pub const METAPLEX_METADATA: Pubkey = Pubkey::from_str_const("metaqbxxUerdq28cj1RbAWkYQm3ybzjb6a8bt518x1s");
 

@@ -14,7 +14,7 @@ use solana_sdk::transaction::VersionedTransaction;
 use crate::chains::{Reason, Refusal};
 
 /// SPL Memo program (v2).
-pub const MEMO_V2: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
+pub const MEMO_V2: Pubkey = tollgate_encoding::solana::MEMO_PROGRAM;
 /// SPL Memo program (v1).
 pub const MEMO_V1: Pubkey = Pubkey::from_str_const("Memo1UhkJRfHyvLMcVucJwxXeuD728EqVDDwQDxFMNo");
 /// System program.

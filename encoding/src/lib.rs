@@ -1,0 +1,12 @@
+//! `tollgate-encoding`: the chain encodings the Tollgate buyer writes and its facilitator reads,
+//! written once (no I/O).
+//!
+//! # Layout
+//!
+//! | module | what |
+//! |---|---|
+//! | [`evm`] | the ERC-20 / EIP-3009 ABI, EIP-1271, the EIP-712 `TransferWithAuthorization` message and its domain |
+//! | [`solana`] | SPL program ids, associated token addresses, `TransferChecked`, native SOL transfer messages |
+
+pub mod evm;
+pub mod solana;

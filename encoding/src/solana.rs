@@ -1,0 +1,150 @@
+//! Solana: the programs a payment names, the SPL `TransferChecked` an x402 `exact` payment
+//! makes, and the native SOL transfer an `exact-native` one makes.
+
+use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_sdk::hash::Hash;
+use solana_sdk::instruction::{AccountMeta, Instruction};
+use solana_sdk::message::Message;
+use solana_sdk::pubkey::Pubkey;
+
+/// SPL Token program.
+pub const TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA");
+/// SPL Token-2022 program.
+pub const TOKEN_2022_PROGRAM: Pubkey = Pubkey::from_str_const("TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb");
+/// Associated Token Account program.
+pub const ASSOCIATED_TOKEN_PROGRAM: Pubkey = Pubkey::from_str_const("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
+/// SPL Memo program (v2).
+pub const MEMO_PROGRAM: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
+/// Token program instruction tag of `TransferChecked`.
+pub const TRANSFER_CHECKED: u8 = 12;
+
+/// The associated token account of `owner` for `mint` under the token `program`.
+#[must_use]
+pub fn associated_token_address(owner: &Pubkey, mint: &Pubkey, program: &Pubkey) -> Pubkey {
+    Pubkey::find_program_address(&[owner.as_ref(), program.as_ref(), mint.as_ref()], &ASSOCIATED_TOKEN_PROGRAM).0
+}
+
+/// A `TransferChecked` of `amount` base units of `mint` (`decimals` as the mint has them) from
+/// the token account `source` to `destination`, authorised by `authority`, for the token
+/// `program`.
+#[must_use]
+pub fn transfer_checked(
+    program: &Pubkey,
+    (source, mint, destination): (&Pubkey, &Pubkey, &Pubkey),
+    authority: &Pubkey,
+    (amount, decimals): (u64, u8),
+) -> Instruction {
+    let mut data = Vec::with_capacity(10);
+    data.push(TRANSFER_CHECKED);
+    data.extend_from_slice(&amount.to_le_bytes());
+    data.push(decimals);
+    Instruction::new_with_bytes(
+        *program,
+        &data,
+        vec![
+            AccountMeta::new(*source, false),
+            AccountMeta::new_readonly(*mint, false),
+            AccountMeta::new(*destination, false),
+            AccountMeta::new_readonly(*authority, true),
+        ],
+    )
+}
+
+/// Compute units requested when a priority fee is set. A System transfer uses 150 and each
+/// compute-budget instruction 150; the rest is margin. With 1,000 units the price in
+/// micro-lamports per unit is exactly the fee in lamports times 1,000, so the fee is exact.
+pub const TRANSFER_COMPUTE_UNITS: u32 = 1_000;
+
+/// A native SOL transfer to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    /// Payer and fee payer.
+    pub from: Pubkey,
+    /// Recipient.
+    pub to: Pubkey,
+    /// Lamports moved.
+    pub lamports: u64,
+    /// Priority fee in lamports on top of the base fee.
+    pub priority_fee: Option<u64>,
+}
+
+impl Transfer {
+    /// The message: a compute-unit limit and price when there is a priority fee, then the System
+    /// transfer.
+    #[must_use]
+    pub fn message(&self, blockhash: &Hash) -> Message {
+        self.message_with_limit(blockhash, None)
+    }
+
+    /// The message with a compute-unit limit of `units` (none given: [`TRANSFER_COMPUTE_UNITS`]
+    /// when there is a priority fee, else no limit). The limit changes the signature, not the
+    /// fee: without a priority fee nothing is charged per unit, and with one the price is the
+    /// fee spread over the units, rounded down, which the cluster's rounding up per transaction
+    /// brings back to exactly the fee (for limits under 1,000,000 units).
+    #[must_use]
+    pub fn message_with_limit(&self, blockhash: &Hash, units: Option<u32>) -> Message {
+        let fee = self.priority_fee.filter(|f| *f > 0);
+        let units = units.or(fee.map(|_| TRANSFER_COMPUTE_UNITS));
+        let mut instructions = Vec::with_capacity(3);
+        if let Some(units) = units {
+            instructions.push(ComputeBudgetInstruction::set_compute_unit_limit(units));
+            if let Some(fee) = fee {
+                let micro_lamports_per_unit = fee.saturating_mul(1_000_000) / u64::from(units.max(1));
+                instructions.push(ComputeBudgetInstruction::set_compute_unit_price(micro_lamports_per_unit));
+            }
+        }
+        instructions.push(solana_system_interface::instruction::transfer(&self.from, &self.to, self.lamports));
+        Message::new_with_blockhash(&instructions, Some(&self.from), blockhash)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_checked_is_tag_12_amount_and_decimals() {
+        let [program, source, mint, destination, authority] =
+            [1u8, 2, 3, 4, 5].map(|b| Pubkey::new_from_array([b; 32]));
+        let ix = transfer_checked(&program, (&source, &mint, &destination), &authority, (1_000_000, 6));
+        assert_eq!(ix.data, [12, 64, 66, 15, 0, 0, 0, 0, 0, 6]);
+        let writable: Vec<_> = ix.accounts.iter().map(|a| (a.pubkey, a.is_writable, a.is_signer)).collect();
+        assert_eq!(
+            writable,
+            [(source, true, false), (mint, false, false), (destination, true, false), (authority, false, true)]
+        );
+    }
+
+    #[test]
+    fn priority_fee_becomes_an_exact_compute_unit_price() {
+        let t = Transfer {
+            from: Pubkey::new_unique(),
+            to: Pubkey::new_unique(),
+            lamports: 10_000_000,
+            priority_fee: Some(10_000),
+        };
+        let m = t.message(&Hash::default());
+        assert_eq!(m.instructions.len(), 3);
+        let price = &m.instructions[1].data;
+        // set_compute_unit_price: tag 3, then u64 little endian.
+        assert_eq!(price[0], 3);
+        assert_eq!(u64::from_le_bytes(price[1..9].try_into().unwrap()), 10_000_000);
+        assert_eq!(Transfer { priority_fee: None, ..t }.message(&Hash::default()).instructions.len(), 1);
+    }
+
+    /// Whatever the limit that makes a transfer unique, the priority fee charged is exactly the
+    /// one asked: the cluster charges ceil(price × units / 1,000,000) lamports.
+    #[test]
+    fn a_unique_limit_keeps_the_priority_fee_exact() {
+        let t =
+            Transfer { from: Pubkey::new_unique(), to: Pubkey::new_unique(), lamports: 1, priority_fee: Some(10_000) };
+        for units in [1_000u32, 1_001, 1_777, 54_321, 100_999, 999_999] {
+            let m = t.message_with_limit(&Hash::default(), Some(units));
+            let price = u64::from_le_bytes(m.instructions[1].data[1..9].try_into().unwrap());
+            let charged = (u128::from(price) * u128::from(units)).div_ceil(1_000_000);
+            assert_eq!(charged, 10_000, "{units} units");
+        }
+        let plain = Transfer { priority_fee: None, ..t }.message_with_limit(&Hash::default(), Some(1_234));
+        assert_eq!(plain.instructions.len(), 2, "a limit, no price");
+    }
+}
