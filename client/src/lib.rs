@@ -17,6 +17,14 @@
 //! Offers are tried in the seller's order; the first one its keys can pay within the cap wins.
 //! The cap is compared in the asset's own units (decimals read from the chain for tokens).
 //!
+//! # Layout
+//!
+//! | module | what |
+//! |---|---|
+//! | this file | [`Buyer`]: the 402 met, an offer chosen under the cap, the proof sent, `503` followed |
+//! | `solana`, `evm` | each chain's wallet: decimals read, the proof built and signed (encodings from `tollgate-encoding`) |
+//! | `src/bin/tollgate-pay.rs` | the command line |
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), tollgate_client::PayError> {
 //! use tollgate_client::{Buyer, Cap};

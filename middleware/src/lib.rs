@@ -39,8 +39,17 @@
 //! # }
 //! ```
 //!
-//! Map: [`layer`] (the layer and its builder), [`service`] (the per-request flow), [`future`],
-//! [`price`], [`facilitator`], [`body`].
+//! # Layout
+//!
+//! | module | what |
+//! |---|---|
+//! | [`layer`] | [`PaymentLayer`] and its builder |
+//! | [`service`] | the per-request flow, in steps: offers → resource → the payment read → known or in flight → settled in the layer's order |
+//! | `config` | the settings every clone shares, [`SettlementOrder`], the pricing function |
+//! | `offers` | what a request is offered, its resource, and which offer a payment pays |
+//! | [`facilitator`] | the [`Facilitator`] trait the layer asks ([`Claim`] in, [`Verdict`] out) and [`FacilitatorClient`], its HTTP implementation |
+//! | `cache`, `challenge`, `offline` | verdicts remembered per proof and the proofs in flight; the answers the layer writes itself; refusals decided without the facilitator |
+//! | [`price`], [`future`], [`body`] | prices and quotes; the service's future; its response body |
 
 pub mod body;
 mod cache;

@@ -1,6 +1,6 @@
 //! Wire types shared by every part of Tollgate. No I/O.
 //!
-//! Map of the crate:
+//! # Layout
 //!
 //! * [`amount`]: exact money, [`AtomicAmount`] (integer atomic units) and [`DecimalAmount`]
 //!   (JSON numbers in whole units, read from their text).

@@ -227,6 +227,13 @@ impl<'de> Deserialize<'de> for Network {
     }
 }
 
+/// Any network an x402 message can name, as the OpenAPI document describes it: a v1 name
+/// (`base-sepolia`) or CAIP-2. A network this facilitator does not serve is a verdict
+/// (`invalid_network`), not a malformed request.
+#[cfg(feature = "openapi")]
+#[derive(Debug, Clone, Copy)]
+pub struct X402Network;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
 use utoipa::openapi::{Ref, RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
+use crate::network::X402Network;
 use crate::x402::{Asset, FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, V1, V2};
 use crate::{Address, AtomicAmount, DecimalAmount, Network};
 
@@ -99,10 +100,6 @@ impl PartialSchema for Asset {
     }
 }
 impl ToSchema for Asset {}
-
-/// Any network an x402 message can name: a v1 name (`base-sepolia`) or CAIP-2. A network this
-/// facilitator does not serve is a verdict (`invalid_network`), not a malformed request.
-pub struct X402Network;
 
 impl PartialSchema for X402Network {
     fn schema() -> RefOr<Schema> {

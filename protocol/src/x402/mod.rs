@@ -124,7 +124,7 @@ pub struct PaymentRequirements {
     /// `exact` or `exact-native` (other schemes are carried but not handled).
     pub scheme: String,
     /// Where to pay.
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::X402Network))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::network::X402Network))]
     pub network: Network,
     /// How much, in atomic units of `asset`.
     pub amount: AtomicAmount,
@@ -151,7 +151,7 @@ pub struct PaymentRequirementsV1 {
     pub scheme: String,
     /// v1 network name (`base`, `solana-devnet`) or CAIP-2 for networks without one.
     #[serde(with = "v1_network")]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::X402Network))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::network::X402Network))]
     pub network: Network,
     /// Atomic amount.
     pub max_amount_required: AtomicAmount,
@@ -334,7 +334,7 @@ pub struct PaymentPayloadV1 {
     pub scheme: String,
     /// Network paid on.
     #[serde(with = "v1_network")]
-    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::X402Network))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::network::X402Network))]
     pub network: Network,
     /// Scheme-specific proof (see [`schemes`]).
     #[cfg_attr(feature = "openapi", schema(value_type = Value))]
