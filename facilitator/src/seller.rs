@@ -13,6 +13,7 @@ use tollgate::facilitator::{Claim, Facilitator, Payment, Verdict};
 use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::Supported;
 
+use crate::api::validate;
 use crate::app::AppState;
 use crate::chains::{Chains, Unserved};
 use crate::payment::{PaymentError, Payments, Receive, Repeat};
@@ -47,11 +48,27 @@ impl InProcess {
     }
 
     /// The core's job for a claim: its requirement as the terms, bound to the layer's resource
-    /// and method.
-    fn job(&self, claim: Claim<'_>, repeat: Repeat) -> Receive {
-        let bound = (Some(claim.resource.url.clone()), claim.resource.method.clone());
+    /// and method — which must pass what the HTTP API asks of them (a resource URL of at most
+    /// 2,048 characters without control characters, a method in capitals); `None` when they do
+    /// not ([`unbound`]).
+    fn job(&self, claim: Claim<'_>, repeat: Repeat) -> Option<Receive> {
+        let url = claim.resource.url.as_str();
+        validate::x402_resource(Some(url)).ok()?;
+        let method = validate::method(claim.resource.method.as_deref()).ok()?;
         let (payload, requirement) = (claim.payload.clone(), claim.requirement.clone());
-        Receive::x402(self.account.clone(), payload, requirement, bound, repeat, self.sponsorship)
+        let bound = (Some(url.to_owned()), method);
+        Some(Receive::x402(self.account.clone(), payload, requirement, bound, repeat, self.sponsorship))
+    }
+}
+
+/// A request whose resource or method cannot be bound to a payment: nothing settles, and the
+/// layer answers as it does when the HTTP API refuses the request (unavailable).
+fn unbound() -> Verdict {
+    Verdict::Unavailable {
+        timed_out: false,
+        reason: "the request's resource URL (at most 2,048 characters, no control characters) or method (in \
+                 capitals) cannot be bound to a payment"
+            .into(),
     }
 }
 
@@ -69,7 +86,8 @@ impl Facilitator for InProcess {
     /// Would it settle? A proof this seller settled already is answered with that settlement
     /// (for the same request: else it is used).
     async fn verify(&self, claim: Claim<'_>) -> Verdict {
-        match self.payments.verify(self.job(claim, Repeat::Used)).await {
+        let Some(job) = self.job(claim, Repeat::Used) else { return unbound() };
+        match self.payments.verify(job).await {
             Ok(payer) => {
                 let r = claim.requirement;
                 Verdict::Paid(
@@ -84,8 +102,10 @@ impl Facilitator for InProcess {
     /// Settles, or answers the settlement made before for the same request (x402 `/settle` is
     /// idempotent for one seller).
     async fn settle(&self, claim: Claim<'_>) -> Verdict {
-        match self.payments.receive(self.job(claim, Repeat::Confirmed)).await {
-            Ok(stored) => verdict(stored, claim),
+        let Some(job) = self.job(claim, Repeat::Confirmed) else { return unbound() };
+        let asked = chrono::Utc::now();
+        match self.payments.receive(job).await {
+            Ok(stored) => verdict(stored, claim, asked),
             Err(e) => refusal(e),
         }
     }
@@ -96,14 +116,19 @@ impl Facilitator for InProcess {
     }
 }
 
-/// A settlement as the layer's verdict: paid only when confirmed within the ticket's lifetime
-/// and paying the claim's requirement.
-fn verdict(stored: StoredPayment, claim: Claim<'_>) -> Verdict {
+/// A settlement as the layer's verdict, asked for at `asked`: paid only when it pays the
+/// claim's requirement, and — a settlement made before, answered again — was confirmed within
+/// the ticket's lifetime (whole seconds, as the gateway's records are read over HTTP). One
+/// confirmed since it was asked for is this request's own, whatever the lifetime.
+fn verdict(stored: StoredPayment, claim: Claim<'_>, asked: chrono::DateTime<chrono::Utc>) -> Verdict {
     let p = &stored.payment;
     match p.status {
         PaymentStatus::Confirmed => {
-            let lifetime = chrono::Duration::from_std(claim.lifetime).unwrap_or(chrono::Duration::MAX);
-            if stored.confirmed_at.is_none_or(|at| chrono::Utc::now() - at > lifetime) {
+            let lifetime = i64::try_from(claim.lifetime.as_secs()).unwrap_or(i64::MAX);
+            let now = chrono::Utc::now().timestamp();
+            let serves =
+                |at: chrono::DateTime<chrono::Utc>| at >= asked || now.saturating_sub(at.timestamp()) <= lifetime;
+            if !stored.confirmed_at.is_some_and(serves) {
                 return Verdict::Refused {
                     reason: "this payment was confirmed longer ago than a paid request is served again".into(),
                 };
@@ -132,10 +157,13 @@ fn verdict(stored: StoredPayment, claim: Claim<'_>) -> Verdict {
     }
 }
 
-/// A job that made no settlement, as the layer's verdict: a refusal in x402's words
-/// (`reason: message`), or unavailable when the core could not decide.
+/// A job that made no settlement, as the layer's verdict — as the HTTP API and
+/// [`tollgate::FacilitatorClient`] together would give it: a refusal of the proof in x402's
+/// words (`reason: message`, which the layer remembers for the request), else unavailable (the
+/// API's other errors: nothing remembered, the buyer may retry).
 fn refusal(e: PaymentError) -> Verdict {
     let refused = |reason: String| Verdict::Refused { reason };
+    let unavailable = |reason: String| Verdict::Unavailable { timed_out: false, reason };
     match e {
         PaymentError::Refused(r) => refused(format!("{}: {}", r.reason.as_str(), r.message)),
         PaymentError::ProofUsed { payment_id, .. } => {
@@ -144,15 +172,122 @@ fn refusal(e: PaymentError) -> Verdict {
         PaymentError::Unserved(u @ Unserved::Unavailable(_)) => {
             refused(format!("invalid_network: this facilitator does not settle: {u}"))
         }
+        PaymentError::Internal(m) => {
+            tracing::error!(error = %m, "an in-process settlement failed");
+            unavailable("the facilitator failed (see its log)".into())
+        }
         PaymentError::Invalid(m)
         | PaymentError::InvalidRecipient(m)
         | PaymentError::InsufficientBalance(m)
         | PaymentError::Forbidden(m)
-        | PaymentError::NotFound(m) => refused(m),
-        PaymentError::Unserved(u) => refused(u.to_string()),
-        PaymentError::Unavailable(m) | PaymentError::SponsorshipSpent { message: m, .. } => {
-            Verdict::Unavailable { timed_out: false, reason: m }
+        | PaymentError::NotFound(m)
+        | PaymentError::Unavailable(m)
+        | PaymentError::SponsorshipSpent { message: m, .. } => unavailable(m),
+        PaymentError::Unserved(u) => unavailable(u.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_protocol::gateway::{Direction, PaymentMode};
+    use tollgate_protocol::x402::{Asset, PaymentRequirements, ResourceInfo};
+    use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
+
+    use super::*;
+    use crate::chains::{Reason, Refusal};
+    use crate::store::NewPayment;
+
+    fn requirement() -> PaymentRequirements {
+        PaymentRequirements {
+            scheme: "exact-native".into(),
+            network: Network::solana_devnet(),
+            amount: AtomicAmount(1_000),
+            asset: Asset::Native,
+            pay_to: Address::Solana([7; 32]),
+            max_timeout_seconds: 60,
+            extra: None,
         }
-        PaymentError::Internal(m) => Verdict::Unavailable { timed_out: false, reason: format!("internal: {m}") },
+    }
+
+    fn confirmed(ago: chrono::Duration) -> StoredPayment {
+        let at = chrono::Utc::now() - ago;
+        let r = requirement();
+        StoredPayment {
+            payment: NewPayment {
+                id: "pay_1".into(),
+                owner_account: "acct".into(),
+                owner_side: Direction::Received,
+                counterparty_account: None,
+                status: PaymentStatus::Confirmed,
+                mode: PaymentMode::Hosted,
+                network: r.network,
+                from: Address::Solana([9; 32]).to_string(),
+                to: r.pay_to.to_string(),
+                amount_atomic: AtomicAmount(1_000),
+                asset: "native".into(),
+                decimals: 9,
+                fee_atomic: None,
+                transaction: Some("5sig".into()),
+                tx_raw: None,
+                resource: Some("https://shop.test/report".into()),
+                metadata: None,
+                proof_id: None,
+                expires_at: None,
+                last_valid_block_height: None,
+                next_check_at: None,
+                created_at: at,
+            },
+            seq: 1,
+            updated_at: at,
+            confirmed_at: Some(at),
+            error: None,
+            checks: 0,
+        }
+    }
+
+    #[test]
+    fn a_settlement_serves_within_the_ticket_lifetime_in_whole_seconds_and_pays_the_requirement() {
+        let payload = tollgate_protocol::x402::PaymentPayload::exact_native_v1(
+            &Network::solana_devnet(),
+            &tollgate_protocol::x402::schemes::ExactNativePayload::Transaction("AQID".into()),
+        );
+        let resource = ResourceInfo {
+            url: "https://shop.test/report".into(),
+            description: String::new(),
+            mime_type: String::new(),
+            method: Some("GET".into()),
+        };
+        let requirement = requirement();
+        let claim = |lifetime: u64| Claim {
+            header: "",
+            payload: &payload,
+            requirement: &requirement,
+            decimals: ChainFamily::Solana.native_decimals(),
+            resource: &resource,
+            lifetime: std::time::Duration::from_secs(lifetime),
+        };
+        let now = chrono::Utc::now();
+        let paid = |stored, lifetime, asked| matches!(verdict(stored, claim(lifetime), asked), Verdict::Paid(_));
+        let settled_now = confirmed(chrono::Duration::milliseconds(800));
+        let asked_before = now - chrono::Duration::seconds(2);
+        assert!(paid(settled_now, 0, asked_before), "settled for this request: served, even with no ticket lifetime");
+        assert!(paid(confirmed(chrono::Duration::seconds(600)), 600, now), "answered again within the lifetime");
+        assert!(!paid(confirmed(chrono::Duration::seconds(601)), 600, now), "confirmed before the ticket's lifetime");
+        let mut cheaper = confirmed(chrono::Duration::seconds(1));
+        cheaper.payment.amount_atomic = AtomicAmount(999);
+        assert!(!paid(cheaper, 600, asked_before), "a payment of less than the requirement");
+    }
+
+    #[test]
+    fn only_verdicts_on_the_proof_are_refusals_the_layer_remembers() {
+        let refused = |e| matches!(refusal(e), Verdict::Refused { .. });
+        assert!(refused(PaymentError::Refused(Refusal::new(Reason::InvalidPayload, "bad"))));
+        assert!(refused(PaymentError::ProofUsed { payment_id: "pay_1".into(), holder: None }));
+        assert!(refused(PaymentError::Unserved(Unserved::Unavailable("solana:x".into()))));
+        let wrong_family = Unserved::WrongFamily { network: Network::solana_devnet(), family: ChainFamily::Evm };
+        assert!(!refused(PaymentError::Unserved(wrong_family)));
+        assert!(!refused(PaymentError::Invalid("x".into())));
+        assert!(!refused(PaymentError::Internal("disk".into())));
+        assert!(!refused(PaymentError::SponsorshipSpent { message: "spent".into(), renews_in_secs: 1 }));
     }
 }

@@ -125,6 +125,14 @@ async fn one_proof_buys_one_request_once_and_nothing_it_did_not_pay_for() {
     assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "settled once");
     let (status, _) = call(&other_instance, "GET", "/other", Some(&paid)).await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+
+    // A resource no payment can be bound to (longer than the API takes): nothing settles, and
+    // the buyer is told to retry (502), not refused for good.
+    let long = proof(&t, &buyer, &seller, PRICE).await;
+    let path = format!("/report?q={}", "a".repeat(2_100));
+    let (status, _) = call(&shop, "GET", &path, Some(&long)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "nothing moved");
 }
 
 async fn shop_again(t: &SolanaApp, seller: &Pubkey) -> Router {
