@@ -13,7 +13,7 @@ use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::{Eip712Domain, SolCall as _, SolStruct as _};
 use async_trait::async_trait;
 use tollgate_protocol::Network;
-use tollgate_protocol::x402::schemes::ExactEvmPayload;
+use tollgate_protocol::x402::schemes::{Eip3009Authorization, ExactEvmPayload};
 use tollgate_protocol::x402::{Asset, PaymentPayload};
 
 use super::erc20::{self, Erc3009, TransferWithAuthorization};
@@ -153,6 +153,7 @@ async fn signed_by_payer(
 }
 
 /// What a failing `transferWithAuthorization` is checked for, to name the reason.
+#[derive(Clone, Copy)]
 struct Failed<'a> {
     token: Address,
     message: &'a TransferWithAuthorization,
@@ -201,29 +202,59 @@ pub(super) async fn check(
     (pay_to, now): (&Address, i64),
     (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
-    let rpc = &backend.rpc;
-    let sender = match (settler, &backend.signer) {
+    let sender = settling_account(backend, settler)?;
+    let token = token_asked(terms)?;
+    let read = authorization.as_ref().map_err(|r| ProofError::Refused(r.clone()))?;
+    let a = &read.payload.authorization;
+    let (from, to) = parties(a, pay_to)?;
+    let decimals = known_token(backend, token, sender).await?;
+    terms.price.check(a.value.get(), decimals, Reason::EvmValue)?;
+    let margin = i64::try_from(backend.valid_before_margin_secs).unwrap_or(i64::MAX);
+    let (message, signature) = signed_message(&read.payload, (from, to), now, margin)?;
+    // The domain is settled before the chain is asked: a token that publishes none, for terms
+    // that name none, is refused whatever the simulation says.
+    let domain = domain_of(backend, token, read.accepted_extra.as_ref(), terms).await?;
+    let why = Failed { token, message: &message, domain: &domain, signature: &signature };
+    let (settle, fee) = settlement(backend, (sender, token), &why, (settler, intent)).await?;
+    Ok(Checked {
+        settle,
+        proof_id: authorization_id(backend.rpc.network(), &token, &from, &message.nonce),
+        payer: protocol_address(from),
+        pay_to: protocol_address(to),
+        asset: Asset::Token(protocol_address(token)),
+        amount: a.value.get(),
+        decimals,
+        fee,
+    })
+}
+
+/// The account that sends the settlement: the seller's (local mode) or the facilitator's.
+fn settling_account(backend: &EvmBackend, settler: Settler) -> Result<Address, ProofError> {
+    match (settler, &backend.signer) {
         (Settler::Seller(seller), _) => address(&seller)
-            .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not an EVM account"))?,
-        (Settler::Facilitator, Some(signer)) => signer.0.address(),
-        (Settler::Facilitator, None) => {
-            return Err(refuse(
-                Reason::UnsupportedScheme,
-                format!("this facilitator has no account to settle x402 exact on {}", rpc.network()),
-            ));
-        }
-    };
+            .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not an EVM account")),
+        (Settler::Facilitator, Some(signer)) => Ok(signer.0.address()),
+        (Settler::Facilitator, None) => Err(refuse(
+            Reason::UnsupportedScheme,
+            format!("this facilitator has no account to settle x402 exact on {}", backend.rpc.network()),
+        )),
+    }
+}
+
+/// The token contract the terms ask for.
+fn token_asked(terms: &Terms) -> Result<Address, ProofError> {
     let Asset::Token(token) = terms.asset else {
         return Err(refuse(
             Reason::InvalidPaymentRequirements,
             "x402 exact on EVM pays a token: name it (asset), ETH is paid with exact-native",
         ));
     };
-    let token = address(&token)
-        .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be an EVM token contract"))?;
-    let read = authorization.as_ref().map_err(|r| ProofError::Refused(r.clone()))?;
-    let p = &read.payload;
-    let a = &p.authorization;
+    address(&token).ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be an EVM token contract"))
+}
+
+/// Who authorizes and who is paid: EVM addresses, a payer that is not the zero address, and
+/// the seller's recipient.
+fn parties(a: &Eip3009Authorization, pay_to: &Address) -> Result<(Address, Address), ProofError> {
     let (Some(from), Some(to)) = (address(&a.from), address(&a.to)) else {
         return Err(refuse(Reason::InvalidPayload, "authorization addresses must be EVM addresses"));
     };
@@ -235,13 +266,22 @@ pub(super) async fn check(
     if to != *pay_to {
         return Err(refuse(Reason::EvmRecipientMismatch, format!("the authorization pays {to}, not {pay_to}")));
     }
-    let decimals = known_token(backend, token, sender).await?;
-    terms.price.check(a.value.get(), decimals, Reason::EvmValue)?;
+    Ok((from, to))
+}
+
+/// The EIP-712 message the payer signed, valid from before `now` until at least `margin`
+/// seconds after it, and its signature's bytes.
+fn signed_message(
+    p: &ExactEvmPayload,
+    (from, to): (Address, Address),
+    now: i64,
+    margin: i64,
+) -> Result<(TransferWithAuthorization, Vec<u8>), ProofError> {
+    let a = &p.authorization;
     let (valid_after, valid_before) = (a.valid_after.get(), a.valid_before.get());
     if valid_after >= u128::try_from(now).unwrap_or_default() {
         return Err(refuse(Reason::EvmValidAfter, format!("the authorization is valid only after {valid_after}")));
     }
-    let margin = i64::try_from(backend.valid_before_margin_secs).unwrap_or(i64::MAX);
     if valid_before < u128::try_from(now.saturating_add(margin)).unwrap_or_default() {
         return Err(refuse(
             Reason::EvmValidBefore,
@@ -254,74 +294,71 @@ pub(super) async fn check(
         a.nonce.parse().map_err(|_| refuse(Reason::InvalidPayload, "authorization.nonce is not 32 bytes"))?;
     let signature = alloy::primitives::hex::decode(p.signature.trim_start_matches("0x"))
         .map_err(|_| refuse(Reason::EvmSignature, "the signature is not hex"))?;
-    let value = U256::from(a.value.get());
     let message = TransferWithAuthorization {
         from,
         to,
-        value,
+        value: U256::from(a.value.get()),
         validAfter: U256::from(valid_after),
         validBefore: U256::from(valid_before),
         nonce,
     };
-    // The domain is settled before the chain is asked: a token that publishes none, for terms
-    // that name none, is refused whatever the simulation says.
-    let domain = domain_of(backend, token, read.accepted_extra.as_ref(), terms).await?;
+    Ok((message, signature))
+}
+
+/// `transferWithAuthorization` simulated from the settling account: for a verdict, with the gas
+/// cap; to settle, its gas estimated (which simulates it as the chain is then), and the call to
+/// sign (facilitator: with the fees it is signed with, whose most is the fee counted) or to hand
+/// over unsigned (seller).
+async fn settlement(
+    backend: &EvmBackend,
+    (sender, token): (Address, Address),
+    why: &Failed<'_>,
+    (settler, intent): (Settler, Intent),
+) -> Result<(Settle, Option<u128>), ProofError> {
+    let rpc = &backend.rpc;
+    let m = why.message;
     let data = Erc3009::transferWithAuthorizationCall {
-        from,
-        to,
-        value,
-        validAfter: message.validAfter,
-        validBefore: message.validBefore,
-        nonce,
-        signature: Bytes::copy_from_slice(&signature),
+        from: m.from,
+        to: m.to,
+        value: m.value,
+        validAfter: m.validAfter,
+        validBefore: m.validBefore,
+        nonce: m.nonce,
+        signature: Bytes::copy_from_slice(why.signature),
     }
     .abi_encode();
     let call = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
-    let why = Failed { token, message: &message, domain: &domain, signature: &signature };
-    // What the facilitator's account pays in gas, at most, when it sends the settlement.
-    let mut fee = None;
-    let settle = if intent == Intent::Verify {
+    if intent == Intent::Verify {
         if let Err(failure) = rpc.simulate(call.gas_limit(backend.max_gas)).await? {
-            return Err(why_it_fails(backend, why, failure).await);
+            return Err(why_it_fails(backend, *why, failure).await);
         }
-        Settle::Nothing
-    } else {
-        // Settling: the estimate simulates the call again against the chain as it is now, and
-        // gives the gas limit. A limit of the cap instead would let a payer's wallet contract
-        // that spends whatever gas it is given burn the cap on every settlement.
-        let gas = match rpc.estimate(call).await? {
-            Ok(gas) => gas,
-            Err(failure) => return Err(why_it_fails(backend, why, failure).await),
-        };
-        if gas > backend.max_gas {
-            return Err(refuse(Reason::EvmSimulationFailed, format!("the settlement needs {gas} gas, above the cap")));
-        }
-        // Margin over the estimate, within the cap.
-        let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
-        let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit, fees: None };
-        match settler {
-            Settler::Facilitator => {
-                // The fees it is signed with, read once: what the account's budget counts.
-                let fees = rpc.fees().await?;
-                fee = Some(u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas));
-                Settle::Sign(Box::new(Eip3009Call { fees: Some(fees), ..call }))
-            }
-            Settler::Seller(_) => {
-                let (transaction, fee) = call.unsigned_from(sender).await?;
-                let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
-                Settle::Handover { transaction, fee, horizon }
-            }
-        }
+        return Ok((Settle::Nothing, None));
+    }
+    // Settling: the estimate simulates the call again against the chain as it is now, and
+    // gives the gas limit. A limit of the cap instead would let a payer's wallet contract that
+    // spends whatever gas it is given burn the cap on every settlement.
+    let gas = match rpc.estimate(call).await? {
+        Ok(gas) => gas,
+        Err(failure) => return Err(why_it_fails(backend, *why, failure).await),
     };
-    Ok(Checked {
-        settle,
-        proof_id: authorization_id(rpc.network(), &token, &from, &nonce),
-        payer: protocol_address(from),
-        pay_to: protocol_address(to),
-        asset: Asset::Token(protocol_address(token)),
-        amount: a.value.get(),
-        decimals,
-        fee,
+    if gas > backend.max_gas {
+        return Err(refuse(Reason::EvmSimulationFailed, format!("the settlement needs {gas} gas, above the cap")));
+    }
+    // Margin over the estimate, within the cap.
+    let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
+    let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit, fees: None };
+    Ok(match settler {
+        Settler::Facilitator => {
+            // The fees it is signed with, read once: what the account's budget counts.
+            let fees = rpc.fees().await?;
+            let fee = u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas);
+            (Settle::Sign(Box::new(Eip3009Call { fees: Some(fees), ..call })), Some(fee))
+        }
+        Settler::Seller(_) => {
+            let (transaction, fee) = call.unsigned_from(sender).await?;
+            let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
+            (Settle::Handover { transaction, fee, horizon }, None)
+        }
     })
 }
 

@@ -54,37 +54,8 @@ pub(super) async fn check(
     (settler, intent): (Settler, Intent),
 ) -> Result<Checked, ProofError> {
     let rpc = &backend.rpc;
-    let Asset::Token(asked) = terms.asset else {
-        return Err(refuse(
-            Reason::InvalidPaymentRequirements,
-            "x402 exact on Solana pays a token: name it (asset), SOL is paid with exact-native",
-        ));
-    };
-    let asked =
-        pubkey(&asked).ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be a Solana mint"))?;
-    let (sponsor, policy) = match settler {
-        Settler::Facilitator => {
-            let s = backend.sponsor.as_ref().ok_or_else(|| {
-                refuse(
-                    Reason::UnsupportedScheme,
-                    format!("this facilitator has no fee payer for x402 exact on {}", rpc.network()),
-                )
-            })?;
-            let offered = terms.extra.as_ref().and_then(|e| e.get("feePayer")).and_then(|v| v.as_str());
-            if offered.is_some_and(|o| o != s.keypair.pubkey().to_string()) {
-                return Err(refuse(
-                    Reason::InvalidPaymentRequirements,
-                    format!("extra.feePayer {} is not this facilitator's fee payer", offered.unwrap_or_default()),
-                ));
-            }
-            (s.keypair.pubkey(), s.policy)
-        }
-        Settler::Seller(seller) => (
-            pubkey(&seller)
-                .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not a Solana wallet"))?,
-            backend.sponsor.as_ref().map_or_else(SponsorPolicy::default, |s| s.policy),
-        ),
-    };
+    let asked = mint_asked(terms)?;
+    let (sponsor, policy) = sponsor_of(backend, settler, terms)?;
     let tx = tx.as_ref().map_err(|r| ProofError::Refused(r.clone()))?;
     let memo = terms.extra.as_ref().and_then(|e| e.get("memo")).and_then(|m| m.as_str());
     let s = spl::check_sponsored_transfer(tx, &sponsor, &policy, memo)?;
@@ -103,26 +74,7 @@ pub(super) async fn check(
             terms.price.check(u128::from(t.amount), decimals, Reason::SvmAmountMismatch)?;
             decimals
         }
-        _ => {
-            let (token, valid, simulated) = tokio::join!(
-                spl::check_token_accounts(rpc, t, (pay_to, &sponsor), &backend.mints),
-                rpc.blockhash_valid(&s.blockhash),
-                // The sponsor has not signed yet: simulate without signature checks.
-                rpc.simulate(tx, false),
-            );
-            let token = token?;
-            terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
-            if !valid? {
-                return Err(refuse(
-                    Reason::PaymentExpired,
-                    "the transaction's blockhash has expired; sign a fresh one",
-                ));
-            }
-            if let Some(error) = simulated? {
-                return Err(refuse(Reason::SvmSimulationFailed, format!("the transaction would fail: {error}")));
-            }
-            token.decimals
-        }
+        _ => on_chain(backend, tx, (&s, terms), (pay_to, &sponsor)).await?,
     };
     let checked = |settle, fee: Option<u64>| Checked {
         settle,
@@ -139,6 +91,85 @@ pub(super) async fn check(
         backend.passed.remember(key);
         return Ok(checked(Settle::Nothing, None));
     }
+    let (settle, fee) = settlement(backend, tx, terms, settler).await?;
+    Ok(checked(settle, Some(fee)))
+}
+
+/// The mint the terms ask for.
+fn mint_asked(terms: &Terms) -> Result<Pubkey, ProofError> {
+    let Asset::Token(asked) = terms.asset else {
+        return Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            "x402 exact on Solana pays a token: name it (asset), SOL is paid with exact-native",
+        ));
+    };
+    pubkey(&asked).ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the asset must be a Solana mint"))
+}
+
+/// Who pays the fees, and how much it will: the facilitator's fee payer (the one the buyer was
+/// offered, if the terms name it), or the seller's wallet in local mode.
+fn sponsor_of(backend: &SolanaBackend, settler: Settler, terms: &Terms) -> Result<(Pubkey, SponsorPolicy), ProofError> {
+    match settler {
+        Settler::Facilitator => {
+            let s = backend.sponsor.as_ref().ok_or_else(|| {
+                refuse(
+                    Reason::UnsupportedScheme,
+                    format!("this facilitator has no fee payer for x402 exact on {}", backend.rpc.network()),
+                )
+            })?;
+            let offered = terms.extra.as_ref().and_then(|e| e.get("feePayer")).and_then(|v| v.as_str());
+            if offered.is_some_and(|o| o != s.keypair.pubkey().to_string()) {
+                return Err(refuse(
+                    Reason::InvalidPaymentRequirements,
+                    format!("extra.feePayer {} is not this facilitator's fee payer", offered.unwrap_or_default()),
+                ));
+            }
+            Ok((s.keypair.pubkey(), s.policy))
+        }
+        Settler::Seller(seller) => Ok((
+            pubkey(&seller)
+                .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not a Solana wallet"))?,
+            backend.sponsor.as_ref().map_or_else(SponsorPolicy::default, |s| s.policy),
+        )),
+    }
+}
+
+/// What the chain says, asked at once: the token accounts (the mint only the first time), the
+/// blockhash still valid, and a simulation (without signature checks: the sponsor has not
+/// signed yet). The mint's decimals.
+async fn on_chain(
+    backend: &SolanaBackend,
+    tx: &VersionedTransaction,
+    (s, terms): (&spl::SponsoredTransfer, &Terms),
+    (pay_to, sponsor): (&Pubkey, &Pubkey),
+) -> Result<u8, ProofError> {
+    let rpc = &backend.rpc;
+    let t = &s.transfer;
+    let (token, valid, simulated) = tokio::join!(
+        spl::check_token_accounts(rpc, t, (pay_to, sponsor), &backend.mints),
+        rpc.blockhash_valid(&s.blockhash),
+        rpc.simulate(tx, false),
+    );
+    let token = token?;
+    terms.price.check(u128::from(t.amount), token.decimals, Reason::SvmAmountMismatch)?;
+    if !valid? {
+        return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
+    }
+    if let Some(error) = simulated? {
+        return Err(refuse(Reason::SvmSimulationFailed, format!("the transaction would fail: {error}")));
+    }
+    Ok(token.decimals)
+}
+
+/// How it settles, and its fee: its horizon and fee read; the seller's priority-fee cap
+/// checked (local mode); co-signed by the facilitator's fee payer when it sends, else handed over.
+async fn settlement(
+    backend: &SolanaBackend,
+    tx: &VersionedTransaction,
+    terms: &Terms,
+    settler: Settler,
+) -> Result<(Settle, u64), ProofError> {
+    let rpc = &backend.rpc;
     let (fee, latest) = tokio::join!(fee_of(backend, &tx.message), rpc.latest_blockhash());
     let (fee, (_, horizon)) = (fee?, latest?);
     if let (Settler::Seller(_), Some(cap)) = (settler, terms.fee_cap) {
@@ -158,7 +189,7 @@ pub(super) async fn check(
         }
         _ => Settle::Handover { transaction: encode(tx)?, fee: u128::from(fee), horizon },
     };
-    Ok(checked(settle, Some(fee)))
+    Ok((settle, fee))
 }
 
 /// The facilitator's fee-payer signature, added when the payment settles.
