@@ -120,12 +120,30 @@ pub fn check_sponsored_transfer(
     policy: &SponsorPolicy,
     memo: Option<&str>,
 ) -> Result<SponsoredTransfer, Refusal> {
+    check_signatures(tx, sponsor)?;
+    let read = read_instructions(&tx.message, sponsor, memo)?;
+    let transfer = read
+        .transfer
+        .ok_or_else(|| refuse(Reason::SvmNotTransferChecked, "the transaction holds no TransferChecked"))?;
+    if let Some(memo) = memo.filter(|_| !read.memo_found) {
+        return Err(refuse(
+            Reason::SvmInstructions,
+            format!("the requirement asks for the memo {memo:?}, which no Memo instruction carries"),
+        ));
+    }
+    within_policy(&read.budget, read.others, policy)?;
+    let payer_signature = tx.signatures.get(1).copied().unwrap_or_default();
+    Ok(SponsoredTransfer { transfer, blockhash: *tx.message.recent_blockhash(), payer_signature })
+}
+
+/// No lookup tables; the sponsor first, as fee payer, its signature slot empty; at least the
+/// payer's signature besides, at most [`MAX_SIGNERS`], each one verifying.
+fn check_signatures(tx: &VersionedTransaction, sponsor: &Pubkey) -> Result<(), Refusal> {
     let message = &tx.message;
-    let keys = message.static_account_keys();
     if message.address_table_lookups().is_some_and(|l| !l.is_empty()) {
         return Err(refuse(Reason::SvmTransaction, "address lookup tables are not accepted in payment transactions"));
     }
-    if keys.first() != Some(sponsor) {
+    if message.static_account_keys().first() != Some(sponsor) {
         return Err(refuse(Reason::SvmTransaction, format!("the fee payer must be {sponsor}")));
     }
     let signers = message.header().num_required_signatures;
@@ -141,6 +159,28 @@ pub fn check_sponsored_transfer(
     if tx.verify_with_results().iter().skip(1).any(|ok| !ok) {
         return Err(refuse(Reason::SvmTransaction, "a transaction signature does not verify"));
     }
+    Ok(())
+}
+
+/// What a sponsored transaction's instructions do.
+struct Read {
+    budget: ComputeBudget,
+    /// Its one `TransferChecked`.
+    transfer: Option<TokenTransfer>,
+    /// Instructions besides the compute budget's.
+    others: usize,
+    /// Whether a Memo instruction carries the memo asked for.
+    memo_found: bool,
+}
+
+/// Reads each instruction: compute budget, one `TransferChecked` (not moving the sponsor's
+/// funds), memos, Lighthouse assertions — nothing else, and never the sponsor among an
+/// instruction's accounts.
+fn read_instructions(
+    message: &solana_sdk::message::VersionedMessage,
+    sponsor: &Pubkey,
+    memo: Option<&str>,
+) -> Result<Read, Refusal> {
     let instructions = message.instructions();
     if instructions.len() > MAX_INSTRUCTIONS {
         return Err(refuse(
@@ -148,41 +188,25 @@ pub fn check_sponsored_transfer(
             format!("a payment transaction holds at most {MAX_INSTRUCTIONS} instructions"),
         ));
     }
+    let keys = message.static_account_keys();
     let key = |i: u8| keys.get(usize::from(i)).copied();
-    let mut budget = ComputeBudget::default();
-    let mut transfer = None;
-    let mut others = 0usize;
-    let mut memo_found = false;
+    let mut read = Read { budget: ComputeBudget::default(), transfer: None, others: 0, memo_found: false };
     for ix in instructions {
         let program = key(ix.program_id_index)
             .ok_or_else(|| refuse(Reason::SvmTransaction, "instruction names a missing program"))?;
         if program == COMPUTE_BUDGET {
-            budget.note(&ix.data)?;
+            read.budget.note(&ix.data)?;
             continue;
         }
-        others += 1;
+        read.others += 1;
         if program == TOKEN_PROGRAM || program == TOKEN_2022_PROGRAM {
-            let (amount, decimals) = transfer_checked(&ix.data).ok_or_else(|| {
-                refuse(Reason::SvmNotTransferChecked, "the only token instruction accepted is TransferChecked")
-            })?;
-            let account = |n: usize| ix.accounts.get(n).and_then(|i| key(*i));
-            let (Some(source), Some(mint), Some(destination), Some(authority)) =
-                (account(0), account(1), account(2), account(3))
-            else {
-                return Err(refuse(
-                    Reason::SvmNotTransferChecked,
-                    "TransferChecked takes source, mint, destination and authority",
-                ));
-            };
-            if authority == *sponsor || source == *sponsor {
-                return Err(refuse(Reason::SvmFeePayerTransferring, "the fee payer may not move funds in a payment"));
-            }
-            let next = TokenTransfer { program, source, mint, destination, authority, amount, decimals };
-            if transfer.replace(next).is_some() {
+            let accounts: Vec<Option<Pubkey>> = ix.accounts.iter().take(4).map(|i| key(*i)).collect();
+            let next = token_transfer(program, &ix.data, &accounts, sponsor)?;
+            if read.transfer.replace(next).is_some() {
                 return Err(refuse(Reason::SvmInstructionsLength, "a payment transaction holds exactly one transfer"));
             }
         } else if program == MEMO_V2 || program == MEMO_V1 {
-            memo_found |= memo.is_some_and(|m| m.as_bytes() == ix.data.as_slice());
+            read.memo_found |= memo.is_some_and(|m| m.as_bytes() == ix.data.as_slice());
         } else if program != LIGHTHOUSE {
             return Err(refuse(
                 Reason::SvmInstructions,
@@ -198,14 +222,42 @@ pub fn check_sponsored_transfer(
             ));
         }
     }
-    let transfer =
-        transfer.ok_or_else(|| refuse(Reason::SvmNotTransferChecked, "the transaction holds no TransferChecked"))?;
-    if let Some(memo) = memo.filter(|_| !memo_found) {
+    Ok(read)
+}
+
+/// A token program's instruction, which must be a `TransferChecked` of four named accounts
+/// (`accounts`: its first four, `None` for an index past the keys) not moving the sponsor's funds.
+fn token_transfer(
+    program: Pubkey,
+    data: &[u8],
+    accounts: &[Option<Pubkey>],
+    sponsor: &Pubkey,
+) -> Result<TokenTransfer, Refusal> {
+    let (amount, decimals) = transfer_checked(data).ok_or_else(|| {
+        refuse(Reason::SvmNotTransferChecked, "the only token instruction accepted is TransferChecked")
+    })?;
+    let [Some(source), Some(mint), Some(destination), Some(authority)] = accounts else {
         return Err(refuse(
-            Reason::SvmInstructions,
-            format!("the requirement asks for the memo {memo:?}, which no Memo instruction carries"),
+            Reason::SvmNotTransferChecked,
+            "TransferChecked takes source, mint, destination and authority",
         ));
+    };
+    if authority == sponsor || source == sponsor {
+        return Err(refuse(Reason::SvmFeePayerTransferring, "the fee payer may not move funds in a payment"));
     }
+    Ok(TokenTransfer {
+        program,
+        source: *source,
+        mint: *mint,
+        destination: *destination,
+        authority: *authority,
+        amount,
+        decimals,
+    })
+}
+
+/// The compute units and unit price the sponsor pays for, within its policy.
+fn within_policy(budget: &ComputeBudget, others: usize, policy: &SponsorPolicy) -> Result<(), Refusal> {
     let units = budget.effective_limit(others);
     if units > policy.max_compute_units {
         return Err(refuse(
@@ -225,8 +277,7 @@ pub fn check_sponsored_transfer(
             ),
         ));
     }
-    let payer_signature = tx.signatures.get(1).copied().unwrap_or_default();
-    Ok(SponsoredTransfer { transfer, blockhash: *message.recent_blockhash(), payer_signature })
+    Ok(())
 }
 
 /// A token account's mint, owner and balance, when `data` (owned by `program`) is one.
