@@ -430,89 +430,10 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
     };
     let csrf = escape(csrf);
     let webhooks = webhook_section(&endpoints, &deliveries, &csrf, &keys);
-    let notice = match notice {
-        None => String::new(),
-        Some(Notice::NewKey { id, secret }) => format!(
-            "<div class=\"notice new-key\"><strong>New key {id}</strong> — copy it now: it is not shown again.\
-             <div class=\"secret\"><code id=\"new-key\">{secret}</code>\
-             <button type=\"button\" id=\"copy\" onclick=\"copyKey()\">Copy</button></div></div>",
-            id = escape(&id),
-            secret = escape(&secret)
-        ),
-        Some(Notice::NewEndpoint { id, secret }) => format!(
-            "<div class=\"notice new-key\"><strong>New webhook endpoint {id}</strong> — its signing secret, \
-             shown only now: <div class=\"secret\"><code id=\"new-endpoint-secret\">{secret}</code></div></div>",
-            id = escape(&id),
-            secret = escape(&secret)
-        ),
-        Some(Notice::Done(text)) => format!("<p class=\"notice done\">{}</p>", escape(&text)),
-        Some(Notice::Error(text)) => format!("<p class=\"notice error\">{}</p>", escape(&text)),
-    };
-    let key_rows: String = keys
-        .iter()
-        .map(|k| {
-            format!(
-                "<tr data-key=\"{id}\"><td><code>{id}</code></td><td>{label}</td><td>{plan}</td><td><code>…{hint}</code></td>\
-                 <td>{created}</td><td>{used}</td><td>\
-                 <form method=\"post\" action=\"/dashboard/keys/{id}/delete\" \
-                 onsubmit=\"return confirm('Delete key {id}? Applications using it will get 401.')\">\
-                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button class=\"danger\" type=\"submit\">Delete</button></form></td></tr>",
-                id = escape(&k.id),
-                label = escape(k.label.as_deref().unwrap_or("—")),
-                plan = k.plan.as_str(),
-                hint = escape(&k.hint),
-                created = when(Some(k.created_at)),
-                used = when(k.last_used_at),
-            )
-        })
-        .collect();
-    let key_rows = if key_rows.is_empty() {
-        "<tr><td colspan=\"7\" class=\"empty\">No keys yet.</td></tr>".into()
-    } else {
-        key_rows
-    };
-    let payment_rows: String = payments
-        .iter()
-        .map(|p| {
-            let r = p.to_record();
-            format!(
-                "<tr><td><code>{id}</code></td><td>{created}</td><td>{amount} {asset}</td><td>{network}</td>\
-                 <td class=\"status status-{status}\">{status}</td><td><code title=\"{tx}\">{tx_short}</code></td></tr>",
-                id = escape(&r.payment_id),
-                created = when(Some(r.created_at)),
-                amount = r.amount,
-                asset = escape(&r.asset),
-                network = escape(&r.network.to_string()),
-                status = r.status.as_str(),
-                tx = escape(r.transaction.as_deref().unwrap_or("")),
-                tx_short = escape(&short(r.transaction.as_deref().unwrap_or("—"))),
-            )
-        })
-        .collect();
-    let payment_rows = if payment_rows.is_empty() {
-        "<tr><td colspan=\"6\" class=\"empty\">No payments yet.</td></tr>".into()
-    } else {
-        payment_rows
-    };
-    let plans: String = [Plan::Standard, Plan::Premium, Plan::Enterprise]
-        .iter()
-        .map(|p| format!("<option value=\"{0}\">{0}</option>", p.as_str()))
-        .collect();
-    // Accounts, each named by its keys' labels, for adding a key to one (rotation).
-    let mut accounts: Vec<(&str, Vec<&str>)> = Vec::new();
-    for k in &keys {
-        let label = k.label.as_deref().unwrap_or(k.id.as_str());
-        match accounts.iter_mut().find(|(a, _)| *a == k.account_id) {
-            Some((_, labels)) => labels.push(label),
-            None => accounts.push((k.account_id.as_str(), vec![label])),
-        }
-    }
-    let accounts: String = accounts
-        .iter()
-        .map(|(id, labels)| {
-            format!("<option value=\"{}\">{} ({})</option>", escape(id), escape(id), escape(&labels.join(", ")))
-        })
-        .collect();
+    let notice = notice_html(notice);
+    let key_rows = key_rows(&keys, &csrf);
+    let payment_rows = payment_rows(&payments);
+    let (plans, accounts) = (plan_options(), account_options(&keys));
     let body = format!(
         "<header><h1>Tollgate dashboard</h1><form method=\"post\" action=\"/dashboard/logout\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button class=\"quiet\" type=\"submit\">Sign out</button></form></header>\
@@ -538,6 +459,100 @@ async fn render(state: &AppState, csrf: &str, notice: Option<Notice>) -> Respons
          }}</script>"
     );
     page(StatusCode::OK, shell("Tollgate dashboard", &body))
+}
+
+/// The answer to the form just sent: a new key or endpoint secret (shown once), done, or why not.
+fn notice_html(notice: Option<Notice>) -> String {
+    match notice {
+        None => String::new(),
+        Some(Notice::NewKey { id, secret }) => format!(
+            "<div class=\"notice new-key\"><strong>New key {id}</strong> — copy it now: it is not shown again.\
+             <div class=\"secret\"><code id=\"new-key\">{secret}</code>\
+             <button type=\"button\" id=\"copy\" onclick=\"copyKey()\">Copy</button></div></div>",
+            id = escape(&id),
+            secret = escape(&secret)
+        ),
+        Some(Notice::NewEndpoint { id, secret }) => format!(
+            "<div class=\"notice new-key\"><strong>New webhook endpoint {id}</strong> — its signing secret, \
+             shown only now: <div class=\"secret\"><code id=\"new-endpoint-secret\">{secret}</code></div></div>",
+            id = escape(&id),
+            secret = escape(&secret)
+        ),
+        Some(Notice::Done(text)) => format!("<p class=\"notice done\">{}</p>", escape(&text)),
+        Some(Notice::Error(text)) => format!("<p class=\"notice error\">{}</p>", escape(&text)),
+    }
+}
+
+/// One row per key, each with its delete form.
+fn key_rows(keys: &[crate::store::StoredApiKey], csrf: &str) -> String {
+    let rows: String = keys
+        .iter()
+        .map(|k| {
+            format!(
+                "<tr data-key=\"{id}\"><td><code>{id}</code></td><td>{label}</td><td>{plan}</td><td><code>…{hint}</code></td>\
+                 <td>{created}</td><td>{used}</td><td>\
+                 <form method=\"post\" action=\"/dashboard/keys/{id}/delete\" \
+                 onsubmit=\"return confirm('Delete key {id}? Applications using it will get 401.')\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button class=\"danger\" type=\"submit\">Delete</button></form></td></tr>",
+                id = escape(&k.id),
+                label = escape(k.label.as_deref().unwrap_or("—")),
+                plan = k.plan.as_str(),
+                hint = escape(&k.hint),
+                created = when(Some(k.created_at)),
+                used = when(k.last_used_at),
+            )
+        })
+        .collect();
+    if rows.is_empty() { "<tr><td colspan=\"7\" class=\"empty\">No keys yet.</td></tr>".into() } else { rows }
+}
+
+/// One row per recent payment.
+fn payment_rows(payments: &[crate::store::StoredPayment]) -> String {
+    let rows: String = payments
+        .iter()
+        .map(|p| {
+            let r = p.to_record();
+            format!(
+                "<tr><td><code>{id}</code></td><td>{created}</td><td>{amount} {asset}</td><td>{network}</td>\
+                 <td class=\"status status-{status}\">{status}</td><td><code title=\"{tx}\">{tx_short}</code></td></tr>",
+                id = escape(&r.payment_id),
+                created = when(Some(r.created_at)),
+                amount = r.amount,
+                asset = escape(&r.asset),
+                network = escape(&r.network.to_string()),
+                status = r.status.as_str(),
+                tx = escape(r.transaction.as_deref().unwrap_or("")),
+                tx_short = escape(&short(r.transaction.as_deref().unwrap_or("—"))),
+            )
+        })
+        .collect();
+    if rows.is_empty() { "<tr><td colspan=\"6\" class=\"empty\">No payments yet.</td></tr>".into() } else { rows }
+}
+
+/// The plans a new key can have.
+fn plan_options() -> String {
+    [Plan::Standard, Plan::Premium, Plan::Enterprise]
+        .iter()
+        .map(|p| format!("<option value=\"{0}\">{0}</option>", p.as_str()))
+        .collect()
+}
+
+/// The accounts a new key can be added to (rotation), each named by its keys' labels.
+fn account_options(keys: &[crate::store::StoredApiKey]) -> String {
+    let mut accounts: Vec<(&str, Vec<&str>)> = Vec::new();
+    for k in keys {
+        let label = k.label.as_deref().unwrap_or(k.id.as_str());
+        match accounts.iter_mut().find(|(a, _)| *a == k.account_id) {
+            Some((_, labels)) => labels.push(label),
+            None => accounts.push((k.account_id.as_str(), vec![label])),
+        }
+    }
+    accounts
+        .iter()
+        .map(|(id, labels)| {
+            format!("<option value=\"{}\">{} ({})</option>", escape(id), escape(id), escape(&labels.join(", ")))
+        })
+        .collect()
 }
 
 /// Endpoints (with the form to add one) and the newest deliveries with their outcome.
