@@ -115,47 +115,11 @@ async fn signed_transfer(
         return Err(refuse(Reason::PaymentExpired, "the transaction's blockhash has expired; sign a fresh one"));
     }
     let (fee, rent) = (fee?, rent?);
-    // The runtime leaves every account it touches empty or rent-exempt: a new payee must receive
-    // at least the minimum, and the payer (and a separate fee payer) keep it or nothing.
-    match payee? {
-        Payee::Unpayable => {
-            return Err(refuse(
-                Reason::InvalidPaymentRequirements,
-                format!("{} is a program or a sysvar: it cannot receive SOL", checked.transfer.to),
-            ));
-        }
-        Payee::New if checked.transfer.lamports < rent => {
-            return Err(refuse(
-                Reason::InvalidPaymentRequirements,
-                format!(
-                    "{} does not exist yet: a payment creating it must be at least {rent} lamports (the rent-exempt minimum)",
-                    checked.transfer.to
-                ),
-            ));
-        }
-        Payee::New | Payee::Funded => {}
-    }
-    let kept = |holder: &str, balance: u64, spent: u64| -> Result<(), ProofError> {
-        if balance < spent {
-            return Err(refuse(
-                Reason::InsufficientFunds,
-                format!("the {holder} holds {balance} lamports; the transaction needs {spent}"),
-            ));
-        }
-        let left = balance - spent;
-        if left > 0 && left < rent {
-            return Err(refuse(
-                Reason::InsufficientFunds,
-                format!(
-                    "the transaction would leave the {holder} {left} lamports, below the {rent} an account must keep (spend all of it or less)"
-                ),
-            ));
-        }
-        Ok(())
-    };
-    kept("payer", balance?, checked.transfer.lamports.saturating_add(if sponsored { 0 } else { fee }))?;
+    // The runtime leaves every account it touches empty or rent-exempt.
+    payee_receives(payee?, &checked.transfer, rent)?;
+    kept("payer", balance?, checked.transfer.lamports.saturating_add(if sponsored { 0 } else { fee }), rent)?;
     if let Some(fee_payer_balance) = fee_payer_balance? {
-        kept("fee payer", fee_payer_balance, fee)?;
+        kept("fee payer", fee_payer_balance, fee, rent)?;
     }
     let signature = tx.signatures[0].to_string();
     let settle = match intent {
@@ -182,6 +146,45 @@ async fn signed_transfer(
         decimals,
         fee: Some(u128::from(fee)),
     })
+}
+
+/// A new payee must receive at least the rent-exempt minimum; a program or a sysvar none.
+fn payee_receives(payee: Payee, transfer: &verify::NativeTransfer, rent: u64) -> Result<(), ProofError> {
+    match payee {
+        Payee::Unpayable => Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            format!("{} is a program or a sysvar: it cannot receive SOL", transfer.to),
+        )),
+        Payee::New if transfer.lamports < rent => Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            format!(
+                "{} does not exist yet: a payment creating it must be at least {rent} lamports (the rent-exempt minimum)",
+                transfer.to
+            ),
+        )),
+        Payee::New | Payee::Funded => Ok(()),
+    }
+}
+
+/// The `holder` (payer, or a separate fee payer) holding `balance` lamports can spend `spent`
+/// and keep the rent-exempt minimum, or nothing.
+fn kept(holder: &str, balance: u64, spent: u64, rent: u64) -> Result<(), ProofError> {
+    if balance < spent {
+        return Err(refuse(
+            Reason::InsufficientFunds,
+            format!("the {holder} holds {balance} lamports; the transaction needs {spent}"),
+        ));
+    }
+    let left = balance - spent;
+    if left > 0 && left < rent {
+        return Err(refuse(
+            Reason::InsufficientFunds,
+            format!(
+                "the transaction would leave the {holder} {left} lamports, below the {rent} an account must keep (spend all of it or less)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a payment to an account lands in.
