@@ -189,7 +189,7 @@ fn refusal(e: PaymentError) -> Verdict {
 
 #[cfg(test)]
 mod tests {
-    use tollgate_protocol::gateway::{Direction, PaymentMode};
+    use tollgate_protocol::gateway::Direction;
     use tollgate_protocol::x402::{Asset, PaymentRequirements, ResourceInfo};
     use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
 
@@ -212,30 +212,14 @@ mod tests {
     fn confirmed(ago: chrono::Duration) -> StoredPayment {
         let at = chrono::Utc::now() - ago;
         let r = requirement();
+        let parties = (Address::Solana([9; 32]).to_string(), r.pay_to.to_string());
         StoredPayment {
             payment: NewPayment {
-                id: "pay_1".into(),
-                owner_account: "acct".into(),
                 owner_side: Direction::Received,
-                counterparty_account: None,
                 status: PaymentStatus::Confirmed,
-                mode: PaymentMode::Hosted,
-                network: r.network,
-                from: Address::Solana([9; 32]).to_string(),
-                to: r.pay_to.to_string(),
-                amount_atomic: AtomicAmount(1_000),
-                asset: "native".into(),
-                decimals: 9,
-                fee_atomic: None,
                 transaction: Some("5sig".into()),
-                tx_raw: None,
                 resource: Some("https://shop.test/report".into()),
-                metadata: None,
-                proof_id: None,
-                expires_at: None,
-                last_valid_block_height: None,
-                next_check_at: None,
-                created_at: at,
+                ..NewPayment::native("pay_1", "acct", r.network, parties, AtomicAmount(1_000), at)
             },
             seq: 1,
             updated_at: at,
