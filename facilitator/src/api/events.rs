@@ -20,6 +20,7 @@
 //! (see [`crate::events`]) is closed with the reason instead of being buffered for.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
@@ -144,34 +145,21 @@ impl Connection {
         let mut gaps = self.state.events.subscribe_gaps();
         let mut revoked = self.state.events.subscribe_revocations();
         let ping_every = Duration::from_secs(self.state.config.limits.ws_ping_secs);
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ping = every(ping_every);
         let mut last_heard = tokio::time::Instant::now();
         // A deletion nobody announced here (the CLI on another process's SQLite file) is found
         // as soon as an HTTP request's cached key would be read again.
-        let recheck_every = Duration::from_secs(self.state.config.limits.key_cache_ttl_secs.max(1));
-        let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
-        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut recheck = every(Duration::from_secs(self.state.config.limits.key_cache_ttl_secs.max(1)));
         let end = loop {
             tokio::select! {
                 // Events first: what was published before a client's message is sent before the
                 // answer to it, and a busy feed is not slowed by chatty clients.
                 biased;
-                event = events.recv() => match event {
-                    Ok(event) if self.wants(&event) => {
-                        if let Err(end) = send(&mut socket, Message::Text(text(&event.message))).await {
-                            break end;
-                        }
+                event = events.recv() => {
+                    if let Err(end) = self.on_event(&mut socket, event).await {
+                        break end;
                     }
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(missed)) => {
-                        break End::Close(
-                            close_code::AGAIN,
-                            format!("too slow: {missed} events were missed; reconnect and resubscribe"),
-                        );
-                    }
-                    Err(RecvError::Closed) => break End::Close(close_code::AWAY, "the server is shutting down".into()),
-                },
+                }
                 // The instance lost the database's announcements for a moment: this feed may miss
                 // changes, so the client must reconnect and resubscribe (which sends current states).
                 Ok(()) = gaps.changed() => {
@@ -191,33 +179,7 @@ impl Connection {
                 }
                 incoming = socket.recv() => {
                     last_heard = tokio::time::Instant::now();
-                    let reply = match incoming {
-                        None | Some(Err(_) | Ok(Message::Close(_))) => break End::Gone,
-                        // Each message may cost storage reads: their rate is bounded as well as their size.
-                        Some(Ok(Message::Text(text))) => {
-                            if self.state.auth.admit_ws_message(&self.caller).await {
-                                self.handle(&text).await
-                            } else {
-                                error_event(
-                                    ErrorCode::RateLimit,
-                                    format!("at most {WS_MESSAGES_PER_SECOND} messages a second; this one was ignored"),
-                                )
-                            }
-                        }
-                        Some(Ok(Message::Binary(_))) => {
-                            error_event(ErrorCode::InvalidParameters, "send JSON text messages, not binary ones")
-                        }
-                        // Pings are answered by the library; pongs only prove the client is there.
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    };
-                    let mut failed = None;
-                    for message in std::iter::once(reply).chain(std::mem::take(&mut self.then_send)) {
-                        if let Err(end) = send(&mut socket, Message::Text(message.to_string().into())).await {
-                            failed = Some(end);
-                            break;
-                        }
-                    }
-                    if let Some(end) = failed {
+                    if let Err(end) = self.on_message(&mut socket, incoming).await {
                         break end;
                     }
                 }
@@ -242,6 +204,51 @@ impl Connection {
             let frame = CloseFrame { code, reason: reason.into() };
             let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
         }
+    }
+
+    /// A published event: sent when the client follows it; a listener too far behind, or a
+    /// server shutting down, ends the connection.
+    async fn on_event(&self, socket: &mut WebSocket, event: Result<Arc<PaymentEvent>, RecvError>) -> Result<(), End> {
+        match event {
+            Ok(event) if self.wants(&event) => send(socket, Message::Text(text(&event.message))).await,
+            Ok(_) => Ok(()),
+            Err(RecvError::Lagged(missed)) => Err(End::Close(
+                close_code::AGAIN,
+                format!("too slow: {missed} events were missed; reconnect and resubscribe"),
+            )),
+            Err(RecvError::Closed) => Err(End::Close(close_code::AWAY, "the server is shutting down".into())),
+        }
+    }
+
+    /// A client's message, answered (and followed by what the answer promised: current states);
+    /// its rate is bounded as well as its size, since each may cost storage reads.
+    async fn on_message(
+        &mut self,
+        socket: &mut WebSocket,
+        incoming: Option<Result<Message, axum::Error>>,
+    ) -> Result<(), End> {
+        let reply = match incoming {
+            None | Some(Err(_) | Ok(Message::Close(_))) => return Err(End::Gone),
+            Some(Ok(Message::Text(text))) => {
+                if self.state.auth.admit_ws_message(&self.caller).await {
+                    self.handle(&text).await
+                } else {
+                    error_event(
+                        ErrorCode::RateLimit,
+                        format!("at most {WS_MESSAGES_PER_SECOND} messages a second; this one was ignored"),
+                    )
+                }
+            }
+            Some(Ok(Message::Binary(_))) => {
+                error_event(ErrorCode::InvalidParameters, "send JSON text messages, not binary ones")
+            }
+            // Pings are answered by the library; pongs only prove the client is there.
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => return Ok(()),
+        };
+        for message in std::iter::once(reply).chain(std::mem::take(&mut self.then_send)) {
+            send(socket, Message::Text(message.to_string().into())).await?;
+        }
+        Ok(())
     }
 
     /// Whether the connection's key still exists (storage failing: assumed so, asked again later).
@@ -392,6 +399,13 @@ impl<F: FnMut()> Drop for OnDrop<F> {
 /// holds serialized JSON), not copied.
 fn text(message: &bytes::Bytes) -> axum::extract::ws::Utf8Bytes {
     axum::extract::ws::Utf8Bytes::try_from(message.clone()).unwrap_or_else(|_| "{}".into())
+}
+
+/// A timer ticking every `period`, the first tick one period from now, late ticks delayed.
+fn every(period: Duration) -> tokio::time::Interval {
+    let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    timer
 }
 
 #[cfg(test)]
