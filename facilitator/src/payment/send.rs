@@ -11,7 +11,7 @@ use super::pipeline::SIGN_ATTEMPTS;
 use super::pipeline::Source;
 use super::receive::VALIDITY;
 use super::{PaymentError, Payments, detached, new_id};
-use crate::chains::{Order, Reason, Refusal, TxStatus, Unsigned, Watched};
+use crate::chains::{Chain, Landed, Order, Reason, Refusal, TxStatus, Unsigned, Watched};
 use crate::settlement::state::ExpiryEvidence;
 use crate::settlement::{AdvanceError, Event, advance, record_outcome_revealing};
 use crate::store::{NewPayment, StoreError, StoredPayment};
@@ -168,20 +168,8 @@ impl Payments {
         if p.status.is_final() {
             return Ok(stored);
         }
-        // A well-formed id of another chain family cannot be this payment's transaction.
-        if let Some(family) = ChainFamily::of_transaction_id(tx).filter(|f| *f != p.network.family()) {
-            return Err(not_its_transaction(format!(
-                "that is a {family} transaction id; this payment is on {}",
-                p.network
-            )));
-        }
         let chain = self.chain(&p.network)?;
-        let tx_id = chain.transaction_id(tx).ok_or_else(|| {
-            PaymentError::Invalid(match p.network.family() {
-                ChainFamily::Solana => "transaction must be a Solana signature".into(),
-                ChainFamily::Evm => "transaction must be a transaction hash (0x + 64 hex digits)".into(),
-            })
-        })?;
+        let tx_id = reported_id(&*chain, p, tx)?;
         let landed = match chain.status(&Watched::of(p, &tx_id)).await? {
             TxStatus::Landed(landed) => landed,
             // Expired only on the chain's word that the built transaction can no longer land.
@@ -192,24 +180,7 @@ impl Payments {
             // Not on chain (yet): nothing to record.
             TxStatus::Dropped { .. } | TxStatus::Unseen => return Ok(stored),
         };
-        // The transaction built or handed over for it, when the payment holds it (payments built
-        // before it did are judged by what the transfer moved alone).
-        match p.tx_raw.as_deref().and_then(|built| chain.signed_identity(built)) {
-            Some(built) if built != landed.signed => {
-                return Err(not_its_transaction(
-                    "that transaction is not the one built for this payment (it signs another message)".into(),
-                ));
-            }
-            None if landed.error.is_some() || landed.arrived < p.amount_atomic.get() => {
-                return Err(not_its_transaction(
-                    "that transaction does not pay this payment (payer, recipient or amount differ)".into(),
-                ));
-            }
-            _ => {}
-        }
-        if p.transaction.as_ref().is_some_and(|known| *known != landed.tx_id) {
-            return Err(not_its_transaction("another transaction was reported for this payment".into()));
-        }
+        is_its_transaction(&*chain, p, &landed)?;
         if p.status == PaymentStatus::Built {
             let submit = Event::Submit { transaction: landed.tx_id.clone() };
             match advance(self.store(), &p.id, &submit, self.now()).await {
@@ -231,6 +202,47 @@ impl Payments {
             .await
             .map_err(|e| PaymentError::Internal(e.to_string()))
     }
+}
+
+/// The canonical id of a transaction reported for local payment `p`: of `p`'s chain family,
+/// and well formed.
+fn reported_id(chain: &dyn Chain, p: &NewPayment, tx: &str) -> Result<String, PaymentError> {
+    // A well-formed id of another chain family cannot be this payment's transaction.
+    if let Some(family) = ChainFamily::of_transaction_id(tx).filter(|f| *f != p.network.family()) {
+        return Err(not_its_transaction(format!(
+            "that is a {family} transaction id; this payment is on {}",
+            p.network
+        )));
+    }
+    chain.transaction_id(tx).ok_or_else(|| {
+        PaymentError::Invalid(match p.network.family() {
+            ChainFamily::Solana => "transaction must be a Solana signature".into(),
+            ChainFamily::Evm => "transaction must be a transaction hash (0x + 64 hex digits)".into(),
+        })
+    })
+}
+
+/// Whether a landed transaction is local payment `p`'s: the one built or handed over for it
+/// (what its signers sign), when the payment holds it — payments built before it did are
+/// judged by what the transfer moved alone —, and no other one reported before.
+fn is_its_transaction(chain: &dyn Chain, p: &NewPayment, landed: &Landed) -> Result<(), PaymentError> {
+    match p.tx_raw.as_deref().and_then(|built| chain.signed_identity(built)) {
+        Some(built) if built != landed.signed => {
+            return Err(not_its_transaction(
+                "that transaction is not the one built for this payment (it signs another message)".into(),
+            ));
+        }
+        None if landed.error.is_some() || landed.arrived < p.amount_atomic.get() => {
+            return Err(not_its_transaction(
+                "that transaction does not pay this payment (payer, recipient or amount differ)".into(),
+            ));
+        }
+        _ => {}
+    }
+    if p.transaction.as_ref().is_some_and(|known| *known != landed.tx_id) {
+        return Err(not_its_transaction("another transaction was reported for this payment".into()));
+    }
+    Ok(())
 }
 
 /// The claim a built transaction is held under (in the proof index): its network and what its
