@@ -339,6 +339,17 @@ pub async fn check_token_accounts(
         }
     };
     let (mint, destination, source) = tokio::try_join!(read_mint, rpc.account(&ata), rpc.account(&t.source))?;
+    let decimals = mint_decimals(t, mint)?;
+    let destination = destination.and_then(|(owner, data)| token_account(&owner, &data));
+    paid_to(t, (pay_to, &ata), destination)?;
+    let source = source.and_then(|(owner, data)| token_account(&owner, &data));
+    paid_from(t, sponsor, source)?;
+    Ok(TokenPayment { decimals })
+}
+
+/// The mint's decimals, when it is a mint of the transfer's program this facilitator settles
+/// and the transfer names its decimals.
+fn mint_decimals(t: &TokenTransfer, mint: Option<Result<(Pubkey, u8), String>>) -> Result<u8, ProofError> {
     let decimals = match mint {
         Some(Ok((owner, decimals))) if owner == t.program => decimals,
         Some(Err(why)) => {
@@ -363,14 +374,23 @@ pub async fn check_token_accounts(
         )
         .into());
     }
-    if t.destination != ata {
+    Ok(decimals)
+}
+
+/// The transfer pays `pay_to`'s associated token account `ata`, which exists, holds the mint and
+/// is not frozen (`destination`: that account's mint, owner, balance and frozen flag).
+fn paid_to(
+    t: &TokenTransfer,
+    (pay_to, ata): (&Pubkey, &Pubkey),
+    destination: Option<(Pubkey, Pubkey, u64, bool)>,
+) -> Result<(), ProofError> {
+    if t.destination != *ata {
         return Err(refuse(
             Reason::SvmIncorrectAta,
             format!("the transfer pays {}, not {pay_to}'s associated token account {ata}", t.destination),
         )
         .into());
     }
-    let destination = destination.and_then(|(owner, data)| token_account(&owner, &data));
     if !destination.is_some_and(|(m, owner, _, frozen)| m == t.mint && owner == *pay_to && !frozen) {
         return Err(refuse(
             Reason::SvmReceiverAtaNotFound,
@@ -378,7 +398,16 @@ pub async fn check_token_accounts(
         )
         .into());
     }
-    let source = source.and_then(|(owner, data)| token_account(&owner, &data));
+    Ok(())
+}
+
+/// The transfer's source is a token account of the mint, not frozen, not the sponsor's, holding
+/// the amount (`source`: its mint, owner, balance and frozen flag).
+fn paid_from(
+    t: &TokenTransfer,
+    sponsor: &Pubkey,
+    source: Option<(Pubkey, Pubkey, u64, bool)>,
+) -> Result<(), ProofError> {
     let Some((source_mint, source_owner, balance, frozen)) = source else {
         return Err(
             refuse(Reason::SvmSenderAtaNotFound, format!("the source {} is not a token account", t.source)).into()
@@ -397,7 +426,7 @@ pub async fn check_token_accounts(
         )
         .into());
     }
-    Ok(TokenPayment { decimals })
+    Ok(())
 }
 
 #[cfg(test)]
