@@ -464,6 +464,80 @@ struct FilePlan {
     sponsor_eth_per_day: Option<String>,
 }
 
+impl Limits {
+    /// The limits a configuration file sets, over these.
+    fn apply(&mut self, l: FileLimits) {
+        self.max_body_bytes = l.max_body_bytes.unwrap_or(self.max_body_bytes);
+        self.idempotency_ttl_secs = l.idempotency_ttl_secs.unwrap_or(self.idempotency_ttl_secs);
+        self.key_cache_ttl_secs = l.key_cache_ttl_secs.unwrap_or(self.key_cache_ttl_secs);
+        self.send_wait_secs = l.send_wait_secs.unwrap_or(self.send_wait_secs);
+        self.sponsor_max_compute_units = l.sponsor_max_compute_units.unwrap_or(self.sponsor_max_compute_units);
+        self.sponsor_max_compute_unit_price =
+            l.sponsor_max_compute_unit_price.unwrap_or(self.sponsor_max_compute_unit_price);
+        self.evm_confirmations = l.evm_confirmations.unwrap_or(self.evm_confirmations).max(1);
+        self.evm_max_gas = l.evm_max_gas.unwrap_or(self.evm_max_gas);
+        self.evm_max_fee_per_gas = l.evm_max_fee_per_gas.unwrap_or(self.evm_max_fee_per_gas);
+        self.evm_valid_before_margin_secs =
+            l.evm_valid_before_margin_secs.unwrap_or(self.evm_valid_before_margin_secs).max(6);
+        self.ws_max_subscriptions = l.ws_max_subscriptions.unwrap_or(self.ws_max_subscriptions);
+        self.ws_max_message_bytes = l.ws_max_message_bytes.unwrap_or(self.ws_max_message_bytes);
+        self.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.ws_ping_secs).max(1);
+        self.database_max_connections = l.database_max_connections.unwrap_or(self.database_max_connections).max(2);
+        self.nonce_lease_connections = l.nonce_lease_connections.unwrap_or(self.nonce_lease_connections).max(1);
+    }
+}
+
+impl WebhookSettings {
+    /// The webhook settings a configuration file sets, over these.
+    fn apply(&mut self, w: FileWebhooks) {
+        let d = self;
+        d.allow_private_targets = w.allow_private_targets.unwrap_or(d.allow_private_targets);
+        d.require_https = w.require_https.unwrap_or(d.require_https);
+        d.retry_base_secs = w.retry_base_secs.unwrap_or(d.retry_base_secs).max(1);
+        d.retry_for_secs = w.retry_for_secs.unwrap_or(d.retry_for_secs);
+        d.timeout_secs = w.timeout_secs.unwrap_or(d.timeout_secs).clamp(1, 60);
+    }
+}
+
+/// The plans a configuration file sets (rpm, endpoints, daily sponsorship budgets), over
+/// `plans`.
+fn apply_plans(plans: &mut Plans, p: FilePlans) -> Result<(), ConfigError> {
+    for (plan, given) in [(Plan::Standard, p.standard), (Plan::Premium, p.premium), (Plan::Enterprise, p.enterprise)] {
+        if let Some(given) = given {
+            let target: &mut PlanConfig = plans.get_mut(plan);
+            target.rpm = given.rpm.unwrap_or(target.rpm);
+            if let Some(endpoints) = given.endpoints {
+                target.endpoints = endpoints;
+            }
+            let budget = |text: Option<String>, family: ChainFamily, key: &str, now: u64| match text {
+                None => Ok(now),
+                Some(text) => tollgate_protocol::DecimalAmount::parse(&text)
+                    .and_then(|a| a.to_atomic(family.native_decimals()))
+                    .ok()
+                    .and_then(|a| u64::try_from(a.get()).ok())
+                    .filter(|a| i64::try_from(*a).is_ok())
+                    .ok_or_else(|| {
+                        let most = tollgate_protocol::DecimalAmount::from_atomic(
+                            tollgate_protocol::AtomicAmount(i64::MAX.unsigned_abs().into()),
+                            family.native_decimals(),
+                        );
+                        ConfigError::Invalid(format!(
+                            "plans.{}.{key} must be an amount of whole {} as text (\"0.01\"), at most {most}",
+                            plan.as_str(),
+                            family.native_symbol()
+                        ))
+                    }),
+            };
+            let now = target.sponsorship;
+            target.sponsorship.lamports_per_day =
+                budget(given.sponsor_sol_per_day, ChainFamily::Solana, "sponsor_sol_per_day", now.lamports_per_day)?;
+            target.sponsorship.wei_per_day =
+                budget(given.sponsor_eth_per_day, ChainFamily::Evm, "sponsor_eth_per_day", now.wei_per_day)?;
+        }
+    }
+    Ok(())
+}
+
 /// Values given on the command line (highest precedence).
 #[derive(Debug, Clone, Default)]
 pub struct Flags {
@@ -547,75 +621,13 @@ impl Config {
             self.log_format = v;
         }
         if let Some(l) = file.limits {
-            self.limits.max_body_bytes = l.max_body_bytes.unwrap_or(self.limits.max_body_bytes);
-            self.limits.idempotency_ttl_secs = l.idempotency_ttl_secs.unwrap_or(self.limits.idempotency_ttl_secs);
-            self.limits.key_cache_ttl_secs = l.key_cache_ttl_secs.unwrap_or(self.limits.key_cache_ttl_secs);
-            self.limits.send_wait_secs = l.send_wait_secs.unwrap_or(self.limits.send_wait_secs);
-            self.limits.sponsor_max_compute_units =
-                l.sponsor_max_compute_units.unwrap_or(self.limits.sponsor_max_compute_units);
-            self.limits.sponsor_max_compute_unit_price =
-                l.sponsor_max_compute_unit_price.unwrap_or(self.limits.sponsor_max_compute_unit_price);
-            self.limits.evm_confirmations = l.evm_confirmations.unwrap_or(self.limits.evm_confirmations).max(1);
-            self.limits.evm_max_gas = l.evm_max_gas.unwrap_or(self.limits.evm_max_gas);
-            self.limits.evm_max_fee_per_gas = l.evm_max_fee_per_gas.unwrap_or(self.limits.evm_max_fee_per_gas);
-            self.limits.evm_valid_before_margin_secs =
-                l.evm_valid_before_margin_secs.unwrap_or(self.limits.evm_valid_before_margin_secs).max(6);
-            self.limits.ws_max_subscriptions = l.ws_max_subscriptions.unwrap_or(self.limits.ws_max_subscriptions);
-            self.limits.ws_max_message_bytes = l.ws_max_message_bytes.unwrap_or(self.limits.ws_max_message_bytes);
-            self.limits.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.limits.ws_ping_secs).max(1);
-            self.limits.database_max_connections =
-                l.database_max_connections.unwrap_or(self.limits.database_max_connections).max(2);
-            self.limits.nonce_lease_connections =
-                l.nonce_lease_connections.unwrap_or(self.limits.nonce_lease_connections).max(1);
+            self.limits.apply(l);
         }
         if let Some(w) = file.webhooks {
-            let d = &mut self.webhooks;
-            d.allow_private_targets = w.allow_private_targets.unwrap_or(d.allow_private_targets);
-            d.require_https = w.require_https.unwrap_or(d.require_https);
-            d.retry_base_secs = w.retry_base_secs.unwrap_or(d.retry_base_secs).max(1);
-            d.retry_for_secs = w.retry_for_secs.unwrap_or(d.retry_for_secs);
-            d.timeout_secs = w.timeout_secs.unwrap_or(d.timeout_secs).clamp(1, 60);
+            self.webhooks.apply(w);
         }
         if let Some(p) = file.plans {
-            for (plan, given) in
-                [(Plan::Standard, p.standard), (Plan::Premium, p.premium), (Plan::Enterprise, p.enterprise)]
-            {
-                if let Some(given) = given {
-                    let target: &mut PlanConfig = self.plans.get_mut(plan);
-                    target.rpm = given.rpm.unwrap_or(target.rpm);
-                    if let Some(endpoints) = given.endpoints {
-                        target.endpoints = endpoints;
-                    }
-                    let budget = |text: Option<String>, family: ChainFamily, key: &str, now: u64| match text {
-                        None => Ok(now),
-                        Some(text) => tollgate_protocol::DecimalAmount::parse(&text)
-                            .and_then(|a| a.to_atomic(family.native_decimals()))
-                            .ok()
-                            .and_then(|a| u64::try_from(a.get()).ok())
-                            .filter(|a| i64::try_from(*a).is_ok())
-                            .ok_or_else(|| {
-                                let most = tollgate_protocol::DecimalAmount::from_atomic(
-                                    tollgate_protocol::AtomicAmount(i64::MAX.unsigned_abs().into()),
-                                    family.native_decimals(),
-                                );
-                                ConfigError::Invalid(format!(
-                                    "plans.{}.{key} must be an amount of whole {} as text (\"0.01\"), at most {most}",
-                                    plan.as_str(),
-                                    family.native_symbol()
-                                ))
-                            }),
-                    };
-                    let now = target.sponsorship;
-                    target.sponsorship.lamports_per_day = budget(
-                        given.sponsor_sol_per_day,
-                        ChainFamily::Solana,
-                        "sponsor_sol_per_day",
-                        now.lamports_per_day,
-                    )?;
-                    target.sponsorship.wei_per_day =
-                        budget(given.sponsor_eth_per_day, ChainFamily::Evm, "sponsor_eth_per_day", now.wei_per_day)?;
-                }
-            }
+            apply_plans(&mut self.plans, p)?;
         }
         Ok(())
     }
