@@ -18,6 +18,7 @@ use solana_sdk::signer::Signer as _;
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
+use tollgate_facilitator::chains::solana::rpc::SolanaRpc;
 use tollgate_facilitator::config::{Config, DatabaseUrl, EvmChainConfig, RpcUrl, Secret};
 use tollgate_facilitator::devnet::SplDevToken;
 use tollgate_facilitator::plans::Plan;
@@ -184,25 +185,7 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
     let data_dir = &options.data_dir;
     std::fs::create_dir_all(data_dir)?;
     let evm_signer = alloy::signers::local::PrivateKeySigner::random();
-    let mut config = Config {
-        database_url: DatabaseUrl::parse(&data_dir.join("tollgate.db").to_string_lossy())?,
-        listen: options.facilitator_addr,
-        // The demo is development mode: the embedded ledger, a generated master key, `/dev/*`.
-        dev: true,
-        ..Config::default()
-    };
-    let evm_chain = match &options.evm_rpc_url {
-        Some(url) => {
-            let chain_id = evm::chain_id(url).await?;
-            config.evm.push(EvmChainConfig {
-                network: tollgate_protocol::Network::eip155(chain_id),
-                rpc_url: RpcUrl::new(url.clone()),
-            });
-            config.evm_signer_key = Some(Secret::new(alloy::hex::encode(evm_signer.to_bytes())));
-            Some(chain_id)
-        }
-        None => None,
-    };
+    let (config, evm_chain) = demo_config(options, &evm_signer).await?;
     let state = AppState::from_config(config).await?;
     let backend = state.chains.embedded_solana().ok_or_else(|| anyhow::anyhow!("no embedded ledger"))?;
     let solana_rpc_url = backend
@@ -221,21 +204,8 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         admin::create_wallet(&*state.store, master, &page_key.record.id, ChainFamily::Solana, chrono::Utc::now())
             .await?;
 
-    // Wallets: the seller's receiving address and the buyer's key, both funded on the ledger.
-    let (buyer, seller, treasury) = (Keypair::new(), Keypair::new(), Keypair::new());
-    let buyer_key_file = data_dir.join("demo-buyer.json");
-    write_keypair(&buyer_key_file, &buyer)?;
-    write_keypair(&data_dir.join("demo-seller.json"), &seller)?;
     let page_buyer_key: solana_sdk::pubkey::Pubkey = page_buyer.parse()?;
-    for who in [&buyer.pubkey(), &seller.pubkey(), &treasury.pubkey(), &page_buyer_key] {
-        let signature = rpc.request_airdrop(who, DEMO_FUNDING_SOL * 1_000_000_000).await?;
-        rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await?;
-    }
-    // A stablecoin-like SPL token: the buyer holds some, the seller has an account for it.
-    let token = SplDevToken::create(rpc, treasury, DEMO_TOKEN_DECIMALS).await?;
-    let whole = 10u64.pow(u32::from(DEMO_TOKEN_DECIMALS));
-    token.fund(rpc, &buyer.pubkey(), DEMO_FUNDING_TOKENS * whole).await?;
-    token.fund(rpc, &seller.pubkey(), 0).await?;
+    let Funded { buyer, seller, token, buyer_key_file } = fund(rpc, data_dir, &page_buyer_key).await?;
 
     let evm = match (&options.evm_rpc_url, evm_chain) {
         (Some(url), Some(chain_id)) => Some(evm::prepare(&state, url, chain_id, data_dir, &evm_signer).await?),
@@ -288,6 +258,67 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         evm,
         state,
     })
+}
+
+/// The demo facilitator's configuration: development mode (the embedded ledger, a generated
+/// master key, `/dev/*`) on a SQLite file in the data directory, and the EVM chain at
+/// `--evm-rpc-url` when given (its chain id, settled from `evm_signer`'s account).
+async fn demo_config(
+    options: &Options,
+    evm_signer: &alloy::signers::local::PrivateKeySigner,
+) -> anyhow::Result<(Config, Option<u64>)> {
+    let data_dir = &options.data_dir;
+    let mut config = Config {
+        database_url: DatabaseUrl::parse(&data_dir.join("tollgate.db").to_string_lossy())?,
+        listen: options.facilitator_addr,
+        // The demo is development mode: the embedded ledger, a generated master key, `/dev/*`.
+        dev: true,
+        ..Config::default()
+    };
+    let evm_chain = match &options.evm_rpc_url {
+        Some(url) => {
+            let chain_id = evm::chain_id(url).await?;
+            config.evm.push(EvmChainConfig {
+                network: tollgate_protocol::Network::eip155(chain_id),
+                rpc_url: RpcUrl::new(url.clone()),
+            });
+            config.evm_signer_key = Some(Secret::new(alloy::hex::encode(evm_signer.to_bytes())));
+            Some(chain_id)
+        }
+        None => None,
+    };
+    Ok((config, evm_chain))
+}
+
+/// The demo's wallets on the ledger.
+struct Funded {
+    /// The buyer's key (also written to `buyer_key_file`).
+    buyer: Keypair,
+    /// The seller's receiving wallet.
+    seller: Keypair,
+    /// A stablecoin-like SPL token the buyer holds and the seller has an account for.
+    token: SplDevToken,
+    buyer_key_file: PathBuf,
+}
+
+/// The seller's receiving address and the buyer's key, written to the data directory, and the
+/// page's custodial buyer `page_buyer`, all funded on the ledger; a token the buyer holds.
+async fn fund(rpc: &SolanaRpc, data_dir: &Path, page_buyer: &solana_sdk::pubkey::Pubkey) -> anyhow::Result<Funded> {
+    let (buyer, seller, treasury) = (Keypair::new(), Keypair::new(), Keypair::new());
+    let buyer_key_file = data_dir.join("demo-buyer.json");
+    write_keypair(&buyer_key_file, &buyer)?;
+    write_keypair(&data_dir.join("demo-seller.json"), &seller)?;
+    for who in [&buyer.pubkey(), &seller.pubkey(), &treasury.pubkey(), page_buyer] {
+        let signature = rpc.request_airdrop(who, DEMO_FUNDING_SOL * 1_000_000_000).await?;
+        rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(30)).await?;
+    }
+    // A stablecoin-like SPL token: the buyer holds some, the seller has an account for it.
+    let token = SplDevToken::create(rpc, treasury, DEMO_TOKEN_DECIMALS).await?;
+    let whole = 10u64.pow(u32::from(DEMO_TOKEN_DECIMALS));
+    token.fund(rpc, &buyer.pubkey(), DEMO_FUNDING_TOKENS * whole).await?;
+    token.fund(rpc, &seller.pubkey(), 0).await?;
+
+    Ok(Funded { buyer, seller, token, buyer_key_file })
 }
 
 /// A test-environment enterprise key of a new account.
