@@ -142,68 +142,38 @@ impl DecimalAmount {
     /// outside the JSON number grammar (including `NaN`, `Infinity`, `.5`, `1.`, `+1`, spaces).
     pub fn parse(text: &str) -> Result<Self, AmountError> {
         let bad = || AmountError::NotANumber(truncate_for_error(text));
-        let bytes = text.as_bytes();
-        let mut i = 0;
-        if bytes.first() == Some(&b'-') {
+        if let Some(rest) = text.strip_prefix('-') {
             // Only report "negative" for something that is otherwise a number.
-            return match Self::parse(&text[1..]) {
+            return match Self::parse(rest) {
                 Ok(_) => Err(AmountError::Negative),
                 Err(_) => Err(bad()),
             };
         }
-        let int_start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        let int_part = &text[int_start..i];
+        let bytes = text.as_bytes();
+        let mut i = digits_end(bytes, 0);
+        let int_part = &text[..i];
         if int_part.is_empty() || (int_part.len() > 1 && int_part.starts_with('0')) {
             return Err(bad());
         }
         let mut frac_part = "";
-        if i < bytes.len() && bytes[i] == b'.' {
-            i += 1;
-            let start = i;
-            while i < bytes.len() && bytes[i].is_ascii_digit() {
-                i += 1;
-            }
-            frac_part = &text[start..i];
+        if bytes.get(i) == Some(&b'.') {
+            let end = digits_end(bytes, i + 1);
+            frac_part = &text[i + 1..end];
             if frac_part.is_empty() {
                 return Err(bad());
             }
+            i = end;
         }
-        let mut exponent: i64 = 0;
-        if i < bytes.len() && (bytes[i] == b'e' || bytes[i] == b'E') {
-            i += 1;
-            let negative = match bytes.get(i) {
-                Some(b'-') => {
-                    i += 1;
-                    true
-                }
-                Some(b'+') => {
-                    i += 1;
-                    false
-                }
-                _ => false,
-            };
-            let start = i;
-            while i < bytes.len() && bytes[i].is_ascii_digit() {
-                i += 1;
-            }
-            let exp_text = &text[start..i];
-            if exp_text.is_empty() {
-                return Err(bad());
-            }
-            // Saturate absurd exponents instead of overflowing; they are refused below.
-            let magnitude = exp_text
-                .trim_start_matches('0')
-                .parse::<i64>()
-                .unwrap_or(if exp_text.trim_start_matches('0').is_empty() { 0 } else { i64::MAX / 2 });
-            exponent = if negative { -magnitude } else { magnitude };
-        }
-        if i != bytes.len() {
+        let (exponent, end) = exponent(text, i).ok_or_else(bad)?;
+        if end != bytes.len() {
             return Err(bad());
         }
+        Self::from_digits(int_part, frac_part, exponent)
+    }
 
+    /// The value of `int_part.frac_part` × 10^`exponent`, normalised: no leading zeros, no
+    /// trailing zeros in the fraction.
+    fn from_digits(int_part: &str, frac_part: &str, exponent: i64) -> Result<Self, AmountError> {
         let mut digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).map(|b| b - b'0').collect();
         let mut scale = frac_part.len() as i64 - exponent;
         // Normalise: drop leading zeros, then trailing zeros of the fraction.
@@ -328,6 +298,40 @@ fn format_atomic(value: u128, decimals: u8) -> String {
 
 fn truncate_for_error(s: &str) -> String {
     s.chars().take(40).collect()
+}
+
+/// Where the ASCII digits of `bytes` starting at `from` end.
+fn digits_end(bytes: &[u8], from: usize) -> usize {
+    from + bytes[from..].iter().take_while(|b| b.is_ascii_digit()).count()
+}
+
+/// The exponent written at `at` (`e` or `E`, an optional sign, digits) and where it ends;
+/// `(0, at)` when none is written, `None` for an `e` without digits. Absurd exponents saturate
+/// (and are refused by the scale check) instead of overflowing.
+fn exponent(text: &str, at: usize) -> Option<(i64, usize)> {
+    let bytes = text.as_bytes();
+    if !matches!(bytes.get(at), Some(b'e' | b'E')) {
+        return Some((0, at));
+    }
+    let mut i = at + 1;
+    let negative = match bytes.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let end = digits_end(bytes, i);
+    let digits = text[i..end].trim_start_matches('0');
+    if i == end {
+        return None;
+    }
+    let magnitude = digits.parse::<i64>().unwrap_or(if digits.is_empty() { 0 } else { i64::MAX / 2 });
+    Some((if negative { -magnitude } else { magnitude }, end))
 }
 
 #[cfg(test)]
