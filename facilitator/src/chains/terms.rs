@@ -239,8 +239,6 @@ impl std::fmt::Debug for Settle {
 pub struct Checked {
     /// How it settles.
     pub settle: Settle,
-    /// Its identity, claimed once (`<network>:<payer's signature, tx hash or authorization>`).
-    pub proof_id: String,
     /// Who paid.
     pub payer: Address,
     /// Who it pays.
@@ -297,7 +295,6 @@ mod tests {
     fn checked(pay_to: Address, asset: Asset, amount: u128) -> Checked {
         Checked {
             settle: Settle::Recorded { tx_id: "sig".into() },
-            proof_id: "p".into(),
             payer: Address::Solana([9; 32]),
             pay_to,
             asset,

@@ -282,8 +282,15 @@ impl Payments {
         Ok(self.store().get_wallet(address).await?.map(|w| w.account_id))
     }
 
-    /// The payment `account` receives for a checked proof (status `verified`, hosted).
-    async fn received(&self, account: &str, terms: &Terms, checked: &Checked) -> Result<NewPayment, PaymentError> {
+    /// The payment `account` receives for a checked proof claimed under `proof_id` (status
+    /// `verified`, hosted).
+    async fn received(
+        &self,
+        account: &str,
+        terms: &Terms,
+        checked: &Checked,
+        proof_id: String,
+    ) -> Result<NewPayment, PaymentError> {
         let payer = checked.payer.to_string();
         Ok(NewPayment {
             id: new_id(),
@@ -305,7 +312,7 @@ impl Payments {
             metadata: terms.method.as_ref().map(|method| {
                 serde_json::Map::from_iter([("method".to_owned(), serde_json::Value::String(method.clone()))])
             }),
-            proof_id: Some(checked.proof_id.clone()),
+            proof_id: Some(proof_id),
             expires_at: None,
             last_valid_block_height: None,
             next_check_at: None,

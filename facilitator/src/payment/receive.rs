@@ -47,12 +47,12 @@ impl Payments {
 
     async fn receive_now(&self, r: Receive) -> Result<StoredPayment, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
-        let checked = match self.checked(&*chain, &r, (Settler::Facilitator, Intent::Settle)).await? {
+        let (checked, proof_id) = match self.checked(&*chain, &r, (Settler::Facilitator, Intent::Settle)).await? {
             Ok(checked) => checked,
             Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
         };
         self.sponsor(&r, &checked).await?;
-        let payment = self.received(&r.account, &r.terms, &checked).await?;
+        let payment = self.received(&r.account, &r.terms, &checked, proof_id).await?;
         let settled = match checked.settle {
             Settle::Recorded { tx_id } => self.record_confirmed(&*chain, payment, tx_id).await,
             Settle::Broadcast(outgoing) => self.settle_new(&*chain, payment, Source::Ready(outgoing), r.wait).await,
@@ -100,13 +100,14 @@ impl Payments {
     }
 
     /// Steps 1 to 3: the payload admitted, no claim on it, checked on chain, what it pays
-    /// admitted. `Ok(Err(holder))` when a payment holds it already.
+    /// admitted; with the identity it was looked up under, which its payment claims.
+    /// `Ok(Err(holder))` when a payment holds it already.
     async fn checked(
         &self,
         chain: &dyn Chain,
         r: &Receive,
         (settler, intent): (Settler, Intent),
-    ) -> Result<Result<Checked, StoredPayment>, PaymentError> {
+    ) -> Result<Result<(Checked, String), StoredPayment>, PaymentError> {
         r.terms.admit_payload(&r.payload)?;
         let proof = chain.decode(&r.payload, &r.terms.asset);
         // Asked before the chain is: a used proof may no longer simulate, and must still be "used".
@@ -125,7 +126,11 @@ impl Payments {
             Err(e) => return Err(e.into()),
         };
         r.terms.admit(&r.payload, &checked)?;
-        Ok(Ok(checked))
+        // What was looked up is what is claimed: a proof the chain passed has its identity.
+        let proof_id = proof.id().ok_or_else(|| {
+            PaymentError::Internal(format!("a proof that passed its check on {} has no identity", r.terms.network))
+        })?;
+        Ok(Ok((checked, proof_id.to_owned())))
     }
 
     /// The payment holding a proof.
@@ -194,7 +199,7 @@ impl Payments {
             }
         }
         match self.checked(&*chain, &r, (Settler::Facilitator, Intent::Verify)).await? {
-            Ok(checked) => Ok(checked.payer),
+            Ok((checked, _)) => Ok(checked.payer),
             Err(holder) => {
                 let visible = holder.visible_to(&r.account);
                 Err(PaymentError::ProofUsed {
@@ -219,7 +224,7 @@ impl Payments {
     async fn hand_over_now(&self, r: Receive) -> Result<Handed, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
         let seller = Settler::Seller(r.terms.pay_to);
-        let checked = match self.checked(&*chain, &r, (seller, Intent::Settle)).await? {
+        let (checked, proof_id) = match self.checked(&*chain, &r, (seller, Intent::Settle)).await? {
             Ok(checked) => checked,
             Err(holder) => return Err(PaymentError::ProofUsed { payment_id: holder.payment.id, holder: None }),
         };
@@ -236,7 +241,7 @@ impl Payments {
             expires_at: Some(expires_at),
             last_valid_block_height: Some(horizon),
             tx_raw: Some(transaction.clone()),
-            ..self.received(&r.account, &r.terms, &checked).await?
+            ..self.received(&r.account, &r.terms, &checked, proof_id).await?
         };
         let payment = self.store().insert_payment(&payment).await?;
         Ok(Handed { payment, transaction, fee, horizon, expires_at })

@@ -113,7 +113,6 @@ impl Chain for FakeChain {
         let tx_id = format!("buyer-{:x}-{amount}", std::hash::Hasher::finish(&hasher));
         Ok(Checked {
             settle: Settle::Broadcast(Outgoing::ready(tx_id.clone(), tx_id.into_bytes(), None)),
-            proof_id,
             payer: Address::Solana([9; 32]),
             pay_to: terms.pay_to,
             asset: terms.asset,

@@ -218,7 +218,6 @@ pub(super) async fn check(
     let (settle, fee) = settlement(backend, (sender, token), &why, (settler, intent)).await?;
     Ok(Checked {
         settle,
-        proof_id: authorization_id(backend.rpc.network(), &token, &from, &message.nonce),
         payer: protocol_address(from),
         pay_to: protocol_address(to),
         asset: Asset::Token(protocol_address(token)),

@@ -115,7 +115,6 @@ async fn signed_transfer(
     };
     Ok(Checked {
         settle,
-        proof_id: proof_id(rpc.network(), &t.hash),
         payer: protocol_address(t.from),
         pay_to: protocol_address(*pay_to),
         asset: Asset::Native,
@@ -184,7 +183,6 @@ async fn receipt(
     terms.price.check(paid, decimals, Reason::EvmValue)?;
     Ok(Checked {
         settle: Settle::Recorded { tx_id: format!("{hash:#x}") },
-        proof_id: proof_id(rpc.network(), &hash),
         payer: protocol_address(from),
         pay_to: protocol_address(*pay_to),
         asset: Asset::Native,

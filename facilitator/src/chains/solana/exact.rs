@@ -20,7 +20,7 @@ use tollgate_protocol::x402::{Asset, PaymentPayload};
 use super::build::pubkey;
 use super::exact_native::fee_of;
 use super::spl::{self, SponsorPolicy};
-use super::{SolanaBackend, encode, proof_id, refuse, verify};
+use super::{SolanaBackend, encode, refuse, verify};
 use crate::chains::{
     ChainError, Checked, Intent, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Signable, Terms,
 };
@@ -78,7 +78,6 @@ pub(super) async fn check(
     };
     let checked = |settle, fee: Option<u64>| Checked {
         settle,
-        proof_id: proof_id(rpc.network(), &s.payer_signature.to_string()),
         payer: Address::Solana(t.authority.to_bytes()),
         // The destination is the associated token account of `pay_to` (checked above).
         pay_to: Address::Solana(pay_to.to_bytes()),

@@ -12,7 +12,7 @@ use tollgate_protocol::{Address, ChainFamily};
 
 use super::build::pubkey;
 use super::rpc::SolanaRpc;
-use super::{SolanaBackend, encode, proof_id, refuse, verify};
+use super::{SolanaBackend, encode, refuse, verify};
 use crate::chains::{Checked, Intent, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Terms};
 
 /// An `exact-native` payload, read.
@@ -138,7 +138,6 @@ async fn signed_transfer(
     };
     Ok(Checked {
         settle,
-        proof_id: proof_id(rpc.network(), &signature),
         payer: Address::Solana(source.to_bytes()),
         pay_to: Address::Solana(checked.transfer.to.to_bytes()),
         asset: Asset::Native,
@@ -263,7 +262,6 @@ async fn receipt(
     terms.price.check(u128::from(paid), decimals, Reason::SvmAmountMismatch)?;
     Ok(Checked {
         settle: Settle::Recorded { tx_id: receipt.transaction.clone() },
-        proof_id: proof_id(network, &receipt.transaction),
         payer: Address::Solana(from.to_bytes()),
         pay_to: terms.pay_to,
         asset: Asset::Native,

@@ -91,8 +91,6 @@ pub struct SponsoredTransfer {
     pub transfer: TokenTransfer,
     /// The blockhash it was signed against.
     pub blockhash: Hash,
-    /// The payer's signature (the first one after the sponsor's slot): the proof's identity.
-    pub payer_signature: Signature,
 }
 
 fn refuse(reason: Reason, message: impl Into<String>) -> Refusal {
@@ -132,8 +130,7 @@ pub fn check_sponsored_transfer(
         ));
     }
     within_policy(&read.budget, read.others, policy)?;
-    let payer_signature = tx.signatures.get(1).copied().unwrap_or_default();
-    Ok(SponsoredTransfer { transfer, blockhash: *tx.message.recent_blockhash(), payer_signature })
+    Ok(SponsoredTransfer { transfer, blockhash: *tx.message.recent_blockhash() })
 }
 
 /// No lookup tables; the sponsor first, as fee payer, its signature slot empty; at least the

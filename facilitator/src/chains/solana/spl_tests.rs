@@ -79,7 +79,8 @@ fn a_plain_sponsored_payment_passes() {
     assert_eq!(ok.transfer.amount, 1_000_000);
     assert_eq!(ok.transfer.authority, c.buyer.pubkey());
     assert_eq!(ok.transfer.destination, associated_token_address(&c.seller, &c.mint, &TOKEN_PROGRAM));
-    assert_eq!(ok.payer_signature, tx.signatures[1]);
+    // The proof's identity is the payer's signature, the first after the sponsor's slot.
+    assert_eq!(super::super::exact::identity(&tx), Some(tx.signatures[1].to_string()));
 }
 
 /// x402's current rules: up to 7 instructions (a wallet's Lighthouse assertions included), and
