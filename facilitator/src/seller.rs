@@ -15,7 +15,7 @@ use tollgate_protocol::x402::Supported;
 
 use crate::api::validate;
 use crate::app::AppState;
-use crate::chains::{Chains, Unserved};
+use crate::chains::Chains;
 use crate::payment::{PaymentError, Payments, Receive, Repeat};
 use crate::plans::{Plan, Sponsorship};
 use crate::store::StoredPayment;
@@ -162,28 +162,13 @@ fn verdict(stored: StoredPayment, claim: Claim<'_>, asked: chrono::DateTime<chro
 /// words (`reason: message`, which the layer remembers for the request), else unavailable (the
 /// API's other errors: nothing remembered, the buyer may retry).
 fn refusal(e: PaymentError) -> Verdict {
-    let refused = |reason: String| Verdict::Refused { reason };
-    let unavailable = |reason: String| Verdict::Unavailable { timed_out: false, reason };
-    match e {
-        PaymentError::Refused(r) => refused(format!("{}: {}", r.reason.as_str(), r.message)),
-        PaymentError::ProofUsed { payment_id, .. } => {
-            refused(format!("duplicate_settlement: proof already used (payment {payment_id})"))
-        }
-        PaymentError::Unserved(u @ Unserved::Unavailable(_)) => {
-            refused(format!("invalid_network: this facilitator does not settle: {u}"))
-        }
-        PaymentError::Internal(m) => {
+    match e.into_x402_refusal() {
+        Ok((r, _)) => Verdict::Refused { reason: format!("{}: {}", r.reason.as_str(), r.message) },
+        Err(PaymentError::Internal(m)) => {
             tracing::error!(error = %m, "an in-process settlement failed");
-            unavailable("the facilitator failed (see its log)".into())
+            Verdict::Unavailable { timed_out: false, reason: "the facilitator failed (see its log)".into() }
         }
-        PaymentError::Invalid(m)
-        | PaymentError::InvalidRecipient(m)
-        | PaymentError::InsufficientBalance(m)
-        | PaymentError::Forbidden(m)
-        | PaymentError::NotFound(m)
-        | PaymentError::Unavailable(m)
-        | PaymentError::SponsorshipSpent { message: m, .. } => unavailable(m),
-        PaymentError::Unserved(u) => unavailable(u.to_string()),
+        Err(other) => Verdict::Unavailable { timed_out: false, reason: other.to_string() },
     }
 }
 
@@ -194,7 +179,7 @@ mod tests {
     use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
 
     use super::*;
-    use crate::chains::{Reason, Refusal};
+    use crate::chains::{Reason, Refusal, Unserved};
     use crate::store::NewPayment;
 
     fn requirement() -> PaymentRequirements {

@@ -31,11 +31,21 @@ const PRICE: u64 = 1_000_000;
 /// A shop whose routes cost 0.001 SOL to `seller`, settled by the core in process; `runs`
 /// counts the handler's runs, and `/fails` answers 500.
 async fn shop(t: &SolanaApp, seller: &Pubkey, order: SettlementOrder, runs: Arc<AtomicUsize>) -> Router {
+    shop_at(t, seller, (order, "0.001"), runs).await
+}
+
+/// The same shop, `/report` costing `price` SOL.
+async fn shop_at(
+    t: &SolanaApp,
+    seller: &Pubkey,
+    (order, price): (SettlementOrder, &str),
+    runs: Arc<AtomicUsize>,
+) -> Router {
     t.store.create_account("acct_shop", chrono::Utc::now()).await.ok();
     let network = t.state.chains.embedded_solana().unwrap().rpc.network().clone();
     let layer = PaymentLayer::builder()
         .facilitator(InProcess::new(&t.state, "acct_shop", Plan::Premium))
-        .accept(Price::native_sol("0.001").unwrap().on(network).pay_to(seller.to_string().parse().unwrap()))
+        .accept(Price::native_sol(price).unwrap().on(network).pay_to(seller.to_string().parse().unwrap()))
         .resource_base("https://shop.test")
         .settlement_order(order)
         .build()
@@ -125,6 +135,11 @@ async fn one_proof_buys_one_request_once_and_nothing_it_did_not_pay_for() {
     assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "settled once");
     let (status, _) = call(&other_instance, "GET", "/other", Some(&paid)).await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    // An instance that prices the request dearer: the cheaper proof does not buy it.
+    let dearer = shop_at(&t, &seller, (SettlementOrder::SettleBefore, "0.002"), Arc::new(AtomicUsize::new(0))).await;
+    let (status, body) = call(&dearer, "GET", "/report", Some(&paid)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{body}");
+    assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "settled once");
 
     // A resource no payment can be bound to (longer than the API takes): nothing settles, and
     // the buyer is told to retry (502), not refused for good.

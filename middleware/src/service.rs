@@ -334,12 +334,14 @@ impl Paid<'_> {
     async fn remembered(&self, key: &str, offers: &[Offer], headers: &http::HeaderMap) -> Remembered {
         let known = self.config.cache.get(key).await;
         let challenge = |why: &str| Remembered::Answer(challenge_for(self.config, self.resource, offers, headers, why));
+        let other_ticket = match known.as_deref() {
+            Some(Known::Accepted { ticket, .. } | Known::Pending { ticket, .. }) => ticket.refuses(self.ticket),
+            _ => None,
+        };
+        if let Some(why) = other_ticket {
+            return challenge(&why);
+        }
         match known.as_deref() {
-            Some(Known::Accepted { ticket, .. } | Known::Pending { ticket, .. })
-                if ticket.refuses(self.ticket).is_some() =>
-            {
-                challenge(&ticket.refuses(self.ticket).unwrap_or_default())
-            }
             Some(Known::Accepted { payment, .. }) if !payment.covers(self.claim.requirement) => {
                 challenge("this payment was made for a cheaper request")
             }

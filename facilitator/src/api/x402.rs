@@ -18,7 +18,7 @@ use crate::api::error::ProofRefused;
 use crate::api::extract::ApiJson;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::chains::{Reason, Refusal, Unserved};
+use crate::chains::{Reason, Refusal};
 use crate::payment::{PaymentError, Receive, Repeat};
 
 /// The network as the request's version writes it.
@@ -47,20 +47,12 @@ enum Refused {
 }
 
 fn refused(e: PaymentError) -> Refused {
-    match e {
-        PaymentError::Refused(r) => Refused::Reason(r, None),
-        PaymentError::ProofUsed { payment_id, holder } => {
+    match e.into_x402_refusal() {
+        Ok((refusal, holder)) => {
             let settled = holder.map(|h| (h.payment.transaction.unwrap_or_default(), h.payment.from));
-            Refused::Reason(
-                Refusal::new(Reason::AlreadyUsed, format!("proof already used (payment {payment_id})")),
-                settled,
-            )
+            Refused::Reason(refusal, settled)
         }
-        PaymentError::Unserved(u @ Unserved::Unavailable(_)) => Refused::Reason(
-            Refusal::new(Reason::InvalidNetwork, format!("this facilitator does not settle: {u}")),
-            None,
-        ),
-        other => Refused::Error(other.into()),
+        Err(other) => Refused::Error(other.into()),
     }
 }
 

@@ -90,6 +90,30 @@ pub enum PaymentError {
     Internal(String),
 }
 
+impl PaymentError {
+    /// This error as x402 says a proof is refused: its own refusal, a used proof
+    /// (`duplicate_settlement`, with the payment holding it when the caller may see it), a network
+    /// no chain serves (`invalid_network`). `Err(self)` when it is no verdict on the proof (the
+    /// chain could not be asked, storage failed, a bad request): x402 answers those as errors.
+    ///
+    /// # Errors
+    /// `self`, when it is no refusal of the proof.
+    pub fn into_x402_refusal(self) -> Result<(Refusal, Option<Box<StoredPayment>>), Self> {
+        match self {
+            Self::Refused(r) => Ok((r, None)),
+            Self::ProofUsed { payment_id, holder } => Ok((
+                Refusal::new(crate::chains::Reason::AlreadyUsed, format!("proof already used (payment {payment_id})")),
+                holder,
+            )),
+            Self::Unserved(u @ Unserved::Unavailable(_)) => Ok((
+                Refusal::new(crate::chains::Reason::InvalidNetwork, format!("this facilitator does not settle: {u}")),
+                None,
+            )),
+            other => Err(other),
+        }
+    }
+}
+
 impl From<StoreError> for PaymentError {
     fn from(e: StoreError) -> Self {
         match e {

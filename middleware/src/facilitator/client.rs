@@ -345,11 +345,7 @@ impl FacilitatorClient {
 
 /// What the layer binds a gateway payment to, from a claim.
 fn wanted<'a>(claim: &Claim<'a>) -> Wanted<'a> {
-    Wanted {
-        resource: &claim.resource.url,
-        method: claim.resource.method.as_deref().unwrap_or("GET"),
-        lifetime: claim.lifetime,
-    }
+    Wanted { resource: &claim.resource.url, method: claim.method(), lifetime: claim.lifetime }
 }
 
 #[async_trait]

@@ -126,10 +126,10 @@ pub struct Claim<'a> {
     pub lifetime: Duration,
 }
 
-impl Claim<'_> {
+impl<'a> Claim<'a> {
     /// The request's method, as bound (`GET` when the layer named none).
     #[must_use]
-    pub fn method(&self) -> &str {
+    pub fn method(&self) -> &'a str {
         self.resource.method.as_deref().unwrap_or("GET")
     }
 }
