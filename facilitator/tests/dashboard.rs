@@ -52,6 +52,17 @@ async fn sign_in(url: &str) -> String {
 }
 
 /// The CSRF token of the signed-in page.
+/// Signs the session `cookie` out with the page's `csrf` token.
+async fn sign_out(url: &str, cookie: &str, csrf: &str) -> reqwest::Response {
+    client()
+        .post(format!("{url}/dashboard/logout"))
+        .header("cookie", cookie)
+        .form(&[("csrf", csrf)])
+        .send()
+        .await
+        .unwrap()
+}
+
 fn csrf_of(page: &str) -> String {
     let (_, rest) = page.split_once("name=\"csrf\" value=\"").unwrap();
     rest.split('"').next().unwrap().to_owned()
@@ -150,13 +161,7 @@ async fn sign_in_csrf_and_key_management_over_http() {
     assert!(proxied.headers()["set-cookie"].to_str().unwrap().ends_with("; Secure"));
 
     // Sign out: the cookie is cleared.
-    let out = http
-        .post(format!("{url}/dashboard/logout"))
-        .header("cookie", &cookie)
-        .form(&[("csrf", csrf.as_str())])
-        .send()
-        .await
-        .unwrap();
+    let out = sign_out(&url, &cookie, &csrf).await;
     assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
 }
 
@@ -310,13 +315,7 @@ async fn signing_out_ends_every_session_and_sign_ins_are_throttled() {
     let other_session = sign_in(&url).await;
     let page = http.get(format!("{url}/dashboard")).header("cookie", &cookie).send().await.unwrap();
     let csrf = csrf_of(&page.text().await.unwrap());
-    let out = http
-        .post(format!("{url}/dashboard/logout"))
-        .header("cookie", &cookie)
-        .form(&[("csrf", csrf.as_str())])
-        .send()
-        .await
-        .unwrap();
+    let out = sign_out(&url, &cookie, &csrf).await;
     assert_eq!(out.status().as_u16(), 303);
     for session in [&copied, &other_session] {
         let answer = http.get(format!("{url}/dashboard")).header("cookie", session).send().await.unwrap();
