@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 use tollgate_facilitator::chains::evm::erc20::TransferWithAuthorization;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
-use tollgate_facilitator::devnet::{Erc3009DevToken, set_evm_balance};
+use tollgate_facilitator::devnet::{DevToken, TokenKind, set_evm_balance};
 
 const TOKEN_NAME: &str = "Tollgate USD";
 const TOKEN_VERSION: &str = "2";
@@ -96,7 +96,7 @@ async fn prepare(url: &str, count: usize, facilitator: Address, out: &std::path:
     let minter = PrivateKeySigner::random();
     set_evm_balance(&rpc, minter.address(), ether).await?;
     set_evm_balance(&rpc, facilitator, ether).await?;
-    let token = Erc3009DevToken::deploy(&rpc, minter, (TOKEN_NAME, "TUSD", 6)).await?;
+    let token = DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await?;
     let payer = PrivateKeySigner::random();
     let total = PRICE.checked_mul(u128::try_from(count)?).context("too many authorizations")?;
     token.mint(&rpc, payer.address(), U256::from(total)).await?;

@@ -7,7 +7,7 @@ use alloy::primitives::U256;
 use alloy::signers::local::PrivateKeySigner;
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
-use tollgate_facilitator::devnet::{Erc3009DevToken, set_evm_balance};
+use tollgate_facilitator::devnet::{DevToken, TokenKind, set_evm_balance};
 
 use crate::shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL};
 use crate::{DEMO_FUNDING_TOKENS, EvmDemo};
@@ -41,7 +41,9 @@ pub(crate) async fn prepare(
     for (who, eth) in [(facilitator_signer, 100), (&buyer, 10), (&minter, 1)] {
         set_evm_balance(rpc, who.address(), U256::from(eth * ETH)).await.map_err(dev_node)?;
     }
-    let token = Erc3009DevToken::deploy(rpc, minter, (DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, DEMO_TOKEN_DECIMALS)).await?;
+    let token =
+        DevToken::deploy(rpc, minter, TokenKind::Eip3009, (DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, DEMO_TOKEN_DECIMALS))
+            .await?;
     let whole = U256::from(10u64.pow(u32::from(DEMO_TOKEN_DECIMALS)));
     token.mint(rpc, buyer.address(), U256::from(DEMO_FUNDING_TOKENS) * whole).await?;
     let buyer_key_file = data_dir.join("demo-buyer-evm.key");

@@ -29,6 +29,17 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The compiled `TollgateTestToken` (constructor: name, symbol, decimals; EIP-712 version "2").
 pub const TEST_TOKEN_BYTECODE: &str = include_str!("../contracts/build/TollgateTestToken_sol_TollgateTestToken.bin");
+/// The compiled `TollgatePlainToken` (a plain ERC-20; constructor: name, symbol, decimals).
+pub const PLAIN_TOKEN_BYTECODE: &str = include_str!("../contracts/build/TollgatePlainToken_sol_TollgatePlainToken.bin");
+/// The compiled `TollgatePermitToken` (an ERC-20 with EIP-2612; constructor: name, symbol, decimals).
+pub const PERMIT_TOKEN_BYTECODE: &str =
+    include_str!("../contracts/build/TollgatePlainToken_sol_TollgatePermitToken.bin");
+/// The compiled x402 exact Permit2 proxy (constructor: Permit2's address).
+pub const EXACT_PROXY_BYTECODE: &str =
+    include_str!("../contracts/build/X402Permit2Proxies_sol_X402ExactPermit2Proxy.bin");
+/// The compiled x402 upto Permit2 proxy (constructor: Permit2's address).
+pub const UPTO_PROXY_BYTECODE: &str =
+    include_str!("../contracts/build/X402Permit2Proxies_sol_X402UptoPermit2Proxy.bin");
 /// The compiled `TollgateTestWallet` (an EIP-1271 contract wallet; constructor: owner).
 pub const TEST_WALLET_BYTECODE: &str = include_str!("../contracts/build/TollgateTestWallet_sol_TollgateTestWallet.bin");
 
@@ -218,9 +229,30 @@ pub async fn send_evm(
     Ok(receipt.contract_address)
 }
 
-/// An EIP-3009 token (`TollgateTestToken`) deployed on a development node; `minter` deployed it.
+/// Which test token to deploy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `TollgateTestToken`: an ERC-20 with EIP-3009 (EIP-712 version "2").
+    Eip3009,
+    /// `TollgatePlainToken`: a plain ERC-20, paid through Permit2 only.
+    Plain,
+    /// `TollgatePermitToken`: an ERC-20 with EIP-2612 `permit` (EIP-712 version "1").
+    Eip2612,
+}
+
+impl TokenKind {
+    fn bytecode(self) -> &'static str {
+        match self {
+            Self::Eip3009 => TEST_TOKEN_BYTECODE,
+            Self::Plain => PLAIN_TOKEN_BYTECODE,
+            Self::Eip2612 => PERMIT_TOKEN_BYTECODE,
+        }
+    }
+}
+
+/// A test token deployed on a development node; `minter` deployed it.
 #[derive(Debug)]
-pub struct Erc3009DevToken {
+pub struct DevToken {
     /// The contract.
     pub address: EvmAddress,
     /// Its deployer, the only account that mints.
@@ -229,17 +261,19 @@ pub struct Erc3009DevToken {
     pub decimals: u8,
 }
 
-impl Erc3009DevToken {
-    /// Deploys a token named `name` (`symbol`, `decimals`) from `minter`, which must hold ETH.
+impl DevToken {
+    /// Deploys a token of `kind` named `name` (`symbol`, `decimals`) from `minter`, which must
+    /// hold ETH.
     ///
     /// # Errors
     /// [`ChainError`] when the deployment fails.
     pub async fn deploy(
         rpc: &EvmRpc,
         minter: PrivateKeySigner,
+        kind: TokenKind,
         (name, symbol, decimals): (&str, &str, u8),
     ) -> Result<Self, ChainError> {
-        let mut code = alloy::primitives::hex::decode(TEST_TOKEN_BYTECODE.trim())
+        let mut code = alloy::primitives::hex::decode(kind.bytecode().trim())
             .map_err(|e| ChainError(format!("test token bytecode: {e}")))?;
         // uint8 is ABI-encoded as one 32-byte word, like uint256.
         code.extend((name.to_owned(), symbol.to_owned(), U256::from(decimals)).abi_encode_params());
@@ -265,4 +299,96 @@ impl Erc3009DevToken {
     pub async fn balance_of(&self, rpc: &EvmRpc, owner: EvmAddress) -> Result<U256, ChainError> {
         crate::chains::evm::erc20::balance_of(rpc, self.address, owner).await
     }
+}
+
+/// Where `scripts/install-permit2` puts Permit2's published deployment bytecode (the npm package
+/// `@uniswap/v4-periphery`, `lib/permit2/test/utils/DeployPermit2.sol`: the runtime code Uniswap
+/// places at Permit2's canonical address in tests), or `TOLLGATE_PERMIT2_SOURCE`.
+fn permit2_source() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("TOLLGATE_PERMIT2_SOURCE") {
+        return std::path::PathBuf::from(path);
+    }
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.tools/permit2/node_modules/@uniswap/v4-periphery/lib/permit2/test/utils/DeployPermit2.sol")
+}
+
+/// Permit2's runtime bytecode, read from its published deployment helper (the one `hex"…"`
+/// literal in it).
+///
+/// # Errors
+/// When it is not installed (saying how to), or holds no bytecode.
+pub fn permit2_bytecode() -> Result<Vec<u8>, ChainError> {
+    let path = permit2_source();
+    let source = std::fs::read_to_string(&path).map_err(|e| {
+        ChainError(format!(
+            "Permit2 is not installed at {} ({e}): run scripts/install-permit2 (scripts/test runs it)",
+            path.display()
+        ))
+    })?;
+    let start = source.find("hex\"").ok_or_else(|| ChainError(format!("no bytecode in {}", path.display())))? + 4;
+    let len =
+        source[start..].find('"').ok_or_else(|| ChainError(format!("unterminated bytecode in {}", path.display())))?;
+    alloy::primitives::hex::decode(&source[start..start + len])
+        .map_err(|e| ChainError(format!("Permit2's bytecode in {} is not hex: {e}", path.display())))
+}
+
+/// Places `code` at `address` (anvil's `anvil_setCode`).
+async fn set_code(rpc: &EvmRpc, address: EvmAddress, code: &[u8]) -> Result<(), ChainError> {
+    let code = alloy::primitives::hex::encode_prefixed(code);
+    let _: serde_json::Value = rpc
+        .provider()
+        .raw_request("anvil_setCode".into(), (address, code))
+        .await
+        .map_err(|e| ChainError(format!("anvil_setCode: {e}")))?;
+    Ok(())
+}
+
+/// Puts the real Permit2 (its published bytecode) and the x402 Permit2 proxies at their
+/// canonical addresses on an anvil: each proxy is deployed by `deployer` (which must hold ETH)
+/// against Permit2, and its code moved to its address (it keeps no state, so its code is all of it).
+///
+/// # Errors
+/// [`ChainError`] when Permit2 is not installed or a step fails.
+pub async fn install_permit2(rpc: &EvmRpc, deployer: &PrivateKeySigner) -> Result<(), ChainError> {
+    use tollgate_encoding::permit2::{EXACT_PROXY, PERMIT2, UPTO_PROXY};
+    let mut permit2 = permit2_bytecode()?;
+    set_code(rpc, PERMIT2, &permit2).await?;
+    // Permit2 keeps the EIP-712 domain separator of where it was built (an immutable), and uses
+    // it on the chain id it was built for — a development chain's, 31337 like anvil's, but at
+    // another address. Where that is this chain, put this chain's separator in its place.
+    let wanted = tollgate_encoding::permit2::domain(rpc.chain_id()).separator();
+    let kept = permit2_domain_separator(rpc).await?;
+    if kept != wanted {
+        let at = permit2.windows(32).position(|w| w == kept.as_slice()).ok_or_else(|| {
+            ChainError(
+                "Permit2's bytecode keeps a domain separator this chain does not use, and not as an immutable".into(),
+            )
+        })?;
+        permit2[at..at + 32].copy_from_slice(wanted.as_slice());
+        set_code(rpc, PERMIT2, &permit2).await?;
+        if permit2_domain_separator(rpc).await? != wanted {
+            return Err(ChainError("Permit2 does not sign in this chain's domain".into()));
+        }
+    }
+    for (bytecode, at) in [(EXACT_PROXY_BYTECODE, EXACT_PROXY), (UPTO_PROXY_BYTECODE, UPTO_PROXY)] {
+        let mut code =
+            alloy::primitives::hex::decode(bytecode.trim()).map_err(|e| ChainError(format!("proxy bytecode: {e}")))?;
+        code.extend(PERMIT2.abi_encode());
+        let deployed = send_evm(rpc, deployer, TxKind::Create, code)
+            .await?
+            .ok_or_else(|| ChainError("the proxy's deployment created no contract".into()))?;
+        set_code(rpc, at, &rpc.code(deployed).await?).await?;
+    }
+    Ok(())
+}
+
+/// The EIP-712 domain separator Permit2 answers with on `rpc`'s chain.
+async fn permit2_domain_separator(rpc: &EvmRpc) -> Result<alloy::primitives::B256, ChainError> {
+    alloy::sol! {
+        interface Permit2Domain {
+            function DOMAIN_SEPARATOR() external view returns (bytes32);
+        }
+    }
+    crate::chains::evm::erc20::view(rpc, tollgate_encoding::permit2::PERMIT2, &Permit2Domain::DOMAIN_SEPARATORCall {})
+        .await
 }

@@ -10,13 +10,14 @@
 
 use async_trait::async_trait;
 use tollgate::facilitator::{Claim, Facilitator, Payment, Verdict};
+use tollgate_protocol::AtomicAmount;
 use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::Supported;
 
 use crate::api::validate;
 use crate::app::AppState;
 use crate::chains::Chains;
-use crate::payment::{PaymentError, Payments, Receive, Repeat};
+use crate::payment::{PaymentError, Payments, Receive, Repeat, Settlement};
 use crate::plans::{Plan, Sponsorship};
 use crate::store::StoredPayment;
 
@@ -104,8 +105,13 @@ impl Facilitator for InProcess {
     async fn settle(&self, claim: Claim<'_>) -> Verdict {
         let Some(job) = self.job(claim, Repeat::Confirmed) else { return unbound() };
         let asked = chrono::Utc::now();
-        match self.payments.receive(job).await {
-            Ok(stored) => verdict(stored, claim, asked),
+        match self.payments.settle_x402(job).await {
+            Ok(Settlement::Settled(stored)) => verdict(*stored, claim, asked),
+            Ok(Settlement::NothingCharged { payer }) => {
+                let r = claim.requirement;
+                let nothing = Payment::new(r.network.clone(), r.asset, AtomicAmount(0), r.pay_to);
+                Verdict::Paid(nothing.with_payer(payer.to_string()))
+            }
             Err(e) => refusal(e),
         }
     }

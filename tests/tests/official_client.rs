@@ -23,7 +23,7 @@ use tollgate_facilitator::chains::evm::EvmBackend;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
 use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
-use tollgate_facilitator::devnet::{self, Erc3009DevToken};
+use tollgate_facilitator::devnet::{self, DevToken, TokenKind};
 use tollgate_facilitator::plans::Plan;
 use tollgate_facilitator::store::SqlStore;
 use tollgate_facilitator::wallets::MasterKey;
@@ -105,7 +105,7 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
     // The token, a buyer holding 10 of it, a seller.
     let minter = PrivateKeySigner::random();
     devnet::set_evm_balance(&rpc, minter.address(), eth).await.unwrap();
-    let token = Erc3009DevToken::deploy(&rpc, minter, (TOKEN_NAME, "TUSD", 6)).await.unwrap();
+    let token = DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await.unwrap();
     let buyer = PrivateKeySigner::random();
     token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
     let seller_address = PrivateKeySigner::random().address();

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::{FacilitatorRequest, SettleResponse, Supported, VerifyResponse};
-use tollgate_protocol::{ChainFamily, Network};
+use tollgate_protocol::{AtomicAmount, ChainFamily, Network};
 
 use crate::api::error::ApiError;
 use crate::api::error::ProofRefused;
@@ -19,7 +19,7 @@ use crate::api::extract::ApiJson;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::chains::{Reason, Refusal};
-use crate::payment::{PaymentError, Receive, Repeat};
+use crate::payment::{PaymentError, Receive, Repeat, Settlement};
 
 /// The network as the request's version writes it.
 fn network_name(v1: bool, network: &Network) -> String {
@@ -117,9 +117,17 @@ pub async fn settle(
             payer,
             transaction,
             network: network.clone(),
+            amount: None,
         };
-    let stored = match state.payments().receive(receive).await {
-        Ok(stored) => stored,
+    let stored = match state.payments().settle_x402(receive).await {
+        Ok(Settlement::Settled(stored)) => *stored,
+        Ok(Settlement::NothingCharged { payer }) => {
+            let nothing = SettleResponse {
+                amount: Some(AtomicAmount(0)),
+                ..answer(true, None, String::new(), Some(payer.to_string()))
+            };
+            return Ok((None, Json(nothing)));
+        }
         Err(e) => {
             return match refused(e) {
                 Refused::Reason(r, settled) => {
@@ -139,7 +147,9 @@ pub async fn settle(
     Ok((
         None,
         Json(match p.status {
-            PaymentStatus::Confirmed => answer(true, None, transaction, payer),
+            PaymentStatus::Confirmed => {
+                SettleResponse { amount: Some(p.amount_atomic), ..answer(true, None, transaction, payer) }
+            }
             PaymentStatus::Failed | PaymentStatus::Expired => {
                 let message = error.unwrap_or_else(|| format!("the payment {}", p.status.as_str()));
                 answer(false, Some((Reason::FailedOnChain.as_str(), message)), transaction, payer)

@@ -352,6 +352,8 @@ pub struct Kinds {
     pub schemes: Vec<(&'static str, Option<serde_json::Value>)>,
     /// The facilitator's signing address here (fee payer / settling account), when it has one.
     pub signer: Option<String>,
+    /// x402 extensions it honours (`eip2612GasSponsoring`).
+    pub extensions: Vec<&'static str>,
 }
 
 /// One network this daemon serves.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tollgate_protocol::x402::{SCHEME_EXACT, SCHEME_EXACT_NATIVE, Supported, SupportedKind};
+use tollgate_protocol::x402::{SCHEME_EXACT, SCHEME_EXACT_NATIVE, SCHEME_UPTO, Supported, SupportedKind};
 use tollgate_protocol::{ChainFamily, Network};
 
 use super::{Chain, ChainError, Kinds, SolanaBackend, evm};
@@ -149,10 +149,17 @@ impl Chains {
     pub fn supported(&self) -> Supported {
         let mut kinds = Vec::new();
         let mut signers = serde_json::Map::new();
+        let mut extensions = Vec::new();
         for (network, chain) in &self.all {
-            let Kinds { schemes, signer } = chain.kinds();
+            let Kinds { schemes, signer, extensions: honoured } = chain.kinds();
+            for extension in honoured {
+                if !extensions.iter().any(|e| e == extension) {
+                    extensions.push(extension.to_owned());
+                }
+            }
             for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
-                for (scheme, extra) in &schemes {
+                // `upto` is an x402 v2 scheme.
+                for (scheme, extra) in schemes.iter().filter(|(s, _)| version == 2 || *s != SCHEME_UPTO) {
                     kinds.push(SupportedKind {
                         x402_version: version,
                         scheme: (*scheme).to_owned(),
@@ -165,7 +172,7 @@ impl Chains {
                 signers.insert(network.to_string(), serde_json::json!([signer]));
             }
         }
-        Supported { kinds, extensions: Vec::new(), signers }
+        Supported { kinds, extensions, signers }
     }
 }
 
@@ -177,7 +184,7 @@ pub fn schemes_with(signer: Option<&str>, exact_extra: Option<serde_json::Value>
     if signer.is_some() {
         schemes.push((SCHEME_EXACT, exact_extra));
     }
-    Kinds { schemes, signer: signer.map(str::to_owned) }
+    Kinds { schemes, signer: signer.map(str::to_owned), extensions: Vec::new() }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! payment core then admits the result against the terms once more before anything is signed or
 //! broadcast, so no chain can let another asset, network, recipient or a smaller amount through.
 
-use tollgate_protocol::x402::{Asset, PaymentPayload, PaymentRequirements, SCHEME_EXACT};
+use tollgate_protocol::x402::{Asset, PaymentPayload, PaymentRequirements, SCHEME_EXACT, SCHEME_UPTO};
 use tollgate_protocol::{Address, AtomicAmount, DecimalAmount, Network};
 
 use super::refusal::{Reason, Refusal};
@@ -53,11 +53,16 @@ impl Price {
         Ok(())
     }
 
-    /// The price of an x402 requirement: exactly its amount for `exact`, at least it for
+    /// The price of an x402 requirement: exactly its amount for `exact` and `upto` (for
+    /// `upto`, the most at a verify and the charge at a settlement), at least it for
     /// `exact-native`.
     #[must_use]
     pub fn of_requirement(scheme: &str, amount: AtomicAmount) -> Self {
-        if scheme == SCHEME_EXACT { Self::Exactly(amount.get()) } else { Self::AtLeastAtomic(amount.get()) }
+        if scheme == SCHEME_EXACT || scheme == SCHEME_UPTO {
+            Self::Exactly(amount.get())
+        } else {
+            Self::AtLeastAtomic(amount.get())
+        }
     }
 }
 
@@ -122,10 +127,31 @@ impl Terms {
                 asset_name(self.asset)
             ));
         }
-        if self.requirement.as_ref().is_some_and(|required| p.accepted != *required) {
+        let Some(required) = &self.requirement else { return Ok(()) };
+        if required.scheme == SCHEME_UPTO {
+            // A seller settles `upto` for what was used: the requirement it accepted, but its
+            // amount the charge, at most the accepted one.
+            if required.amount > p.accepted.amount {
+                return Err(Refusal::new(
+                    Reason::UptoSettlementExceeds,
+                    format!("the charge of {} is above the {} the buyer allowed", required.amount, p.accepted.amount),
+                ));
+            }
+            let most = PaymentRequirements { amount: p.accepted.amount, ..required.clone() };
+            if p.accepted != most {
+                return other("the proof was made for another requirement (timeout or terms differ)".into());
+            }
+        } else if p.accepted != *required {
             return other("the proof was made for another requirement (amount, timeout or terms differ)".into());
         }
         Ok(())
+    }
+
+    /// An `upto` settlement charging nothing: nothing moves (the buyer's authorization is still
+    /// checked, for the most it allows).
+    #[must_use]
+    pub fn charges_nothing(&self) -> bool {
+        self.requirement.as_ref().is_some_and(|r| r.scheme == SCHEME_UPTO) && self.price == Price::Exactly(0)
     }
 
     /// Checks what a chain found a proof to pay against these terms: the recipient, the asset

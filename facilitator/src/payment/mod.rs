@@ -34,7 +34,7 @@ use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
-pub use self::receive::Handed;
+pub use self::receive::{Handed, Settlement};
 pub use self::send::{Built, SendOrder, Sent};
 use crate::chains::{Chain, ChainError, Chains, Checked, OrderError, ProofError, Refusal, Terms, Unserved};
 use crate::clock::SharedClock;

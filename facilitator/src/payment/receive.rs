@@ -31,6 +31,18 @@ pub struct Handed {
     pub expires_at: DateTime<Utc>,
 }
 
+/// What an x402 settlement did.
+#[derive(Debug)]
+pub enum Settlement {
+    /// A payment was claimed and settled (or is settling: see its status).
+    Settled(Box<StoredPayment>),
+    /// An `upto` charge of nothing: the authorization holds, nothing moved or was recorded.
+    NothingCharged {
+        /// Who authorized it.
+        payer: Address,
+    },
+}
+
 impl Payments {
     /// Checks a proof against `r.terms` and settles it to `r.account`: broadcast once, or
     /// recorded when it is a receipt of a confirmed transfer; waits `r.wait` for the verdict.
@@ -171,6 +183,25 @@ impl Payments {
     fn sponsorship_day(&self) -> (i64, u64) {
         let now = self.now().timestamp();
         (now.div_euclid(86_400), u64::try_from(86_400 - now.rem_euclid(86_400)).unwrap_or(86_400))
+    }
+
+    /// An x402 settlement: [`Self::receive`], except that an `upto` charge of nothing moves
+    /// nothing — the authorization is verified for the most it allows, no payment is recorded
+    /// and the proof is not claimed (the buyer may present it again: each charge of it is the
+    /// seller's to make, and at most one moves money, as Permit2 spends its nonce once).
+    ///
+    /// # Errors
+    /// As [`Self::receive`] and [`Self::verify`].
+    pub async fn settle_x402(&self, r: Receive) -> Result<Settlement, PaymentError> {
+        if !r.terms.charges_nothing() {
+            return self.receive(r).await.map(|p| Settlement::Settled(Box::new(p)));
+        }
+        let tollgate_protocol::x402::PaymentPayload::V2(v2) = &r.payload else {
+            return Err(PaymentError::Invalid("upto is an x402 v2 scheme".into()));
+        };
+        let most = crate::chains::Price::Exactly(v2.accepted.amount.get());
+        let r = Receive { terms: crate::chains::Terms { price: most, ..r.terms.clone() }, ..r };
+        Ok(Settlement::NothingCharged { payer: self.verify(r).await? })
     }
 
     /// Would this proof settle these terms? The payer when it would. A proof the facilitator

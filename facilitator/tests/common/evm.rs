@@ -19,7 +19,7 @@ use tollgate_facilitator::chains::evm::build::{Transfer, sign};
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
 use tollgate_facilitator::clock::SystemClock;
 use tollgate_facilitator::config::{Config, DatabaseUrl};
-use tollgate_facilitator::devnet::{self, Erc3009DevToken};
+use tollgate_facilitator::devnet::{self, DevToken, TokenKind};
 use tollgate_facilitator::plans::Plan;
 use tollgate_facilitator::store::SqlStore;
 use tollgate_facilitator::wallets::MasterKey;
@@ -173,9 +173,14 @@ impl Token {
     pub async fn deploy(t: &EvmApp) -> Self {
         let minter = PrivateKeySigner::random();
         t.fund(&minter.address().to_string(), ETH).await;
-        let token = Erc3009DevToken::deploy(&t.backend().rpc, minter.clone(), (Self::NAME, "TUSD", Self::DECIMALS))
-            .await
-            .unwrap();
+        let token = DevToken::deploy(
+            &t.backend().rpc,
+            minter.clone(),
+            TokenKind::Eip3009,
+            (Self::NAME, "TUSD", Self::DECIMALS),
+        )
+        .await
+        .unwrap();
         Self { address: token.address, minter }
     }
 

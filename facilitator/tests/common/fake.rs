@@ -86,7 +86,7 @@ impl Chain for FakeChain {
     }
 
     fn kinds(&self) -> Kinds {
-        Kinds { schemes: vec![("exact-native", None)], signer: None }
+        Kinds { schemes: vec![("exact-native", None)], signer: None, extensions: Vec::new() }
     }
 
     fn decode(&self, payload: &PaymentPayload, _asset: &Asset) -> Proof {

@@ -3,6 +3,7 @@
 
 pub mod evm;
 pub mod fake;
+pub mod permit2;
 pub mod process;
 pub mod rpc_proxy;
 pub mod solana;

@@ -22,6 +22,9 @@ use crate::network::Network;
 
 /// The x402 `exact` scheme (EIP-3009 on EVM, SPL `TransferChecked` on Solana).
 pub const SCHEME_EXACT: &str = "exact";
+/// The x402 `upto` scheme: the buyer authorizes a most amount, the seller charges what the
+/// request used (EVM, through Permit2).
+pub const SCHEME_UPTO: &str = "upto";
 /// Tollgate's `exact-native` scheme: native SOL / ETH, as a signed transfer or a signed receipt.
 pub const SCHEME_EXACT_NATIVE: &str = "exact-native";
 
@@ -581,6 +584,10 @@ pub struct SettleResponse {
     pub transaction: String,
     /// Network name as the request's version writes it.
     pub network: String,
+    /// Atomic units settled (x402 `SettleResponse.amount`): what moved, which for `upto` is the
+    /// amount charged, not the most authorized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<AtomicAmount>,
 }
 
 /// One (version, scheme, network) the facilitator handles.

@@ -3,6 +3,7 @@
 //! | scheme | chain | payload |
 //! |---|---|---|
 //! | `exact` | EVM | [`ExactEvmPayload`]: EIP-3009 authorization + signature |
+//! | `exact` (`assetTransferMethod: permit2`), `upto` | EVM | [`Permit2Payload`]: a Permit2 witness transfer + signature |
 //! | `exact` | Solana | [`ExactSolanaPayload`]: base64 partially signed transaction |
 //! | `exact-native` | both | [`ExactNativePayload`]: a signed transfer, or a [`NativeReceipt`] |
 //!
@@ -78,6 +79,149 @@ impl ExactEvmPayload {
             return Err(err("authorization addresses must be EVM addresses"));
         }
         Ok(p)
+    }
+}
+
+/// A token and amount a Permit2 signature permits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenPermissions {
+    /// The ERC-20 contract.
+    pub token: Address,
+    /// Atomic amount: the price (`exact`), or the most that may be charged (`upto`).
+    pub amount: AtomicAmount,
+}
+
+/// What the x402 proxy binds into a Permit2 signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Permit2Witness {
+    /// Recipient (must be the requirement's `payTo`).
+    pub to: Address,
+    /// `upto` only: the facilitator allowed to settle (and to choose the amount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facilitator: Option<Address>,
+    /// Unix seconds from which it may be settled (decimal string).
+    pub valid_after: AtomicAmount,
+}
+
+/// A Permit2 `PermitWitnessTransferFrom`, as x402 carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Permit2Authorization {
+    /// Payer (the token owner).
+    pub from: Address,
+    /// Token and amount.
+    pub permitted: TokenPermissions,
+    /// The x402 proxy the payer signed for.
+    pub spender: Address,
+    /// Permit2 nonce: a uint256, in decimal (as the official client writes it) or `0x`-hex.
+    pub nonce: String,
+    /// Unix seconds until which the signature is valid (decimal string).
+    pub deadline: AtomicAmount,
+    /// What the proxy checks.
+    pub witness: Permit2Witness,
+}
+
+/// x402 `exact` payload on EVM through Permit2 (`extra.assetTransferMethod: "permit2"`), and
+/// the `upto` payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Permit2Payload {
+    /// `0x`-hex signature (65-byte ECDSA, or longer for EIP-1271 wallets).
+    pub signature: String,
+    /// What was signed.
+    pub permit2_authorization: Permit2Authorization,
+}
+
+impl Permit2Payload {
+    /// Whether a payload value is a Permit2 one (it carries `permit2Authorization`), as the
+    /// official facilitator tells the two `exact` payloads apart.
+    #[must_use]
+    pub fn is_permit2(value: &Value) -> bool {
+        value.get("permit2Authorization").is_some()
+    }
+
+    /// Reads and checks the shape of a payload value.
+    ///
+    /// # Errors
+    /// [`PayloadError`] naming the bad field.
+    pub fn from_value(value: &Value) -> Result<Self, PayloadError> {
+        const SCHEME: &str = "Permit2 (EVM)";
+        let p: Self = parse(SCHEME, value)?;
+        let err = |reason: &str| PayloadError { scheme: SCHEME, reason: reason.to_owned() };
+        let a = &p.permit2_authorization;
+        if !is_uint256(&a.nonce) {
+            return Err(err("permit2Authorization.nonce must be a uint256, in decimal or 0x-hex"));
+        }
+        if !is_hex_of_len(&p.signature, None) || p.signature.len() < 2 + 2 * 65 {
+            return Err(err("signature must be 0x-hex of at least 65 bytes"));
+        }
+        let evm = |a: &Address| matches!(a, Address::Evm(_));
+        if ![&a.from, &a.permitted.token, &a.spender, &a.witness.to].into_iter().all(evm)
+            || a.witness.facilitator.as_ref().is_some_and(|f| !evm(f))
+        {
+            return Err(err("permit2Authorization addresses must be EVM addresses"));
+        }
+        Ok(p)
+    }
+}
+
+/// The extension key under which a buyer offers a signed EIP-2612 permit letting Permit2 spend
+/// its tokens, for a facilitator to use when the buyer has no Permit2 allowance yet.
+pub const EIP2612_GAS_SPONSORING: &str = "eip2612GasSponsoring";
+
+/// A signed EIP-2612 permit offered in a payload's `extensions["eip2612GasSponsoring"].info`
+/// (other keys the seller's declaration carries, such as `description`, are ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Eip2612Sponsoring {
+    /// The token owner (the payer).
+    pub from: Address,
+    /// The token.
+    pub asset: Address,
+    /// Who may spend: Permit2.
+    pub spender: Address,
+    /// Atomic amount allowed (the Permit2 permit's amount).
+    pub amount: AtomicAmount,
+    /// The owner's EIP-2612 nonce on the token (decimal string).
+    pub nonce: AtomicAmount,
+    /// Unix seconds until which the permit is valid (decimal string).
+    pub deadline: AtomicAmount,
+    /// `0x`-hex 65-byte signature (r, s, v).
+    pub signature: String,
+    /// The extension's version (`"1"`).
+    pub version: String,
+}
+
+impl Eip2612Sponsoring {
+    /// The permit a payload's extensions offer: `None` without one.
+    ///
+    /// # Errors
+    /// [`PayloadError`] when one is offered but malformed.
+    pub fn from_extensions(extensions: &serde_json::Map<String, Value>) -> Result<Option<Self>, PayloadError> {
+        const SCHEME: &str = "eip2612GasSponsoring";
+        let Some(info) = extensions.get(EIP2612_GAS_SPONSORING).and_then(|e| e.get("info")) else {
+            return Ok(None);
+        };
+        let p: Self = parse(SCHEME, info)?;
+        if !is_hex_of_len(&p.signature, Some(65)) {
+            return Err(PayloadError { scheme: SCHEME, reason: "signature must be 0x-hex of 65 bytes".into() });
+        }
+        let evm = |a: &Address| matches!(a, Address::Evm(_));
+        if ![&p.from, &p.asset, &p.spender].into_iter().all(evm) {
+            return Err(PayloadError { scheme: SCHEME, reason: "addresses must be EVM addresses".into() });
+        }
+        Ok(Some(p))
+    }
+}
+
+/// Whether `text` is a uint256 in decimal (at most 78 digits: range is checked where it is read)
+/// or `0x`-hex (at most 64 digits).
+fn is_uint256(text: &str) -> bool {
+    match text.strip_prefix("0x") {
+        Some(hex) => !hex.is_empty() && hex.len() <= 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => !text.is_empty() && text.len() <= 78 && text.bytes().all(|b| b.is_ascii_digit()),
     }
 }
 

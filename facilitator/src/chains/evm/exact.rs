@@ -1,26 +1,22 @@
 //! x402 `exact` on EVM chains: an EIP-3009 authorization of the token asked for, checked for
 //! everything `transferWithAuthorization` would check (recipient, exact value, validity window,
 //! EIP-712 signature — EIP-1271 for contract wallets —, balance, unused nonce, simulation), and
-//! settled by the facilitator's own account calling it ([`Eip3009Call`]) or, in local mode, by
+//! settled by the facilitator's own account calling it ([`call::prepare`]) or, in local mode, by
 //! the seller's (an unsigned transaction handed back).
 //!
 //! Its identity is (chain, token, payer, nonce): the token is the one the terms name, never one
 //! the payload chose.
 
-use alloy::consensus::TxEip1559;
-use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
+use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::{Eip712Domain, SolCall as _, SolStruct as _};
-use async_trait::async_trait;
 use tollgate_protocol::Network;
 use tollgate_protocol::x402::schemes::{Eip3009Authorization, ExactEvmPayload};
 use tollgate_protocol::x402::{Asset, PaymentPayload};
 
 use super::erc20::{self, Erc3009, TransferWithAuthorization};
-use super::{EvmBackend, FacilitatorSigner, address, build, protocol_address, refuse};
-use crate::chains::{
-    ChainError, Checked, Intent, Outgoing, ProofError, Reason, Refusal, Settle, Settler, Signable, Terms,
-};
+use super::{EvmBackend, address, call, protocol_address, refuse};
+use crate::chains::{Checked, Intent, ProofError, Reason, Refusal, Settle, Settler, Terms};
 
 /// Proof identity of an EIP-3009 authorization: chain, token, payer and nonce.
 fn authorization_id(network: &Network, token: &Address, from: &Address, nonce: &B256) -> String {
@@ -228,7 +224,7 @@ pub(super) async fn check(
 }
 
 /// The account that sends the settlement: the seller's (local mode) or the facilitator's.
-fn settling_account(backend: &EvmBackend, settler: Settler) -> Result<Address, ProofError> {
+pub(super) fn settling_account(backend: &EvmBackend, settler: Settler) -> Result<Address, ProofError> {
     match (settler, &backend.signer) {
         (Settler::Seller(seller), _) => address(&seller)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "the seller is not an EVM account")),
@@ -241,7 +237,7 @@ fn settling_account(backend: &EvmBackend, settler: Settler) -> Result<Address, P
 }
 
 /// The token contract the terms ask for.
-fn token_asked(terms: &Terms) -> Result<Address, ProofError> {
+pub(super) fn token_asked(terms: &Terms) -> Result<Address, ProofError> {
     let Asset::Token(token) = terms.asset else {
         return Err(refuse(
             Reason::InvalidPaymentRequirements,
@@ -304,17 +300,14 @@ fn signed_message(
     Ok((message, signature))
 }
 
-/// `transferWithAuthorization` simulated from the settling account: for a verdict, with the gas
-/// cap; to settle, its gas estimated (which simulates it as the chain is then), and the call to
-/// sign (facilitator: with the fees it is signed with, whose most is the fee counted) or to hand
-/// over unsigned (seller).
+/// `transferWithAuthorization` from the settling account, simulated ([`call::prepare`]); a
+/// failure is named.
 async fn settlement(
     backend: &EvmBackend,
     (sender, token): (Address, Address),
     why: &Failed<'_>,
     (settler, intent): (Settler, Intent),
 ) -> Result<(Settle, Option<u128>), ProofError> {
-    let rpc = &backend.rpc;
     let m = why.message;
     let data = Erc3009::transferWithAuthorizationCall {
         from: m.from,
@@ -326,114 +319,8 @@ async fn settlement(
         signature: Bytes::copy_from_slice(why.signature),
     }
     .abi_encode();
-    let call = TransactionRequest::default().from(sender).to(token).input(Bytes::from(data.clone()).into());
-    if intent == Intent::Verify {
-        if let Err(failure) = rpc.simulate(call.gas_limit(backend.max_gas)).await? {
-            return Err(why_it_fails(backend, *why, failure).await);
-        }
-        return Ok((Settle::Nothing, None));
-    }
-    // Settling: the estimate simulates the call again against the chain as it is now, and
-    // gives the gas limit. A limit of the cap instead would let a payer's wallet contract that
-    // spends whatever gas it is given burn the cap on every settlement.
-    let gas = match rpc.estimate(call).await? {
-        Ok(gas) => gas,
-        Err(failure) => return Err(why_it_fails(backend, *why, failure).await),
-    };
-    if gas > backend.max_gas {
-        return Err(refuse(Reason::EvmSimulationFailed, format!("the settlement needs {gas} gas, above the cap")));
-    }
-    // Margin over the estimate, within the cap.
-    let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
-    let call = Eip3009Call { backend: CallSender::of(backend), token, data, gas_limit, fees: None };
-    Ok(match settler {
-        Settler::Facilitator => {
-            // The fees it is signed with, read once: what the account's budget counts.
-            let fees = rpc.fees().await?;
-            let fee = u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas);
-            (Settle::Sign(Box::new(Eip3009Call { fees: Some(fees), ..call })), Some(fee))
-        }
-        Settler::Seller(_) => {
-            let (transaction, fee) = call.unsigned_from(sender).await?;
-            let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
-            (Settle::Handover { transaction, fee, horizon }, None)
-        }
-    })
-}
-
-/// What sending a contract call needs of the backend.
-struct CallSender {
-    rpc: super::rpc::EvmRpc,
-    nonces: std::sync::Arc<super::nonce::NonceManager>,
-    signer: Option<FacilitatorSigner>,
-    max_fee_per_gas: u128,
-}
-
-impl CallSender {
-    fn of(backend: &EvmBackend) -> Self {
-        Self {
-            rpc: backend.rpc.clone(),
-            nonces: backend.nonces.clone(),
-            signer: backend.signer.clone(),
-            max_fee_per_gas: backend.max_fee_per_gas,
-        }
-    }
-}
-
-/// `transferWithAuthorization`, sent from the facilitator's account (or built for the seller's).
-struct Eip3009Call {
-    backend: CallSender,
-    token: Address,
-    data: Vec<u8>,
-    gas_limit: u64,
-    /// The fees read when it was checked, to sign with (else read when signing).
-    fees: Option<alloy::eips::eip1559::Eip1559Estimation>,
-}
-
-impl Eip3009Call {
-    fn tx(&self, nonce: u64, fees: &alloy::eips::eip1559::Eip1559Estimation) -> TxEip1559 {
-        TxEip1559 {
-            chain_id: self.backend.rpc.chain_id(),
-            nonce,
-            gas_limit: self.gas_limit,
-            max_fee_per_gas: fees.max_fee_per_gas,
-            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-            to: TxKind::Call(self.token),
-            value: U256::ZERO,
-            access_list: Default::default(),
-            input: self.data.clone().into(),
-        }
-    }
-
-    /// The unsigned call from the seller's account (its signing payload) and the most its gas
-    /// can cost.
-    async fn unsigned_from(&self, seller: Address) -> Result<(Vec<u8>, u128), ProofError> {
-        let rpc = &self.backend.rpc;
-        let fees = rpc.fees().await?;
-        let tx = self.tx(rpc.pending_nonce(seller).await?, &fees);
-        Ok((build::unsigned_bytes(&tx), u128::from(self.gas_limit).saturating_mul(fees.max_fee_per_gas)))
-    }
-}
-
-#[async_trait]
-impl Signable for Eip3009Call {
-    /// Signed by the facilitator's account under its next nonce, held until the broadcast.
-    async fn sign(&self) -> Result<Outgoing, ChainError> {
-        let b = &self.backend;
-        let signer = b.signer.as_ref().ok_or_else(|| ChainError("no facilitator account on this chain".into()))?;
-        let fees = match self.fees {
-            Some(fees) => fees,
-            None => b.rpc.fees().await?,
-        };
-        if fees.max_fee_per_gas > b.max_fee_per_gas {
-            return Err(ChainError(format!(
-                "gas costs {} wei, above the {} wei this facilitator pays; try again later",
-                fees.max_fee_per_gas, b.max_fee_per_gas
-            )));
-        }
-        let lease = b.nonces.lease(&b.rpc, signer.0.address()).await?;
-        let (raw, hash) = build::sign(self.tx(lease.nonce(), &fees), &signer.0)
-            .map_err(|e| ChainError(format!("cannot sign the settlement: {e}")))?;
-        Ok(Outgoing { tx_id: format!("{hash:#x}"), raw, horizon: None, hold: Some(Box::new(lease)) })
+    match call::prepare(backend, (sender, token, data), (settler, intent)).await? {
+        call::Prepared::Passes(settle, fee) => Ok((settle, fee)),
+        call::Prepared::Fails(failure) => Err(why_it_fails(backend, *why, failure).await),
     }
 }

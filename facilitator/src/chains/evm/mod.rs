@@ -5,15 +5,19 @@
 //! |---|---|
 //! | [`exact_native`] | `exact-native` proofs: a signed EIP-1559 ETH transfer, or a receipt of a mined one |
 //! | [`exact`] | x402 `exact`: an EIP-3009 authorization, settled by `transferWithAuthorization` |
+//! | [`permit2`] | x402 `exact` through Permit2 and `upto`: a Permit2 witness transfer, settled by an x402 proxy |
+//! | `call` | a settling contract call: simulated for a verdict, signed by the facilitator or handed to the seller |
 //! | [`send`] | hosted sends from custodial wallets, local-mode builds, reported transactions |
 //! | [`verify`], [`build`], [`erc20`] | transfer rules without the chain; signing and receipts; token calls |
 //! | [`nonce`] | per-account nonces, held from signing until the broadcast's fate is known |
 
 pub mod build;
+mod call;
 pub mod erc20;
 pub mod exact;
 pub mod exact_native;
 pub mod nonce;
+pub mod permit2;
 pub mod rpc;
 pub mod send;
 pub mod verify;
@@ -25,7 +29,8 @@ use alloy::signers::local::PrivateKeySigner;
 use async_trait::async_trait;
 use tollgate_protocol::Network;
 use tollgate_protocol::gateway::TokenInfo;
-use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::x402::schemes::Permit2Payload;
+use tollgate_protocol::x402::{Asset, PaymentPayload, SCHEME_EXACT, SCHEME_EXACT_NATIVE, SCHEME_UPTO};
 
 use super::{
     Chain, ChainError, Checked, Intent, Kinds, Landed, Order, OrderError, PlannedSend, Proof, ProofError, Reason,
@@ -55,6 +60,8 @@ pub struct EvmBackend {
     pub signer: Option<FacilitatorSigner>,
     /// Decimals of tokens found to check EIP-3009 signatures, remembered between requests.
     pub decimals: super::memo::Facts<alloy::primitives::Address, u8>,
+    /// Decimals of tokens paid through Permit2, remembered between requests.
+    pub token_decimals: super::memo::Facts<alloy::primitives::Address, u8>,
     /// Token EIP-712 names and versions read from the chain, remembered between requests.
     pub domains: super::memo::Facts<alloy::primitives::Address, (String, String)>,
 }
@@ -82,6 +89,7 @@ impl EvmBackend {
             valid_before_margin_secs: 30,
             signer: None,
             decimals: super::memo::Facts::default(),
+            token_decimals: super::memo::Facts::default(),
             domains: super::memo::Facts::default(),
         }
     }
@@ -124,6 +132,8 @@ enum Reading {
     Native(Result<exact_native::Native, Refusal>),
     /// x402 `exact`: an EIP-3009 authorization.
     Authorization(Result<exact::Authorization, Refusal>),
+    /// x402 `exact` through Permit2, or `upto`.
+    Permit2(Box<Result<permit2::Transfer, Refusal>>),
     /// A scheme not served here.
     Unsupported(String),
 }
@@ -193,18 +203,29 @@ impl Chain for EvmBackend {
 
     fn kinds(&self) -> Kinds {
         let signer = self.signer.as_ref().map(|s| s.0.address().to_string());
-        super::schemes_with(signer.as_deref(), None)
+        let mut kinds = super::schemes_with(signer.as_deref(), None);
+        if let Some(signer) = signer {
+            // `upto` is settled by the facilitator its witness names: this one's account.
+            kinds.schemes.push((SCHEME_UPTO, Some(serde_json::json!({ "facilitatorAddress": signer }))));
+            kinds.extensions.push(tollgate_protocol::x402::schemes::EIP2612_GAS_SPONSORING);
+        }
+        kinds
     }
 
     fn decode(&self, payload: &PaymentPayload, asset: &Asset) -> Proof {
         let reading = match payload.scheme() {
             SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
+            SCHEME_EXACT if Permit2Payload::is_permit2(payload.payload()) => {
+                Reading::Permit2(Box::new(permit2::read(payload, permit2::Method::Exact)))
+            }
             SCHEME_EXACT => Reading::Authorization(exact::read(payload)),
+            SCHEME_UPTO => Reading::Permit2(Box::new(permit2::read(payload, permit2::Method::Upto))),
             other => Reading::Unsupported(other.to_owned()),
         };
         let id = match &reading {
             Reading::Native(Ok(native)) => native.identity(payload.network()),
             Reading::Authorization(Ok(authorization)) => authorization.identity(payload.network(), asset),
+            Reading::Permit2(read) => read.as_ref().as_ref().ok().map(|t| t.identity(payload.network())),
             Reading::Native(Err(_)) | Reading::Authorization(Err(_)) | Reading::Unsupported(_) => None,
         };
         Proof::new(id, reading)
@@ -223,6 +244,7 @@ impl Chain for EvmBackend {
         match proof.reading::<Reading>()? {
             Reading::Native(native) => exact_native::check(self, native, terms, &pay_to, settler).await,
             Reading::Authorization(a) => exact::check(self, a, terms, (&pay_to, now), (settler, intent)).await,
+            Reading::Permit2(t) => permit2::check(self, t, terms, (&pay_to, now), (settler, intent)).await,
             Reading::Unsupported(other) => {
                 Err(refuse(Reason::UnsupportedScheme, format!("unsupported scheme {other}")))
             }

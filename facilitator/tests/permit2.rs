@@ -1,0 +1,259 @@
+//! x402 `exact` through Permit2 and `upto`, on a real anvil running the real Permit2 (its
+//! published bytecode, installed by `scripts/test` from the npm registry) and the x402 proxies
+//! at their canonical addresses. The attacks come first: another spender, recipient, token,
+//! amount, window or signer; a used nonce; an allowance revoked between verify and settle; an
+//! upto charge above the most allowed, or settled by another facilitator; twice, and at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+mod common;
+
+use alloy::primitives::{Address, U256};
+use alloy::signers::local::PrivateKeySigner;
+use common::evm::EvmApp;
+use common::permit2::{P2Token, Permit, body, install, requirement};
+use http::StatusCode;
+use serde_json::{Value, json};
+use tollgate_encoding::permit2::{EXACT_PROXY, PERMIT2, UPTO_PROXY};
+use tollgate_facilitator::devnet::TokenKind;
+
+fn reason(v: &Value) -> String {
+    v["invalidReason"].as_str().or_else(|| v["errorReason"].as_str()).unwrap_or_default().to_owned()
+}
+
+/// A facilitator on anvil with Permit2, a plain ERC-20, and a buyer holding 10 of it who has
+/// approved Permit2.
+async fn setup() -> (EvmApp, String, P2Token, PrivateKeySigner) {
+    let t = EvmApp::start().await;
+    install(&t).await;
+    let (key, _) = t.customer().await;
+    let token = P2Token::deploy(&t, TokenKind::Plain, "Plain USD").await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 10_000_000).await;
+    token.approve_permit2(&t, &buyer, U256::MAX).await;
+    (t, key, token, buyer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit2_exact_pays_any_erc20_once_and_refuses_what_it_does_not_bind() {
+    let (t, key, token, buyer) = setup().await;
+    let chain = t.anvil.chain_id();
+    let seller = Address::repeat_byte(0x51);
+    let req = requirement(&t, "exact", token.address(), seller, 1_000_000);
+    let verify = |payload: Value| body(&req, &req, payload, json!({}));
+
+    // Attacks, each refused at verify and moving nothing.
+    let good = Permit::exact(token.address(), 1_000_000, seller);
+    let other_token = P2Token::deploy(&t, TokenKind::Plain, "Other").await;
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let forger = PrivateKeySigner::random();
+    let mut tampered = good.signed(&buyer, chain);
+    tampered["permit2Authorization"]["witness"]["to"] = json!(Address::repeat_byte(0x66).to_string());
+    let mut inflated = good.signed(&buyer, chain);
+    inflated["permit2Authorization"]["from"] = json!(forger.address().to_string());
+    for (payload, why) in [
+        (Permit { spender: UPTO_PROXY, ..good.clone() }.signed(&buyer, chain), "invalid_permit2_spender"),
+        (Permit { spender: seller, ..good.clone() }.signed(&buyer, chain), "invalid_permit2_spender"),
+        (
+            Permit { to: Address::repeat_byte(0x66), ..good.clone() }.signed(&buyer, chain),
+            "invalid_permit2_recipient_mismatch",
+        ),
+        (tampered, "invalid_permit2_recipient_mismatch"),
+        (Permit { token: other_token.address(), ..good.clone() }.signed(&buyer, chain), "permit2_token_mismatch"),
+        (Permit { amount: 999_999, ..good.clone() }.signed(&buyer, chain), "permit2_amount_mismatch"),
+        (Permit { amount: 1_000_001, ..good.clone() }.signed(&buyer, chain), "permit2_amount_mismatch"),
+        (Permit { deadline: now + 5, ..good.clone() }.signed(&buyer, chain), "permit2_deadline_expired"),
+        (Permit { valid_after: now + 600, ..good.clone() }.signed(&buyer, chain), "permit2_not_yet_valid"),
+        (good.signed(&forger, chain), "permit2_insufficient_balance"),
+        (inflated, "invalid_permit2_signature"),
+        (good.signed(&buyer, chain + 1), "invalid_permit2_signature"),
+        (Permit { facilitator: Some(seller), ..good.clone() }.signed(&buyer, chain), "invalid_payload"),
+    ] {
+        let (s, v) = t.call("POST", "/verify", &key, Some(verify(payload.clone()))).await;
+        assert_eq!((s, v["isValid"].as_bool(), reason(&v)), (StatusCode::OK, Some(false), why.to_owned()), "{v}");
+        let (_, v) = t.call("POST", "/settle", &key, Some(verify(payload))).await;
+        assert_eq!((v["success"].as_bool(), reason(&v)), (Some(false), why.to_owned()), "{v}");
+    }
+    assert_eq!(token.balance(&t, seller).await, 0, "nothing moved");
+
+    // The good permit: verified, then settled once, for exactly the price.
+    let payload = good.signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(payload.clone()))).await;
+    assert_eq!((v["isValid"].as_bool(), v["payer"].as_str()), (Some(true), Some(&*buyer.address().to_string())), "{v}");
+    let (_, s1) = t.call("POST", "/settle", &key, Some(verify(payload.clone()))).await;
+    assert_eq!((s1["success"].as_bool(), s1["amount"].as_str()), (Some(true), Some("1000000")), "{s1}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
+    assert_eq!(token.balance(&t, buyer.address()).await, 9_000_000);
+    // Again: the same settlement (x402 settle is idempotent for its seller), no second transfer.
+    let (_, s2) = t.call("POST", "/settle", &key, Some(verify(payload.clone()))).await;
+    assert_eq!(s2["transaction"], s1["transaction"], "{s2}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+    // The used proof no longer verifies; a new permit re-using its nonce is the same proof.
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(payload))).await;
+    assert_eq!(v["isValid"].as_bool(), Some(false), "{v}");
+    let reused = Permit { to: seller, amount: 1_000_000, ..good.clone() }.signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(reused))).await;
+    assert_eq!(v["isValid"].as_bool(), Some(false), "{v}");
+
+    // A nonce Permit2 spent outside this facilitator: named.
+    let spent = Permit::exact(token.address(), 1_000_000, seller);
+    spend_nonce_elsewhere(&t, &buyer, &token, &spent).await;
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(spent.signed(&buyer, chain)))).await;
+    assert_eq!(reason(&v), "permit2_invalid_nonce", "{v}");
+
+    // Eight settlements of one permit at once: one transfer.
+    let raced = good_permit(&token, seller).signed(&buyer, chain);
+    let before = token.balance(&t, seller).await;
+    let calls = (0..8).map(|_| t.call("POST", "/settle", &key, Some(verify(raced.clone()))));
+    let answers = futures_util::future::join_all(calls).await;
+    let transactions: std::collections::BTreeSet<_> =
+        answers.iter().filter(|(_, v)| v["success"] == true).map(|(_, v)| v["transaction"].to_string()).collect();
+    assert!(transactions.len() <= 1, "{answers:?}");
+    assert_eq!(token.balance(&t, seller).await, before + 1_000_000, "one transfer: {answers:?}");
+}
+
+fn good_permit(token: &P2Token, seller: Address) -> Permit {
+    Permit::exact(token.address(), 1_000_000, seller)
+}
+
+/// The buyer spends `permit`'s nonce on Permit2 itself (its `invalidateUnorderedNonces`).
+async fn spend_nonce_elsewhere(t: &EvmApp, buyer: &PrivateKeySigner, _token: &P2Token, permit: &Permit) {
+    alloy::sol! {
+        interface Nonces {
+            function invalidateUnorderedNonces(uint256 wordPos, uint256 mask) external;
+        }
+    }
+    use alloy::sol_types::SolCall as _;
+    let (word, bit) = tollgate_encoding::permit2::nonce_position(permit.nonce);
+    let data =
+        Nonces::invalidateUnorderedNoncesCall { wordPos: word, mask: U256::from(1) << usize::from(bit) }.abi_encode();
+    tollgate_facilitator::devnet::send_evm(&t.backend().rpc, buyer, alloy::primitives::TxKind::Call(PERMIT2), data)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_allowance_is_named_and_an_eip2612_permit_grants_it_in_the_settlement() {
+    let t = EvmApp::start().await;
+    install(&t).await;
+    let (key, _) = t.customer().await;
+    let chain = t.anvil.chain_id();
+    let token = P2Token::deploy(&t, TokenKind::Eip2612, "Permit USD").await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 5_000_000).await;
+    let seller = Address::repeat_byte(0x52);
+    let req = requirement(&t, "exact", token.address(), seller, 1_000_000);
+    let permit = Permit::exact(token.address(), 1_000_000, seller);
+    let payload = permit.signed(&buyer, chain);
+
+    // No allowance to Permit2, no EIP-2612 permit offered: named, so the seller can answer 412.
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, payload.clone(), json!({})))).await;
+    assert_eq!(reason(&v), "permit2_allowance_required", "{v}");
+
+    // An EIP-2612 permit for another spender, another owner, or another amount: refused.
+    let deadline = permit.deadline;
+    for (extensions, why) in [
+        (token.eip2612(&t, &buyer, EXACT_PROXY, 1_000_000, deadline), "eip2612_spender_not_permit2"),
+        (token.eip2612(&t, &PrivateKeySigner::random(), PERMIT2, 1_000_000, deadline), "eip2612_from_mismatch"),
+        (token.eip2612(&t, &buyer, PERMIT2, 2_000_000, deadline), "invalid_eip2612_extension_format"),
+        (json!({"eip2612GasSponsoring": {"info": {"from": "nobody"}}}), "invalid_eip2612_extension_format"),
+    ] {
+        let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, payload.clone(), extensions))).await;
+        assert_eq!(reason(&v), why, "{v}");
+    }
+
+    // The buyer's EIP-2612 permit: verified, and settled by settleWithPermit with no ETH of its own.
+    let sponsored = token.eip2612(&t, &buyer, PERMIT2, 1_000_000, deadline);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, payload.clone(), sponsored.clone()))).await;
+    assert_eq!(v["isValid"].as_bool(), Some(true), "{v}");
+    let (_, s) = t.call("POST", "/settle", &key, Some(body(&req, &req, payload, sponsored))).await;
+    assert_eq!(s["success"].as_bool(), Some(true), "{s}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
+    assert_eq!(t.balance(&buyer.address().to_string()).await, 0, "the buyer paid no gas");
+
+    // An allowance revoked between verify and settle: refused at settlement, nothing recorded or moved.
+    let plain = P2Token::deploy(&t, TokenKind::Plain, "Plain USD").await;
+    plain.mint(&t, buyer.address(), 5_000_000).await;
+    plain.approve_permit2(&t, &buyer, U256::MAX).await;
+    let req = requirement(&t, "exact", plain.address(), seller, 1_000_000);
+    let payload = Permit::exact(plain.address(), 1_000_000, seller).signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, payload.clone(), json!({})))).await;
+    assert_eq!(v["isValid"].as_bool(), Some(true), "{v}");
+    plain.approve_permit2(&t, &buyer, U256::ZERO).await;
+    let (_, s) = t.call("POST", "/settle", &key, Some(body(&req, &req, payload, json!({})))).await;
+    assert_eq!((s["success"].as_bool(), reason(&s)), (Some(false), "permit2_allowance_required".to_owned()), "{s}");
+    assert_eq!(plain.balance(&t, seller).await, 0);
+    let (_, history) = t.call("GET", &format!("/payment/history/{seller}"), &key, None).await;
+    assert_eq!(history["payments"].as_array().map(Vec::len), Some(1), "only the settled one: {history}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upto_charges_what_was_used_never_more_than_allowed_and_only_by_its_facilitator() {
+    let (t, key, token, buyer) = setup().await;
+    let chain = t.anvil.chain_id();
+    let facilitator = t.backend().signer.as_ref().unwrap().0.address();
+    let seller = Address::repeat_byte(0x53);
+    let most = requirement(&t, "upto", token.address(), seller, 1_000_000);
+    let charge = |amount: u128| {
+        let mut r = most.clone();
+        r["amount"] = json!(amount.to_string());
+        r
+    };
+
+    // /supported lists upto (v2 only) with the account its witness must name, and the extension.
+    let (_, supported) = t.call("GET", "/supported", &key, None).await;
+    let network = t.network().to_string();
+    let upto: Vec<_> = supported["kinds"].as_array().unwrap().iter().filter(|k| k["scheme"] == "upto").collect();
+    assert_eq!(upto.len(), 1, "{supported}");
+    assert_eq!((upto[0]["network"].as_str(), upto[0]["x402Version"].as_u64()), (Some(&*network), Some(2)));
+    assert_eq!(upto[0]["extra"]["facilitatorAddress"], facilitator.to_string());
+    assert!(supported["extensions"].as_array().unwrap().contains(&json!("eip2612GasSponsoring")), "{supported}");
+
+    // Another facilitator named in the witness, or the exact proxy: refused.
+    let permit = Permit::upto(token.address(), 1_000_000, seller, facilitator);
+    let elsewhere = Permit { facilitator: Some(Address::repeat_byte(0x77)), ..permit.clone() }.signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&most, &most, elsewhere, json!({})))).await;
+    assert_eq!(reason(&v), "upto_facilitator_mismatch", "{v}");
+    let exact_proxy = Permit { spender: EXACT_PROXY, ..permit.clone() }.signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&most, &most, exact_proxy, json!({})))).await;
+    assert_eq!(reason(&v), "invalid_permit2_spender", "{v}");
+    // A verify is for the most: a permit of less is refused there.
+    let less = Permit { amount: 500_000, ..permit.clone() }.signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&most, &most, less, json!({})))).await;
+    assert_eq!(reason(&v), "permit2_amount_mismatch", "{v}");
+
+    let payload = permit.signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&most, &most, payload.clone(), json!({})))).await;
+    assert_eq!(v["isValid"].as_bool(), Some(true), "{v}");
+    // Above the most: refused, nothing moved.
+    let (_, s) =
+        t.call("POST", "/settle", &key, Some(body(&most, &charge(1_000_001), payload.clone(), json!({})))).await;
+    assert_eq!(reason(&s), "invalid_upto_evm_payload_settlement_exceeds_amount", "{s}");
+    // Nothing used: success, no transaction, nothing moved or recorded.
+    let (_, s) = t.call("POST", "/settle", &key, Some(body(&most, &charge(0), payload.clone(), json!({})))).await;
+    assert_eq!(
+        (s["success"].as_bool(), s["transaction"].as_str(), s["amount"].as_str()),
+        (Some(true), Some(""), Some("0")),
+        "{s}"
+    );
+    assert_eq!(token.balance(&t, seller).await, 0);
+    // 400,000 used: exactly that moves, once.
+    let (_, s) = t.call("POST", "/settle", &key, Some(body(&most, &charge(400_000), payload.clone(), json!({})))).await;
+    assert_eq!((s["success"].as_bool(), s["amount"].as_str()), (Some(true), Some("400000")), "{s}");
+    assert_eq!(token.balance(&t, seller).await, 400_000);
+    assert_eq!(token.balance(&t, buyer.address()).await, 9_600_000);
+    // Charging the same permit again, for another amount: refused (Permit2 spends a nonce once).
+    let (_, s) = t.call("POST", "/settle", &key, Some(body(&most, &charge(600_000), payload.clone(), json!({})))).await;
+    assert_eq!(s["success"].as_bool(), Some(false), "{s}");
+    assert_eq!(token.balance(&t, seller).await, 400_000, "charged once");
+
+    // Concurrent charges of one fresh permit: one transfer.
+    let raced = Permit::upto(token.address(), 1_000_000, seller, facilitator).signed(&buyer, chain);
+    let calls = (0..6)
+        .map(|i| t.call("POST", "/settle", &key, Some(body(&most, &charge(100_000 + i), raced.clone(), json!({})))));
+    let answers = futures_util::future::join_all(calls).await;
+    let won: Vec<_> = answers.iter().filter(|(_, v)| v["success"] == true).collect();
+    assert_eq!(won.len(), 1, "{answers:?}");
+    let charged: u128 = won[0].1["amount"].as_str().unwrap().parse().unwrap();
+    assert_eq!(token.balance(&t, seller).await, 400_000 + charged, "{answers:?}");
+}
