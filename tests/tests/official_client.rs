@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use alloy::node_bindings::Anvil;
+use alloy::node_bindings::{Anvil, AnvilInstance};
 use alloy::primitives::U256;
 use alloy::signers::local::PrivateKeySigner;
 use axum::routing::get;
@@ -77,8 +77,9 @@ async fn seller(facilitator: FacilitatorClient, price: Price) -> String {
     url
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
+/// A facilitator on a fresh anvil: the anvil, its RPC, the facilitator's URL, an API key, and
+/// the folder of its database.
+async fn facilitator() -> (AnvilInstance, EvmRpc, String, String, tempfile::TempDir) {
     node_modules(); // installed, or say how
     let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().expect("anvil starts");
     let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
@@ -101,6 +102,13 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let facilitator_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    (anvil, rpc, facilitator_url, key, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let eth = U256::from(10u128.pow(19));
 
     // The token, a buyer holding 10 of it, a seller.
     let minter = PrivateKeySigner::random();
@@ -144,4 +152,42 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
         assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
         assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() {
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let eth = U256::from(10u128.pow(19));
+    let deployer = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, deployer.address(), eth).await.unwrap();
+    devnet::install_permit2(&rpc, &deployer).await.unwrap();
+    // A token without EIP-3009, a buyer holding 10 of it who approved Permit2 once.
+    let token = DevToken::deploy(&rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
+    let buyer = PrivateKeySigner::random();
+    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    devnet::set_evm_balance(&rpc, buyer.address(), eth).await.unwrap();
+    let approve = tollgate_encoding::permit2::Erc20::approveCall {
+        spender: tollgate_encoding::permit2::PERMIT2,
+        value: U256::MAX,
+    };
+    let data = alloy::sol_types::SolCall::abi_encode(&approve);
+    devnet::send_evm(&rpc, &buyer, alloy::primitives::TxKind::Call(token.address), data).await.unwrap();
+    let seller_address = PrivateKeySigner::random().address();
+    let network = format!("eip155:{}", anvil.chain_id());
+    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
+        .unwrap()
+        .pay_to(seller_address.to_string().parse().unwrap())
+        .on(network.parse().unwrap())
+        .extra(json!({"assetTransferMethod": "permit2"}));
+
+    let facilitator = FacilitatorClient::x402(&facilitator_url).with_api_key(&key);
+    let url = seller(facilitator, price).await;
+    let report = official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000)).await;
+    assert_eq!(report["status"], 200, "{report}");
+    let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["amount"], "1500000", "{report}");
+    assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{report}");
+    // The money moved, exactly, once.
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
+    assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
 }
