@@ -3,8 +3,10 @@
 //! them except through the keys they are handed.
 //!
 //! Tokens are made with the chains' real programs: on Solana the Token and Associated Token
-//! Account programs; on EVM `contracts/TollgateTestToken.sol`, an ERC-20 with EIP-3009 whose
-//! compiled bytecode is committed (`scripts/compile-contracts` rebuilds it).
+//! Account programs; on EVM the contracts of `contracts/` (an ERC-20 with EIP-3009, a plain one,
+//! one with EIP-2612; [`TokenKind`]) whose compiled bytecode is committed
+//! (`scripts/compile-contracts` rebuilds it). [`install_permit2`] puts the real Permit2 and the
+//! x402 Permit2 proxies at their canonical addresses on an anvil.
 
 use std::time::Duration;
 

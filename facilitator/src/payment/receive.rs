@@ -213,7 +213,8 @@ impl Payments {
     /// As [`Self::receive`] (a claimed proof is always [`PaymentError::ProofUsed`]).
     pub async fn verify(&self, r: Receive) -> Result<Address, PaymentError> {
         let chain = self.chain(&r.terms.network)?;
-        if r.payload.scheme() == tollgate_protocol::x402::SCHEME_EXACT {
+        // The schemes whose settlement the facilitator pays for.
+        if [tollgate_protocol::x402::SCHEME_EXACT, tollgate_protocol::x402::SCHEME_UPTO].contains(&r.payload.scheme()) {
             let family = r.terms.network.family();
             let (day, renews_in_secs) = self.sponsorship_day();
             let budget = r.sponsorship.per_day(family);
