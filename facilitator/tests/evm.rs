@@ -6,6 +6,7 @@
 mod common;
 
 use common::evm::{ETH, EvmApp, TestToken, Token, x402_v2};
+use common::rpc_proxy::calls_since;
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider as _;
@@ -635,13 +636,6 @@ async fn a_token_that_does_not_check_signatures_is_refused() {
 }
 
 /// RPC calls by method made between two snapshots of the proxy's counts.
-fn calls_since(
-    before: &std::collections::HashMap<String, usize>,
-    after: &std::collections::HashMap<String, usize>,
-) -> std::collections::BTreeMap<String, usize> {
-    after.iter().map(|(m, n)| (m.clone(), n - before.get(m).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
-}
-
 /// The hot path of x402 on EVM: once the token's decimals are known, a verify is one
 /// `eth_call` (the settlement simulated from the facilitator's account), and a settlement is one
 /// `eth_estimateGas` before sending (the simulation again, as the chain is then, which gives the

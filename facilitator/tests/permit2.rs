@@ -12,6 +12,7 @@ use alloy::primitives::{Address, U256};
 use alloy::signers::local::PrivateKeySigner;
 use common::evm::EvmApp;
 use common::permit2::{P2Token, Permit, body, install, requirement};
+use common::rpc_proxy::calls_since;
 use http::StatusCode;
 use serde_json::{Value, json};
 use tollgate_encoding::permit2::{EXACT_PROXY, PERMIT2, UPTO_PROXY};
@@ -256,4 +257,35 @@ async fn upto_charges_what_was_used_never_more_than_allowed_and_only_by_its_faci
     assert_eq!(won.len(), 1, "{answers:?}");
     let charged: u128 = won[0].1["amount"].as_str().unwrap().parse().unwrap();
     assert_eq!(token.balance(&t, seller).await, 400_000 + charged, "{answers:?}");
+}
+
+/// The hot path, as for EIP-3009: once the token's decimals are known, a Permit2 verify is one
+/// `eth_call` (the proxy's settle simulated from the facilitator's account), a settlement one
+/// `eth_estimateGas` before sending; the reasons are read only when it fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit2_verify_is_one_call_and_a_settlement_one_estimate() {
+    let t = EvmApp::start_behind_proxy().await;
+    install(&t).await;
+    let proxy = t.proxy.as_ref().unwrap();
+    let (key, _) = t.customer().await;
+    let token = P2Token::deploy(&t, TokenKind::Plain, "Plain USD").await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 10_000_000).await;
+    token.approve_permit2(&t, &buyer, U256::MAX).await;
+    let seller = Address::repeat_byte(0x54);
+    let req = requirement(&t, "exact", token.address(), seller, 1_000_000);
+    let signed = |_: u8| body(&req, &req, good_permit(&token, seller).signed(&buyer, t.anvil.chain_id()), json!({}));
+    // The first verify of a token also reads its decimals.
+    assert_eq!(t.call("POST", "/verify", &key, Some(signed(1))).await.1["isValid"], json!(true));
+    let paid = signed(2);
+    let before = proxy.all_calls();
+    let (_, v) = t.call("POST", "/verify", &key, Some(paid.clone())).await;
+    assert_eq!(v["isValid"], json!(true), "{v}");
+    assert_eq!(calls_since(&before, &proxy.all_calls()), [("eth_call".to_owned(), 1)].into(), "one verify, one call");
+    let before = proxy.all_calls();
+    let (_, s) = t.call("POST", "/settle", &key, Some(paid)).await;
+    assert_eq!(s["success"], json!(true), "{s}");
+    let calls = calls_since(&before, &proxy.all_calls());
+    assert_eq!((calls.get("eth_call"), calls.get("eth_estimateGas")), (None, Some(&1)), "{calls:?}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }

@@ -110,3 +110,11 @@ async fn relay(s: &Shared, body: &Value) -> Result<Value, Response> {
     let answer = answer.map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())?;
     answer.json::<Value>().await.map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())
 }
+
+/// The calls of each method made between two [`RpcProxy::all_calls`], those made at least once.
+pub fn calls_since(
+    before: &HashMap<String, usize>,
+    after: &HashMap<String, usize>,
+) -> std::collections::BTreeMap<String, usize> {
+    after.iter().map(|(m, n)| (m.clone(), n - before.get(m).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
+}
