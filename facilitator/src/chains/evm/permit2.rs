@@ -58,18 +58,50 @@ pub(super) struct Transfer {
     valid_after: U256,
     signature: Vec<u8>,
     /// An EIP-2612 permit granting Permit2 its allowance, when the payer offered one.
-    eip2612: Option<Eip2612Sponsoring>,
+    eip2612: Option<Eip2612>,
+}
+
+/// An EIP-2612 permit offered with a Permit2 payload, read: its parties, and what the proxies
+/// take (value, deadline, r, s, v).
+struct Eip2612 {
+    from: Option<Address>,
+    asset: Option<Address>,
+    spender: Option<Address>,
+    value: U256,
+    deadline: U256,
+    r: B256,
+    s: B256,
+    v: u8,
+}
+
+impl Eip2612 {
+    /// The permit a v2 payload's extensions offer, `None` without one.
+    fn read(payload: &PaymentPayload) -> Result<Option<Self>, Refusal> {
+        let PaymentPayload::V2(v2) = payload else { return Ok(None) };
+        let offered = Eip2612Sponsoring::from_extensions(&v2.extensions)
+            .map_err(|e| Refusal::new(Reason::Eip2612Format, e.to_string()))?;
+        let Some(p) = offered else { return Ok(None) };
+        // 65 bytes of hex: checked by `from_extensions`.
+        let bytes = alloy::primitives::hex::decode(p.signature.trim_start_matches("0x"))
+            .map_err(|_| Refusal::new(Reason::Eip2612Format, "the EIP-2612 signature is not hex"))?;
+        Ok(Some(Self {
+            from: address(&p.from),
+            asset: address(&p.asset),
+            spender: address(&p.spender),
+            value: U256::from(p.amount.get()),
+            deadline: U256::from(p.deadline.get()),
+            r: B256::from_slice(&bytes[..32]),
+            s: B256::from_slice(&bytes[32..64]),
+            v: bytes[64],
+        }))
+    }
 }
 
 /// Reads a Permit2 payload settled by `method`'s proxy.
 pub(super) fn read(payload: &PaymentPayload, method: Method) -> Result<Transfer, Refusal> {
     let invalid = |e: String| Refusal::new(Reason::InvalidPayload, e);
     let p = Permit2Payload::from_value(payload.payload()).map_err(|e| invalid(e.to_string()))?;
-    let eip2612 = match payload {
-        PaymentPayload::V2(v2) => Eip2612Sponsoring::from_extensions(&v2.extensions)
-            .map_err(|e| Refusal::new(Reason::Eip2612Format, e.to_string()))?,
-        PaymentPayload::V1(_) => None,
-    };
+    let eip2612 = Eip2612::read(payload)?;
     let a = &p.permit2_authorization;
     let evm = |a: &tollgate_protocol::Address| address(a).ok_or_else(|| invalid("not an EVM address".into()));
     let nonce = parse_uint256(&a.nonce).ok_or_else(|| invalid("permit2Authorization.nonce is not a uint256".into()))?;
@@ -154,7 +186,7 @@ impl Transfer {
             return no(Reason::Permit2TokenMismatch, format!("the permit moves {}, not {token}", self.token));
         }
         if let Some(p) = &self.eip2612 {
-            let (from, asset, spender) = (address(&p.from), address(&p.asset), address(&p.spender));
+            let (from, asset, spender) = (p.from, p.asset, p.spender);
             if from != Some(self.from) {
                 return no(Reason::Eip2612From, "the EIP-2612 permit is signed for another owner".into());
             }
@@ -164,10 +196,10 @@ impl Transfer {
             if spender != Some(PERMIT2) {
                 return no(Reason::Eip2612Spender, "the EIP-2612 permit lets someone other than Permit2 spend".into());
             }
-            if U256::from(p.deadline.get()) < now.saturating_add(margin) {
+            if p.deadline < now.saturating_add(margin) {
                 return no(Reason::Eip2612Deadline, "the EIP-2612 permit expires too soon to settle".into());
             }
-            if U256::from(p.amount.get()) != self.permitted {
+            if p.value != self.permitted {
                 return no(
                     Reason::Eip2612Format,
                     "the EIP-2612 permit must allow exactly the Permit2 permit's amount".into(),
@@ -233,18 +265,10 @@ impl Transfer {
         }
     }
 
-    /// The EIP-2612 permit as the proxies take it (value, deadline, r, s, v).
-    fn eip2612_parts(&self) -> Option<(U256, U256, B256, B256, u8)> {
-        let p = self.eip2612.as_ref()?;
-        let bytes = alloy::primitives::hex::decode(p.signature.trim_start_matches("0x")).ok()?;
-        let (r, s, v) = (B256::from_slice(&bytes[..32]), B256::from_slice(&bytes[32..64]), bytes[64]);
-        Some((U256::from(p.amount.get()), U256::from(p.deadline.get()), r, s, v))
-    }
-
     /// The proxy call settling `amount`: `settle`, or `settleWithPermit` with the EIP-2612 permit.
     fn call_data(&self, amount: U256) -> Vec<u8> {
         let signature = Bytes::copy_from_slice(&self.signature);
-        let permit2612 = self.eip2612_parts();
+        let permit2612 = self.eip2612.as_ref().map(|p| (p.value, p.deadline, p.r, p.s, p.v));
         match self.method {
             Method::Exact => {
                 use wire::exact::{ExactProxy, TokenPermissions, Witness};
