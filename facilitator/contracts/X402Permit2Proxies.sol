@@ -199,6 +199,7 @@ contract X402UptoPermit2Proxy is Permit2ProxyBase {
         Witness calldata witness,
         bytes calldata signature
     ) external oneAtATime {
+        _authorized(permit, amount, witness);
         _settle(permit, amount, owner, witness, signature);
         emit Settled();
     }
@@ -211,11 +212,19 @@ contract X402UptoPermit2Proxy is Permit2ProxyBase {
         Witness calldata witness,
         bytes calldata signature
     ) external oneAtATime {
-        if (amount > permit.permitted.amount) revert AmountExceedsPermitted();
-        if (msg.sender != witness.facilitator) revert UnauthorizedFacilitator();
+        _authorized(permit, amount, witness);
         _approveWithPermit(permit.permitted.token, owner, permit2612, permit.permitted.amount);
         _settle(permit, amount, owner, witness, signature);
         emit SettledWithPermit();
+    }
+
+    /// At most the permitted amount, settled by the facilitator the witness names.
+    function _authorized(ISignatureTransfer.PermitTransferFrom calldata permit, uint256 amount, Witness calldata witness)
+        private
+        view
+    {
+        if (amount > permit.permitted.amount) revert AmountExceedsPermitted();
+        if (msg.sender != witness.facilitator) revert UnauthorizedFacilitator();
     }
 
     function _settle(
@@ -225,8 +234,6 @@ contract X402UptoPermit2Proxy is Permit2ProxyBase {
         Witness calldata witness,
         bytes calldata signature
     ) private {
-        if (amount > permit.permitted.amount) revert AmountExceedsPermitted();
-        if (msg.sender != witness.facilitator) revert UnauthorizedFacilitator();
         bytes32 witnessHash =
             keccak256(abi.encode(WITNESS_TYPEHASH, witness.to, witness.facilitator, witness.validAfter));
         _transfer(permit, amount, owner, witness.to, witness.validAfter, witnessHash, WITNESS_TYPE_STRING, signature);
