@@ -75,6 +75,14 @@ async fn permit2_exact_pays_any_erc20_once_and_refuses_what_it_does_not_bind() {
         let (_, v) = t.call("POST", "/settle", &key, Some(verify(payload))).await;
         assert_eq!((v["success"].as_bool(), reason(&v)), (Some(false), why.to_owned()), "{v}");
     }
+    // A cheaper request's permit presented for a dearer one: whether the payload says it
+    // accepted the cheaper requirement or claims the dearer one, refused.
+    let dear = requirement(&t, "exact", token.address(), seller, 2_000_000);
+    let cheap = good.signed(&buyer, chain);
+    for (accepted, why) in [(&req, "invalid_payment_requirements"), (&dear, "permit2_amount_mismatch")] {
+        let (_, v) = t.call("POST", "/settle", &key, Some(body(accepted, &dear, cheap.clone(), json!({})))).await;
+        assert_eq!((v["success"].as_bool(), reason(&v)), (Some(false), why.to_owned()), "{v}");
+    }
     assert_eq!(token.balance(&t, seller).await, 0, "nothing moved");
 
     // The good permit: verified, then settled once, for exactly the price.
