@@ -8,8 +8,8 @@
 //! facilitator allowed to settle. The proxy calls Permit2 with that witness, so whoever sends the
 //! settlement can neither redirect the money nor (for `exact`) choose the amount.
 
-use alloy::primitives::{Address, U256, address};
-use alloy::sol_types::Eip712Domain;
+use alloy::primitives::{Address, B256, U256, address};
+use alloy::sol_types::{Eip712Domain, SolStruct as _};
 
 /// Uniswap's Permit2, at the same address on every chain.
 pub const PERMIT2: Address = address!("000000000022D473030F116dDEE9F6B43aC78BA3");
@@ -154,6 +154,68 @@ pub mod upto {
             ) external;
         }
     }
+}
+
+/// What an x402 payer signs through Permit2, for either proxy: `exact` when it names no
+/// facilitator, `upto` when it names the one allowed to settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permit2Message {
+    /// The token moved.
+    pub token: Address,
+    /// Its amount (`upto`: the most).
+    pub amount: U256,
+    /// The proxy allowed to spend: [`EXACT_PROXY`] or [`UPTO_PROXY`].
+    pub spender: Address,
+    /// A Permit2 nonce of the payer's (one bit of its bitmap).
+    pub nonce: U256,
+    /// Unix seconds until which it may be settled.
+    pub deadline: U256,
+    /// The recipient (the witness's `to`).
+    pub to: Address,
+    /// `upto`: the account allowed to settle.
+    pub facilitator: Option<Address>,
+    /// Unix seconds from which it may be settled.
+    pub valid_after: U256,
+}
+
+impl Permit2Message {
+    /// The EIP-712 digest signed, in Permit2's domain on chain `chain_id`.
+    #[must_use]
+    pub fn signing_hash(&self, chain_id: u64) -> B256 {
+        let domain = domain(chain_id);
+        match self.facilitator {
+            None => exact::PermitWitnessTransferFrom {
+                permitted: exact::TokenPermissions { token: self.token, amount: self.amount },
+                spender: self.spender,
+                nonce: self.nonce,
+                deadline: self.deadline,
+                witness: exact::Witness { to: self.to, validAfter: self.valid_after },
+            }
+            .eip712_signing_hash(&domain),
+            Some(facilitator) => upto::PermitWitnessTransferFrom {
+                permitted: upto::TokenPermissions { token: self.token, amount: self.amount },
+                spender: self.spender,
+                nonce: self.nonce,
+                deadline: self.deadline,
+                witness: upto::Witness { to: self.to, facilitator, validAfter: self.valid_after },
+            }
+            .eip712_signing_hash(&domain),
+        }
+    }
+}
+
+/// The EIP-2612 digest by which `owner` lets `spender` move `value` of `token` until
+/// `deadline`, with its EIP-2612 `nonce`, in the token's domain (`name`, `version`, chain).
+#[must_use]
+pub fn eip2612_signing_hash((name, version, chain_id): (&str, &str, u64), token: Address, permit: &Permit) -> B256 {
+    let domain = Eip712Domain::new(
+        Some(name.to_owned().into()),
+        Some(version.to_owned().into()),
+        Some(U256::from(chain_id)),
+        Some(token),
+        None,
+    );
+    permit.eip712_signing_hash(&domain)
 }
 
 /// The word and bit of Permit2's nonce bitmap that `nonce` uses.

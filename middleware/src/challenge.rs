@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tollgate_protocol::x402::header::PAYMENT_REQUIRED;
 use tollgate_protocol::x402::{Asset, PaymentRequiredV2, PaymentRequirements, ResourceInfo};
@@ -28,10 +28,25 @@ impl Buffered {
     }
 }
 
+/// The layer's own answers (402, refusals, failures) are no one's to keep: `no-store`.
 fn json(status: StatusCode, value: &serde_json::Value) -> Buffered {
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Buffered { status, headers, body: Bytes::from(value.to_string()) }
+}
+
+/// A paid answer carries its buyer's settlement: `private` is added to its `Cache-Control`, so
+/// that no shared cache serves it to anyone else.
+pub(crate) fn make_private(headers: &mut HeaderMap) {
+    let merged = match headers.get(CACHE_CONTROL).and_then(|v| v.to_str().ok()) {
+        None | Some("") => "private".to_owned(),
+        Some(had) if had.split(',').any(|d| d.trim().eq_ignore_ascii_case("private")) => return,
+        Some(had) => format!("{had}, private"),
+    };
+    if let Ok(value) = HeaderValue::from_str(&merged) {
+        headers.insert(CACHE_CONTROL, value);
+    }
 }
 
 /// Whether the client prefers HTML (a browser) to JSON.
@@ -85,6 +100,7 @@ pub(crate) fn payment_required(
         );
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         Buffered { status: StatusCode::PAYMENT_REQUIRED, headers, body: Bytes::from(page) }
     } else {
         json(StatusCode::PAYMENT_REQUIRED, &serde_json::to_value(message.to_v1()).unwrap_or_default())
@@ -98,6 +114,16 @@ pub(crate) fn payment_required(
 /// A malformed payment header: 400 with the reason, in the x402 body shape.
 pub(crate) fn bad_request(reason: &str) -> Buffered {
     json(StatusCode::BAD_REQUEST, &serde_json::json!({"x402Version": 1, "error": reason, "accepts": []}))
+}
+
+/// A payment identifier held by another payment or request: 409.
+pub(crate) fn conflict(id: &str) -> Buffered {
+    json(
+        StatusCode::CONFLICT,
+        &serde_json::json!({"x402Version": 2, "error": format!(
+            "the payment identifier {id} names another payment or request; use a new identifier for a new payment"
+        )}),
+    )
 }
 
 /// Paid but not yet confirmed: 503 with `Retry-After` and the transaction, so the buyer retries
@@ -143,12 +169,16 @@ pub(crate) fn failure_header(reason: &str, network: &Network, v1: bool) -> Optio
 /// The base64 settlement header value (`X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE`).
 pub(crate) fn settlement_header(payment: &crate::Payment, v1: bool) -> Option<HeaderValue> {
     let network = if v1 { payment.network.v1_name_or_caip2() } else { payment.network.to_string() };
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "success": true,
         "transaction": payment.transaction.clone().unwrap_or_default(),
         "network": network,
         "payer": payment.payer,
     });
+    // A metered price says what it charged (x402's `SettleResponse.amount`).
+    if payment.maximum.is_some() {
+        value["amount"] = serde_json::Value::String(payment.amount.to_string());
+    }
     let encoded = base64::engine::general_purpose::STANDARD.encode(value.to_string());
     HeaderValue::from_str(&encoded).ok()
 }

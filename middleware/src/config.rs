@@ -15,15 +15,18 @@ use crate::price::{Offer, Price, Quote};
 pub type PriceFn =
     Arc<dyn Fn(&http::request::Parts) -> Pin<Box<dyn Future<Output = Option<Quote>> + Send>> + Send + Sync>;
 
-/// When the facilitator settles relative to the handler.
+/// When the facilitator settles relative to the handler, for prices that name no x402
+/// `paymentFlow` of their own. Requirements say it to buyers: `extra.paymentFlow: "upfront"`
+/// for settle-before (no key for the default `authorization`). Metered prices
+/// ([`crate::Price::upto`]) are always verified, served, then settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum SettlementOrder {
-    /// Settle, then run the handler (one gateway call). The default.
+    /// Settle, then run the handler (one gateway call): x402's `upfront` flow. The default.
     #[default]
     SettleBefore,
-    /// Verify, run the handler, and settle only if it answered below 400 (the x402 reference
-    /// order); the response is held until settlement succeeds.
+    /// Verify, run the handler, and settle only if it answered below 400 (x402's
+    /// `authorization` flow); the response is held until settlement succeeds.
     VerifyThenSettle,
 }
 
@@ -62,6 +65,10 @@ pub(crate) struct Config {
     pub decoded: moka::sync::Cache<String, Arc<Decoded>>,
     /// x402 v2 extensions declared in the 402 answer (e.g. `bazaar` discovery info).
     pub extensions: serde_json::Map<String, serde_json::Value>,
+    /// The `payment-identifier` extension, when declared: whether an id is required.
+    pub payment_identifier: Option<bool>,
+    /// Ids claimed by payments, with their paid answers.
+    pub identifiers: crate::identifiers::Identifiers,
 }
 
 impl std::fmt::Debug for Config {

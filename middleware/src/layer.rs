@@ -35,6 +35,10 @@ pub enum BuildError {
     /// A price names a network of another family than its asset.
     #[error("price {0} names a network of another chain family")]
     WrongNetwork(usize),
+    /// A price names a payment flow its scheme is not paid in (`upto` is paid by
+    /// authorization only; no scheme here has `escrow`).
+    #[error("price {0}: {1}")]
+    PaymentFlow(usize, String),
     /// A bound is zero.
     #[error("{0} must be more than zero")]
     Zero(&'static str),
@@ -81,6 +85,7 @@ pub struct PaymentLayerBuilder {
     accepted_ttl: Duration,
     refused_ttl: Duration,
     extensions: serde_json::Map<String, serde_json::Value>,
+    payment_identifier: Option<bool>,
 }
 
 impl Default for PaymentLayerBuilder {
@@ -100,6 +105,7 @@ impl Default for PaymentLayerBuilder {
             accepted_ttl: Duration::from_secs(600),
             refused_ttl: Duration::from_secs(10),
             extensions: serde_json::Map::new(),
+            payment_identifier: None,
         }
     }
 }
@@ -145,6 +151,18 @@ impl PaymentLayerBuilder {
     /// discovery info; buyers echo it in their payment, and the facilitator receives it.
     pub fn extension(mut self, name: impl Into<String>, info: serde_json::Value) -> Self {
         self.extensions.insert(name.into(), info);
+        self
+    }
+
+    /// Declares the x402 `payment-identifier` extension: a buyer's idempotency key. A repeat of
+    /// an id with the same proof gets the paid answer given before (the handler does not run
+    /// again: a paid `POST` is not done twice); the same id with another proof, or for another
+    /// resource or method, is answered 409 Conflict. With `required`, a payment without an id
+    /// is refused with 400. Answers are kept for the ticket lifetime ([`Self::cache`]).
+    pub fn payment_identifier(mut self, required: bool) -> Self {
+        use tollgate_protocol::x402::payment_identifier;
+        self.extensions.insert(payment_identifier::KEY.into(), payment_identifier::declaration(required));
+        self.payment_identifier = Some(required);
         self
     }
 
@@ -233,6 +251,7 @@ impl PaymentLayerBuilder {
             if price.network.as_ref().is_some_and(|n| n.family() != price.family) {
                 return Err(BuildError::WrongNetwork(i));
             }
+            crate::offers::flow(price, self.order).map_err(|why| BuildError::PaymentFlow(i, why))?;
         }
         if let ResourceUrl::Fixed(url) | ResourceUrl::FromRequest { base: Some(url) } = &self.resource
             && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -249,19 +268,16 @@ impl PaymentLayerBuilder {
             }
         }
         let cache = Arc::new(ProofCache::new(self.cache_capacity, self.accepted_ttl, self.refused_ttl));
-        let fixed = self.pricing.is_none()
-            && self.prices.iter().all(|p| {
-                p.network.is_some()
-                    && !(p.scheme == tollgate_protocol::x402::SCHEME_EXACT
-                        && p.family == tollgate_protocol::ChainFamily::Solana)
-            });
+        let fixed = self.pricing.is_none() && !self.prices.iter().any(crate::offers::needs_supported);
         let static_offers = fixed.then(|| {
             Arc::new(
                 self.prices
                     .iter()
                     .filter_map(|p| {
                         let network = p.network.clone()?;
-                        p.offer(network, p.extra.clone(), self.max_timeout_seconds)
+                        let flow = crate::offers::flow(p, self.order).ok()?;
+                        let extra = crate::offers::extra(p, flow, &network, &[])?;
+                        p.offer(network, extra, self.max_timeout_seconds)
                     })
                     .collect(),
             )
@@ -288,6 +304,8 @@ impl PaymentLayerBuilder {
                     .time_to_live(self.accepted_ttl)
                     .build(),
                 extensions: self.extensions,
+                payment_identifier: self.payment_identifier,
+                identifiers: crate::identifiers::Identifiers::new(self.accepted_ttl),
             }),
         })
     }

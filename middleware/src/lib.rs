@@ -8,6 +8,15 @@
 //!   gateway, or any x402 facilitator). Only a definite success runs the handler, which finds a
 //!   [`Payment`] in its request extensions; the answer carries `X-PAYMENT-RESPONSE` /
 //!   `PAYMENT-RESPONSE`.
+//! * A **metered** price ([`Price::upto`]: x402 `upto`, any ERC-20 through Permit2) is verified
+//!   for its maximum, served, then settled for what the handler reports it used (a [`Charge`]
+//!   in the response's extensions), never more than the maximum; nothing for zero or for a
+//!   failed handler. Other prices follow the layer's [`SettlementOrder`], written on each
+//!   requirement as x402's `paymentFlow` (`upfront` when settled before the handler).
+//! * A buyer without a Permit2 allowance is answered **412** (`permit2_allowance_required`); a
+//!   `payment-identifier` ([`PaymentLayerBuilder::payment_identifier`]) repeated with the same
+//!   proof gets the answer given before, with another proof **409**. The layer's own answers
+//!   carry `Cache-Control: no-store`, paid ones `private`.
 //! * A payment broadcast but not yet confirmed answers **503** with `Retry-After`: the buyer
 //!   retries with the same proof and is not asked to pay again. A facilitator that cannot be
 //!   reached answers **502** (or **504**), and the handler does not run.
@@ -49,20 +58,24 @@
 //! | `offers` | what a request is offered, its resource, and which offer a payment pays |
 //! | [`facilitator`] | the [`Facilitator`] trait the layer asks ([`Claim`] in, [`Verdict`] out) and [`FacilitatorClient`], its HTTP implementation |
 //! | `cache`, `challenge`, `offline` | verdicts remembered per proof and the proofs in flight; the answers the layer writes itself; refusals decided without the facilitator |
-//! | [`price`], [`future`], [`body`] | prices and quotes; the service's future; its response body |
+//! | [`price`], [`Charge`], [`future`], [`body`] | prices and quotes; what a metered request used; the service's future; its response body |
+//! | `identifiers` | the `payment-identifier` extension: ids claimed by proofs, and their paid answers |
 
 pub mod body;
 mod cache;
 mod challenge;
+mod charge;
 mod config;
 pub mod facilitator;
 pub mod future;
+mod identifiers;
 pub mod layer;
 mod offers;
 mod offline;
 pub mod price;
 pub mod service;
 
+pub use charge::Charge;
 pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, Verdict};
 pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
 pub use price::{Price, PriceError, Quote};

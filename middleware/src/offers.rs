@@ -1,19 +1,91 @@
 //! What a request is offered: the requirements of its prices (with what the facilitator's
 //! `/supported` adds), the resource paid for, and which offer a payment pays.
 
-use tollgate_protocol::x402::{PaymentPayload, ResourceInfo, SCHEME_EXACT};
+use serde_json::{Map, Value};
+use tollgate_protocol::x402::{PaymentFlow, PaymentPayload, ResourceInfo, SCHEME_EXACT, SCHEME_UPTO, SupportedKind};
 use tollgate_protocol::{ChainFamily, Network};
 
 use crate::challenge::{self, Buffered};
-use crate::config::{Config, ResourceUrl};
+use crate::config::{Config, ResourceUrl, SettlementOrder};
 use crate::facilitator::Verdict;
 use crate::price::{Offer, Price};
 
+/// Whether a price's requirement needs what the facilitator's `/supported` says: its network,
+/// a Solana fee payer, or the account that settles `upto`.
+pub(crate) fn needs_supported(price: &Price) -> bool {
+    price.network.is_none()
+        || (price.scheme == SCHEME_EXACT && price.family == ChainFamily::Solana)
+        || (price.scheme == SCHEME_UPTO && price.extra.as_ref().is_none_or(|e| e.get("facilitatorAddress").is_none()))
+}
+
+/// The flow a price is settled in: the one its `extra` names, else the layer's order's (`upto`
+/// only by authorization: its charge is known after the handler).
+///
+/// # Errors
+/// Why the flow named cannot be: unknown, or not one the scheme can be paid in.
+pub(crate) fn flow(price: &Price, order: SettlementOrder) -> Result<PaymentFlow, String> {
+    let named = price.extra.as_ref().is_some_and(|e| e.get(PaymentFlow::KEY).is_some());
+    let flow = match PaymentFlow::of(price.extra.as_ref()) {
+        Ok(flow) if named => flow,
+        Ok(_) if price.scheme == SCHEME_UPTO => PaymentFlow::Authorization,
+        Ok(_) => match order {
+            SettlementOrder::SettleBefore => PaymentFlow::Upfront,
+            SettlementOrder::VerifyThenSettle => PaymentFlow::Authorization,
+        },
+        Err(value) => return Err(format!("paymentFlow {value} is not authorization, upfront or escrow")),
+    };
+    if flow.fits(price.scheme) {
+        Ok(flow)
+    } else {
+        Err(format!("{} is not paid in the {} flow", price.scheme, flow.as_str()))
+    }
+}
+
+/// A price's requirement `extra`: its own, with its flow (written only when it is not
+/// `authorization`), and what the facilitator's `/supported` (`kinds`) adds on `network`: the
+/// fee payer of Solana `exact`, the settling account of `upto`. `None` when one is needed and
+/// not given (the price is left out).
+pub(crate) fn extra(
+    price: &Price,
+    flow: PaymentFlow,
+    network: &Network,
+    kinds: &[SupportedKind],
+) -> Option<Option<Value>> {
+    let mut map: Map<String, Value> = price.extra.as_ref().and_then(|e| e.as_object().cloned()).unwrap_or_default();
+    map.remove(PaymentFlow::KEY);
+    if flow != PaymentFlow::Authorization {
+        map.insert(PaymentFlow::KEY.into(), Value::String(flow.as_str().into()));
+    }
+    let from_supported = |key: &str| {
+        kinds
+            .iter()
+            .find(|k| k.x402_version == 2 && k.scheme == price.scheme && k.network == network.to_string())
+            .and_then(|k| k.extra.as_ref())
+            .and_then(|e| e.get(key))
+            .cloned()
+    };
+    if price.scheme == SCHEME_EXACT && price.family == ChainFamily::Solana {
+        let Some(fee_payer) = from_supported("feePayer") else {
+            tracing::warn!(%network, "the facilitator has no Solana fee payer; exact price left out");
+            return None;
+        };
+        map.insert("feePayer".into(), fee_payer);
+    }
+    if price.scheme == SCHEME_UPTO && !map.contains_key("facilitatorAddress") {
+        let Some(account) = from_supported("facilitatorAddress") else {
+            tracing::warn!(%network, "the facilitator names no account settling upto; metered price left out");
+            return None;
+        };
+        map.insert("facilitatorAddress".into(), account);
+    }
+    // A price given without `extra` keeps none, when nothing is added.
+    Some((price.extra.is_some() || !map.is_empty()).then_some(Value::Object(map)))
+}
+
 /// The requirements for `prices`: each price's network (or the facilitator's for its chain),
-/// and for Solana `exact` the facilitator's fee payer.
+/// its flow, and what the facilitator's `/supported` adds (see [`extra`]).
 pub(crate) async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offer>, Buffered> {
-    let needs_supported =
-        prices.iter().any(|p| p.network.is_none() || (p.scheme == SCHEME_EXACT && p.family == ChainFamily::Solana));
+    let needs_supported = prices.iter().any(needs_supported);
     let supported = if needs_supported {
         match config.facilitator.supported().await {
             Ok(s) => Some(s),
@@ -40,22 +112,14 @@ pub(crate) async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offe
             tracing::warn!(scheme = price.scheme, family = %price.family, "the facilitator settles no such payment; price left out");
             continue;
         };
-        let mut extra = price.extra.clone();
-        if price.scheme == SCHEME_EXACT && price.family == ChainFamily::Solana {
-            let fee_payer = kinds
-                .iter()
-                .find(|k| k.x402_version == 2 && k.scheme == SCHEME_EXACT && k.network == network.to_string())
-                .and_then(|k| k.extra.as_ref())
-                .and_then(|e| e.get("feePayer"))
-                .cloned();
-            let Some(fee_payer) = fee_payer else {
-                tracing::warn!(%network, "the facilitator has no Solana fee payer; exact price left out");
+        let flow = match flow(price, config.order) {
+            Ok(flow) => flow,
+            Err(why) => {
+                tracing::warn!(scheme = price.scheme, %why, "price left out");
                 continue;
-            };
-            let mut map = extra.and_then(|e| e.as_object().cloned()).unwrap_or_default();
-            map.insert("feePayer".into(), fee_payer);
-            extra = Some(serde_json::Value::Object(map));
-        }
+            }
+        };
+        let Some(extra) = extra(price, flow, &network, kinds) else { continue };
         if let Some(offer) = price.offer(network, extra, config.max_timeout_seconds) {
             out.push(offer);
         }

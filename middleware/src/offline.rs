@@ -103,6 +103,14 @@ fn permit2_refusal(inner: &serde_json::Value, requirement: &PaymentRequirements,
     if a.witness.valid_after.get() > u128::from(now_secs) {
         return Some("permit2_not_yet_valid: the permit is not valid yet".into());
     }
+    // `upto`: the account the seller's facilitator settles from is the one the permit allows.
+    let settler = requirement.extra.as_ref().and_then(|e| e.get("facilitatorAddress")).and_then(|f| f.as_str());
+    if requirement.scheme == SCHEME_UPTO
+        && let Some(settler) = settler
+        && a.witness.facilitator.as_ref().is_none_or(|f| !f.to_string().eq_ignore_ascii_case(settler))
+    {
+        return Some(format!("upto_facilitator_mismatch: the permit lets another account than {settler} settle"));
+    }
     None
 }
 

@@ -1,7 +1,7 @@
 //! What a route costs: one [`Price`] per accepted way to pay.
 
 use serde_json::Value;
-use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
+use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE, SCHEME_UPTO};
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 /// A price that cannot be built.
@@ -15,6 +15,16 @@ pub enum PriceError {
         amount: String,
         /// Why it is refused.
         reason: String,
+    },
+    /// The scheme cannot be paid with this asset.
+    #[error("{scheme} cannot be paid in {asset}: {reason}")]
+    Scheme {
+        /// The scheme.
+        scheme: &'static str,
+        /// The asset.
+        asset: String,
+        /// Why.
+        reason: &'static str,
     },
 }
 
@@ -113,6 +123,49 @@ impl Price {
         })
     }
 
+    /// A metered price (x402 `upto`): the buyer authorizes at most `max` of an ERC-20 `token`
+    /// (any ERC-20, through Permit2), the handler reports what the request used with a
+    /// [`crate::Charge`] in its response's extensions, and the layer settles that after the
+    /// handler answered — never more than `max`; nothing when the charge is zero or the handler
+    /// failed (status 400 or more). A handler that reports no charge is charged `max`.
+    ///
+    /// `upto` is settled after the handler whatever the layer's [`crate::SettlementOrder`] (it is
+    /// paid by authorization only). The layer names the facilitator's settling account
+    /// (`extra.facilitatorAddress`, from its `/supported`), which the buyer's permit binds.
+    ///
+    /// # Errors
+    /// [`PriceError`] for a malformed, zero or too precise amount, or a token that is not an
+    /// EVM address (`upto` is an EVM scheme).
+    pub fn upto(token: Address, max: &str, decimals: u8) -> Result<Self, PriceError> {
+        if token.family() != ChainFamily::Evm {
+            return Err(PriceError::Scheme {
+                scheme: SCHEME_UPTO,
+                asset: token.to_string(),
+                reason: "upto is paid through Permit2, on EVM chains",
+            });
+        }
+        // Named as x402's servers name it (`upto` has no other transfer method).
+        Ok(Self { scheme: SCHEME_UPTO, ..Self::token(token, max, decimals)? }.permit2())
+    }
+
+    /// The same `exact` price of an EVM token, paid through Permit2 instead of EIP-3009
+    /// (`extra.assetTransferMethod: "permit2"`): any ERC-20, once the buyer has approved
+    /// Permit2 (or offers a signed EIP-2612 permit when the token has one and
+    /// [`Price::extra`] names its EIP-712 `name` and `version`).
+    #[must_use]
+    pub fn permit2(mut self) -> Self {
+        let mut extra = self.extra.take().and_then(|e| e.as_object().cloned()).unwrap_or_default();
+        extra.insert("assetTransferMethod".into(), Value::String("permit2".into()));
+        self.extra = Some(Value::Object(extra));
+        self
+    }
+
+    /// Its scheme (`exact`, `exact-native` or `upto`).
+    #[must_use]
+    pub const fn scheme(&self) -> &'static str {
+        self.scheme
+    }
+
     /// Who is paid (required).
     #[must_use]
     pub const fn pay_to(mut self, address: Address) -> Self {
@@ -128,10 +181,17 @@ impl Price {
         self
     }
 
-    /// Scheme details carried in the requirement's `extra`.
+    /// Scheme details carried in the requirement's `extra` (merged into what is there, such as
+    /// [`Price::permit2`]'s transfer method).
     #[must_use]
     pub fn extra(mut self, extra: Value) -> Self {
-        self.extra = Some(extra);
+        self.extra = match (self.extra.take().and_then(|e| e.as_object().cloned()), extra) {
+            (Some(mut had), Value::Object(more)) => {
+                had.extend(more);
+                Some(Value::Object(had))
+            }
+            (_, extra) => Some(extra),
+        };
         self
     }
 
@@ -199,5 +259,13 @@ mod tests {
             (AtomicAmount(1_500_000), SCHEME_EXACT, ChainFamily::Solana)
         );
         assert!(Price::token(mint, "1.0000001", 6).is_err());
+        assert!(matches!(Price::upto(mint, "1", 6), Err(PriceError::Scheme { .. })), "upto is EVM only");
+        let erc20: Address = "0x1111111111111111111111111111111111111111".parse().unwrap();
+        let metered = Price::upto(erc20, "0.5", 6).unwrap();
+        assert_eq!((metered.scheme(), metered.amount()), (SCHEME_UPTO, AtomicAmount(500_000)));
+        let p2 = Price::token(erc20, "1", 6).unwrap().extra(serde_json::json!({"name": "T", "version": "1"})).permit2();
+        assert_eq!(p2.extra, Some(serde_json::json!({"name": "T", "version": "1", "assetTransferMethod": "permit2"})));
+        let merged = Price::token(erc20, "1", 6).unwrap().permit2().extra(serde_json::json!({"name": "T"}));
+        assert_eq!(merged.extra, Some(serde_json::json!({"assetTransferMethod": "permit2", "name": "T"})));
     }
 }

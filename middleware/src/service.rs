@@ -8,15 +8,19 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt as _;
 use tollgate_protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
-use tollgate_protocol::x402::{PaymentPayload, ResourceInfo};
+use tollgate_protocol::x402::{
+    PaymentFlow, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_UPTO, payment_identifier,
+};
 use tower::Service;
 
 use crate::body::{BoxError, PaymentBody};
 use crate::cache::{Decoded, Flight, Known, ProofCache, Ticket};
 use crate::challenge::{self, Buffered};
-use crate::config::{Config, SettlementOrder};
+use crate::charge::Charge;
+use crate::config::Config;
 use crate::facilitator::{Claim, Payment, Verdict};
 use crate::future::ResponseFuture;
+use crate::identifiers::Claimed;
 use crate::offers::{matching, offers, resource_info};
 use crate::price::{Offer, Quote};
 
@@ -123,6 +127,17 @@ where
     };
     let paid = Paid { config: &config, claim, resource: &resource, ticket: &ticket, v1: presented.v1 };
     let key = &presented.decoded.key;
+    let identified = match identifier(&config, &presented.decoded.payload) {
+        Ok(id) => id,
+        Err(answer) => return Ok(answer.into_response()),
+    };
+    if let Some(id) = identified {
+        match config.identifiers.claim(id, key, &ticket).await {
+            Claimed::Answered(answer) => return Ok(answer.into_response()),
+            Claimed::Conflict => return Ok(challenge::conflict(id).into_response()),
+            Claimed::Ours => {}
+        }
+    }
     // Requests for other tickets settle apart: the facilitator decides which one the proof pays.
     let flight = format!("{key} {} {}", ticket.method, ticket.resource);
     loop {
@@ -149,8 +164,15 @@ where
             Flight::Leader(leader) => {
                 let request = Request::from_parts(parts, body);
                 let outcome = paid.settle_in_order(key, inner, request, pending, &offers).await?;
-                leader.finish(Some(Arc::new(outcome.clone())));
-                return Ok(outcome.into_response());
+                if let Some(id) = identified {
+                    if outcome.paid {
+                        config.identifiers.answered(id, key, &outcome.answer).await;
+                    } else {
+                        config.identifiers.release(id, key).await;
+                    }
+                }
+                leader.finish(Some(Arc::new(outcome.answer.clone())));
+                return Ok(outcome.answer.into_response());
             }
         }
     }
@@ -180,6 +202,24 @@ async fn priced(config: &Config, parts: &http::request::Parts) -> Priced {
         Ok(o) => Priced::Offers(Arc::new(o), quote.resource),
         Err(buffered) => Priced::Answer(buffered),
     }
+}
+
+/// The payment's `payment-identifier` id, when the layer declared the extension; else the
+/// answer: 400 for a malformed id, or for none where one is required.
+#[allow(clippy::result_large_err, reason = "the answer is returned at once, never carried")]
+fn identifier<'p>(config: &Config, payload: &'p PaymentPayload) -> Result<Option<&'p str>, Buffered> {
+    let Some(required) = config.payment_identifier else { return Ok(None) };
+    let id = match payload {
+        PaymentPayload::V2(p) => payment_identifier::id_of(&p.extensions)
+            .map_err(|why| challenge::bad_request(&format!("invalid payment identifier: {why}")))?,
+        PaymentPayload::V1(_) => None,
+    };
+    if id.is_none() && required {
+        return Err(challenge::bad_request(
+            "this resource requires a payment identifier (the x402 v2 payment-identifier extension)",
+        ));
+    }
+    Ok(id)
 }
 
 /// A payment header as presented: decoded and matched to an offer, in its protocol version.
@@ -268,7 +308,7 @@ async fn serve_settled<S, ReqBody, ResBody>(
     request: Request<ReqBody>,
     payment: &Payment,
     v1: bool,
-) -> Result<Buffered, S::Error>
+) -> Result<Outcome, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
     S::Future: Send,
@@ -277,23 +317,36 @@ where
 {
     config.cache.put(key, Known::accepted(ticket, payment)).await;
     Ok(match run_buffered(config, inner, request, payment.clone()).await? {
-        Some(mut buffered) => {
+        Some((mut buffered, _)) => {
             add_settlement_header(&mut buffered, payment, v1);
-            buffered
+            Outcome { answer: buffered, paid: true }
         }
-        None => challenge::unavailable(false),
+        None => Outcome::not_paid(challenge::unavailable(false)),
     })
 }
 
+/// The answer to a paid request, and whether it was paid (its `payment-identifier` id, if any,
+/// keeps a paid answer).
+struct Outcome {
+    answer: Buffered,
+    paid: bool,
+}
+
+impl Outcome {
+    const fn not_paid(answer: Buffered) -> Self {
+        Self { answer, paid: false }
+    }
+}
+
 /// Runs the handler with `payment` in the request's extensions and holds its answer in memory
-/// (so requests waiting on the same proof can share it); `None` when the body fails or is over
-/// the configured size.
+/// (so requests waiting on the same proof can share it), with the [`Charge`] it reported;
+/// `None` when the body fails or is over the configured size.
 async fn run_buffered<S, ReqBody, ResBody>(
     config: &Config,
     mut inner: S,
     mut request: Request<ReqBody>,
     payment: Payment,
-) -> Result<Option<Buffered>, S::Error>
+) -> Result<Option<(Buffered, Option<Charge>)>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
     S::Future: Send,
@@ -302,8 +355,11 @@ where
 {
     request.extensions_mut().insert(payment);
     let (head, body) = inner.call(request).await?.into_parts();
+    let charge = head.extensions.get::<Charge>().copied();
     match http_body_util::Limited::new(body, config.max_buffered_body).collect().await {
-        Ok(collected) => Ok(Some(Buffered { status: head.status, headers: head.headers, body: collected.to_bytes() })),
+        Ok(collected) => {
+            Ok(Some((Buffered { status: head.status, headers: head.headers, body: collected.to_bytes() }, charge)))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "the paid response could not be read");
             Ok(None)
@@ -311,11 +367,13 @@ where
     }
 }
 
-/// Adds `X-PAYMENT-RESPONSE` (v1) or `PAYMENT-RESPONSE` (v2).
+/// Adds `X-PAYMENT-RESPONSE` (v1) or `PAYMENT-RESPONSE` (v2), and keeps the paid answer out of
+/// shared caches.
 fn add_settlement_header(buffered: &mut Buffered, payment: &Payment, v1: bool) {
     if let Some(value) = challenge::settlement_header(payment, v1) {
         buffered.headers.insert(if v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE }, value);
     }
+    challenge::make_private(&mut buffered.headers);
 }
 
 /// A claim, and where its answer goes.
@@ -357,8 +415,9 @@ impl Paid<'_> {
         }
     }
 
-    /// Step 5: settled in the layer's order — settle then serve (or follow the settlement seen
-    /// pending), or verify, serve, and settle only a success — and the answer to share.
+    /// Step 5: settled in the requirement's flow — `upfront`: settle then serve (or follow the
+    /// settlement seen pending); `authorization`: verify, serve, and settle only a success, for
+    /// what a metered request used — and the answer to share.
     async fn settle_in_order<S, ReqBody, ResBody>(
         &self,
         key: &str,
@@ -366,7 +425,7 @@ impl Paid<'_> {
         request: Request<ReqBody>,
         pending: Option<Option<String>>,
         offers: &[Offer],
-    ) -> Result<Buffered, S::Error>
+    ) -> Result<Outcome, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
         S::Future: Send,
@@ -374,42 +433,60 @@ impl Paid<'_> {
         ResBody::Error: Into<BoxError>,
     {
         let facilitator = &self.config.facilitator;
+        let requirement = self.claim.requirement;
         let headers = request.headers().clone();
         let settled = (self.config, key, self.ticket);
         if let Some(reason) = pending.is_none().then(|| self.offline()).flatten() {
             // Refused without asking the facilitator.
-            return Ok(self.not_paid(key, Verdict::Refused { reason }, offers, &headers).await);
+            return Ok(Outcome::not_paid(self.not_paid(key, Verdict::Refused { reason }, offers, &headers).await));
         }
-        if pending.is_some() || self.config.order == SettlementOrder::SettleBefore {
+        let flow = PaymentFlow::of(requirement.extra.as_ref()).unwrap_or(PaymentFlow::Authorization);
+        if pending.is_some() || flow == PaymentFlow::Upfront {
             let verdict = match &pending {
                 Some(payment_id) => facilitator.follow(payment_id.as_deref(), self.claim).await,
                 None => facilitator.settle_before(self.claim).await,
             };
             return Ok(match verdict {
                 Verdict::Paid(payment) => serve_settled(settled, inner, request, &payment, self.v1).await?,
-                other => self.not_paid(key, other, offers, &headers).await,
+                other => Outcome::not_paid(self.not_paid(key, other, offers, &headers).await),
             });
         }
-        Ok(match facilitator.verify(self.claim).await {
+        let metered = requirement.scheme == SCHEME_UPTO;
+        let verified = match facilitator.verify(self.claim).await {
             // Settled already for this seller (its first answer was lost): paid.
             Verdict::Paid(payment) if payment.transaction.is_some() => {
-                serve_settled(settled, inner, request, &payment, self.v1).await?
+                return serve_settled(settled, inner, request, &payment, self.v1).await;
             }
-            Verdict::Paid(verified) => match run_buffered(self.config, inner, request, verified).await? {
-                // The handler failed: nothing is settled, the buyer keeps the money.
-                Some(buffered) if buffered.status.as_u16() >= 400 => buffered,
-                Some(mut buffered) => match facilitator.settle(self.claim).await {
-                    Verdict::Paid(payment) => {
-                        self.config.cache.put(key, Known::accepted(self.ticket, &payment)).await;
-                        add_settlement_header(&mut buffered, &payment, self.v1);
-                        buffered
-                    }
-                    other => self.not_paid(key, other, offers, &headers).await,
-                },
-                None => challenge::unavailable(false),
-            },
-            other => self.not_paid(key, other, offers, &headers).await,
-        })
+            Verdict::Paid(verified) if metered => verified.with_maximum(requirement.amount),
+            Verdict::Paid(verified) => verified,
+            other => return Ok(Outcome::not_paid(self.not_paid(key, other, offers, &headers).await)),
+        };
+        let (mut buffered, charge) = match run_buffered(self.config, inner, request, verified.clone()).await? {
+            // The handler failed: nothing is settled, the buyer keeps the money.
+            Some((buffered, _)) if buffered.status.as_u16() >= 400 => return Ok(Outcome::not_paid(buffered)),
+            Some(answer) => answer,
+            None => return Ok(Outcome::not_paid(challenge::unavailable(false))),
+        };
+        // A metered request is charged what its handler reported (the most without a report).
+        let charged = if metered {
+            charge.map_or(requirement.amount, |c| c.capped(requirement.amount))
+        } else {
+            requirement.amount
+        };
+        let payment = if charged.get() == 0 {
+            // Nothing used: nothing is settled, and the authorization is not spent.
+            Payment { amount: charged, ..verified }
+        } else {
+            let charged_requirement = PaymentRequirements { amount: charged, ..requirement.clone() };
+            match facilitator.settle(Claim { requirement: &charged_requirement, ..self.claim }).await {
+                Verdict::Paid(payment) if metered => payment.with_maximum(requirement.amount),
+                Verdict::Paid(payment) => payment,
+                other => return Ok(Outcome::not_paid(self.not_paid(key, other, offers, &headers).await)),
+            }
+        };
+        self.config.cache.put(key, Known::accepted(self.ticket, &payment)).await;
+        add_settlement_header(&mut buffered, &payment, self.v1);
+        Ok(Outcome { answer: buffered, paid: true })
     }
 
     /// Why the proof cannot pay, when the layer can tell alone.
@@ -418,9 +495,14 @@ impl Paid<'_> {
         crate::offline::refusal(self.claim.payload, self.claim.requirement, &self.resource.url, now)
     }
 
-    /// A new challenge for a refused proof, with the failed settlement header.
+    /// A new challenge for a refused proof, with the failed settlement header: 402, or 412 when
+    /// the buyer must first let Permit2 spend its tokens (`permit2_allowance_required`, as
+    /// x402's resource servers answer it).
     fn refused(&self, reason: &str, offers: &[Offer], headers: &http::HeaderMap) -> Buffered {
         let mut out = challenge::payment_required(reason, self.resource, offers, &self.config.extensions, headers);
+        if reason.split(':').next() == Some("permit2_allowance_required") {
+            out.status = http::StatusCode::PRECONDITION_FAILED;
+        }
         if let Some(value) = challenge::failure_header(reason, &self.claim.requirement.network, self.v1) {
             out.headers.insert(if self.v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE }, value);
         }
@@ -470,6 +552,7 @@ where
         let name = if v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE };
         response.headers_mut().insert(name, value);
     }
+    challenge::make_private(response.headers_mut());
     let limit = config.max_buffered_body;
     Ok(response.map(|b| PaymentBody::stream(http_body_util::Limited::new(b, limit))))
 }

@@ -1,5 +1,6 @@
 // A buyer using the official x402 client (@x402/fetch + @x402/evm, from npm): it GETs the URL,
-// pays the 402 with an EIP-3009 authorization signed by BUYER_KEY, and prints what it got as one
+// pays the 402 with what the offer asks, signed by BUYER_KEY (an EIP-3009 authorization, or a
+// Permit2 permit for `exact` through Permit2 and for `upto`), and prints what it got as one
 // JSON line: {status, body, paymentResponse}. The client pays only assets it knows unless told:
 // the token (`asset` on `network`) is allowed up to `cap` atomic units a payment.
 //
@@ -11,13 +12,17 @@
 
 const { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } = require("@x402/fetch");
 const { ExactEvmScheme } = require("@x402/evm");
+const { UptoEvmScheme } = require("@x402/evm/upto/client");
 const { privateKeyToAccount } = require("viem/accounts");
 
 async function main() {
   const [url, network, asset, cap] = process.argv.slice(2);
   const account = privateKeyToAccount(process.env.BUYER_KEY);
   const pay = wrapFetchWithPaymentFromConfig(fetch, {
-    schemes: [{ network: "eip155:*", client: new ExactEvmScheme(account) }],
+    schemes: [
+      { network: "eip155:*", client: new ExactEvmScheme(account) },
+      { network: "eip155:*", client: new UptoEvmScheme(account) },
+    ],
     spendControls: { allowedAssets: [{ network, asset, maxAmountPerPayment: cap }] },
   });
   const response = await pay(url, { method: "GET" });

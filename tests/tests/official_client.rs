@@ -12,10 +12,12 @@ use std::sync::Arc;
 use alloy::node_bindings::{Anvil, AnvilInstance};
 use alloy::primitives::U256;
 use alloy::signers::local::PrivateKeySigner;
+use axum::extract::Query;
 use axum::routing::get;
 use axum::{Extension, Router};
 use serde_json::{Value, json};
-use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
+use tollgate::protocol::AtomicAmount;
+use tollgate::{Charge, FacilitatorClient, Payment, PaymentLayer, Price};
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::chains::Chains;
@@ -73,6 +75,22 @@ async fn seller(facilitator: FacilitatorClient, price: Price) -> String {
     let app = Router::new().route("/report", get(handler)).route_layer(layer);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/report", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A seller of a metered `/complete?words=N`: N words of answer at `per_word` atomic units
+/// each (a `Charge` the layer settles after serving), through `facilitator`.
+async fn metered_seller(facilitator: FacilitatorClient, price: Price, per_word: u128) -> String {
+    let layer = PaymentLayer::builder().facilitator(facilitator).accept(price).description("Words").build().unwrap();
+    let handler = move |Query(q): Query<std::collections::HashMap<String, u64>>| async move {
+        let words = q.get("words").copied().unwrap_or(0);
+        let charge = Charge::per_unit(words, AtomicAmount(per_word));
+        (Extension(charge), vec!["word"; usize::try_from(words).unwrap()].join(" "))
+    };
+    let app = Router::new().route("/complete", get(handler)).route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/complete", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
@@ -157,28 +175,15 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() {
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
-    let eth = U256::from(10u128.pow(19));
-    let deployer = PrivateKeySigner::random();
-    devnet::set_evm_balance(&rpc, deployer.address(), eth).await.unwrap();
-    devnet::install_permit2(&rpc, &deployer).await.unwrap();
     // A token without EIP-3009, a buyer holding 10 of it who approved Permit2 once.
-    let token = DevToken::deploy(&rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
-    let buyer = PrivateKeySigner::random();
-    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
-    devnet::set_evm_balance(&rpc, buyer.address(), eth).await.unwrap();
-    let approve = tollgate_encoding::permit2::Erc20::approveCall {
-        spender: tollgate_encoding::permit2::PERMIT2,
-        value: U256::MAX,
-    };
-    let data = alloy::sol_types::SolCall::abi_encode(&approve);
-    devnet::send_evm(&rpc, &buyer, alloy::primitives::TxKind::Call(token.address), data).await.unwrap();
+    let (token, buyer) = plain_token_buyer(&rpc).await;
     let seller_address = PrivateKeySigner::random().address();
     let network = format!("eip155:{}", anvil.chain_id());
     let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
         .unwrap()
         .pay_to(seller_address.to_string().parse().unwrap())
         .on(network.parse().unwrap())
-        .extra(json!({"assetTransferMethod": "permit2"}));
+        .permit2();
 
     let facilitator = FacilitatorClient::x402(&facilitator_url).with_api_key(&key);
     let url = seller(facilitator, price).await;
@@ -190,4 +195,61 @@ async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() 
     // The money moved, exactly, once.
     assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
     assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
+}
+
+/// A buyer holding 10 of a plain ERC-20 that approved Permit2 once, on a facilitator's anvil
+/// with Permit2 and the x402 proxies installed: the token and the buyer.
+async fn plain_token_buyer(rpc: &EvmRpc) -> (DevToken, PrivateKeySigner) {
+    let eth = U256::from(10u128.pow(19));
+    let deployer = PrivateKeySigner::random();
+    devnet::set_evm_balance(rpc, deployer.address(), eth).await.unwrap();
+    devnet::install_permit2(rpc, &deployer).await.unwrap();
+    let token = DevToken::deploy(rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
+    let buyer = PrivateKeySigner::random();
+    token.mint(rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    devnet::set_evm_balance(rpc, buyer.address(), eth).await.unwrap();
+    let approve = tollgate_encoding::permit2::Erc20::approveCall {
+        spender: tollgate_encoding::permit2::PERMIT2,
+        value: U256::MAX,
+    };
+    let data = alloy::sol_types::SolCall::abi_encode(&approve);
+    devnet::send_evm(rpc, &buyer, alloy::primitives::TxKind::Call(token.address), data).await.unwrap();
+    (token, buyer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_pays_a_metered_upto_route_what_it_used_on_anvil() {
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let (token, buyer) = plain_token_buyer(&rpc).await;
+    let seller_address = PrivateKeySigner::random().address();
+    let network = format!("eip155:{}", anvil.chain_id());
+    // At most 2 tokens a request; 0.05 a word.
+    let price = Price::upto(token.address.to_string().parse().unwrap(), "2", 6)
+        .unwrap()
+        .pay_to(seller_address.to_string().parse().unwrap())
+        .on(network.parse().unwrap());
+    // Through the gateway's client and a plain x402 client, both settling after the handler.
+    let modes = [
+        ("gateway", FacilitatorClient::new(&facilitator_url, &key)),
+        ("x402", FacilitatorClient::x402(&facilitator_url).with_api_key(&key)),
+    ];
+    let mut paid = 0u64;
+    for (mode, facilitator) in modes {
+        let url = metered_seller(facilitator, price.clone(), 50_000).await;
+        let report =
+            official_buyer(&format!("{url}?words=7"), &buyer, (&network, &token.address.to_string(), 2_000_000)).await;
+        assert_eq!(report["status"], 200, "{mode}: {report}");
+        assert_eq!(report["body"], "word word word word word word word", "{mode}");
+        let receipt = &report["paymentResponse"];
+        assert_eq!(
+            (receipt["success"].as_bool(), receipt["amount"].as_str()),
+            (Some(true), Some("350000")),
+            "{mode}: {report}"
+        );
+        assert!(receipt["transaction"].as_str().unwrap().starts_with("0x"), "{mode}: {report}");
+        // 7 words at 0.05: 0.35 moved, not the 2 authorized, once.
+        paid += 350_000;
+        assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
+        assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
+    }
 }

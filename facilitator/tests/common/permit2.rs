@@ -4,7 +4,7 @@
 use alloy::primitives::{Address, TxKind, U256};
 use alloy::signers::SignerSync as _;
 use alloy::signers::local::PrivateKeySigner;
-use alloy::sol_types::{SolCall as _, SolStruct as _};
+use alloy::sol_types::SolCall as _;
 use serde_json::{Value, json};
 use tollgate_encoding::permit2::{self as wire, EXACT_PROXY, PERMIT2, UPTO_PROXY};
 use tollgate_facilitator::devnet::{self, DevToken, TokenKind};
@@ -54,12 +54,6 @@ impl P2Token {
     /// An EIP-2612 permit by `owner` letting Permit2 spend `value` until `deadline`, as the
     /// `eip2612GasSponsoring` extension carries it.
     pub fn eip2612(&self, t: &EvmApp, owner: &PrivateKeySigner, spender: Address, value: u128, deadline: u64) -> Value {
-        let domain = alloy::sol_types::eip712_domain! {
-            name: self.name,
-            version: "1",
-            chain_id: t.anvil.chain_id(),
-            verifying_contract: self.address(),
-        };
         let permit = wire::Permit {
             owner: owner.address(),
             spender,
@@ -67,7 +61,8 @@ impl P2Token {
             nonce: U256::ZERO,
             deadline: U256::from(deadline),
         };
-        let signature = owner.sign_hash_sync(&permit.eip712_signing_hash(&domain)).unwrap();
+        let digest = wire::eip2612_signing_hash((self.name, "1", t.anvil.chain_id()), self.address(), &permit);
+        let signature = owner.sign_hash_sync(&digest).unwrap();
         json!({"eip2612GasSponsoring": {"info": {
             "description": "echoed from the seller's declaration, ignored", "version": "1",
             "from": owner.address().to_string(), "asset": self.address().to_string(),
@@ -107,25 +102,17 @@ impl Permit {
 
     /// The payload, signed by `key` on chain `chain_id`.
     pub fn signed(&self, key: &PrivateKeySigner, chain_id: u64) -> Value {
-        let domain = wire::domain(chain_id);
-        let digest = match self.facilitator {
-            None => wire::exact::PermitWitnessTransferFrom {
-                permitted: wire::exact::TokenPermissions { token: self.token, amount: U256::from(self.amount) },
-                spender: self.spender,
-                nonce: self.nonce,
-                deadline: U256::from(self.deadline),
-                witness: wire::exact::Witness { to: self.to, validAfter: U256::from(self.valid_after) },
-            }
-            .eip712_signing_hash(&domain),
-            Some(facilitator) => wire::upto::PermitWitnessTransferFrom {
-                permitted: wire::upto::TokenPermissions { token: self.token, amount: U256::from(self.amount) },
-                spender: self.spender,
-                nonce: self.nonce,
-                deadline: U256::from(self.deadline),
-                witness: wire::upto::Witness { to: self.to, facilitator, validAfter: U256::from(self.valid_after) },
-            }
-            .eip712_signing_hash(&domain),
-        };
+        let digest = wire::Permit2Message {
+            token: self.token,
+            amount: U256::from(self.amount),
+            spender: self.spender,
+            nonce: self.nonce,
+            deadline: U256::from(self.deadline),
+            to: self.to,
+            facilitator: self.facilitator,
+            valid_after: U256::from(self.valid_after),
+        }
+        .signing_hash(chain_id);
         let signature = key.sign_hash_sync(&digest).unwrap();
         let mut witness = json!({"to": self.to.to_string(), "validAfter": self.valid_after.to_string()});
         if let Some(f) = self.facilitator {

@@ -58,6 +58,7 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wa
             pay_to,
             transaction: record.transaction,
             payment_id: Some(record.payment_id),
+            maximum: None,
         }),
         _ => None,
     };
@@ -446,6 +447,7 @@ fn paid(requirement: &PaymentRequirements, payer: Option<String>, transaction: O
         pay_to: requirement.pay_to,
         transaction: transaction.filter(|t| !t.is_empty()),
         payment_id: None,
+        maximum: None,
     }
 }
 

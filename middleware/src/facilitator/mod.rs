@@ -35,6 +35,9 @@ pub struct Payment {
     pub transaction: Option<String>,
     /// The gateway's payment id (x402 facilitators have none).
     pub payment_id: Option<String>,
+    /// For a metered price (`upto`): the most the buyer authorized. `amount` is then that most
+    /// while the handler runs, and what was charged once settled.
+    pub maximum: Option<AtomicAmount>,
 }
 
 impl Payment {
@@ -43,7 +46,7 @@ impl Payment {
     /// [`Self::with_payment_id`] when it knows them).
     #[must_use]
     pub const fn new(network: Network, asset: Asset, amount: AtomicAmount, pay_to: Address) -> Self {
-        Self { payer: None, amount, asset, network, pay_to, transaction: None, payment_id: None }
+        Self { payer: None, amount, asset, network, pay_to, transaction: None, payment_id: None, maximum: None }
     }
 
     /// The same payment, paid by `payer`.
@@ -67,15 +70,22 @@ impl Payment {
         self
     }
 
+    /// The same payment of a metered price, authorized up to `maximum`.
+    #[must_use]
+    pub const fn with_maximum(mut self, maximum: AtomicAmount) -> Self {
+        self.maximum = Some(maximum);
+        self
+    }
+
     /// Whether it pays `requirement`'s price: its asset, on its network, to its recipient, at
-    /// least its amount. A payment made for one request of a route may be presented for a
-    /// dearer one.
+    /// least its amount (for a metered price, an authorization of at least its maximum). A
+    /// payment made for one request of a route may be presented for a dearer one.
     #[must_use]
     pub fn covers(&self, requirement: &PaymentRequirements) -> bool {
         self.asset == requirement.asset
             && self.network == requirement.network
             && self.pay_to == requirement.pay_to
-            && self.amount.get() >= requirement.amount.get()
+            && self.maximum.unwrap_or(self.amount).get() >= requirement.amount.get()
     }
 }
 

@@ -10,6 +10,7 @@
 //! networks); the v1 forms are converted at the edge.
 
 pub mod header;
+pub mod payment_identifier;
 pub mod schemes;
 
 use serde::de::{DeserializeOwned, Error as _};
@@ -27,6 +28,60 @@ pub const SCHEME_EXACT: &str = "exact";
 pub const SCHEME_UPTO: &str = "upto";
 /// Tollgate's `exact-native` scheme: native SOL / ETH, as a signed transfer or a signed receipt.
 pub const SCHEME_EXACT_NATIVE: &str = "exact-native";
+
+/// When a requirement is settled relative to the seller's handler: x402's reserved
+/// `extra.paymentFlow`, written only when it is not [`PaymentFlow::Authorization`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PaymentFlow {
+    /// Verified before the handler, settled after it (the default): a failed handler charges
+    /// nothing. The only flow of `upto`, whose charge is known after the handler.
+    Authorization,
+    /// Settled before the handler runs.
+    Upfront,
+    /// Deposited before the handler, then settled or refunded after it (no scheme of this
+    /// crate has it).
+    Escrow,
+}
+
+impl PaymentFlow {
+    /// Its key in a requirement's `extra`.
+    pub const KEY: &'static str = "paymentFlow";
+
+    /// Its wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Authorization => "authorization",
+            Self::Upfront => "upfront",
+            Self::Escrow => "escrow",
+        }
+    }
+
+    /// The flow a requirement names (`authorization` when it names none).
+    ///
+    /// # Errors
+    /// The text of a value that is no flow.
+    pub fn of(extra: Option<&Value>) -> Result<Self, String> {
+        match extra.and_then(|e| e.get(Self::KEY)) {
+            None | Some(Value::Null) => Ok(Self::Authorization),
+            Some(Value::String(s)) if s == "authorization" => Ok(Self::Authorization),
+            Some(Value::String(s)) if s == "upfront" => Ok(Self::Upfront),
+            Some(Value::String(s)) if s == "escrow" => Ok(Self::Escrow),
+            Some(other) => Err(other.to_string()),
+        }
+    }
+
+    /// Whether `scheme` can be paid in this flow: `exact` and `exact-native` by authorization or
+    /// upfront, `upto` by authorization only (its charge is known after the handler).
+    #[must_use]
+    pub fn fits(self, scheme: &str) -> bool {
+        match self {
+            Self::Authorization => true,
+            Self::Upfront => scheme == SCHEME_EXACT || scheme == SCHEME_EXACT_NATIVE,
+            Self::Escrow => false,
+        }
+    }
+}
 
 /// What is paid with: the chain's native currency or a token contract / mint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -16,7 +16,7 @@
 //! and spenders.
 
 use alloy::primitives::{Address, B256, Bytes, U256};
-use alloy::sol_types::{SolCall as _, SolStruct as _};
+use alloy::sol_types::SolCall as _;
 use tollgate_encoding::permit2::{self as wire, EXACT_PROXY, PERMIT2, UPTO_PROXY};
 use tollgate_protocol::Network;
 use tollgate_protocol::x402::schemes::{Eip2612Sponsoring, Permit2Payload};
@@ -240,29 +240,20 @@ impl Transfer {
 
     /// The EIP-712 digest the payer signed (Permit2's domain, the proxy as spender).
     fn digest(&self, chain_id: u64) -> B256 {
-        let domain = wire::domain(chain_id);
-        match self.method {
-            Method::Exact => wire::exact::PermitWitnessTransferFrom {
-                permitted: wire::exact::TokenPermissions { token: self.token, amount: self.permitted },
-                spender: self.spender,
-                nonce: self.nonce,
-                deadline: self.deadline,
-                witness: wire::exact::Witness { to: self.to, validAfter: self.valid_after },
-            }
-            .eip712_signing_hash(&domain),
-            Method::Upto => wire::upto::PermitWitnessTransferFrom {
-                permitted: wire::upto::TokenPermissions { token: self.token, amount: self.permitted },
-                spender: self.spender,
-                nonce: self.nonce,
-                deadline: self.deadline,
-                witness: wire::upto::Witness {
-                    to: self.to,
-                    facilitator: self.facilitator.unwrap_or_default(),
-                    validAfter: self.valid_after,
-                },
-            }
-            .eip712_signing_hash(&domain),
+        wire::Permit2Message {
+            token: self.token,
+            amount: self.permitted,
+            spender: self.spender,
+            nonce: self.nonce,
+            deadline: self.deadline,
+            to: self.to,
+            facilitator: match self.method {
+                Method::Exact => None,
+                Method::Upto => Some(self.facilitator.unwrap_or_default()),
+            },
+            valid_after: self.valid_after,
         }
+        .signing_hash(chain_id)
     }
 
     /// The proxy call settling `amount`: `settle`, or `settleWithPermit` with the EIP-2612 permit.
