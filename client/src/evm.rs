@@ -1,6 +1,12 @@
 //! Paying on EVM chains: `exact-native` ETH (an EIP-1559 transfer the buyer signs; the
-//! facilitator broadcasts it) and x402 `exact` tokens (an EIP-3009 `transferWithAuthorization`
-//! the buyer signs off chain; the facilitator submits it and pays the gas).
+//! facilitator broadcasts it), x402 `exact` tokens (an EIP-3009 `transferWithAuthorization`
+//! the buyer signs off chain; the facilitator submits it and pays the gas), and any ERC-20
+//! through Permit2: `exact` with `assetTransferMethod: "permit2"` and `upto` (a permit for at
+//! most the price, which the seller settles for what the request used).
+//!
+//! Permit2 moves only what its owner let it: without an allowance, the buyer offers a signed
+//! EIP-2612 permit when the token has one and the seller declared `eip2612GasSponsoring` (the
+//! facilitator pays its gas), else approves Permit2 once on chain, paying that gas in ETH.
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
@@ -18,13 +24,16 @@ use alloy::sol_types::SolStruct as _;
 use rand::TryRngCore as _;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OnceCell};
-use tollgate_protocol::x402::schemes::ExactNativePayload;
-use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
-use tollgate_protocol::{Address, ChainFamily, Network};
-
-use crate::PayError;
-
 use tollgate_encoding::evm::{Erc3009 as Token, TransferWithAuthorization, eip3009_domain};
+use tollgate_encoding::permit2::{self as wire, EXACT_PROXY, PERMIT2, Permit2Message, UPTO_PROXY};
+use tollgate_protocol::x402::schemes::{
+    EIP2612_GAS_SPONSORING, Eip2612Sponsoring, ExactNativePayload, Permit2Authorization, Permit2Payload,
+    Permit2Witness, TokenPermissions,
+};
+use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE, SCHEME_UPTO};
+use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
+
+use crate::{PayError, Proof};
 
 /// Gas of a plain transfer to an account without code.
 const TRANSFER_GAS: u64 = 21_000;
@@ -34,6 +43,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const VALID_AFTER_SLACK_SECS: u64 = 60;
 /// Shortest validity window asked for, whatever the offer's `maxTimeoutSeconds`.
 const MIN_VALIDITY_SECS: u64 = 60;
+/// How long the buyer waits for its own Permit2 approval to be mined.
+const APPROVAL_WAIT: Duration = Duration::from_secs(30);
 
 /// A token's EIP-712 domain fields and decimals.
 #[derive(Debug, Clone)]
@@ -120,7 +131,7 @@ impl EvmWallet {
         }
         match (requirement.scheme.as_str(), requirement.asset) {
             (SCHEME_EXACT_NATIVE, Asset::Native) => Ok(Some(ChainFamily::Evm.native_decimals())),
-            (SCHEME_EXACT, Asset::Token(Address::Evm(token))) => {
+            (SCHEME_EXACT | SCHEME_UPTO, Asset::Token(Address::Evm(token))) => {
                 Ok(Some(self.token(EvmAddress::from(token)).await?.decimals))
             }
             _ => Ok(None),
@@ -149,18 +160,168 @@ impl EvmWallet {
         Ok(facts)
     }
 
-    /// Builds and signs the proof for `requirement` (which [`Self::decimals`] accepted): the
-    /// scheme payload and, for a transfer, its transaction hash.
-    pub(crate) async fn pay(&self, requirement: &PaymentRequirements) -> Result<(Value, Option<String>), PayError> {
+    /// Builds and signs the proof for `requirement` (which [`Self::decimals`] accepted), with
+    /// what the seller declared in `declared` (its 402's extensions).
+    pub(crate) async fn pay(
+        &self,
+        requirement: &PaymentRequirements,
+        declared: &serde_json::Map<String, Value>,
+    ) -> Result<Proof, PayError> {
         let Address::Evm(to) = requirement.pay_to else {
             return Err(build_error("payTo is not an EVM address"));
         };
         let to = EvmAddress::from(to);
         let value = U256::from(requirement.amount.get());
-        let chain_id = self.network().await?.1;
         match requirement.asset {
-            Asset::Token(Address::Evm(token)) => self.authorize(requirement, EvmAddress::from(token), to, value).await,
-            _ => self.transfer(chain_id, to, value).await,
+            Asset::Token(Address::Evm(token)) if requirement.through_permit2() => {
+                self.permit2(requirement, EvmAddress::from(token), to, declared).await
+            }
+            Asset::Token(Address::Evm(token)) => {
+                Ok(Proof::of(self.authorize(requirement, EvmAddress::from(token), to, value).await?))
+            }
+            _ => Ok(Proof::of(self.transfer(to, value).await?)),
+        }
+    }
+
+    /// A Permit2 permit for `requirement` (`exact` through Permit2: the price, spent by the
+    /// exact proxy; `upto`: at most the price, settled by the facilitator the offer names),
+    /// with Permit2's allowance made first when missing (see the module's docs).
+    async fn permit2(
+        &self,
+        requirement: &PaymentRequirements,
+        token: EvmAddress,
+        to: EvmAddress,
+        declared: &serde_json::Map<String, Value>,
+    ) -> Result<Proof, PayError> {
+        let chain_id = self.network().await?.1;
+        let amount = U256::from(requirement.amount.get());
+        let facilitator = if requirement.scheme == SCHEME_UPTO {
+            let named = requirement.extra.as_ref().and_then(|e| e.get("facilitatorAddress")).and_then(Value::as_str);
+            let named = named.ok_or_else(|| build_error("the upto offer names no facilitatorAddress to settle it"))?;
+            Some(named.parse::<EvmAddress>().map_err(|e| build_error(format!("facilitatorAddress {named}: {e}")))?)
+        } else {
+            None
+        };
+        let mut nonce = [0u8; 32];
+        rand::rngs::OsRng.try_fill_bytes(&mut nonce).map_err(build_error)?;
+        let now = now_secs();
+        let message = Permit2Message {
+            token,
+            amount,
+            spender: if facilitator.is_some() { UPTO_PROXY } else { EXACT_PROXY },
+            nonce: U256::from_be_bytes(nonce),
+            deadline: U256::from(now + requirement.max_timeout_seconds.max(MIN_VALIDITY_SECS)),
+            to,
+            facilitator,
+            valid_after: U256::from(now.saturating_sub(VALID_AFTER_SLACK_SECS)),
+        };
+        let signature = self.signer.sign_hash_sync(&message.signing_hash(chain_id)).map_err(build_error)?;
+        let address = |a: EvmAddress| Address::Evm(a.into_array());
+        let atomic = |v: U256| AtomicAmount(u128::try_from(v).unwrap_or(u128::MAX));
+        let payload = Permit2Payload {
+            signature: format!("0x{}", alloy::hex::encode(signature.as_bytes())),
+            permit2_authorization: Permit2Authorization {
+                from: address(self.signer.address()),
+                permitted: TokenPermissions { token: address(token), amount: requirement.amount },
+                spender: address(message.spender),
+                nonce: message.nonce.to_string(),
+                deadline: atomic(message.deadline),
+                witness: Permit2Witness {
+                    to: address(to),
+                    facilitator: facilitator.map(address),
+                    valid_after: atomic(message.valid_after),
+                },
+            },
+        };
+        let payload = serde_json::to_value(&payload).map_err(build_error)?;
+        let mut proof = Proof::of((payload, None));
+        let allowance =
+            self.view(token, &wire::Erc20::allowanceCall { owner: self.signer.address(), spender: PERMIT2 }).await?;
+        if allowance >= amount {
+            return Ok(proof);
+        }
+        let offered = if declared.contains_key(EIP2612_GAS_SPONSORING) {
+            self.eip2612(requirement, token, amount, message.deadline).await?
+        } else {
+            None
+        };
+        match offered {
+            Some(permit) => {
+                let info = serde_json::to_value(&permit).map_err(build_error)?;
+                proof.extensions.insert(EIP2612_GAS_SPONSORING.into(), json!({ "info": info }));
+            }
+            None => proof.approval = Some(self.approve_permit2(token).await?),
+        }
+        Ok(proof)
+    }
+
+    /// A signed EIP-2612 permit letting Permit2 spend `amount` of `token` until `deadline`, when
+    /// the token has EIP-2612 (an owner nonce) and its domain is known (the offer's `extra`, or
+    /// the token's `name()` and `version()`); `None` otherwise.
+    async fn eip2612(
+        &self,
+        requirement: &PaymentRequirements,
+        token: EvmAddress,
+        amount: U256,
+        deadline: U256,
+    ) -> Result<Option<Eip2612Sponsoring>, PayError> {
+        let owner = self.signer.address();
+        let Ok(nonce) = self.view(token, &wire::Erc20::noncesCall { owner }).await else { return Ok(None) };
+        let facts = self.token(token).await?;
+        let given = |field: &str| {
+            requirement.extra.as_ref().and_then(|e| e.get(field)).and_then(Value::as_str).map(str::to_owned)
+        };
+        let (Some(name), Some(version)) = (given("name").or(facts.name), given("version").or(facts.version)) else {
+            return Ok(None);
+        };
+        let permit = wire::Permit { owner, spender: PERMIT2, value: amount, nonce, deadline };
+        let digest = wire::eip2612_signing_hash((&name, &version, self.network().await?.1), token, &permit);
+        let signature = self.signer.sign_hash_sync(&digest).map_err(build_error)?;
+        let address = |a: EvmAddress| Address::Evm(a.into_array());
+        let atomic = |v: U256| AtomicAmount(u128::try_from(v).unwrap_or(u128::MAX));
+        Ok(Some(Eip2612Sponsoring {
+            from: address(owner),
+            asset: address(token),
+            spender: address(PERMIT2),
+            amount: atomic(amount),
+            nonce: atomic(nonce),
+            deadline: atomic(deadline),
+            signature: format!("0x{}", alloy::hex::encode(signature.as_bytes())),
+            version: "1".into(),
+        }))
+    }
+
+    /// Lets Permit2 spend this buyer's `token` (all of it, once: Permit2's own permits then
+    /// bound each payment), sent from the buyer's account and waited for: the transaction hash.
+    async fn approve_permit2(&self, token: EvmAddress) -> Result<String, PayError> {
+        let call = wire::Erc20::approveCall { spender: PERMIT2, value: U256::MAX };
+        let input = Bytes::from(alloy::sol_types::SolCall::abi_encode(&call));
+        let request = TransactionRequest::default().from(self.signer.address()).to(token).input(input.clone().into());
+        let gas = bounded("eth_estimateGas", self.provider.estimate_gas(request).into_future()).await?;
+        let (raw, hash) = self.sign_call(TxKind::Call(token), U256::ZERO, input, gas + gas / 5).await?;
+        let sent = bounded("eth_sendRawTransaction", self.provider.send_raw_transaction(&raw).into_future()).await?;
+        let hash_bytes = *sent.tx_hash();
+        let waited = tokio::time::timeout(APPROVAL_WAIT, async {
+            loop {
+                match self.provider.get_transaction_receipt(hash_bytes).await {
+                    Ok(Some(receipt)) => return Ok(receipt.status()),
+                    Ok(None) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Err(e) => return Err(build_error(format!("eth_getTransactionReceipt: {e}"))),
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(Ok(true)) => Ok(hash),
+            Ok(Ok(false)) => {
+                self.forget_nonce().await;
+                Err(build_error(format!("the Permit2 approval {hash} reverted")))
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(build_error(format!(
+                "the Permit2 approval {hash} was not mined within {} s",
+                APPROVAL_WAIT.as_secs()
+            ))),
         }
     }
 
@@ -172,7 +333,22 @@ impl EvmWallet {
     }
 
     /// A signed EIP-1559 transfer of `value` wei to `to`.
-    async fn transfer(&self, chain_id: u64, to: EvmAddress, value: U256) -> Result<(Value, Option<String>), PayError> {
+    async fn transfer(&self, to: EvmAddress, value: U256) -> Result<(Value, Option<String>), PayError> {
+        let (raw, hash) = self.sign_call(TxKind::Call(to), value, Bytes::new(), TRANSFER_GAS).await?;
+        let raw = format!("0x{}", alloy::hex::encode(raw));
+        Ok((ExactNativePayload::Transaction(raw).to_value(), Some(hash)))
+    }
+
+    /// A signed EIP-1559 transaction from this buyer (its next nonce, the node's fees): its
+    /// bytes and its hash.
+    async fn sign_call(
+        &self,
+        to: TxKind,
+        value: U256,
+        input: Bytes,
+        gas_limit: u64,
+    ) -> Result<(Vec<u8>, String), PayError> {
+        let chain_id = self.network().await?.1;
         let fees = bounded("eth_feeHistory", self.provider.estimate_eip1559_fees()).await?;
         let mut next = self.next_nonce.lock().await;
         let pending = bounded(
@@ -184,20 +360,18 @@ impl EvmWallet {
         let mut tx = TxEip1559 {
             chain_id,
             nonce,
-            gas_limit: TRANSFER_GAS,
+            gas_limit,
             max_fee_per_gas: fees.max_fee_per_gas,
             max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-            to: TxKind::Call(to),
+            to,
             value,
             access_list: Default::default(),
-            input: Bytes::new(),
+            input,
         };
         let signature = self.signer.sign_transaction_sync(&mut tx).map_err(build_error)?;
         let envelope = TxEnvelope::from(tx.into_signed(signature));
         *next = Some(nonce + 1);
-        let raw = format!("0x{}", alloy::hex::encode(envelope.encoded_2718()));
-        let hash = format!("{:#x}", envelope.tx_hash());
-        Ok((ExactNativePayload::Transaction(raw).to_value(), Some(hash)))
+        Ok((envelope.encoded_2718(), format!("{:#x}", envelope.tx_hash())))
     }
 
     /// A signed EIP-3009 authorization for `value` of `token` to `to`, valid from a minute ago

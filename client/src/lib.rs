@@ -12,7 +12,12 @@
 //! * x402 `exact` SPL tokens: a `TransferChecked` from its associated token account, the fee paid
 //!   by the seller's facilitator (`extra.feePayer`);
 //! * `exact-native` ETH: an EIP-1559 transfer it signs; the facilitator broadcasts it;
-//! * x402 `exact` EVM tokens: an EIP-3009 `transferWithAuthorization` it signs off chain.
+//! * x402 `exact` EVM tokens: an EIP-3009 `transferWithAuthorization` it signs off chain;
+//! * any ERC-20 through Permit2: `exact` (`extra.assetTransferMethod: "permit2"`) and the
+//!   metered `upto` (a permit for at most the price; the seller charges what the request used,
+//!   and [`PaymentMade::amount`] is that charge). Without a Permit2 allowance it offers a signed
+//!   EIP-2612 permit (when the token has one and the seller declared `eip2612GasSponsoring`) or
+//!   approves Permit2 once on chain, paying that gas itself ([`PaymentMade::approval`]).
 //!
 //! Offers are tried in the seller's order; the first one its keys can pay within the cap wins.
 //! The cap is compared in the asset's own units (decimals read from the chain for tokens).
@@ -43,7 +48,7 @@ use tollgate_protocol::x402::header::{
 };
 use tollgate_protocol::x402::{
     Asset, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequired, PaymentRequirements, ResourceInfo,
-    SCHEME_EXACT_NATIVE, SettleResponse, V1, V2,
+    SCHEME_EXACT_NATIVE, SCHEME_UPTO, SettleResponse, V1, V2,
 };
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
@@ -234,6 +239,28 @@ pub struct PaymentMade {
     pub network: Network,
     /// The settling transaction (from the settlement header, or the proof's own).
     pub transaction: Option<String>,
+    /// For a metered price (`upto`): the most authorized; `amount` is what the seller charged
+    /// (its settlement header's `amount`).
+    pub authorized: Option<AtomicAmount>,
+    /// The buyer's one-time approval of Permit2 sent before paying, when it had none.
+    pub approval: Option<String>,
+}
+
+/// A proof built by a wallet: the scheme payload, its own transaction (a signed transfer's
+/// hash), the payload's extensions (a signed EIP-2612 permit), and an approval sent first.
+#[derive(Debug, Default)]
+pub(crate) struct Proof {
+    payload: serde_json::Value,
+    transaction: Option<String>,
+    extensions: serde_json::Map<String, serde_json::Value>,
+    approval: Option<String>,
+}
+
+impl Proof {
+    /// A payload and its transaction, with nothing else.
+    pub(crate) fn of((payload, transaction): (serde_json::Value, Option<String>)) -> Self {
+        Self { payload, transaction, ..Self::default() }
+    }
 }
 
 /// A response to a (possibly paid) request.
@@ -342,7 +369,7 @@ impl Buyer {
         let challenge = read_challenge(v2_header.as_deref(), &body)?;
         let choice = self.choose(&challenge).await?;
         let (header_name, header_value, made) = self.pay(&challenge, &choice).await?;
-        let outcome = self.send_paid(url, header_name, &header_value, made).await;
+        let outcome = self.send_paid(url, (header_name, &header_value), made, choice.decimals).await;
         if outcome.is_err()
             && choice.requirement.network.family() == ChainFamily::Evm
             && choice.requirement.scheme == SCHEME_EXACT_NATIVE
@@ -357,9 +384,9 @@ impl Buyer {
     async fn send_paid(
         &self,
         url: &str,
-        header_name: &str,
-        header_value: &str,
+        (header_name, header_value): (&str, &str),
         made: PaymentMade,
+        decimals: u8,
     ) -> Result<Paid, PayError> {
         let mut retries = 0;
         loop {
@@ -398,7 +425,14 @@ impl Buyer {
                 .map(|s| s.transaction.clone())
                 .filter(|t| !t.is_empty())
                 .or(made.transaction.clone());
-            return Ok(Paid { status, body, payment: Some(PaymentMade { transaction, ..made }), settlement });
+            // A metered price is charged what the seller says, never more than authorized.
+            let charged = match (made.authorized, settlement.as_ref().and_then(|s| s.amount)) {
+                (Some(most), Some(charged)) if charged.get() <= most.get() => charged,
+                _ => made.amount,
+            };
+            let whole = DecimalAmount::from_atomic(charged, decimals);
+            let made = PaymentMade { transaction, amount: charged, whole, ..made };
+            return Ok(Paid { status, body, payment: Some(made), settlement });
         }
     }
 
@@ -456,10 +490,15 @@ impl Buyer {
     ) -> Result<(&'static str, String, PaymentMade), PayError> {
         let requirement = &choice.requirement;
         let missing = || PayError::NoOption(describe(requirement));
-        let (proof, transaction) = match requirement.network.family() {
-            ChainFamily::Solana => self.solana.as_ref().ok_or_else(missing)?.pay(requirement).await?,
-            ChainFamily::Evm => self.evm.as_ref().ok_or_else(missing)?.pay(requirement).await?,
+        let declared = match challenge {
+            PaymentRequired::V1(_) => serde_json::Map::new(),
+            PaymentRequired::V2(c) => c.extensions.clone(),
         };
+        let proof = match requirement.network.family() {
+            ChainFamily::Solana => Proof::of(self.solana.as_ref().ok_or_else(missing)?.pay(requirement).await?),
+            ChainFamily::Evm => self.evm.as_ref().ok_or_else(missing)?.pay(requirement, &declared).await?,
+        };
+        let Proof { payload: proof, transaction, extensions, approval } = proof;
         let (name, payload) = match challenge {
             PaymentRequired::V1(_) => (
                 X_PAYMENT,
@@ -477,7 +516,7 @@ impl Buyer {
                     resource: Some(choice.resource.clone()),
                     accepted: requirement.clone(),
                     payload: proof,
-                    extensions: serde_json::Map::new(),
+                    extensions,
                 })),
             ),
         };
@@ -488,6 +527,8 @@ impl Buyer {
             asset: requirement.asset,
             network: requirement.network.clone(),
             transaction,
+            authorized: (requirement.scheme == SCHEME_UPTO).then_some(requirement.amount),
+            approval,
         };
         Ok((name, header, made))
     }

@@ -208,14 +208,8 @@ impl Permit2Message {
 /// `deadline`, with its EIP-2612 `nonce`, in the token's domain (`name`, `version`, chain).
 #[must_use]
 pub fn eip2612_signing_hash((name, version, chain_id): (&str, &str, u64), token: Address, permit: &Permit) -> B256 {
-    let domain = Eip712Domain::new(
-        Some(name.to_owned().into()),
-        Some(version.to_owned().into()),
-        Some(U256::from(chain_id)),
-        Some(token),
-        None,
-    );
-    permit.eip712_signing_hash(&domain)
+    // An EIP-2612 token's domain is built as EIP-3009's: name, version, chain, the token.
+    permit.eip712_signing_hash(&crate::evm::eip3009_domain(name.to_owned(), version.to_owned(), chain_id, token))
 }
 
 /// The word and bit of Permit2's nonce bitmap that `nonce` uses.

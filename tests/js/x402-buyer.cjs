@@ -6,7 +6,7 @@
 //
 //   node x402-buyer.cjs <url> <network> <asset> <cap>
 //
-// Run by tests/tests/official_client.rs with NODE_PATH pointing at .tools/x402/node_modules
+// RPC_URL, when set, is the chain's JSON-RPC. Run by tests/tests/official_client.rs with NODE_PATH pointing at .tools/x402/node_modules
 // (scripts/test installs the packages there).
 "use strict";
 
@@ -18,10 +18,13 @@ const { privateKeyToAccount } = require("viem/accounts");
 async function main() {
   const [url, network, asset, cap] = process.argv.slice(2);
   const account = privateKeyToAccount(process.env.BUYER_KEY);
+  // With the chain's RPC the client reads its Permit2 allowance, and signs an EIP-2612 permit
+  // when it has none and the seller declared eip2612GasSponsoring.
+  const options = process.env.RPC_URL ? { rpcUrl: process.env.RPC_URL } : undefined;
   const pay = wrapFetchWithPaymentFromConfig(fetch, {
     schemes: [
-      { network: "eip155:*", client: new ExactEvmScheme(account) },
-      { network: "eip155:*", client: new UptoEvmScheme(account) },
+      { network: "eip155:*", client: new ExactEvmScheme(account, options) },
+      { network: "eip155:*", client: new UptoEvmScheme(account, options) },
     ],
     spendControls: { allowedAssets: [{ network, asset, maxAmountPerPayment: cap }] },
   });

@@ -1,6 +1,8 @@
 //! The official x402 buyer (`@x402/fetch` + `@x402/evm` from npm, run by Node) pays a Tollgate
-//! seller on a real anvil: x402 v2, an EIP-3009 token price, through the gateway and through the
-//! x402 facilitator API. What it signs must match what the layer offered, to the last field.
+//! seller on a real anvil: x402 v2, an EIP-3009 token price, any ERC-20 through Permit2 (with or
+//! without an allowance) and a metered `upto` route, through the gateway and through the x402
+//! facilitator API. What it signs must match what the layer offered, to the last field. Tollgate's
+//! own buyer pays the same Permit2 routes.
 //!
 //! `scripts/test` installs the packages into `.tools/x402/`.
 
@@ -18,6 +20,7 @@ use axum::{Extension, Router};
 use serde_json::{Value, json};
 use tollgate::protocol::AtomicAmount;
 use tollgate::{Charge, FacilitatorClient, Payment, PaymentLayer, Price};
+use tollgate_client::{Buyer, Cap};
 use tollgate_facilitator::admin::{self, NewKey};
 use tollgate_facilitator::auth::keys::KeyEnv;
 use tollgate_facilitator::chains::Chains;
@@ -44,15 +47,21 @@ fn node_modules() -> PathBuf {
     path
 }
 
-/// Runs the official buyer against `url`, allowed to pay up to `cap` of `asset` on `network`:
-/// its one-line JSON report.
-async fn official_buyer(url: &str, key: &PrivateKeySigner, (network, asset, cap): (&str, &str, u64)) -> Value {
+/// Runs the official buyer against `url`, allowed to pay up to `cap` of `asset` on `network`
+/// (whose JSON-RPC is `rpc`): its one-line JSON report.
+async fn official_buyer(
+    url: &str,
+    key: &PrivateKeySigner,
+    (network, asset, cap): (&str, &str, u64),
+    rpc: &str,
+) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/x402-buyer.cjs");
     let output = tokio::process::Command::new("node")
         .arg(script)
         .args([url, network, asset, &cap.to_string()])
         .env("NODE_PATH", node_modules())
         .env("BUYER_KEY", alloy::hex::encode_prefixed(key.to_bytes()))
+        .env("RPC_URL", rpc)
         .kill_on_drop(true)
         .output()
         .await
@@ -148,7 +157,8 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
     ];
     for (n, (mode, facilitator)) in modes.into_iter().enumerate() {
         let url = seller(facilitator, price.clone()).await;
-        let report = official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000)).await;
+        let report =
+            official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
         assert_eq!(report["status"], 200, "{mode}: {report}");
         let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
         assert_eq!(body["report"], 42, "{mode}");
@@ -187,7 +197,8 @@ async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() 
 
     let facilitator = FacilitatorClient::x402(&facilitator_url).with_api_key(&key);
     let url = seller(facilitator, price).await;
-    let report = official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000)).await;
+    let report =
+        official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
     assert_eq!(report["status"], 200, "{report}");
     let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
     assert_eq!(body["amount"], "1500000", "{report}");
@@ -236,8 +247,13 @@ async fn the_official_x402_client_pays_a_metered_upto_route_what_it_used_on_anvi
     let mut paid = 0u64;
     for (mode, facilitator) in modes {
         let url = metered_seller(facilitator, price.clone(), 50_000).await;
-        let report =
-            official_buyer(&format!("{url}?words=7"), &buyer, (&network, &token.address.to_string(), 2_000_000)).await;
+        let report = official_buyer(
+            &format!("{url}?words=7"),
+            &buyer,
+            (&network, &token.address.to_string(), 2_000_000),
+            &anvil.endpoint(),
+        )
+        .await;
         assert_eq!(report["status"], 200, "{mode}: {report}");
         assert_eq!(report["body"], "word word word word word word word", "{mode}");
         let receipt = &report["paymentResponse"];
@@ -252,4 +268,87 @@ async fn the_official_x402_client_pays_a_metered_upto_route_what_it_used_on_anvi
         assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
         assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_without_an_allowance_pays_with_a_signed_eip2612_permit() {
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let eth = U256::from(10u128.pow(19));
+    let deployer = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, deployer.address(), eth).await.unwrap();
+    devnet::install_permit2(&rpc, &deployer).await.unwrap();
+    // An EIP-2612 token; the buyer holds 10 of it, no ETH, and never approved Permit2.
+    let token = DevToken::deploy(&rpc, deployer, TokenKind::Eip2612, ("Permit USD", "PUSD", 6)).await.unwrap();
+    let buyer = PrivateKeySigner::random();
+    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    let seller_address = PrivateKeySigner::random().address();
+    let network = format!("eip155:{}", anvil.chain_id());
+    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
+        .unwrap()
+        .pay_to(seller_address.to_string().parse().unwrap())
+        .on(network.parse().unwrap())
+        .permit2()
+        .extra(json!({"name": "Permit USD", "version": "1"}));
+    let url = seller(FacilitatorClient::x402(&facilitator_url).with_api_key(&key), price).await;
+    let report =
+        official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
+    assert_eq!(report["status"], 200, "{report}");
+    assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{report}");
+    // The facilitator submitted the permit and the payment: the buyer paid no gas, 1.5 moved.
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
+    assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
+    assert_eq!(rpc.balance(buyer.address()).await.unwrap(), U256::ZERO, "gasless for the buyer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tollgate_client_pays_permit2_exact_and_upto_approving_permit2_once() {
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let eth = U256::from(10u128.pow(19));
+    let deployer = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, deployer.address(), eth).await.unwrap();
+    devnet::install_permit2(&rpc, &deployer).await.unwrap();
+    // A plain ERC-20 (no EIP-2612): the buyer must approve Permit2 itself, once, paying the gas.
+    let token = DevToken::deploy(&rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
+    let signer = PrivateKeySigner::random();
+    token.mint(&rpc, signer.address(), U256::from(10_000_000u64)).await.unwrap();
+    devnet::set_evm_balance(&rpc, signer.address(), eth).await.unwrap();
+    let seller_address = PrivateKeySigner::random().address();
+    let network = format!("eip155:{}", anvil.chain_id());
+    let asset: tollgate::protocol::Address = token.address.to_string().parse().unwrap();
+    let pay_to: tollgate::protocol::Address = seller_address.to_string().parse().unwrap();
+    let facilitator = FacilitatorClient::x402(&facilitator_url).with_api_key(&key);
+    let exact = Price::token(asset, "1.5", 6).unwrap().pay_to(pay_to).on(network.parse().unwrap()).permit2();
+    let exact_url = seller(facilitator.clone(), exact).await;
+    let upto = Price::upto(asset, "2", 6).unwrap().pay_to(pay_to).on(network.parse().unwrap());
+    let upto_url = metered_seller(facilitator, upto, 50_000).await;
+    let buyer = Buyer::new()
+        .with_evm(signer.clone(), &anvil.endpoint())
+        .unwrap()
+        .with_cap(Cap::parse(&format!("2@{}", token.address)).unwrap());
+
+    let paid = buyer.get(&exact_url).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let made = paid.payment.unwrap();
+    assert!(made.approval.is_some(), "no allowance: Permit2 approved first");
+    assert_eq!((made.amount, made.authorized), (AtomicAmount(1_500_000), None));
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
+
+    // Metered: 4 words at 0.05 of the 2 authorized; no second approval.
+    let paid = buyer.get(&format!("{upto_url}?words=4")).await.unwrap();
+    assert_eq!((paid.status, paid.body_text()), (200, "word word word word".to_owned()));
+    let made = paid.payment.unwrap();
+    assert_eq!(made.approval, None, "approved once");
+    assert_eq!((made.amount, made.authorized), (AtomicAmount(200_000), Some(AtomicAmount(2_000_000))));
+    assert_eq!(made.whole.to_string(), "0.2");
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_700_000u64));
+    assert_eq!(token.balance_of(&rpc, signer.address()).await.unwrap(), U256::from(8_300_000u64));
+
+    // A cap below the most a metered route may charge: not paid, whatever it would use.
+    let frugal = Buyer::new()
+        .with_evm(signer, &anvil.endpoint())
+        .unwrap()
+        .with_cap(Cap::parse(&format!("1@{}", token.address)).unwrap());
+    let refused = frugal.get(&format!("{upto_url}?words=1")).await.unwrap_err();
+    assert!(matches!(refused, tollgate_client::PayError::OverCap { .. }), "{refused}");
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_700_000u64));
 }

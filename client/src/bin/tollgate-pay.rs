@@ -58,8 +58,12 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let paid = buyer.get(&args.url).await?;
     if let Some(p) = &paid.payment {
+        if let Some(approval) = &p.approval {
+            eprintln!("approved Permit2 to move this token (once, transaction {approval})");
+        }
+        let authorized = p.authorized.map(|most| format!(" of {} atomic units authorized", most)).unwrap_or_default();
         eprintln!(
-            "paid {} {} on {} (transaction {})",
+            "paid {} {}{authorized} on {} (transaction {})",
             p.whole,
             match p.asset {
                 tollgate_client::protocol::x402::Asset::Native => match p.network.family() {
@@ -69,7 +73,11 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 tollgate_client::protocol::x402::Asset::Token(t) => format!("of token {t}"),
             },
             p.network,
-            p.transaction.as_deref().unwrap_or("unknown")
+            p.transaction.as_deref().filter(|t| !t.is_empty()).unwrap_or(if p.amount.get() == 0 {
+                "none: nothing charged"
+            } else {
+                "unknown"
+            })
         );
     }
     print!("{}", paid.body_text());

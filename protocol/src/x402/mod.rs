@@ -257,6 +257,16 @@ mod v1_network {
     }
 }
 
+impl PaymentRequirements {
+    /// Whether it is paid through Permit2: `upto`, or `exact` with
+    /// `extra.assetTransferMethod: "permit2"`.
+    #[must_use]
+    pub fn through_permit2(&self) -> bool {
+        self.scheme == SCHEME_UPTO
+            || self.extra.as_ref().and_then(|e| e.get("assetTransferMethod")).and_then(Value::as_str) == Some("permit2")
+    }
+}
+
 impl PaymentRequirementsV1 {
     /// The v1 form of a requirement for a resource.
     #[must_use]

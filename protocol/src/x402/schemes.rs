@@ -195,13 +195,28 @@ pub struct Eip2612Sponsoring {
 }
 
 impl Eip2612Sponsoring {
+    /// What a seller declares in its 402 answer (`extensions["eip2612GasSponsoring"]`) so that
+    /// buyers without a Permit2 allowance offer a signed EIP-2612 permit instead of paying gas
+    /// for an approval: a description and the version; the buyer fills in the rest.
+    #[must_use]
+    pub fn declaration() -> Value {
+        serde_json::json!({"info": {
+            "description": "The facilitator accepts an EIP-2612 gasless permit to the canonical Permit2 contract.",
+            "version": "1"
+        }})
+    }
+
     /// The permit a payload's extensions offer: `None` without one.
     ///
     /// # Errors
     /// [`PayloadError`] when one is offered but malformed.
     pub fn from_extensions(extensions: &serde_json::Map<String, Value>) -> Result<Option<Self>, PayloadError> {
         const SCHEME: &str = "eip2612GasSponsoring";
-        let Some(info) = extensions.get(EIP2612_GAS_SPONSORING).and_then(|e| e.get("info")) else {
+        // A buyer that signed nothing still echoes the seller's declaration (a description and
+        // a version): no permit is offered.
+        let Some(info) =
+            extensions.get(EIP2612_GAS_SPONSORING).and_then(|e| e.get("info")).filter(|i| i.get("signature").is_some())
+        else {
             return Ok(None);
         };
         let p: Self = parse(SCHEME, info)?;
@@ -340,6 +355,20 @@ fn is_hex_of_len(text: &str, bytes: Option<usize>) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_echoed_declaration_offers_no_eip2612_permit() {
+        let extensions = |info: Value| -> serde_json::Map<String, Value> {
+            serde_json::from_value(serde_json::json!({EIP2612_GAS_SPONSORING: {"info": info}})).unwrap()
+        };
+        let echoed = extensions(Eip2612Sponsoring::declaration()["info"].clone());
+        assert_eq!(Eip2612Sponsoring::from_extensions(&echoed).unwrap(), None);
+        assert_eq!(Eip2612Sponsoring::from_extensions(&serde_json::Map::new()).unwrap(), None);
+        let address = "0x1111111111111111111111111111111111111111";
+        let bad = extensions(serde_json::json!({"from": address, "asset": address, "spender": address,
+            "amount": "1", "nonce": "0", "deadline": "9", "signature": "0x12", "version": "1"}));
+        assert!(Eip2612Sponsoring::from_extensions(&bad).is_err(), "a permit offered is checked");
+    }
 
     #[test]
     fn exact_native_is_one_of_two_shapes() {
