@@ -186,7 +186,7 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
 async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() {
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
     // A token without EIP-3009, a buyer holding 10 of it who approved Permit2 once.
-    let (token, buyer) = plain_token_buyer(&rpc).await;
+    let (token, buyer) = permit2_buyer(&rpc, Holder::Approved).await;
     let seller_address = PrivateKeySigner::random().address();
     let network = format!("eip155:{}", anvil.chain_id());
     let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
@@ -208,30 +208,48 @@ async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() 
     assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
 }
 
-/// A buyer holding 10 of a plain ERC-20 that approved Permit2 once, on a facilitator's anvil
-/// with Permit2 and the x402 proxies installed: the token and the buyer.
-async fn plain_token_buyer(rpc: &EvmRpc) -> (DevToken, PrivateKeySigner) {
+/// Who holds what, on a facilitator's anvil with Permit2 and the x402 proxies installed.
+#[derive(Clone, Copy)]
+enum Holder {
+    /// A plain ERC-20; the buyer has ETH and approved Permit2 once.
+    Approved,
+    /// A plain ERC-20; the buyer has ETH and no Permit2 allowance.
+    Unapproved,
+    /// An EIP-2612 token named "Permit USD"; the buyer has no ETH and no Permit2 allowance.
+    Gasless,
+}
+
+/// A token and a buyer holding 10 of it, as `holder` says.
+async fn permit2_buyer(rpc: &EvmRpc, holder: Holder) -> (DevToken, PrivateKeySigner) {
     let eth = U256::from(10u128.pow(19));
     let deployer = PrivateKeySigner::random();
     devnet::set_evm_balance(rpc, deployer.address(), eth).await.unwrap();
     devnet::install_permit2(rpc, &deployer).await.unwrap();
-    let token = DevToken::deploy(rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
+    let (kind, name) = match holder {
+        Holder::Gasless => (TokenKind::Eip2612, "Permit USD"),
+        Holder::Approved | Holder::Unapproved => (TokenKind::Plain, "Plain USD"),
+    };
+    let token = DevToken::deploy(rpc, deployer, kind, (name, "PUSD", 6)).await.unwrap();
     let buyer = PrivateKeySigner::random();
     token.mint(rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
-    devnet::set_evm_balance(rpc, buyer.address(), eth).await.unwrap();
-    let approve = tollgate_encoding::permit2::Erc20::approveCall {
-        spender: tollgate_encoding::permit2::PERMIT2,
-        value: U256::MAX,
-    };
-    let data = alloy::sol_types::SolCall::abi_encode(&approve);
-    devnet::send_evm(rpc, &buyer, alloy::primitives::TxKind::Call(token.address), data).await.unwrap();
+    if !matches!(holder, Holder::Gasless) {
+        devnet::set_evm_balance(rpc, buyer.address(), eth).await.unwrap();
+    }
+    if matches!(holder, Holder::Approved) {
+        let approve = tollgate_encoding::permit2::Erc20::approveCall {
+            spender: tollgate_encoding::permit2::PERMIT2,
+            value: U256::MAX,
+        };
+        let data = alloy::sol_types::SolCall::abi_encode(&approve);
+        devnet::send_evm(rpc, &buyer, alloy::primitives::TxKind::Call(token.address), data).await.unwrap();
+    }
     (token, buyer)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_x402_client_pays_a_metered_upto_route_what_it_used_on_anvil() {
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
-    let (token, buyer) = plain_token_buyer(&rpc).await;
+    let (token, buyer) = permit2_buyer(&rpc, Holder::Approved).await;
     let seller_address = PrivateKeySigner::random().address();
     let network = format!("eip155:{}", anvil.chain_id());
     // At most 2 tokens a request; 0.05 a word.
@@ -273,14 +291,8 @@ async fn the_official_x402_client_pays_a_metered_upto_route_what_it_used_on_anvi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_x402_client_without_an_allowance_pays_with_a_signed_eip2612_permit() {
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
-    let eth = U256::from(10u128.pow(19));
-    let deployer = PrivateKeySigner::random();
-    devnet::set_evm_balance(&rpc, deployer.address(), eth).await.unwrap();
-    devnet::install_permit2(&rpc, &deployer).await.unwrap();
     // An EIP-2612 token; the buyer holds 10 of it, no ETH, and never approved Permit2.
-    let token = DevToken::deploy(&rpc, deployer, TokenKind::Eip2612, ("Permit USD", "PUSD", 6)).await.unwrap();
-    let buyer = PrivateKeySigner::random();
-    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    let (token, buyer) = permit2_buyer(&rpc, Holder::Gasless).await;
     let seller_address = PrivateKeySigner::random().address();
     let network = format!("eip155:{}", anvil.chain_id());
     let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
@@ -303,15 +315,8 @@ async fn the_official_x402_client_without_an_allowance_pays_with_a_signed_eip261
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tollgate_client_pays_permit2_exact_and_upto_approving_permit2_once() {
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
-    let eth = U256::from(10u128.pow(19));
-    let deployer = PrivateKeySigner::random();
-    devnet::set_evm_balance(&rpc, deployer.address(), eth).await.unwrap();
-    devnet::install_permit2(&rpc, &deployer).await.unwrap();
     // A plain ERC-20 (no EIP-2612): the buyer must approve Permit2 itself, once, paying the gas.
-    let token = DevToken::deploy(&rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
-    let signer = PrivateKeySigner::random();
-    token.mint(&rpc, signer.address(), U256::from(10_000_000u64)).await.unwrap();
-    devnet::set_evm_balance(&rpc, signer.address(), eth).await.unwrap();
+    let (token, signer) = permit2_buyer(&rpc, Holder::Unapproved).await;
     let seller_address = PrivateKeySigner::random().address();
     let network = format!("eip155:{}", anvil.chain_id());
     let asset: tollgate::protocol::Address = token.address.to_string().parse().unwrap();
