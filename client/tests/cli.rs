@@ -70,8 +70,8 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no offered way to pay fits this buyer"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
+/// The demo with a fresh anvil (kept alive with its data folder by the caller).
+async fn evm_demo() -> (alloy::node_bindings::AnvilInstance, tempfile::TempDir, tollgate_demo::Demo) {
     let anvil = alloy::node_bindings::Anvil::at(tollgate_facilitator::devnet::anvil_binary().unwrap())
         .host("127.0.0.1")
         .try_spawn()
@@ -80,6 +80,12 @@ async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
     let options =
         tollgate_demo::Options { evm_rpc_url: Some(anvil.endpoint()), ..tollgate_demo::Options::new(dir.path()) };
     let demo = tollgate_demo::start(&options).await.unwrap();
+    (anvil, dir, demo)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
+    let (_anvil, _dir, demo) = evm_demo().await;
     let evm = demo.evm.clone().unwrap();
     let command = demo.evm_pay_command("/report").unwrap();
     assert!(command.starts_with(&format!("TOLLGATE_EVM_KEY=$(cat {})", evm.buyer_key_file.display())));
@@ -92,4 +98,22 @@ async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(body["report"].as_str().unwrap().starts_with("Daily report"));
     assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_printed_metered_command_pays_for_the_words_told() {
+    let (_anvil, _dir, demo) = evm_demo().await;
+    let evm = demo.evm.clone().unwrap();
+    let pusd = evm.permit2_token.clone().expect("Permit2 is installed by scripts/test");
+    let command = demo.permit2_pay_command("/story?words=12").unwrap();
+    assert!(command.contains(&format!("--max 0.05@{pusd}")), "{command}");
+    let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().to_owned();
+
+    let out = run(printed_args(&command), vec![("TOLLGATE_EVM_KEY", key)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let paid = format!("paid 0.012 of token {pusd} of 50000 atomic units authorized on eip155:{}", evm.chain_id);
+    assert!(stderr.starts_with(&paid), "{stderr}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((body["words"].as_u64(), body["charged"].as_str()), (Some(12), Some("12000")));
 }

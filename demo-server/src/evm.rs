@@ -1,5 +1,6 @@
-//! The demo's EVM side on a local development node (anvil): funded accounts and an EIP-3009
-//! token, made with `anvil_setBalance` and a real deployment.
+//! The demo's EVM side on a local development node (anvil): funded accounts, an EIP-3009
+//! token, and Permit2 with a token paid through it (EIP-2612, so the buyer needs no gas to let
+//! Permit2 spend it), made with `anvil_setBalance`, `anvil_setCode` and real deployments.
 
 use std::path::Path;
 
@@ -7,9 +8,9 @@ use alloy::primitives::U256;
 use alloy::signers::local::PrivateKeySigner;
 use tollgate_facilitator::AppState;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
-use tollgate_facilitator::devnet::{DevToken, TokenKind, set_evm_balance};
+use tollgate_facilitator::devnet::{DevToken, TokenKind, install_permit2, set_evm_balance};
 
-use crate::shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL};
+use crate::shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, PERMIT2_TOKEN_NAME, PERMIT2_TOKEN_SYMBOL};
 use crate::{DEMO_FUNDING_TOKENS, EvmDemo};
 
 /// One ETH in wei.
@@ -41,11 +42,29 @@ pub(crate) async fn prepare(
     for (who, eth) in [(facilitator_signer, 100), (&buyer, 10), (&minter, 1)] {
         set_evm_balance(rpc, who.address(), U256::from(eth * ETH)).await.map_err(dev_node)?;
     }
-    let token =
-        DevToken::deploy(rpc, minter, TokenKind::Eip3009, (DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, DEMO_TOKEN_DECIMALS))
-            .await?;
+    let token = DevToken::deploy(
+        rpc,
+        minter.clone(),
+        TokenKind::Eip3009,
+        (DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, DEMO_TOKEN_DECIMALS),
+    )
+    .await?;
     let whole = U256::from(10u64.pow(u32::from(DEMO_TOKEN_DECIMALS)));
     token.mint(rpc, buyer.address(), U256::from(DEMO_FUNDING_TOKENS) * whole).await?;
+    // Permit2 and its x402 proxies, then a token paid through them (not EIP-3009).
+    let permit2_token = match install_permit2(rpc, &minter).await {
+        Ok(()) => {
+            let kind = TokenKind::Eip2612;
+            let named = (PERMIT2_TOKEN_NAME, PERMIT2_TOKEN_SYMBOL, DEMO_TOKEN_DECIMALS);
+            let permit2_token = DevToken::deploy(rpc, minter, kind, named).await?;
+            permit2_token.mint(rpc, buyer.address(), U256::from(DEMO_FUNDING_TOKENS) * whole).await?;
+            Some(permit2_token.address.to_checksum(None))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no Permit2 on the EVM node: the Permit2 and metered routes are left out");
+            None
+        }
+    };
     let buyer_key_file = data_dir.join("demo-buyer-evm.key");
     crate::write_private(&buyer_key_file, &format!("0x{}\n", alloy::hex::encode(buyer.to_bytes())))?;
     Ok(EvmDemo {
@@ -55,5 +74,6 @@ pub(crate) async fn prepare(
         buyer: buyer.address().to_checksum(None),
         seller: seller.address().to_checksum(None),
         token: token.address.to_checksum(None),
+        permit2_token,
     })
 }

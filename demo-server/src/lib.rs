@@ -6,8 +6,9 @@
 //! what a newcomer needs: the URLs and a `tollgate-pay` command that works.
 //!
 //! Given the JSON-RPC of a local EVM development node (anvil), the shop also takes ETH and an
-//! EIP-3009 token there: the demo funds its accounts with `anvil_setBalance` and deploys the
-//! token itself.
+//! EIP-3009 token there, and — with Permit2 installed on the node (`scripts/install-permit2`) —
+//! any ERC-20 through Permit2 and a metered route charged per word (`upto`): the demo funds its
+//! accounts with `anvil_setBalance` and deploys the tokens itself.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ mod evm;
 mod page;
 mod shop;
 
-pub use shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL};
+pub use shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, PERMIT2_TOKEN_NAME, PERMIT2_TOKEN_SYMBOL};
 
 /// SOL each demo wallet (the command-line buyer, the page's hosted buyer, the seller) starts with.
 pub const DEMO_FUNDING_SOL: u64 = 10;
@@ -76,6 +77,9 @@ pub struct EvmDemo {
     pub seller: String,
     /// The demo EIP-3009 token.
     pub token: String,
+    /// The demo token paid through Permit2 (an ERC-20 with EIP-2612, without EIP-3009), when
+    /// Permit2 could be installed on the node (`scripts/install-permit2`).
+    pub permit2_token: Option<String>,
 }
 
 /// A running demo.
@@ -131,13 +135,24 @@ impl Demo {
     #[must_use]
     pub fn evm_pay_command(&self, path: &str) -> Option<String> {
         let evm = self.evm.as_ref()?;
-        Some(format!(
-            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max 0.1@{} {}{path}",
+        Some(self.evm_command(evm, &format!("0.1@{}", evm.token), path))
+    }
+
+    /// A `tollgate-pay` command that pays with the Permit2 token (at most 0.05 of it: the
+    /// metered route's maximum), when EVM is on and Permit2 was installed.
+    #[must_use]
+    pub fn permit2_pay_command(&self, path: &str) -> Option<String> {
+        let evm = self.evm.as_ref()?;
+        Some(self.evm_command(evm, &format!("0.05@{}", evm.permit2_token.as_ref()?), path))
+    }
+
+    fn evm_command(&self, evm: &EvmDemo, max: &str, path: &str) -> String {
+        format!(
+            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max {max} {}{path}",
             evm.buyer_key_file.display(),
             evm.rpc_url,
-            evm.token,
             self.shop_url
-        ))
+        )
     }
 }
 

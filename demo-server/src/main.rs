@@ -18,7 +18,8 @@ struct Args {
     /// Data folder (SQLite database, demo keys).
     #[arg(long, env = "TOLLGATE_DEMO_DATA", default_value = "demo-data")]
     data: PathBuf,
-    /// JSON-RPC of a local EVM development node (e.g. `anvil`): adds ETH and EIP-3009 prices.
+    /// JSON-RPC of a local EVM development node (e.g. `anvil`): adds ETH and EIP-3009 prices,
+    /// and with Permit2 installed (`scripts/install-permit2`) a Permit2 price and a metered route.
     #[arg(long, env = "TOLLGATE_DEMO_EVM_RPC_URL")]
     evm_rpc: Option<String>,
 }
@@ -56,6 +57,12 @@ async fn main() -> anyhow::Result<()> {
             tollgate_demo::DEMO_TOKEN_SYMBOL,
             evm.token
         );
+        if let Some(pusd) = &evm.permit2_token {
+            println!(
+                "  permit2      token {} at {pusd} (any ERC-20, paid through Permit2)",
+                tollgate_demo::PERMIT2_TOKEN_SYMBOL
+            );
+        }
         println!("  evm buyer    {}  (key: {})", evm.buyer, evm.buyer_key_file.display());
     }
     println!();
@@ -63,6 +70,12 @@ async fn main() -> anyhow::Result<()> {
     println!("Paying:          {}", demo.pay_command());
     if let Some(command) = demo.evm_pay_command("/report") {
         println!("Paying on EVM:   {command}");
+    }
+    if let Some(command) = demo.permit2_pay_command("/report") {
+        println!("Through Permit2: {command}");
+    }
+    if let Some(command) = demo.permit2_pay_command("/story?words=12") {
+        println!("Metered (upto):  {command}");
     }
     println!();
     println!("Ctrl-C to stop.");

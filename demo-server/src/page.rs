@@ -102,8 +102,12 @@ const TEMPLATE: &str = include_str!("page.html");
 
 /// The page, with the catalog inlined as JSON.
 async fn index(State(page): State<Arc<Page>>) -> Html<String> {
-    let items: Vec<Value> =
-        page.catalog.items.iter().map(|i| json!({"path": i.path, "title": i.title, "prices": i.labels})).collect();
+    let items: Vec<Value> = page
+        .catalog
+        .items
+        .iter()
+        .map(|i| json!({"path": i.path, "title": i.title, "prices": i.labels, "note": i.note}))
+        .collect();
     let catalog = json!({"items": items, "buyer": page.buyer_wallet, "seller": page.seller}).to_string();
     // Inside a <script> element, "</" would end it early.
     Html(TEMPLATE.replace("/*CATALOG*/null", &catalog.replace("</", "<\\/")))

@@ -1,12 +1,15 @@
-//! The demo seller: three paid routes behind [`PaymentLayer`], as any axum app would mount them.
+//! The demo seller: paid routes behind [`PaymentLayer`], as any axum app would mount them —
+//! fixed prices, a price per request (`/words`), and with EVM and Permit2 a metered route
+//! (`/story`, x402 `upto`) charged for the words it answers.
 
 use std::sync::Arc;
 
+use axum::extract::Query;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde_json::json;
-use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
-use tollgate_protocol::{Address, Network};
+use tollgate::{Charge, FacilitatorClient, Payment, PaymentLayer, Price};
+use tollgate_protocol::{Address, AtomicAmount, Network};
 
 use crate::EvmDemo;
 
@@ -18,6 +21,18 @@ pub const DEMO_TOKEN_SYMBOL: &str = "TUSD";
 pub const DEMO_TOKEN_DECIMALS: u8 = 6;
 /// The EIP-712 domain version of the demo EVM token.
 const DEMO_TOKEN_VERSION: &str = "2";
+/// The demo token paid through Permit2 (an ERC-20 with EIP-2612, without EIP-3009).
+pub const PERMIT2_TOKEN_NAME: &str = "Permit USD";
+/// Its symbol.
+pub const PERMIT2_TOKEN_SYMBOL: &str = "PUSD";
+/// Its EIP-2612 domain version.
+const PERMIT2_TOKEN_VERSION: &str = "1";
+/// The most a story costs (whole PUSD): 50 words.
+const STORY_MAX: &str = "0.05";
+/// What a word of story costs, in atomic PUSD (0.001).
+const STORY_PER_WORD: AtomicAmount = AtomicAmount(1_000);
+/// The longest story told.
+const STORY_MAX_WORDS: u64 = 50;
 
 /// One priced route, as the demo page lists it.
 #[derive(Debug, Clone)]
@@ -28,6 +43,8 @@ pub(crate) struct Item {
     pub title: &'static str,
     /// Its prices, for people ("0.001 SOL").
     pub labels: Vec<String>,
+    /// Set for a route the page's hosted (SOL) wallet cannot pay: how to pay it instead.
+    pub note: Option<&'static str>,
 }
 
 /// The shop's prices.
@@ -35,6 +52,8 @@ pub(crate) struct Item {
 pub(crate) struct Catalog {
     quote: Vec<Price>,
     report: Vec<Price>,
+    /// The metered story's price (with EVM and Permit2).
+    story: Option<Price>,
     seller: Address,
     pub items: Arc<Vec<Item>>,
 }
@@ -50,6 +69,7 @@ impl Catalog {
             Price::native_sol("0.01")?.pay_to(seller),
         ];
         let mut report_labels = vec![format!("0.05 {DEMO_TOKEN_SYMBOL} (SPL)"), "0.01 SOL".to_owned()];
+        let mut story = None;
         if let Some(evm) = evm {
             let network = Network::eip155(evm.chain_id);
             let evm_seller: Address = evm.seller.parse()?;
@@ -62,20 +82,48 @@ impl Catalog {
                     .on(network.clone())
                     .extra(json!({"name": DEMO_TOKEN_NAME, "version": DEMO_TOKEN_VERSION})),
             );
-            report.push(Price::native_eth("0.001")?.pay_to(evm_seller).on(network));
+            report.push(Price::native_eth("0.001")?.pay_to(evm_seller).on(network.clone()));
             report_labels.push(format!("0.05 {DEMO_TOKEN_SYMBOL} (EIP-3009)"));
             report_labels.push("0.001 ETH".to_owned());
+            if let Some(permit2_token) = &evm.permit2_token {
+                let pusd: Address = permit2_token.parse()?;
+                report.push(
+                    Price::token(pusd, "0.05", DEMO_TOKEN_DECIMALS)?
+                        .pay_to(evm_seller)
+                        .on(network.clone())
+                        .permit2()
+                        .extra(json!({"name": PERMIT2_TOKEN_NAME, "version": PERMIT2_TOKEN_VERSION})),
+                );
+                report_labels.push(format!("0.05 {PERMIT2_TOKEN_SYMBOL} (Permit2)"));
+                story = Some(
+                    Price::upto(pusd, STORY_MAX, DEMO_TOKEN_DECIMALS)?
+                        .pay_to(evm_seller)
+                        .on(network)
+                        .extra(json!({"name": PERMIT2_TOKEN_NAME, "version": PERMIT2_TOKEN_VERSION})),
+                );
+            }
         }
-        let items = vec![
-            Item { path: "/quote", title: "A SOL/USD quote", labels: quote_labels },
-            Item { path: "/report", title: "The daily report", labels: report_labels },
+        let mut items = vec![
+            Item { path: "/quote", title: "A SOL/USD quote", labels: quote_labels, note: None },
+            Item { path: "/report", title: "The daily report", labels: report_labels, note: None },
             Item {
                 path: "/words?hello+tollgate",
                 title: "Words, priced per word",
                 labels: vec!["0.001 SOL a word (up to 9)".to_owned()],
+                note: None,
             },
         ];
-        Ok(Self { quote, report, seller, items: Arc::new(items) })
+        if story.is_some() {
+            items.push(Item {
+                path: "/story?words=12",
+                title: "A story, charged for the words it tells (metered)",
+                labels: vec![format!(
+                    "0.001 {PERMIT2_TOKEN_SYMBOL} a word, at most {STORY_MAX} (upto, Permit2)"
+                )],
+                note: Some("Paid on EVM by a permit for the most, settled for the words told: pay it with the demo's printed tollgate-pay command."),
+            });
+        }
+        Ok(Self { quote, report, story, seller, items: Arc::new(items) })
     }
 }
 
@@ -100,6 +148,23 @@ async fn words(Extension(payment): Extension<Payment>, uri: axum::http::Uri) -> 
     }))
 }
 
+/// `/story?words=N`: a story of N words (1 to 50), charged per word told.
+async fn story(
+    Query(q): Query<std::collections::HashMap<String, String>>,
+    Extension(payment): Extension<Payment>,
+) -> (Extension<Charge>, Json<serde_json::Value>) {
+    const WORDS: [&str; 10] = ["once", "a", "buyer", "paid", "only", "for", "the", "words", "it", "read"];
+    let told = q.get("words").and_then(|w| w.parse::<u64>().ok()).unwrap_or(12).clamp(1, STORY_MAX_WORDS);
+    let text: Vec<&str> = (0..told).map(|i| WORDS[usize::try_from(i).unwrap_or(0) % WORDS.len()]).collect();
+    let charge = Charge::per_unit(told, STORY_PER_WORD);
+    let body = json!({
+        "story": text.join(" "), "words": told,
+        "charged": charge.amount().to_string(), "authorized": payment.maximum.map(|m| m.to_string()),
+        "paidBy": payment.payer,
+    });
+    (Extension(charge), Json(body))
+}
+
 /// The paid routes.
 pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient) -> anyhow::Result<Router> {
     let priced = |prices: &[Price], description: &str| -> anyhow::Result<PaymentLayer> {
@@ -120,8 +185,13 @@ pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient) -> anyh
         })
         .description("Words, priced per word (0.001 SOL each, up to 9)")
         .build()?;
-    Ok(Router::new()
+    let mut router = Router::new()
         .route("/quote", get(quote).route_layer(priced(&catalog.quote, "A SOL/USD quote")?))
         .route("/report", get(report).route_layer(priced(&catalog.report, "The daily report")?))
-        .route("/words", get(words).route_layer(per_word)))
+        .route("/words", get(words).route_layer(per_word));
+    if let Some(price) = &catalog.story {
+        let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";
+        router = router.route("/story", get(story).route_layer(priced(std::slice::from_ref(price), told)?));
+    }
+    Ok(router)
 }

@@ -1,6 +1,7 @@
 //! End to end on the demo: `tollgate-client` → the demo shop (`PaymentLayer`) → the facilitator
 //! over HTTP → a real chain. Solana on the embedded ledger (native SOL and SPL `exact`), EVM on
-//! a real anvil (native ETH and EIP-3009 `exact`).
+//! a real anvil (native ETH, EIP-3009 `exact`, any ERC-20 through Permit2 and a metered `upto`
+//! route).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
@@ -72,12 +73,18 @@ async fn a_solana_buyer_pays_native_sol_and_spl_tokens() {
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
+/// The demo with a fresh anvil (kept alive with its data folder by the caller).
+async fn evm_demo() -> (alloy::node_bindings::AnvilInstance, tempfile::TempDir, tollgate_demo::Demo) {
     let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let options = Options { evm_rpc_url: Some(anvil.endpoint()), ..Options::new(dir.path()) };
     let demo = tollgate_demo::start(&options).await.unwrap();
+    (anvil, dir, demo)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
+    let (_anvil, _dir, demo) = evm_demo().await;
     let evm = demo.evm.clone().unwrap();
     let backend = demo.state.chains.evm(&tollgate_protocol::Network::eip155(evm.chain_id)).unwrap();
     let rpc = &backend.rpc;
@@ -110,6 +117,45 @@ async fn an_evm_buyer_pays_native_eth_and_eip3009_tokens_on_anvil() {
     assert_eq!(seller_tokens, U256::from(50_000));
     assert_eq!(rpc.balance(evm.buyer.parse().unwrap()).await.unwrap(), eth_before, "no gas paid by the buyer");
 
+    let sent = demo.history(&evm.buyer, "sent").await.unwrap();
+    assert_eq!(sent["total"], 3, "{sent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_evm_buyer_pays_through_permit2_and_a_metered_story_what_it_used() {
+    let (_anvil, _dir, demo) = evm_demo().await;
+    let evm = demo.evm.clone().unwrap();
+    let pusd: Address = evm.permit2_token.clone().expect("Permit2 is installed by scripts/test").parse().unwrap();
+    let rpc = &demo.state.chains.evm(&tollgate_protocol::Network::eip155(evm.chain_id)).unwrap().rpc;
+    let signer: PrivateKeySigner = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().parse().unwrap();
+    let buyer =
+        Buyer::new().with_evm(signer, &evm.rpc_url).unwrap().with_cap(Cap::parse(&format!("0.05@{pusd}")).unwrap());
+    let (seller, me): (Address, Address) = (evm.seller.parse().unwrap(), evm.buyer.parse().unwrap());
+    let pusd_of = |who: Address| async move {
+        tollgate_facilitator::chains::evm::erc20::balance_of(rpc, pusd, who).await.unwrap()
+    };
+    let eth_before = rpc.balance(me).await.unwrap();
+
+    // /report in PUSD through Permit2: no allowance, so an EIP-2612 permit rides along.
+    let paid = buyer.get(&format!("{}/report", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let made = paid.payment.unwrap();
+    assert_eq!((made.whole.to_string(), made.approval), ("0.05".to_owned(), None));
+    assert_eq!(pusd_of(seller).await, U256::from(50_000));
+
+    // The metered story: 12 words at 0.001 of the 0.05 authorized, then 50 (the most).
+    let paid = buyer.get(&format!("{}/story?words=12", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let body: serde_json::Value = serde_json::from_slice(&paid.body).unwrap();
+    assert_eq!(body["story"].as_str().unwrap().split(' ').count(), 12);
+    let made = paid.payment.unwrap();
+    assert_eq!((made.whole.to_string(), made.authorized.map(|a| a.get())), ("0.012".to_owned(), Some(50_000)));
+    assert_eq!(pusd_of(seller).await, U256::from(62_000), "12 words moved, not the 50 authorized");
+    let paid = buyer.get(&format!("{}/story?words=80", demo.shop_url)).await.unwrap();
+    assert_eq!(paid.payment.unwrap().whole.to_string(), "0.05", "told 50 words at most");
+    assert_eq!(pusd_of(seller).await, U256::from(112_000));
+    assert_eq!(pusd_of(me).await, U256::from(100_000_000 - 112_000));
+    assert_eq!(rpc.balance(me).await.unwrap(), eth_before, "the buyer paid no gas: the facilitator did");
     let sent = demo.history(&evm.buyer, "sent").await.unwrap();
     assert_eq!(sent["total"], 3, "{sent}");
 }
