@@ -165,7 +165,15 @@ async fn a_missing_allowance_is_named_and_an_eip2612_permit_grants_it_in_the_set
         (token.eip2612(&t, &buyer, EXACT_PROXY, 1_000_000, deadline), "eip2612_spender_not_permit2"),
         (token.eip2612(&t, &PrivateKeySigner::random(), PERMIT2, 1_000_000, deadline), "eip2612_from_mismatch"),
         (token.eip2612(&t, &buyer, PERMIT2, 2_000_000, deadline), "invalid_eip2612_extension_format"),
-        (json!({"eip2612GasSponsoring": {"info": {"from": "nobody"}}}), "invalid_eip2612_extension_format"),
+        (
+            json!({"eip2612GasSponsoring": {"info": {"from": "nobody", "signature": "0x00"}}}),
+            "invalid_eip2612_extension_format",
+        ),
+        // The seller's declaration echoed back (as x402 clients do) offers no permit.
+        (
+            json!({"eip2612GasSponsoring": {"info": {"description": "echoed", "version": "1"}}}),
+            "permit2_allowance_required",
+        ),
     ] {
         let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, payload.clone(), extensions))).await;
         assert_eq!(reason(&v), why, "{v}");
