@@ -1,9 +1,12 @@
 //! `tollgate-load`: the pieces of the x402 load benchmark that need a chain or a signer
 //! (`scripts/bench-load` starts the processes and drives them with `wrk`).
 //!
-//! - `prepare`: on a running anvil, deploys the EIP-3009 test token, funds a payer and the
-//!   facilitator's account, and writes N distinct signed authorizations as x402 v2 `/verify`
-//!   bodies (one per line) and as a `wrk` script that posts them round-robin.
+//! - `prepare`: on a running anvil, deploys a test token, funds a payer and the facilitator's
+//!   account, and writes N distinct signed payments as x402 v2 `/verify` bodies (one per line)
+//!   and as a `wrk` script that posts them round-robin. `--scheme eip3009` (the default): EIP-3009
+//!   authorizations of an EIP-3009 token; `permit2`: `exact` Permit2 permits of a plain ERC-20
+//!   (Permit2 and the x402 proxies installed first, the payer's approval given once); `upto`:
+//!   `upto` permits of it, verified for their most.
 //! - `proxy`: a JSON-RPC proxy in front of anvil that counts the calls by method
 //!   (`GET /__counts`), to tell how many RPC calls one verify costs.
 //! - `pairs`: `/verify` then `/settle` of the same payloads, one after the other, counting the
@@ -20,9 +23,10 @@ use alloy::sol_types::SolStruct as _;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
+use tollgate_encoding::permit2::{self as wire, EXACT_PROXY, PERMIT2, Permit2Message, UPTO_PROXY};
 use tollgate_facilitator::chains::evm::erc20::TransferWithAuthorization;
 use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
-use tollgate_facilitator::devnet::{DevToken, TokenKind, set_evm_balance};
+use tollgate_facilitator::devnet::{DevToken, TokenKind, install_permit2, send_evm, set_evm_balance};
 
 const TOKEN_NAME: &str = "Tollgate USD";
 const TOKEN_VERSION: &str = "2";
@@ -49,6 +53,9 @@ enum Command {
         /// The facilitator's settling key (its account is funded with ETH for gas).
         #[arg(long)]
         facilitator_key: PrivateKeySigner,
+        /// What the payments are: `eip3009`, `permit2` (`exact` through Permit2) or `upto`.
+        #[arg(long, default_value = "eip3009")]
+        scheme: Scheme,
         /// Folder for `bodies.jsonl` and `verify.lua`.
         #[arg(long)]
         out: PathBuf,
@@ -82,58 +89,74 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Prepare { rpc, count, facilitator_key, out } => {
-            prepare(&rpc, count, facilitator_key.address(), &out).await
+        Command::Prepare { rpc, count, facilitator_key, scheme, out } => {
+            prepare(&rpc, count, (facilitator_key.address(), scheme), &out).await
         }
         Command::Proxy { upstream } => proxy(upstream).await,
         Command::Pairs { daemon, key, proxy, bodies, count } => pairs(&daemon, &key, &proxy, &bodies, count).await,
     }
 }
 
-async fn prepare(url: &str, count: usize, facilitator: Address, out: &std::path::Path) -> anyhow::Result<()> {
+/// What `prepare` signs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scheme {
+    /// EIP-3009 `transferWithAuthorization` of an EIP-3009 token.
+    Eip3009,
+    /// x402 `exact` through Permit2, of a plain ERC-20.
+    Permit2,
+    /// x402 `upto` through Permit2, of a plain ERC-20 (verified for the most).
+    Upto,
+}
+
+async fn prepare(
+    url: &str,
+    count: usize,
+    (facilitator, scheme): (Address, Scheme),
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
     let rpc = EvmRpc::connect(url, DEFAULT_CALL_TIMEOUT).await?;
     let ether = U256::from(10u128.pow(20));
     let minter = PrivateKeySigner::random();
     set_evm_balance(&rpc, minter.address(), ether).await?;
     set_evm_balance(&rpc, facilitator, ether).await?;
-    let token = DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await?;
     let payer = PrivateKeySigner::random();
-    let total = PRICE.checked_mul(u128::try_from(count)?).context("too many authorizations")?;
+    let token = if scheme == Scheme::Eip3009 {
+        DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await?
+    } else {
+        // Permit2 and the proxies, a plain token, and the payer's one approval of Permit2.
+        install_permit2(&rpc, &minter).await?;
+        let token = DevToken::deploy(&rpc, minter, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await?;
+        set_evm_balance(&rpc, payer.address(), ether).await?;
+        let approve = wire::Erc20::approveCall { spender: PERMIT2, value: U256::MAX };
+        let data = alloy::sol_types::SolCall::abi_encode(&approve);
+        send_evm(&rpc, &payer, alloy::primitives::TxKind::Call(token.address), data).await?;
+        token
+    };
+    let total = PRICE.checked_mul(u128::try_from(count)?).context("too many payments")?;
     token.mint(&rpc, payer.address(), U256::from(total)).await?;
 
     let seller = Address::repeat_byte(0x5e);
     let network = rpc.network().to_string();
-    let requirement = json!({
-        "scheme": "exact", "network": network, "amount": PRICE.to_string(),
-        "asset": token.address.to_string(), "payTo": seller.to_string(), "maxTimeoutSeconds": 30,
-        "extra": {"name": TOKEN_NAME, "version": TOKEN_VERSION},
-    });
-    let domain = alloy::sol_types::eip712_domain! {
-        name: TOKEN_NAME,
-        version: TOKEN_VERSION,
-        chain_id: rpc.chain_id(),
-        verifying_contract: token.address,
+    let extra = match scheme {
+        Scheme::Eip3009 => json!({"name": TOKEN_NAME, "version": TOKEN_VERSION}),
+        Scheme::Permit2 => json!({"assetTransferMethod": "permit2"}),
+        Scheme::Upto => json!({"assetTransferMethod": "permit2", "facilitatorAddress": facilitator.to_string()}),
     };
+    let requirement = json!({
+        "scheme": if scheme == Scheme::Upto { "upto" } else { "exact" }, "network": network,
+        "amount": PRICE.to_string(), "asset": token.address.to_string(), "payTo": seller.to_string(),
+        "maxTimeoutSeconds": 30, "extra": extra,
+    });
     let valid_before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() + 86_400;
     let mut bodies = String::new();
     for _ in 0..count {
-        let nonce = B256::from(rand::random::<[u8; 32]>());
-        let message = TransferWithAuthorization {
-            from: payer.address(),
-            to: seller,
-            value: U256::from(PRICE),
-            validAfter: U256::ZERO,
-            validBefore: U256::from(valid_before),
-            nonce,
+        let payload = match scheme {
+            Scheme::Eip3009 => eip3009_payload(&payer, (token.address, seller), rpc.chain_id(), valid_before)?,
+            Scheme::Permit2 | Scheme::Upto => {
+                let upto = (scheme == Scheme::Upto).then_some(facilitator);
+                permit2_payload(&payer, (token.address, seller), (rpc.chain_id(), upto), valid_before)?
+            }
         };
-        let signature = payer.sign_hash_sync(&message.eip712_signing_hash(&domain))?;
-        let payload = json!({
-            "signature": format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
-            "authorization": {
-                "from": payer.address().to_string(), "to": seller.to_string(), "value": PRICE.to_string(),
-                "validAfter": "0", "validBefore": valid_before.to_string(), "nonce": format!("{nonce:#x}"),
-            },
-        });
         let body = json!({
             "x402Version": 2,
             "paymentPayload": {"x402Version": 2, "accepted": requirement, "payload": payload,
@@ -148,6 +171,72 @@ async fn prepare(url: &str, count: usize, facilitator: Address, out: &std::path:
     std::fs::write(out.join("verify.lua"), wrk_script(&bodies))?;
     println!("token {} payer {} bodies {count}", token.address, payer.address());
     Ok(())
+}
+
+/// An EIP-3009 authorization of [`PRICE`] of `token` to `seller`, signed by `payer`.
+fn eip3009_payload(
+    payer: &PrivateKeySigner,
+    (token, seller): (Address, Address),
+    chain_id: u64,
+    valid_before: u64,
+) -> anyhow::Result<Value> {
+    let domain = alloy::sol_types::eip712_domain! {
+        name: TOKEN_NAME,
+        version: TOKEN_VERSION,
+        chain_id: chain_id,
+        verifying_contract: token,
+    };
+    let nonce = B256::from(rand::random::<[u8; 32]>());
+    let message = TransferWithAuthorization {
+        from: payer.address(),
+        to: seller,
+        value: U256::from(PRICE),
+        validAfter: U256::ZERO,
+        validBefore: U256::from(valid_before),
+        nonce,
+    };
+    let signature = payer.sign_hash_sync(&message.eip712_signing_hash(&domain))?;
+    Ok(json!({
+        "signature": format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
+        "authorization": {
+            "from": payer.address().to_string(), "to": seller.to_string(), "value": PRICE.to_string(),
+            "validAfter": "0", "validBefore": valid_before.to_string(), "nonce": format!("{nonce:#x}"),
+        },
+    }))
+}
+
+/// A Permit2 permit of [`PRICE`] of `token` to `seller` (for the exact proxy, or for the upto
+/// proxy settled by `upto`), signed by `payer`.
+fn permit2_payload(
+    payer: &PrivateKeySigner,
+    (token, seller): (Address, Address),
+    (chain_id, upto): (u64, Option<Address>),
+    deadline: u64,
+) -> anyhow::Result<Value> {
+    let message = Permit2Message {
+        token,
+        amount: U256::from(PRICE),
+        spender: if upto.is_some() { UPTO_PROXY } else { EXACT_PROXY },
+        nonce: U256::from_be_bytes(rand::random::<[u8; 32]>()),
+        deadline: U256::from(deadline),
+        to: seller,
+        facilitator: upto,
+        valid_after: U256::ZERO,
+    };
+    let signature = payer.sign_hash_sync(&message.signing_hash(chain_id))?;
+    let mut witness = json!({"to": seller.to_string(), "validAfter": "0"});
+    if let Some(facilitator) = upto {
+        witness["facilitator"] = json!(facilitator.to_string());
+    }
+    Ok(json!({
+        "signature": format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
+        "permit2Authorization": {
+            "from": payer.address().to_string(),
+            "permitted": {"token": token.to_string(), "amount": PRICE.to_string()},
+            "spender": message.spender.to_string(), "nonce": message.nonce.to_string(),
+            "deadline": deadline.to_string(), "witness": witness,
+        },
+    }))
 }
 
 /// A `wrk` script posting the bodies round-robin (each thread from its own offset) and counting
