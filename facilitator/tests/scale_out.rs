@@ -91,6 +91,17 @@ impl Shared {
         Daemon::start_with(self.dir.path(), &self.env())
     }
 
+    /// Two instances settling on `t`'s anvil from one funded facilitator account: the account,
+    /// a premium key, the instances.
+    async fn two_evm_instances(&mut self, t: &common::evm::EvmApp) -> (PrivateKeySigner, String, Daemon, Daemon) {
+        let signer = PrivateKeySigner::random();
+        t.fund(&signer.address().to_string(), 10 * ETH).await;
+        self.evm_rpc_url = Some(t.anvil.endpoint());
+        self.evm_signer_key = Some(alloy::primitives::hex::encode(signer.to_bytes()));
+        let key = self.cli(&["keys", "create", "--plan", "premium"]);
+        (signer, key, self.daemon(), self.daemon())
+    }
+
     /// A premium key and `n` custodial EVM wallets of its account, each funded with `wei`.
     async fn evm_customer(&self, evm: &EvmRpc, n: usize, wei: u128) -> (String, Vec<String>) {
         let key = self.cli(&["keys", "create", "--plan", "premium"]);
@@ -365,12 +376,7 @@ async fn eip3009_settlements_from_one_signer_across_two_instances_take_distinct_
     // The chain and the test token (EvmApp's own in-process facilitator is not used).
     let t = EvmApp::start().await;
     let token = Token::deploy(&t).await;
-    let signer = PrivateKeySigner::random();
-    t.fund(&signer.address().to_string(), 10 * ETH).await;
-    shared.evm_rpc_url = Some(t.anvil.endpoint());
-    shared.evm_signer_key = Some(alloy::primitives::hex::encode(signer.to_bytes()));
-    let key = shared.cli(&["keys", "create", "--plan", "premium"]);
-    let (a, b) = (shared.daemon(), shared.daemon());
+    let (signer, key, a, b) = shared.two_evm_instances(&t).await;
     let buyer = PrivateKeySigner::random();
     token.mint(&t, buyer.address(), 1_000_000).await;
     let seller = PrivateKeySigner::random().address();
@@ -397,6 +403,84 @@ async fn eip3009_settlements_from_one_signer_across_two_instances_take_distinct_
     assert_eq!(token.balance(&t, seller).await, 120_000, "paid twelve times");
     let rpc = t.direct_rpc().await;
     assert_eq!(rpc.mined_nonce(signer.address()).await.unwrap(), 12, "the signer's nonces 0..12, each once");
+    for daemon in [a, b] {
+        assert!(daemon.terminate().success());
+    }
+    shared.pg.drop_schema().await;
+}
+
+/// One Permit2 `exact` permit and one `upto` permit, each settled six times at once over two
+/// instances on one PostgreSQL: each moves money once (the claim on the payer's Permit2 nonce is
+/// the database's), every success names that one transaction, and the upto permit settled again
+/// afterwards, for another charge, moves nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit2_permit_settled_at_once_through_two_instances_moves_money_once() {
+    use common::evm::{EvmApp, x402_v2};
+    use common::permit2::{P2Token, Permit, install, requirement};
+    let test = "a_permit2_permit_settled_at_once_through_two_instances_moves_money_once";
+    let Some(mut shared) = Shared::set_up(test, false).await else { return };
+    let t = EvmApp::start().await;
+    install(&t).await;
+    let token = P2Token::deploy(&t, devnet::TokenKind::Plain, "Plain USD").await;
+    let (signer, key, a, b) = shared.two_evm_instances(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 1_000_000).await;
+    token.approve_permit2(&t, &buyer, U256::MAX).await;
+    let seller = PrivateKeySigner::random().address();
+    let chain_id = t.anvil.chain_id();
+    let client = reqwest::Client::new();
+    // Six settlements of `body` at once, alternating instances: their answers.
+    let six_at_once = |body: Value| {
+        let handles: Vec<_> = (0..6)
+            .map(|i| {
+                let url = format!("{}/settle", if i % 2 == 0 { &a.base } else { &b.base });
+                let (client, key, body) = (client.clone(), key.clone(), body.clone());
+                tokio::spawn(async move { post(&client, url, &key, &body).await })
+            })
+            .collect();
+        async move {
+            let mut answers = Vec::new();
+            for handle in handles {
+                answers.push(handle.await.unwrap());
+            }
+            answers
+        }
+    };
+    // Whatever each answered, the successes name one transaction.
+    let one_transaction = |answers: &[(u16, Value)]| {
+        let settled: BTreeSet<&str> = answers
+            .iter()
+            .filter(|(_, v)| v["success"] == json!(true))
+            .map(|(_, v)| v["transaction"].as_str().unwrap())
+            .collect();
+        assert_eq!(settled.len(), 1, "{answers:?}");
+        assert!(answers.iter().all(|(status, _)| *status == 200), "{answers:?}");
+    };
+
+    let exact = requirement(&t, "exact", token.address(), seller, 100_000);
+    let permit = Permit::exact(token.address(), 100_000, seller).signed(&buyer, chain_id);
+    one_transaction(&six_at_once(x402_v2(&exact, permit)).await);
+    assert_eq!(token.balance(&t, seller).await, 100_000, "the exact permit moved its price once");
+
+    let mut upto = requirement(&t, "upto", token.address(), seller, 50_000);
+    upto["extra"]["facilitatorAddress"] = json!(signer.address().to_string());
+    let permit = Permit::upto(token.address(), 50_000, seller, signer.address()).signed(&buyer, chain_id);
+    let mut charged = upto.clone();
+    charged["amount"] = json!("20000");
+    let body = json!({"x402Version": 2, "paymentPayload": {"x402Version": 2, "accepted": upto,
+        "payload": permit, "resource": {"url": "https://seller.example/complete", "description": "", "mimeType": ""}},
+        "paymentRequirements": charged});
+    let answers = six_at_once(body.clone()).await;
+    one_transaction(&answers);
+    assert!(answers.iter().filter(|(_, v)| v["success"] == json!(true)).all(|(_, v)| v["amount"] == "20000"));
+    assert_eq!(token.balance(&t, seller).await, 120_000, "the upto permit moved its charge once");
+    // The same permit settled again for more: refused, nothing moves.
+    let mut again = body;
+    again["paymentRequirements"]["amount"] = json!("50000");
+    let (status, answer) = post(&client, format!("{}/settle", b.base), &key, &again).await;
+    assert_eq!((status, answer["success"].as_bool()), (200, Some(false)), "{answer}");
+    assert_eq!(token.balance(&t, seller).await, 120_000);
+    assert_eq!(token.balance(&t, buyer.address()).await, 880_000);
     for daemon in [a, b] {
         assert!(daemon.terminate().success());
     }

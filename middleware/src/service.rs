@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt as _;
+use tollgate_protocol::AtomicAmount;
 use tollgate_protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
 use tollgate_protocol::x402::{
     PaymentFlow, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_UPTO, payment_identifier,
@@ -378,7 +379,7 @@ fn add_settlement_header(buffered: &mut Buffered, payment: &Payment, v1: bool) {
 
 /// A claim, and where its answer goes.
 struct Paid<'a> {
-    config: &'a Config,
+    config: &'a Arc<Config>,
     claim: Claim<'a>,
     /// The resource as offered (without the method).
     resource: &'a ResourceInfo,
@@ -435,7 +436,7 @@ impl Paid<'_> {
         let facilitator = &self.config.facilitator;
         let requirement = self.claim.requirement;
         let headers = request.headers().clone();
-        let settled = (self.config, key, self.ticket);
+        let settled = (&**self.config, key, self.ticket);
         if let Some(reason) = pending.is_none().then(|| self.offline()).flatten() {
             // Refused without asking the facilitator.
             return Ok(Outcome::not_paid(self.not_paid(key, Verdict::Refused { reason }, offers, &headers).await));
@@ -475,18 +476,51 @@ impl Paid<'_> {
         };
         let payment = if charged.get() == 0 {
             // Nothing used: nothing is settled, and the authorization is not spent.
-            Payment { amount: charged, ..verified }
+            let nothing = Payment { amount: charged, ..verified };
+            self.config.cache.put(key, Known::accepted(self.ticket, &nothing)).await;
+            nothing
         } else {
-            let charged_requirement = PaymentRequirements { amount: charged, ..requirement.clone() };
-            match facilitator.settle(Claim { requirement: &charged_requirement, ..self.claim }).await {
-                Verdict::Paid(payment) if metered => payment.with_maximum(requirement.amount),
+            match self.settle_after(key, charged, metered.then_some(requirement.amount)).await {
                 Verdict::Paid(payment) => payment,
                 other => return Ok(Outcome::not_paid(self.not_paid(key, other, offers, &headers).await)),
             }
         };
-        self.config.cache.put(key, Known::accepted(self.ticket, &payment)).await;
         add_settlement_header(&mut buffered, &payment, self.v1);
         Ok(Outcome { answer: buffered, paid: true })
+    }
+
+    /// Settles `charged` of the claim's requirement (a metered one authorized up to `maximum`)
+    /// once its handler has served, in a task of its own: a buyer who hangs up now stops neither
+    /// the seller being paid for what it served nor the payment being remembered for the proof,
+    /// so a retry of it is served from memory, never settled twice.
+    async fn settle_after(&self, key: &str, charged: AtomicAmount, maximum: Option<AtomicAmount>) -> Verdict {
+        let config = Arc::clone(self.config);
+        let (key, ticket) = (key.to_owned(), self.ticket.clone());
+        let (header, payload) = (self.claim.header.to_owned(), self.claim.payload.clone());
+        let requirement = PaymentRequirements { amount: charged, ..self.claim.requirement.clone() };
+        let (resource, decimals, lifetime) = (self.claim.resource.clone(), self.claim.decimals, self.claim.lifetime);
+        let settling = tokio::spawn(async move {
+            let claim = Claim {
+                header: &header,
+                payload: &payload,
+                requirement: &requirement,
+                decimals,
+                resource: &resource,
+                lifetime,
+            };
+            let verdict = match (config.facilitator.settle(claim).await, maximum) {
+                (Verdict::Paid(payment), Some(most)) => Verdict::Paid(payment.with_maximum(most)),
+                (verdict, _) => verdict,
+            };
+            if let Verdict::Paid(payment) = &verdict {
+                config.cache.put(&key, Known::accepted(&ticket, payment)).await;
+            }
+            verdict
+        });
+        settling.await.unwrap_or_else(|e| Verdict::Unavailable {
+            timed_out: false,
+            reason: format!("the settlement task ended without an answer: {e}"),
+        })
     }
 
     /// Why the proof cannot pay, when the layer can tell alone.

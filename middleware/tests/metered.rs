@@ -50,6 +50,16 @@ struct Ledger {
     settled: Mutex<Vec<u128>>,
     settled_before: AtomicUsize,
     no_allowance: bool,
+    /// When set, a settlement says it started, waits to be released, and says it is done.
+    gate: Option<Arc<Gate>>,
+}
+
+/// The steps of a settlement held open by the test.
+#[derive(Debug, Default)]
+struct Gate {
+    started: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+    done: tokio::sync::Notify,
 }
 
 impl Ledger {
@@ -100,7 +110,14 @@ impl Facilitator for Ledger {
             return Verdict::Refused { reason: "permit2_invalid_nonce: used".into() };
         }
         let r = claim.requirement;
+        if let Some(gate) = &self.gate {
+            gate.started.notify_one();
+            gate.release.notified().await;
+        }
         self.settled.lock().unwrap().push(r.amount.get());
+        if let Some(gate) = &self.gate {
+            gate.done.notify_one();
+        }
         // Settling takes a moment: concurrent requests with one permit overlap.
         tokio::task::yield_now().await;
         Verdict::Paid(
@@ -154,6 +171,7 @@ fn store(ledger: &Arc<Ledger>) -> Router {
     shop(ledger.clone(), SettlementOrder::SettleBefore, vec![], Seen::default())
 }
 
+#[derive(Debug)]
 struct Answer {
     status: StatusCode,
     headers: HeaderMap,
@@ -468,4 +486,39 @@ async fn a_payment_identifier_names_one_paid_request() {
     let retried = call(&app, "POST", "/order", Some(&with_id(3, Some(id_c)))).await;
     assert_eq!((retried.status, retried.body.as_str()), (StatusCode::OK, r#"{"order":3}"#));
     assert_eq!(ledger.settled(), vec![1_000, 1_000, 1_000]);
+}
+
+#[tokio::test]
+async fn a_buyer_hanging_up_after_being_served_is_charged_once_and_its_retry_served() {
+    let gate = Arc::new(Gate::default());
+    let ledger = Arc::new(Ledger { gate: Some(gate.clone()), ..Ledger::default() });
+    let app = store(&ledger);
+    let offer = metered_offer(&app, "/complete?words=5").await;
+    let proof = permit(&offer, 1, |_| {});
+    let buyer = tokio::spawn({
+        let (app, proof) = (app.clone(), proof.clone());
+        async move { call(&app, "GET", "/complete?words=5", Some(&proof)).await }
+    });
+    // The handler served; its settlement is under way when the buyer hangs up.
+    gate.started.notified().await;
+    buyer.abort();
+    assert!(buyer.await.unwrap_err().is_cancelled());
+    gate.release.notify_one();
+    // (A bound, not a wait: without its own task the settlement would have been dropped.)
+    tokio::time::timeout(std::time::Duration::from_secs(10), gate.done.notified())
+        .await
+        .expect("the settlement went on after the buyer hung up");
+    assert_eq!(ledger.settled(), vec![500], "what was served is charged");
+    // The settling task remembers the payment for the permit once the facilitator answered.
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    let retry = call(&app, "GET", "/complete?words=5", Some(&proof)).await;
+    assert_eq!((retry.status, retry.body.as_str()), (StatusCode::OK, "word word word word word"));
+    assert_eq!(retry.settlement()["amount"], "500");
+    assert_eq!(
+        (ledger.settled(), ledger.verifies.load(Ordering::SeqCst)),
+        (vec![500], 1),
+        "served again, not settled again"
+    );
 }
