@@ -144,16 +144,6 @@ async fn sixteen_identical_hosted_sends_on_anvil_are_sixteen_transfers() {
     assert_eq!(rpc.mined_nonce(alice_wallet.parse().unwrap()).await.unwrap(), 16);
 }
 
-/// Runs `sql` on the store's SQLite file from a connection of its own (a fault injected from
-/// outside, as a failing disk or a bad migration would).
-async fn sqlite(path: &std::path::Path, sql: &str) {
-    sqlx::any::install_default_drivers();
-    let url = format!("sqlite://{}", path.display());
-    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
-    sqlx::query(sql).execute(&pool).await.unwrap();
-    pool.close().await;
-}
-
 /// A storage fault injected (by a SQLite trigger) at each write of a receive: afterwards the proof
 /// has either settled once or is still usable — never claimed by a payment that does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,13 +153,8 @@ async fn a_storage_fault_at_any_step_leaves_the_proof_settled_once_or_usable() {
     let backend = t.state.chains.embedded_solana().unwrap();
     let network = backend.rpc.network().to_string();
     let seller_key: Pubkey = seller_wallet.parse().unwrap();
-    let steps = [
-        ("claim and insert", "BEFORE INSERT ON payments"),
-        ("transaction id", "BEFORE UPDATE OF status ON payments WHEN NEW.status = 'submitted'"),
-        ("verdict", "BEFORE UPDATE OF status ON payments WHEN NEW.status IN ('confirmed', 'failed', 'pending')"),
-    ];
     let mut paid = 0;
-    for (step, when) in steps {
+    for (step, when) in common::FAULT_STEPS {
         let buyer = Keypair::new();
         t.call("POST", "/dev/airdrop", &seller, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1})))
             .await;
@@ -177,11 +162,14 @@ async fn a_storage_fault_at_any_step_leaves_the_proof_settled_once_or_usable() {
         let proof = signed_proof(&network, &buyer, &seller_key, 10_000_000, blockhash);
         let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01});
 
-        sqlite(&t.db_path(), &format!("CREATE TRIGGER fault {when} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"))
-            .await;
+        common::sqlite(
+            &t.db_path(),
+            &format!("CREATE TRIGGER fault {when} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"),
+        )
+        .await;
         let (s, e) = t.call("POST", "/payment/receive", &seller, Some(body.clone())).await;
         assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{step}: {e}");
-        sqlite(&t.db_path(), "DROP TRIGGER fault").await;
+        common::sqlite(&t.db_path(), "DROP TRIGGER fault").await;
 
         // The facilitator catches up on its own (the reconciler's pass an hour later, when
         // whatever was left is long due), and the seller's retry gets the one outcome.
@@ -303,14 +291,14 @@ async fn a_send_that_failed_after_its_broadcast_is_not_sent_again_by_its_key() {
             (answer.status(), answer.headers().get("idempotent-replayed").is_some())
         }
     };
-    sqlite(
+    common::sqlite(
         &t.db_path(),
         "CREATE TRIGGER fault BEFORE UPDATE OF status ON payments WHEN NEW.status IN ('confirmed', 'failed', 'pending') \
          BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
     )
     .await;
     assert_eq!(send().await, (StatusCode::INTERNAL_SERVER_ERROR, false));
-    sqlite(&t.db_path(), "DROP TRIGGER fault").await;
+    common::sqlite(&t.db_path(), "DROP TRIGGER fault").await;
     assert_eq!(send().await, (StatusCode::INTERNAL_SERVER_ERROR, true), "the same answer, replayed");
     assert_eq!(t.lamports(&to).await, 1_000_000_000 + 10_000_000, "one transfer");
     common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await;

@@ -305,3 +305,48 @@ async fn a_permit2_verify_is_one_call_and_a_settlement_one_estimate() {
     assert_eq!((calls.get("eth_call"), calls.get("eth_estimateGas")), (None, Some(&1)), "{calls:?}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }
+
+/// A storage fault injected (by a SQLite trigger) at each write of an upto settlement: the
+/// seller's /settle fails, and afterwards — the reconciler's pass, then the seller's retry of the
+/// same settle — the permit has moved its charge once, and the retry is answered with that one
+/// settlement; never a charge recorded that did not move, nor a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_fault_at_any_step_of_an_upto_settlement_leaves_it_charged_once() {
+    let (t, key, token, buyer) = setup().await;
+    let chain = t.anvil.chain_id();
+    let seller = Address::repeat_byte(0x53);
+    let facilitator = t.backend().signer.as_ref().unwrap().0.address();
+    let most = requirement(&t, "upto", token.address(), seller, 50_000);
+    let mut charged = most.clone();
+    charged["amount"] = json!("20000");
+    let mut paid = 0;
+    for (step, when) in common::FAULT_STEPS {
+        let permit = Permit::upto(token.address(), 50_000, seller, facilitator).signed(&buyer, chain);
+        let settle = body(&most, &charged, permit, json!({}));
+        common::sqlite(
+            &t.db_path(),
+            &format!("CREATE TRIGGER fault {when} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"),
+        )
+        .await;
+        let (s, v) = t.call("POST", "/settle", &key, Some(settle.clone())).await;
+        assert!(s == StatusCode::INTERNAL_SERVER_ERROR || v["success"] == json!(false), "{step}: {s} {v}");
+        common::sqlite(&t.db_path(), "DROP TRIGGER fault").await;
+
+        common::reconcile_in(&*t.store, &t.state.chains, chrono::Duration::hours(1)).await;
+        let (s, v) = t.call("POST", "/settle", &key, Some(settle)).await;
+        assert_eq!(
+            (s, v["success"].as_bool(), v["amount"].as_str()),
+            (StatusCode::OK, Some(true), Some("20000")),
+            "{step}: {v}"
+        );
+        paid += 20_000;
+        assert_eq!(token.balance(&t, seller).await, paid, "{step}: charged exactly once");
+        let (_, history) = t.call("GET", &format!("/payment/history/{seller}?type=received"), &key, None).await;
+        assert_eq!(
+            history["total"].as_u64(),
+            Some(u64::try_from(paid / 20_000).unwrap()),
+            "{step}: one record per charge: {history}"
+        );
+    }
+    assert_eq!(token.balance(&t, buyer.address()).await, 10_000_000 - paid);
+}

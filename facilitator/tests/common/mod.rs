@@ -52,6 +52,24 @@ pub async fn call_concurrently(
     answers
 }
 
+/// The writes of a payment a storage fault is injected at (as SQLite trigger conditions): the
+/// claim and its insert, the transaction id, the verdict.
+pub const FAULT_STEPS: [(&str, &str); 3] = [
+    ("claim and insert", "BEFORE INSERT ON payments"),
+    ("transaction id", "BEFORE UPDATE OF status ON payments WHEN NEW.status = 'submitted'"),
+    ("verdict", "BEFORE UPDATE OF status ON payments WHEN NEW.status IN ('confirmed', 'failed', 'pending')"),
+];
+
+/// Runs `sql` on the store's SQLite file from a connection of its own (a fault injected from
+/// outside, as a failing disk or a bad migration would).
+pub async fn sqlite(path: &std::path::Path, sql: &str) {
+    sqlx::any::install_default_drivers();
+    let url = format!("sqlite://{}", path.display());
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    sqlx::query(sql).execute(&pool).await.unwrap();
+    pool.close().await;
+}
+
 /// One reconciler pass as if run `later` from now, when what was left unfinished is due.
 pub async fn reconcile_in(
     store: &dyn tollgate_facilitator::store::Store,
