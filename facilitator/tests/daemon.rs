@@ -230,6 +230,95 @@ async fn a_killed_daemon_finishes_its_payment_after_restart() {
     assert!(daemon.terminate().success());
 }
 
+/// Crash safety of a metered settlement: the daemon is killed (SIGKILL) while it waits for its
+/// upto settlement to be mined (anvil mines nothing meanwhile). Restarted on the same database,
+/// the seller's retry of the same /settle is answered with that one settlement once it is mined:
+/// the charge moved once, never the most, never twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_during_an_upto_settlement_charges_it_once_after_restart() {
+    use alloy::primitives::{TxKind, U256};
+    use alloy::providers::Provider as _;
+    use alloy::signers::local::PrivateKeySigner;
+    use tollgate_encoding::permit2::{Erc20, PERMIT2};
+    use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
+    use tollgate_facilitator::devnet::{self, DevToken, TokenKind};
+
+    let anvil = alloy::node_bindings::Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().unwrap();
+    let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let eth = U256::from(10u128.pow(19));
+    let (deployer, signer, buyer) =
+        (PrivateKeySigner::random(), PrivateKeySigner::random(), PrivateKeySigner::random());
+    for who in [&deployer, &signer, &buyer] {
+        devnet::set_evm_balance(&rpc, who.address(), eth).await.unwrap();
+    }
+    devnet::install_permit2(&rpc, &deployer).await.unwrap();
+    let token = DevToken::deploy(&rpc, deployer, TokenKind::Plain, ("Plain USD", "PUSD", 6)).await.unwrap();
+    token.mint(&rpc, buyer.address(), U256::from(1_000_000u64)).await.unwrap();
+    let approve = alloy::sol_types::SolCall::abi_encode(&Erc20::approveCall { spender: PERMIT2, value: U256::MAX });
+    devnet::send_evm(&rpc, &buyer, TxKind::Call(token.address), approve).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let signer_key = alloy::primitives::hex::encode(signer.to_bytes());
+    let env = [("TOLLGATE_EVM_RPC_URL", anvil.endpoint()), ("TOLLGATE_EVM_SIGNER_KEY", signer_key)];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
+    let seller = alloy::primitives::Address::repeat_byte(0x54);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let permit = tollgate_encoding::permit2::Permit2Message {
+        token: token.address,
+        amount: U256::from(50_000u64),
+        spender: tollgate_encoding::permit2::UPTO_PROXY,
+        nonce: U256::from(7u64),
+        deadline: U256::from(now + 600),
+        to: seller,
+        facilitator: Some(signer.address()),
+        valid_after: U256::ZERO,
+    };
+    let signature = alloy::signers::SignerSync::sign_hash_sync(&buyer, &permit.signing_hash(rpc.chain_id())).unwrap();
+    let most = json!({"scheme": "upto", "network": format!("eip155:{}", rpc.chain_id()), "amount": "50000",
+        "asset": token.address.to_string(), "payTo": seller.to_string(), "maxTimeoutSeconds": 30,
+        "extra": {"assetTransferMethod": "permit2", "facilitatorAddress": signer.address().to_string()}});
+    let mut charged = most.clone();
+    charged["amount"] = json!("20000");
+    let settle = json!({"x402Version": 2, "paymentRequirements": charged, "paymentPayload": {"x402Version": 2,
+        "accepted": most, "resource": {"url": "https://seller.example/complete", "description": "", "mimeType": ""},
+        "payload": {"signature": alloy::primitives::hex::encode_prefixed(signature.as_bytes()),
+            "permit2Authorization": {"from": buyer.address().to_string(),
+                "permitted": {"token": token.address.to_string(), "amount": "50000"},
+                "spender": tollgate_encoding::permit2::UPTO_PROXY.to_string(), "nonce": "7",
+                "deadline": (now + 600).to_string(),
+                "witness": {"to": seller.to_string(), "facilitator": signer.address().to_string(), "validAfter": "0"}}}}});
+
+    // Nothing is mined from now on: the settlement is broadcast and waits.
+    let _: Value = rpc.provider().raw_request("evm_setAutomine".into(), (false,)).await.unwrap();
+    let mut daemon = Daemon::start_with(dir.path(), &env);
+    let client = reqwest::Client::new();
+    let url = format!("{}/settle", daemon.base);
+    let waiting = tokio::spawn({
+        let (client, url, key, settle) = (client.clone(), url, key.clone(), settle.clone());
+        async move { client.post(url).bearer_auth(key).json(&settle).send().await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rpc.provider().get_transaction_count(signer.address()).pending().await.unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the settlement was never broadcast");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    assert!(waiting.await.unwrap().is_err(), "the seller's connection died with the daemon");
+
+    // The chain goes on; the daemon is restarted on the same database; the seller retries.
+    let _: Value = rpc.provider().raw_request("evm_mine".into(), ()).await.unwrap();
+    let _: Value = rpc.provider().raw_request("evm_setAutomine".into(), (true,)).await.unwrap();
+    let daemon = Daemon::start_with(dir.path(), &env);
+    let (_, _, answer) =
+        call(&client, client.post(format!("{}/settle", daemon.base)).bearer_auth(&key).json(&settle)).await;
+    assert_eq!((answer["success"].as_bool(), answer["amount"].as_str()), (Some(true), Some("20000")), "{answer}");
+    assert_eq!(token.balance_of(&rpc, seller).await.unwrap(), U256::from(20_000u64), "charged once, the charge");
+    assert_eq!(rpc.provider().get_transaction_count(signer.address()).await.unwrap(), 1, "one settlement sent");
+    assert!(daemon.terminate().success());
+}
+
 /// Three daemons on one PostgreSQL database, one proof presented to them 64 times at once: it
 /// settles once — one payment, one transfer — whichever instance each request reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
