@@ -195,17 +195,24 @@ async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() 
         .on(network.parse().unwrap())
         .permit2();
 
-    let facilitator = FacilitatorClient::x402(&facilitator_url).with_api_key(&key);
-    let url = seller(facilitator, price).await;
-    let report =
-        official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
-    assert_eq!(report["status"], 200, "{report}");
-    let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
-    assert_eq!(body["amount"], "1500000", "{report}");
-    assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{report}");
-    // The money moved, exactly, once.
-    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
-    assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
+    // Settled before the handler, by the gateway's one `/payment/receive` and by x402 /verify + /settle.
+    let modes = [
+        ("gateway", FacilitatorClient::new(&facilitator_url, &key)),
+        ("x402", FacilitatorClient::x402(&facilitator_url).with_api_key(&key)),
+    ];
+    for (n, (mode, facilitator)) in modes.into_iter().enumerate() {
+        let url = seller(facilitator, price.clone()).await;
+        let report =
+            official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
+        assert_eq!(report["status"], 200, "{mode}: {report}");
+        let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["amount"], "1500000", "{mode}: {report}");
+        assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{mode}: {report}");
+        // The money moved, exactly, once per purchase.
+        let paid = u64::try_from(n + 1).unwrap() * 1_500_000;
+        assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
+        assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
+    }
 }
 
 /// Who holds what, on a facilitator's anvil with Permit2 and the x402 proxies installed.
