@@ -132,33 +132,29 @@ async fn facilitator() -> (AnvilInstance, EvmRpc, String, String, tempfile::Temp
     (anvil, rpc, facilitator_url, key, dir)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
-    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
-    let eth = U256::from(10u128.pow(19));
-
-    // The token, a buyer holding 10 of it, a seller.
-    let minter = PrivateKeySigner::random();
-    devnet::set_evm_balance(&rpc, minter.address(), eth).await.unwrap();
-    let token = DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await.unwrap();
-    let buyer = PrivateKeySigner::random();
-    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+/// The official buyer pays a price of 1.5 of `token` (paid as `method` says) once through each
+/// way the layer reaches the facilitator (at `url` with `key`, on the anvil at `rpc_url`),
+/// settled before the handler: the gateway's one `/payment/receive`, and x402 `/verify` +
+/// `/settle`. Each purchase is served with the payer and amount, and moves the price once.
+async fn pays_once_in_each_mode(
+    (rpc_url, url, key): (String, &str, &str),
+    rpc: &EvmRpc,
+    (token, buyer): (&DevToken, &PrivateKeySigner),
+    method: impl Fn(Price) -> Price,
+) {
+    let network = format!("eip155:{}", rpc.chain_id());
     let seller_address = PrivateKeySigner::random().address();
-    let network = format!("eip155:{}", anvil.chain_id());
-    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
-        .unwrap()
-        .pay_to(seller_address.to_string().parse().unwrap())
-        .on(network.parse().unwrap())
-        .extra(json!({"name": TOKEN_NAME, "version": "2"}));
-
-    let modes = [
-        ("gateway", FacilitatorClient::new(&facilitator_url, &key)),
-        ("x402", FacilitatorClient::x402(&facilitator_url).with_api_key(&key)),
-    ];
+    let price = method(
+        Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
+            .unwrap()
+            .pay_to(seller_address.to_string().parse().unwrap())
+            .on(network.parse().unwrap()),
+    );
+    let modes =
+        [("gateway", FacilitatorClient::new(url, key)), ("x402", FacilitatorClient::x402(url).with_api_key(key))];
     for (n, (mode, facilitator)) in modes.into_iter().enumerate() {
-        let url = seller(facilitator, price.clone()).await;
-        let report =
-            official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
+        let shop = seller(facilitator, price.clone()).await;
+        let report = official_buyer(&shop, buyer, (&network, &token.address.to_string(), 2_000_000), &rpc_url).await;
         assert_eq!(report["status"], 200, "{mode}: {report}");
         let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
         assert_eq!(body["report"], 42, "{mode}");
@@ -177,9 +173,25 @@ async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
         assert!(receipt["transaction"].as_str().unwrap().starts_with("0x"), "{mode}: {report}");
         // The money moved, once per purchase.
         let paid = u64::try_from(n + 1).unwrap() * 1_500_000;
-        assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
-        assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
+        assert_eq!(token.balance_of(rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
+        assert_eq!(token.balance_of(rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_pays_an_eip3009_price_on_anvil() {
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let eth = U256::from(10u128.pow(19));
+
+    // The token, a buyer holding 10 of it, a seller.
+    let minter = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, minter.address(), eth).await.unwrap();
+    let token = DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await.unwrap();
+    let buyer = PrivateKeySigner::random();
+    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    let facilitator = (anvil.endpoint(), facilitator_url.as_str(), key.as_str());
+    let by_eip3009 = |price: Price| price.extra(json!({"name": TOKEN_NAME, "version": "2"}));
+    pays_once_in_each_mode(facilitator, &rpc, (&token, &buyer), by_eip3009).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,32 +199,8 @@ async fn the_official_x402_client_pays_a_plain_erc20_through_permit2_on_anvil() 
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
     // A token without EIP-3009, a buyer holding 10 of it who approved Permit2 once.
     let (token, buyer) = permit2_buyer(&rpc, Holder::Approved).await;
-    let seller_address = PrivateKeySigner::random().address();
-    let network = format!("eip155:{}", anvil.chain_id());
-    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
-        .unwrap()
-        .pay_to(seller_address.to_string().parse().unwrap())
-        .on(network.parse().unwrap())
-        .permit2();
-
-    // Settled before the handler, by the gateway's one `/payment/receive` and by x402 /verify + /settle.
-    let modes = [
-        ("gateway", FacilitatorClient::new(&facilitator_url, &key)),
-        ("x402", FacilitatorClient::x402(&facilitator_url).with_api_key(&key)),
-    ];
-    for (n, (mode, facilitator)) in modes.into_iter().enumerate() {
-        let url = seller(facilitator, price.clone()).await;
-        let report =
-            official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
-        assert_eq!(report["status"], 200, "{mode}: {report}");
-        let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
-        assert_eq!(body["amount"], "1500000", "{mode}: {report}");
-        assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{mode}: {report}");
-        // The money moved, exactly, once per purchase.
-        let paid = u64::try_from(n + 1).unwrap() * 1_500_000;
-        assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "{mode}");
-        assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid), "{mode}");
-    }
+    let facilitator = (anvil.endpoint(), facilitator_url.as_str(), key.as_str());
+    pays_once_in_each_mode(facilitator, &rpc, (&token, &buyer), Price::permit2).await;
 }
 
 /// Who holds what, on a facilitator's anvil with Permit2 and the x402 proxies installed.
