@@ -11,7 +11,7 @@ mod common;
 use alloy::primitives::{Address, U256};
 use alloy::signers::local::PrivateKeySigner;
 use common::evm::EvmApp;
-use common::permit2::{P2Token, Permit, body, install, requirement};
+use common::permit2::{Approval, P2Token, Permit, body, install, requirement};
 use common::rpc_proxy::calls_since;
 use http::StatusCode;
 use serde_json::{Value, json};
@@ -349,4 +349,62 @@ async fn a_storage_fault_at_any_step_of_an_upto_settlement_leaves_it_charged_onc
         );
     }
     assert_eq!(token.balance(&t, buyer.address()).await, 10_000_000 - paid);
+}
+
+/// A payer without a Permit2 allowance offers its own signed approval of Permit2
+/// (`erc20ApprovalGasSponsoring`): another spender, owner, signer, token, a smaller amount, a
+/// nonce not its next, or no ETH for its gas are refused at verify; the right one is verified,
+/// then broadcast and mined before the settlement, which moves the price once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_approval_offered_by_the_payer_is_sent_before_its_settlement() {
+    let t = EvmApp::start().await;
+    install(&t).await;
+    let (key, _) = t.customer().await;
+    let token = P2Token::deploy(&t, TokenKind::Plain, "Plain USD").await;
+    let other = P2Token::deploy(&t, TokenKind::Plain, "Other USD").await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 10_000_000).await;
+    let chain = t.anvil.chain_id();
+    let seller = Address::repeat_byte(0x55);
+    let req = requirement(&t, "exact", token.address(), seller, 1_000_000);
+    let permit = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
+    let verify = |extensions: Value| body(&req, &req, permit.clone(), extensions);
+
+    // No ETH for the approval's gas: refused (this facilitator does not fund it).
+    let approval = token.signed_approval(&t, &buyer, Approval::of_permit2()).await;
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(approval))).await;
+    assert_eq!(reason(&v), "erc20_approval_tx_failed", "{v}");
+    t.fund(&buyer.address().to_string(), common::evm::ETH).await;
+
+    let stranger = PrivateKeySigner::random();
+    let cases = [
+        (Approval { spender: EXACT_PROXY, ..Approval::of_permit2() }, "erc20_approval_spender_not_permit2"),
+        (Approval { approved: EXACT_PROXY, ..Approval::of_permit2() }, "erc20_approval_spender_not_permit2"),
+        (Approval { value: U256::from(999_999), ..Approval::of_permit2() }, "erc20_approval_tx_invalid_calldata"),
+        (Approval { target: Some(other.address()), ..Approval::of_permit2() }, "erc20_approval_asset_mismatch"),
+        (Approval { signer: Some(&stranger), ..Approval::of_permit2() }, "erc20_approval_tx_signer_mismatch"),
+        (Approval { nonce: Some(5), ..Approval::of_permit2() }, "erc20_approval_tx_failed"),
+    ];
+    for (offer, why) in cases {
+        let approval = token.signed_approval(&t, &buyer, offer).await;
+        let (_, v) = t.call("POST", "/verify", &key, Some(verify(approval))).await;
+        assert_eq!((v["isValid"].as_bool(), reason(&v)), (Some(false), why.to_owned()), "{v}");
+    }
+    let garbage = json!({"erc20ApprovalGasSponsoring": {"info": {"signedTransaction": "0x02f8", "from": "x"}}});
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(garbage))).await;
+    assert_eq!(reason(&v), "invalid_erc20_approval_extension_format", "{v}");
+    assert_eq!(token.balance(&t, seller).await, 0);
+
+    // The payer's own approval: verified without an allowance, sent first, then the settlement.
+    let approval = token.signed_approval(&t, &buyer, Approval::of_permit2()).await;
+    let (_, v) = t.call("POST", "/verify", &key, Some(verify(approval.clone()))).await;
+    assert_eq!(v["isValid"], true, "{v}");
+    let (_, v) = t.call("POST", "/settle", &key, Some(verify(approval.clone()))).await;
+    assert_eq!(v["success"], true, "{v}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+    // Again: the permit is used, the approval mined; nothing more moves.
+    let (_, v) = t.call("POST", "/settle", &key, Some(verify(approval))).await;
+    assert!(v["success"] == true || reason(&v) == "permit2_invalid_nonce", "{v}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+    assert_eq!(token.balance(&t, buyer.address()).await, 9_000_000);
 }

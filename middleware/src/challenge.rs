@@ -6,7 +6,9 @@ use bytes::Bytes;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tollgate_protocol::x402::header::PAYMENT_REQUIRED;
-use tollgate_protocol::x402::schemes::{EIP2612_GAS_SPONSORING, Eip2612Sponsoring};
+use tollgate_protocol::x402::schemes::{
+    EIP2612_GAS_SPONSORING, ERC20_APPROVAL_GAS_SPONSORING, Eip2612Sponsoring, Erc20ApprovalSponsoring,
+};
 use tollgate_protocol::x402::{Asset, PaymentRequiredV2, PaymentRequirements, ResourceInfo};
 use tollgate_protocol::{ChainFamily, DecimalAmount, Network};
 
@@ -84,9 +86,14 @@ pub(crate) fn payment_required(
 ) -> Buffered {
     let mut message = PaymentRequiredV2::new(error, resource.clone(), accepts.iter().map(|(r, _)| r.clone()).collect());
     message.extensions.clone_from(extensions);
-    // A buyer without a Permit2 allowance may offer a signed EIP-2612 permit instead.
+    // A buyer without a Permit2 allowance may offer a signed EIP-2612 permit, or its signed
+    // approval of Permit2, instead.
     if accepts.iter().any(|(r, _)| r.through_permit2()) {
         message.extensions.entry(EIP2612_GAS_SPONSORING.to_owned()).or_insert_with(Eip2612Sponsoring::declaration);
+        message
+            .extensions
+            .entry(ERC20_APPROVAL_GAS_SPONSORING.to_owned())
+            .or_insert_with(Erc20ApprovalSponsoring::declaration);
     }
     let v2 = tollgate_protocol::x402::header::encode(&message).unwrap_or_default();
     let mut out = if wants_html(request_headers) {

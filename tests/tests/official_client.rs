@@ -284,27 +284,43 @@ async fn the_official_x402_client_pays_a_metered_upto_route_what_it_used_on_anvi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_x402_client_without_an_allowance_pays_with_a_signed_eip2612_permit() {
+async fn the_official_x402_client_without_an_allowance_pays_by_eip2612_or_its_signed_approval() {
     let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
-    // An EIP-2612 token; the buyer holds 10 of it, no ETH, and never approved Permit2.
-    let (token, buyer) = permit2_buyer(&rpc, Holder::Gasless).await;
-    let seller_address = PrivateKeySigner::random().address();
     let network = format!("eip155:{}", anvil.chain_id());
-    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
-        .unwrap()
-        .pay_to(seller_address.to_string().parse().unwrap())
-        .on(network.parse().unwrap())
-        .permit2()
-        .extra(json!({"name": "Permit USD", "version": "1"}));
-    let url = seller(FacilitatorClient::x402(&facilitator_url).with_api_key(&key), price).await;
-    let report =
-        official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
-    assert_eq!(report["status"], 200, "{report}");
-    assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{report}");
-    // The facilitator submitted the permit and the payment: the buyer paid no gas, 1.5 moved.
-    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
-    assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
-    assert_eq!(rpc.balance(buyer.address()).await.unwrap(), U256::ZERO, "gasless for the buyer");
+    // An EIP-2612 token, a buyer with no ETH: its permit rides in the settlement (gasless). A
+    // plain token, a buyer with ETH: its signed approval is broadcast first (erc20ApprovalGasSponsoring).
+    for holder in [Holder::Gasless, Holder::Unapproved] {
+        let (token, buyer) = permit2_buyer(&rpc, holder).await;
+        let eth_before = rpc.balance(buyer.address()).await.unwrap();
+        let seller_address = PrivateKeySigner::random().address();
+        let mut price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
+            .unwrap()
+            .pay_to(seller_address.to_string().parse().unwrap())
+            .on(network.parse().unwrap())
+            .permit2();
+        if matches!(holder, Holder::Gasless) {
+            price = price.extra(json!({"name": "Permit USD", "version": "1"}));
+        }
+        let url = seller(FacilitatorClient::x402(&facilitator_url).with_api_key(&key), price).await;
+        let report =
+            official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
+        assert_eq!(report["status"], 200, "{report}");
+        assert_eq!(report["paymentResponse"]["success"].as_bool(), Some(true), "{report}");
+        assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64));
+        assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(8_500_000u64));
+        let allowance = tollgate_encoding::permit2::Erc20::allowanceCall {
+            owner: buyer.address(),
+            spender: tollgate_encoding::permit2::PERMIT2,
+        };
+        let granted = tollgate_facilitator::chains::evm::erc20::view(&rpc, token.address, &allowance).await.unwrap();
+        let eth_after = rpc.balance(buyer.address()).await.unwrap();
+        match holder {
+            // The permit granted exactly what it moved, and the buyer paid no gas.
+            Holder::Gasless => assert_eq!((granted, eth_after), (U256::ZERO, U256::ZERO)),
+            // Its approval was sent, at its own gas.
+            _ => assert!(granted == U256::MAX && eth_after < eth_before, "{granted} {eth_after}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

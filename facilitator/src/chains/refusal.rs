@@ -65,6 +65,14 @@ pub enum Reason {
     Eip2612Asset,
     Eip2612Spender,
     Eip2612Deadline,
+    Erc20ApprovalFormat,
+    Erc20ApprovalFrom,
+    Erc20ApprovalAsset,
+    Erc20ApprovalSpender,
+    Erc20ApprovalSigner,
+    Erc20ApprovalTarget,
+    Erc20ApprovalCalldata,
+    Erc20ApprovalTxFailed,
 }
 
 impl Reason {
@@ -131,6 +139,14 @@ impl Reason {
             Self::Eip2612Asset => "eip2612_asset_mismatch",
             Self::Eip2612Spender => "eip2612_spender_not_permit2",
             Self::Eip2612Deadline => "eip2612_deadline_expired",
+            Self::Erc20ApprovalFormat => "invalid_erc20_approval_extension_format",
+            Self::Erc20ApprovalFrom => "erc20_approval_from_mismatch",
+            Self::Erc20ApprovalAsset => "erc20_approval_asset_mismatch",
+            Self::Erc20ApprovalSpender => "erc20_approval_spender_not_permit2",
+            Self::Erc20ApprovalSigner => "erc20_approval_tx_signer_mismatch",
+            Self::Erc20ApprovalTarget => "erc20_approval_tx_wrong_target",
+            Self::Erc20ApprovalCalldata => "erc20_approval_tx_invalid_calldata",
+            Self::Erc20ApprovalTxFailed => "erc20_approval_tx_failed",
         }
     }
 }

@@ -73,6 +73,61 @@ impl P2Token {
     }
 }
 
+impl P2Token {
+    /// `owner`'s signed `approve(approved, value)` of this token (sent to `target`, by default
+    /// the token), with the payer's next nonce (or `nonce`), as the `erc20ApprovalGasSponsoring`
+    /// extension carries it naming `spender`.
+    pub async fn signed_approval(&self, t: &EvmApp, owner: &PrivateKeySigner, offer: Approval<'_>) -> Value {
+        let rpc = &t.backend().rpc;
+        let fees = rpc.fees().await.unwrap();
+        let nonce = match offer.nonce {
+            Some(n) => n,
+            None => rpc.pending_nonce(owner.address()).await.unwrap(),
+        };
+        let call = wire::Erc20::approveCall { spender: offer.approved, value: offer.value };
+        let tx = alloy::consensus::TxEip1559 {
+            chain_id: t.anvil.chain_id(),
+            nonce,
+            gas_limit: 70_000,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            to: TxKind::Call(offer.target.unwrap_or(self.address())),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: call.abi_encode().into(),
+        };
+        let (raw, _) = tollgate_facilitator::chains::evm::build::sign(tx, offer.signer.unwrap_or(owner)).unwrap();
+        json!({"erc20ApprovalGasSponsoring": {"info": {
+            "description": "echoed from the seller's declaration, ignored", "version": "1",
+            "from": owner.address().to_string(), "asset": self.address().to_string(),
+            "spender": offer.spender.to_string(), "amount": offer.value.to_string(),
+            "signedTransaction": alloy::primitives::hex::encode_prefixed(raw),
+        }}})
+    }
+}
+
+/// How a signed approval is made (see [`P2Token::signed_approval`]).
+pub struct Approval<'a> {
+    /// The spender the extension names.
+    pub spender: Address,
+    /// The spender the transaction approves.
+    pub approved: Address,
+    pub value: U256,
+    /// Another target than the token.
+    pub target: Option<Address>,
+    /// Another signer than the owner.
+    pub signer: Option<&'a PrivateKeySigner>,
+    /// Another nonce than the owner's next.
+    pub nonce: Option<u64>,
+}
+
+impl Approval<'_> {
+    /// Permit2 may spend all of it.
+    pub const fn of_permit2() -> Self {
+        Self { spender: PERMIT2, approved: PERMIT2, value: U256::MAX, target: None, signer: None, nonce: None }
+    }
+}
+
 /// What a buyer signs.
 #[derive(Clone)]
 pub struct Permit {

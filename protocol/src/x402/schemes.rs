@@ -231,6 +231,69 @@ impl Eip2612Sponsoring {
     }
 }
 
+/// The extension key under which a buyer without a Permit2 allowance offers its own signed
+/// `approve(Permit2, amount)` transaction, for the facilitator to broadcast before settling.
+pub const ERC20_APPROVAL_GAS_SPONSORING: &str = "erc20ApprovalGasSponsoring";
+
+/// A signed ERC-20 approval offered in a payload's `extensions["erc20ApprovalGasSponsoring"].info`
+/// (other keys the seller's declaration carries, such as `description`, are ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Erc20ApprovalSponsoring {
+    /// The token owner (the payer), who signed the transaction.
+    pub from: Address,
+    /// The token.
+    pub asset: Address,
+    /// Who may spend: Permit2.
+    pub spender: Address,
+    /// The amount approved, a uint256 in decimal (typically the largest).
+    pub amount: String,
+    /// The signed transaction calling `asset.approve(spender, amount)`, EIP-2718 bytes in `0x`-hex.
+    pub signed_transaction: String,
+    /// The extension's version (`"1"`).
+    pub version: String,
+}
+
+impl Erc20ApprovalSponsoring {
+    /// What a seller declares in its 402 answer (`extensions["erc20ApprovalGasSponsoring"]`).
+    #[must_use]
+    pub fn declaration() -> Value {
+        serde_json::json!({"info": {
+            "description": "The facilitator broadcasts a signed approval of the canonical Permit2 contract before settling.",
+            "version": "1"
+        }})
+    }
+
+    /// The approval a payload's extensions offer: `None` without one (a bare echo of the
+    /// seller's declaration offers none).
+    ///
+    /// # Errors
+    /// [`PayloadError`] when one is offered but malformed.
+    pub fn from_extensions(extensions: &serde_json::Map<String, Value>) -> Result<Option<Self>, PayloadError> {
+        const SCHEME: &str = "erc20ApprovalGasSponsoring";
+        let Some(info) = extensions
+            .get(ERC20_APPROVAL_GAS_SPONSORING)
+            .and_then(|e| e.get("info"))
+            .filter(|i| i.get("signedTransaction").is_some())
+        else {
+            return Ok(None);
+        };
+        let p: Self = parse(SCHEME, info)?;
+        let err = |reason: &str| PayloadError { scheme: SCHEME, reason: reason.to_owned() };
+        if !is_hex_of_len(&p.signed_transaction, None) || p.signed_transaction.len() < 4 {
+            return Err(err("signedTransaction must be 0x-hex"));
+        }
+        if !is_uint256(&p.amount) || p.amount.starts_with("0x") {
+            return Err(err("amount must be a uint256 in decimal"));
+        }
+        let evm = |a: &Address| matches!(a, Address::Evm(_));
+        if ![&p.from, &p.asset, &p.spender].into_iter().all(evm) {
+            return Err(err("addresses must be EVM addresses"));
+        }
+        Ok(Some(p))
+    }
+}
+
 /// Whether `text` is a uint256 in decimal (at most 78 digits: range is checked where it is read)
 /// or `0x`-hex (at most 64 digits).
 fn is_uint256(text: &str) -> bool {

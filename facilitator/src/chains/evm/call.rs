@@ -1,9 +1,11 @@
 //! A contract call that settles a payment (EIP-3009's `transferWithAuthorization`, an x402
 //! Permit2 proxy's `settle`): simulated for a verdict, or prepared to be sent — signed by the
 //! facilitator's account when its turn comes, or handed to the seller's unsigned (local mode).
+//! A call that can only pass after a transaction of the payer's (its signed approval of Permit2)
+//! is sent when that one is mined ([`after`]).
 
 use alloy::consensus::TxEip1559;
-use alloy::primitives::{Address, Bytes, TxKind, U256};
+use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy::rpc::types::TransactionRequest;
 use async_trait::async_trait;
 
@@ -50,7 +52,7 @@ pub(super) async fn prepare(
     }
     // Margin over the estimate, within the cap.
     let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
-    let call = ContractCall { backend: CallSender::of(backend), to, data, gas_limit, fees: None };
+    let call = ContractCall { backend: CallSender::of(backend), to, data, gas_limit, fees: None, first: None };
     Ok(match settler {
         Settler::Facilitator => {
             // The fees it is signed with, read once: what the account's budget counts.
@@ -65,6 +67,36 @@ pub(super) async fn prepare(
         }
     })
 }
+
+/// The most gas a settlement sent after a payer's approval may take (it cannot be estimated
+/// before the approval is mined): a Permit2 proxy's `settle` takes about 100,000.
+pub(super) const AFTER_GAS: u64 = 200_000;
+
+/// `data` sent to `to` from the facilitator's account once `first` — a payer's own signed
+/// transaction (its EIP-2718 bytes and hash), without which the call cannot pass — is mined:
+/// broadcast (again: a repeat is harmless) and waited for when it is signed, then the call
+/// simulated and estimated against the chain as it is then, within [`AFTER_GAS`]. The most its
+/// gas may cost at the fees it is signed with, for the account's budget.
+///
+/// # Errors
+/// [`ProofError`] when the fees cannot be read.
+pub(super) async fn after(
+    backend: &EvmBackend,
+    first: (Vec<u8>, B256),
+    (to, data): (Address, Vec<u8>),
+) -> Result<(Box<dyn Signable>, u128), ProofError> {
+    let fees = backend.rpc.fees().await?;
+    let gas_limit = AFTER_GAS.min(backend.max_gas);
+    let most = u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas);
+    let backend = CallSender::of(backend);
+    let call = ContractCall { backend, to, data, gas_limit, fees: Some(fees), first: Some(first) };
+    Ok((Box::new(call), most))
+}
+
+/// How long a settlement waits for the payer's transaction it follows to be mined.
+const FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The longest pause between two looks for that transaction's receipt.
+const FIRST_POLL_CAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What sending a contract call needs of the backend.
 struct CallSender {
@@ -93,14 +125,17 @@ struct ContractCall {
     gas_limit: u64,
     /// The fees read when it was checked, to sign with (else read when signing).
     fees: Option<alloy::eips::eip1559::Eip1559Estimation>,
+    /// A payer's transaction (bytes, hash) to see mined first; the call's gas is then estimated
+    /// when it is signed.
+    first: Option<(Vec<u8>, B256)>,
 }
 
 impl ContractCall {
-    fn tx(&self, nonce: u64, fees: &alloy::eips::eip1559::Eip1559Estimation) -> TxEip1559 {
+    fn tx(&self, nonce: u64, fees: &alloy::eips::eip1559::Eip1559Estimation, gas_limit: u64) -> TxEip1559 {
         TxEip1559 {
             chain_id: self.backend.rpc.chain_id(),
             nonce,
-            gas_limit: self.gas_limit,
+            gas_limit,
             max_fee_per_gas: fees.max_fee_per_gas,
             max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
             to: TxKind::Call(self.to),
@@ -115,7 +150,7 @@ impl ContractCall {
     async fn unsigned_from(&self, seller: Address) -> Result<(Vec<u8>, u128), ProofError> {
         let rpc = &self.backend.rpc;
         let fees = rpc.fees().await?;
-        let tx = self.tx(rpc.pending_nonce(seller).await?, &fees);
+        let tx = self.tx(rpc.pending_nonce(seller).await?, &fees, self.gas_limit);
         Ok((build::unsigned_bytes(&tx), u128::from(self.gas_limit).saturating_mul(fees.max_fee_per_gas)))
     }
 }
@@ -136,9 +171,49 @@ impl Signable for ContractCall {
                 fees.max_fee_per_gas, b.max_fee_per_gas
             )));
         }
+        let gas_limit = match &self.first {
+            None => self.gas_limit,
+            Some(first) => self.after_first(first, signer.0.address()).await?,
+        };
         let lease = b.nonces.lease(&b.rpc, signer.0.address()).await?;
-        let (raw, hash) = build::sign(self.tx(lease.nonce(), &fees), &signer.0)
+        let (raw, hash) = build::sign(self.tx(lease.nonce(), &fees, gas_limit), &signer.0)
             .map_err(|e| ChainError(format!("cannot sign the settlement: {e}")))?;
         Ok(Outgoing { tx_id: format!("{hash:#x}"), raw, horizon: None, hold: Some(Box::new(lease)) })
+    }
+}
+
+impl ContractCall {
+    /// Sends the payer's transaction `first` (bytes, hash) and waits until it is mined and
+    /// succeeded; then the call's gas, estimated from `sender` against the chain as it is now.
+    async fn after_first(&self, (raw, hash): &(Vec<u8>, B256), sender: Address) -> Result<u64, ChainError> {
+        let rpc = &self.backend.rpc;
+        if rpc.receipt(*hash).await?.is_none() {
+            // Refused as known or as an old nonce: it may be ours, mined or on its way; the
+            // receipt says.
+            if let Err(e) = rpc.send_raw(raw).await {
+                tracing::debug!(error = %e, %hash, "the payer's transaction was not taken anew; waiting for its receipt");
+            }
+        }
+        let deadline = tokio::time::Instant::now() + FIRST_WAIT;
+        let mut attempt = 0;
+        let mined = loop {
+            if let Some(receipt) = rpc.receipt(*hash).await? {
+                break receipt;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(ChainError(format!("the payer's approval {hash:#x} was not mined in time")));
+            }
+            tokio::time::sleep(crate::chains::poll_delay(attempt, FIRST_POLL_CAP)).await;
+            attempt += 1;
+        };
+        if !mined.status() {
+            return Err(ChainError(format!("the payer's approval {hash:#x} failed on chain")));
+        }
+        let call = TransactionRequest::default().from(sender).to(self.to).input(Bytes::from(self.data.clone()).into());
+        match rpc.estimate(call).await? {
+            Ok(gas) if gas <= self.gas_limit => Ok(gas.saturating_add(gas / 5).min(self.gas_limit)),
+            Ok(gas) => Err(ChainError(format!("the settlement needs {gas} gas, above the {} counted", self.gas_limit))),
+            Err(failure) => Err(ChainError(format!("the settlement would fail after the approval: {failure}"))),
+        }
     }
 }

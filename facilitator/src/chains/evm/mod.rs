@@ -208,6 +208,7 @@ impl Chain for EvmBackend {
             // `upto` is settled by the facilitator its witness names: this one's account.
             kinds.schemes.push((SCHEME_UPTO, Some(serde_json::json!({ "facilitatorAddress": signer }))));
             kinds.extensions.push(tollgate_protocol::x402::schemes::EIP2612_GAS_SPONSORING);
+            kinds.extensions.push(tollgate_protocol::x402::schemes::ERC20_APPROVAL_GAS_SPONSORING);
         }
         kinds
     }

@@ -6,7 +6,11 @@
 //! choose the amount) and calls Permit2, which checks the signature, the deadline and the nonce
 //! and moves the tokens under the payer's ERC-20 allowance to Permit2. When the payer has none,
 //! an EIP-2612 permit offered in the payload's `eip2612GasSponsoring` extension grants it in the
-//! same settlement (`settleWithPermit`).
+//! same settlement (`settleWithPermit`); or the payer's own signed `approve(Permit2, …)`
+//! transaction, offered in `erc20ApprovalGasSponsoring`, is broadcast and mined first. The payer
+//! pays that transaction's gas: this facilitator does not fund it (x402 asks such funding to be
+//! atomic with the settlement, which a public mempool cannot promise: a payer could replace its
+//! approval and keep the gas money).
 //!
 //! Everything the payload says of itself (proxy, recipient, facilitator, window, token, amount)
 //! is checked here without the chain; what Permit2 and the token check is asked of the chain in
@@ -19,7 +23,7 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::sol_types::SolCall as _;
 use tollgate_encoding::permit2::{self as wire, EXACT_PROXY, PERMIT2, UPTO_PROXY};
 use tollgate_protocol::Network;
-use tollgate_protocol::x402::schemes::{Eip2612Sponsoring, Permit2Payload};
+use tollgate_protocol::x402::schemes::{Eip2612Sponsoring, Erc20ApprovalSponsoring, Permit2Payload};
 use tollgate_protocol::x402::{Asset, PaymentPayload};
 
 use super::exact::{settling_account, token_asked};
@@ -59,6 +63,91 @@ pub(super) struct Transfer {
     signature: Vec<u8>,
     /// An EIP-2612 permit granting Permit2 its allowance, when the payer offered one.
     eip2612: Option<Eip2612>,
+    /// The payer's signed approval of Permit2, when it offered one (and no EIP-2612 permit).
+    approval: Option<Approval>,
+}
+
+/// A signed ERC-20 approval offered with a Permit2 payload, read: what the extension names, and
+/// what the transaction is — its signer and nonce, target, the approval it makes, its chain and
+/// the most its gas costs the payer — with its bytes and hash to broadcast.
+struct Approval {
+    from: Option<Address>,
+    asset: Option<Address>,
+    spender: Option<Address>,
+    signer: Address,
+    nonce: u64,
+    target: Option<Address>,
+    approves: Option<(Address, U256)>,
+    chain_id: u64,
+    gas_cost: u128,
+    raw: Vec<u8>,
+    hash: B256,
+}
+
+impl Approval {
+    /// The approval a v2 payload's extensions offer, `None` without one.
+    fn read(payload: &PaymentPayload) -> Result<Option<Self>, Refusal> {
+        use alloy::consensus::TxEnvelope;
+        let PaymentPayload::V2(v2) = payload else { return Ok(None) };
+        let format = |m: String| Refusal::new(Reason::Erc20ApprovalFormat, m);
+        let offered = Erc20ApprovalSponsoring::from_extensions(&v2.extensions).map_err(|e| format(e.to_string()))?;
+        let Some(p) = offered else { return Ok(None) };
+        let (envelope, raw) = super::verify::decode(&p.signed_transaction).map_err(|r| format(r.message))?;
+        let TxEnvelope::Eip1559(signed) = &envelope else {
+            return Err(format("the approval must be an EIP-1559 transaction".into()));
+        };
+        let Some((signer, nonce)) = super::verify::sender_and_nonce(&envelope) else {
+            return Err(Refusal::new(Reason::Erc20ApprovalSigner, "the approval's signature recovers no signer"));
+        };
+        let tx = signed.tx();
+        let approves = wire::Erc20::approveCall::abi_decode(&tx.input).ok().map(|c| (c.spender, c.value));
+        Ok(Some(Self {
+            from: address(&p.from),
+            asset: address(&p.asset),
+            spender: address(&p.spender),
+            signer,
+            nonce,
+            target: tx.to.to().copied(),
+            approves,
+            chain_id: tx.chain_id,
+            gas_cost: u128::from(tx.gas_limit).saturating_mul(tx.max_fee_per_gas),
+            hash: *signed.hash(),
+            raw,
+        }))
+    }
+
+    /// Whether it is the payer's approval of at least `permitted` of `token` to Permit2 on
+    /// `chain_id`, from what it says and what it is.
+    fn bound(&self, (from, token, permitted): (Address, Address, U256), chain_id: u64) -> Result<(), Refusal> {
+        let no = |reason, message: &str| Err(Refusal::new(reason, message));
+        if self.from != Some(from) {
+            return no(Reason::Erc20ApprovalFrom, "the approval is offered for another owner");
+        }
+        if self.signer != from {
+            return no(Reason::Erc20ApprovalSigner, "the approval is not signed by the payer");
+        }
+        if self.asset != Some(token) || self.target != Some(token) {
+            return no(Reason::Erc20ApprovalAsset, "the approval is for another token");
+        }
+        if self.spender != Some(PERMIT2) {
+            return no(Reason::Erc20ApprovalSpender, "the approval lets someone other than Permit2 spend");
+        }
+        match self.approves {
+            Some((spender, _)) if spender != PERMIT2 => {
+                no(Reason::Erc20ApprovalSpender, "the approval transaction approves someone other than Permit2")
+            }
+            Some((_, value)) if value < permitted => {
+                no(Reason::Erc20ApprovalCalldata, "the approval transaction approves less than the permit moves")
+            }
+            Some(_) if self.chain_id != chain_id => {
+                no(Reason::Erc20ApprovalTxFailed, "the approval transaction is signed for another chain")
+            }
+            Some(_) => Ok(()),
+            None => {
+                no(Reason::Erc20ApprovalCalldata, "the approval transaction does not call approve(spender, amount)")
+            }
+        }
+    }
 }
 
 /// An EIP-2612 permit offered with a Permit2 payload, read: its parties, and what the proxies
@@ -102,6 +191,9 @@ pub(super) fn read(payload: &PaymentPayload, method: Method) -> Result<Transfer,
     let invalid = |e: String| Refusal::new(Reason::InvalidPayload, e);
     let p = Permit2Payload::from_value(payload.payload()).map_err(|e| invalid(e.to_string()))?;
     let eip2612 = Eip2612::read(payload)?;
+    // An EIP-2612 permit settles in the same transaction: an approval offered beside it is not
+    // needed.
+    let approval = if eip2612.is_some() { None } else { Approval::read(payload)? };
     let a = &p.permit2_authorization;
     let evm = |a: &tollgate_protocol::Address| address(a).ok_or_else(|| invalid("not an EVM address".into()));
     let nonce = parse_uint256(&a.nonce).ok_or_else(|| invalid("permit2Authorization.nonce is not a uint256".into()))?;
@@ -125,6 +217,7 @@ pub(super) fn read(payload: &PaymentPayload, method: Method) -> Result<Transfer,
         valid_after: U256::from(a.witness.valid_after.get()),
         signature,
         eip2612,
+        approval,
     })
 }
 
@@ -238,6 +331,25 @@ impl Transfer {
         }
     }
 
+    /// What a check that passed says: `amount` of `token` (with its `decimals`) from the payer to
+    /// the recipient, settled as `settle`, costing the facilitator at most `fee`.
+    fn checked(
+        &self,
+        (token, amount, decimals): (Address, u128, u8),
+        settle: crate::chains::Settle,
+        fee: Option<u128>,
+    ) -> Checked {
+        Checked {
+            settle,
+            payer: protocol_address(self.from),
+            pay_to: protocol_address(self.to),
+            asset: Asset::Token(protocol_address(token)),
+            amount,
+            decimals,
+            fee,
+        }
+    }
+
     /// The EIP-712 digest the payer signed (Permit2's domain, the proxy as spender).
     fn digest(&self, chain_id: u64) -> B256 {
         wire::Permit2Message {
@@ -324,18 +436,84 @@ pub(super) async fn check(
     let decimals = decimals(backend, token).await?;
     let amount = t.charge(&terms.price, decimals, intent)?;
     let data = t.call_data(U256::from(amount));
+    if let Some(approval) = &t.approval {
+        approval.bound((t.from, token, t.permitted), backend.rpc.chain_id())?;
+        let allowance = wire::Erc20::allowanceCall { owner: t.from, spender: PERMIT2 };
+        // Approved already (a retry after its approval was mined): settled as any other.
+        if erc20::view(&backend.rpc, token, &allowance).await? < t.permitted {
+            return approved_first(backend, t, approval, (settler, intent), (token, amount, decimals, data)).await;
+        }
+    }
     match call::prepare(backend, (sender, t.method.proxy(), data), (settler, intent)).await? {
-        call::Prepared::Passes(settle, fee) => Ok(Checked {
-            settle,
-            payer: protocol_address(t.from),
-            pay_to: protocol_address(t.to),
-            asset: Asset::Token(protocol_address(token)),
-            amount,
-            decimals,
-            fee,
-        }),
+        call::Prepared::Passes(settle, fee) => Ok(t.checked((token, amount, decimals), settle, fee)),
         call::Prepared::Fails(failure) => Err(why_it_fails(backend, t, failure).await),
     }
+}
+
+/// A permit that can settle only once the payer's offered approval of Permit2 is mined: checked
+/// without simulating the settlement (it cannot pass yet) — the approval's nonce is the payer's
+/// next, the payer can pay its gas, holds the tokens, has not used the permit's nonce, and
+/// signed the permit — and, to settle, the approval sent first and the settlement estimated
+/// after it (see [`call::after`]). The facilitator settles it (local mode cannot: the seller
+/// would have to send the payer's approval).
+async fn approved_first(
+    backend: &EvmBackend,
+    t: &Transfer,
+    approval: &Approval,
+    (settler, intent): (Settler, Intent),
+    (token, amount, decimals, data): (Address, u128, u8, Vec<u8>),
+) -> Result<Checked, ProofError> {
+    if settler != Settler::Facilitator {
+        return Err(refuse(
+            Reason::InvalidPaymentRequirements,
+            "a payer's approval of Permit2 is sent by the facilitator: settle it through x402 or hosted mode",
+        ));
+    }
+    let rpc = &backend.rpc;
+    let (word, bit) = wire::nonce_position(t.nonce);
+    let bitmap = wire::Permit2::nonceBitmapCall { owner: t.from, word };
+    let (next, eth, tokens, nonces) = tokio::join!(
+        rpc.pending_nonce(t.from),
+        rpc.balance(t.from),
+        erc20::balance_of(rpc, token, t.from),
+        erc20::view(rpc, PERMIT2, &bitmap),
+    );
+    // Its nonce is the payer's next, or it was mined already (a retry after a crash).
+    let next = next?;
+    let mined = approval.nonce < next && rpc.receipt(approval.hash).await?.is_some();
+    if approval.nonce != next && !mined {
+        return Err(refuse(
+            Reason::Erc20ApprovalTxFailed,
+            format!("the approval's nonce {} is not the payer's next ({next})", approval.nonce),
+        ));
+    }
+    if eth? < U256::from(approval.gas_cost) {
+        return Err(refuse(
+            Reason::Erc20ApprovalTxFailed,
+            "the payer cannot pay its approval's gas (this facilitator does not fund it)",
+        ));
+    }
+    if tokens? < t.permitted {
+        return Err(refuse(
+            Reason::Permit2InsufficientBalance,
+            format!("{} holds less than {} of {token}", t.from, t.permitted),
+        ));
+    }
+    if nonces?.bit(usize::from(bit)) {
+        return Err(refuse(Reason::Permit2NonceUsed, "this permit's nonce is used already"));
+    }
+    if super::verify::recover_signer(&t.digest(rpc.chain_id()), &t.signature) != Some(t.from) {
+        return Err(refuse(Reason::Permit2Signature, "the signature is not the payer's over this permit"));
+    }
+    let (settle, fee) = match intent {
+        Intent::Verify => (crate::chains::Settle::Nothing, None),
+        Intent::Settle => {
+            let first = (approval.raw.clone(), approval.hash);
+            let (call, most) = call::after(backend, first, (t.method.proxy(), data)).await?;
+            (crate::chains::Settle::Sign(call), Some(most))
+        }
+    };
+    Ok(t.checked((token, amount, decimals), settle, fee))
 }
 
 /// The token's decimals (read once: remembered). An account without code answers nothing, so a
