@@ -384,6 +384,8 @@ async fn a_signed_approval_offered_by_the_payer_is_sent_before_its_settlement() 
         (Approval { target: Some(other.address()), ..Approval::of_permit2() }, "erc20_approval_asset_mismatch"),
         (Approval { signer: Some(&stranger), ..Approval::of_permit2() }, "erc20_approval_tx_signer_mismatch"),
         (Approval { nonce: Some(5), ..Approval::of_permit2() }, "erc20_approval_tx_failed"),
+        // One that could never be mined (below the base fee) would hold the settlement in vain.
+        (Approval { max_fee: Some(1), ..Approval::of_permit2() }, "erc20_approval_tx_failed"),
     ];
     for (offer, why) in cases {
         let approval = token.signed_approval(&t, &buyer, offer).await;
@@ -403,8 +405,95 @@ async fn a_signed_approval_offered_by_the_payer_is_sent_before_its_settlement() 
     assert_eq!(v["success"], true, "{v}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
     // Again: the permit is used, the approval mined; nothing more moves.
-    let (_, v) = t.call("POST", "/settle", &key, Some(verify(approval))).await;
+    let (_, v) = t.call("POST", "/settle", &key, Some(verify(approval.clone()))).await;
     assert!(v["success"] == true || reason(&v) == "permit2_invalid_nonce", "{v}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
     assert_eq!(token.balance(&t, buyer.address()).await, 9_000_000);
+    // The allowance revoked; a new permit offering the approval mined before: refused.
+    token.approve_permit2(&t, &buyer, U256::ZERO).await;
+    let renewed = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, renewed, approval))).await;
+    assert_eq!(reason(&v), "permit2_allowance_required", "{v}");
+}
+
+/// Attacks found by the attacker pass: a settled permit's payer and nonce (public on chain once
+/// settled) presented again with a forged signature is not answered with that settlement, on
+/// x402 /settle nor on the gateway (which names no payment to follow); a payer that is a wallet
+/// contract accepting any signature only at a zero gas price (as simulations run by default)
+/// costs the facilitator no reverted transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_repeat_of_a_settled_permit_and_a_gas_price_trap_are_refused() {
+    use alloy::providers::Provider as _;
+    let (t, key, token, buyer) = setup().await;
+    let chain = t.anvil.chain_id();
+    let seller = Address::repeat_byte(0x56);
+    let req = requirement(&t, "exact", token.address(), seller, 1_000_000);
+    let good = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
+    let (_, v) = t.call("POST", "/settle", &key, Some(body(&req, &req, good.clone(), json!({})))).await;
+    assert_eq!(v["success"], true, "{v}");
+    // The same proof again (a seller's retry): answered with its settlement.
+    let (_, again) = t.call("POST", "/settle", &key, Some(body(&req, &req, good.clone(), json!({})))).await;
+    assert_eq!((again["success"].as_bool(), &again["transaction"]), (Some(true), &v["transaction"]), "{again}");
+    // Its payer and nonce with another signature: used, not answered.
+    let mut forged = good.clone();
+    forged["signature"] = json!(format!("0x{}", "ab".repeat(65)));
+    let (_, v) = t.call("POST", "/settle", &key, Some(body(&req, &req, forged.clone(), json!({})))).await;
+    assert_eq!((v["success"].as_bool(), reason(&v)), (Some(false), "duplicate_settlement".to_owned()), "{v}");
+    let header = tollgate_protocol::x402::header::encode(&json!({"x402Version": 2, "accepted": req, "payload": forged,
+        "resource": {"url": "https://seller.example/report", "description": "", "mimeType": ""}}))
+    .unwrap();
+    let seller_wallet = seller.to_string();
+    let receive = json!({"walletAddress": seller_wallet, "paymentProof": header, "expectedAmount": 1,
+        "network": t.network().to_string(), "asset": token.address().to_string(),
+        "resource": "https://seller.example/report", "method": "GET"});
+    let (s, e) = t.call("POST", "/payment/receive", &key, Some(receive)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("already used"), "{e}");
+    assert!(e["error"].get("paymentId").is_none_or(Value::is_null), "no payment named to follow: {e}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+    // A payer without Permit2's allowance, through the gateway: the reason leads its message,
+    // for a seller's layer to answer 412 as x402 servers do.
+    let unapproved = PrivateKeySigner::random();
+    token.mint(&t, unapproved.address(), 1_000_000).await;
+    let permit = Permit::exact(token.address(), 1_000_000, seller).signed(&unapproved, chain);
+    let header = tollgate_protocol::x402::header::encode(&json!({"x402Version": 2, "accepted": req, "payload": permit,
+        "resource": {"url": "https://seller.example/report", "description": "", "mimeType": ""}}))
+    .unwrap();
+    let receive = json!({"walletAddress": seller_wallet, "paymentProof": header, "expectedAmount": 1,
+        "network": t.network().to_string(), "asset": token.address().to_string(),
+        "resource": "https://seller.example/report", "method": "GET"});
+    let (s, e) = t.call("POST", "/payment/receive", &key, Some(receive)).await;
+    assert_eq!(s, StatusCode::PAYMENT_REQUIRED, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("permit2_allowance_required: "), "{e}");
+
+    // A wallet contract that accepts any signature only while tx.gasprice is 0.
+    let wallet = Address::repeat_byte(0x77);
+    let rpc = t.backend().rpc.clone();
+    let provider = rpc.provider();
+    let code = "0x3a15600a57600080fd005b631626ba7e60e01b60005260206000f3";
+    let _: Value = provider.raw_request("anvil_setCode".into(), (wallet, code)).await.unwrap();
+    token.mint(&t, wallet, 1_000_000).await;
+    t.fund(&wallet.to_string(), common::evm::ETH).await;
+    let _: Value = provider.raw_request("anvil_impersonateAccount".into(), (wallet,)).await.unwrap();
+    let approve = alloy::sol_types::SolCall::abi_encode(&tollgate_encoding::permit2::Erc20::approveCall {
+        spender: PERMIT2,
+        value: U256::MAX,
+    });
+    let tx = alloy::rpc::types::TransactionRequest::default()
+        .from(wallet)
+        .to(token.address())
+        .input(alloy::primitives::Bytes::from(approve).into());
+    let sent = provider.send_transaction(tx).await.unwrap();
+    sent.get_receipt().await.unwrap();
+    let facilitator = t.backend().signer.as_ref().unwrap().0.address();
+    let nonce_before = rpc.mined_nonce(facilitator).await.unwrap();
+    for _ in 0..3 {
+        let mut trap = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
+        trap["permit2Authorization"]["from"] = json!(wallet.to_string());
+        trap["signature"] = json!(format!("0x{}", "00".repeat(65)));
+        let (_, v) = t.call("POST", "/settle", &key, Some(body(&req, &req, trap, json!({})))).await;
+        assert_eq!(v["success"], false, "{v}");
+    }
+    assert_eq!(rpc.mined_nonce(facilitator).await.unwrap(), nonce_before, "no settlement sent to revert");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }

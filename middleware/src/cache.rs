@@ -50,8 +50,9 @@ pub(crate) enum Known {
     /// Refused for `ticket`: a repeat of it is answered again without the facilitator while
     /// remembered. (A refusal can be the ticket's: "made for another resource".)
     Refused { ticket: Ticket, reason: String },
-    /// Paid, not yet confirmed: a retry of `ticket` asks the facilitator how it ended.
-    Pending { ticket: Ticket, payment_id: Option<String> },
+    /// Paid, not yet confirmed: a retry of `ticket` asks the facilitator how it ended (for a
+    /// metered price, how its settlement of `charged` ended).
+    Pending { ticket: Ticket, payment_id: Option<String>, charged: Option<tollgate_protocol::AtomicAmount> },
 }
 
 impl Known {

@@ -297,8 +297,9 @@ enum Remembered {
     Answer(Response<PaymentBody>),
     /// Accepted for this ticket: served again, with its settlement header.
     Serve(Payment, Option<http::HeaderValue>),
-    /// To settle (or to follow, when a settlement was seen pending: its payment id).
-    Settle { pending: Option<Option<String>> },
+    /// To settle (or to follow, when a settlement was seen pending: its payment id, and for a
+    /// metered price the charge it settles).
+    Settle { pending: Option<(Option<String>, Option<AtomicAmount>)> },
 }
 
 /// A settled proof: remembered as accepted for its resource, then the handler's answer with the
@@ -411,7 +412,9 @@ impl Paid<'_> {
             Some(Known::Refused { ticket, reason }) if ticket == self.ticket => {
                 Remembered::Answer(self.refused(reason, offers, headers).into_response())
             }
-            Some(Known::Pending { payment_id, .. }) => Remembered::Settle { pending: Some(payment_id.clone()) },
+            Some(Known::Pending { payment_id, charged, .. }) => {
+                Remembered::Settle { pending: Some((payment_id.clone(), *charged)) }
+            }
             Some(Known::Refused { .. }) | None => Remembered::Settle { pending: None },
         }
     }
@@ -424,7 +427,7 @@ impl Paid<'_> {
         key: &str,
         inner: S,
         request: Request<ReqBody>,
-        pending: Option<Option<String>>,
+        pending: Option<(Option<String>, Option<AtomicAmount>)>,
         offers: &[Offer],
     ) -> Result<Outcome, S::Error>
     where
@@ -442,9 +445,19 @@ impl Paid<'_> {
             return Ok(Outcome::not_paid(self.not_paid(key, Verdict::Refused { reason }, offers, &headers).await));
         }
         let flow = PaymentFlow::of(requirement.extra.as_ref()).unwrap_or(PaymentFlow::Authorization);
+        let metered = requirement.scheme == SCHEME_UPTO;
         if pending.is_some() || flow == PaymentFlow::Upfront {
             let verdict = match &pending {
-                Some(payment_id) => facilitator.follow(payment_id.as_deref(), self.claim).await,
+                // A metered settlement is followed for the charge it settles.
+                Some((payment_id, Some(charged))) => {
+                    let charged_requirement = PaymentRequirements { amount: *charged, ..requirement.clone() };
+                    let claim = Claim { requirement: &charged_requirement, ..self.claim };
+                    match facilitator.follow(payment_id.as_deref(), claim).await {
+                        Verdict::Paid(payment) => Verdict::Paid(payment.with_maximum(requirement.amount)),
+                        other => other,
+                    }
+                }
+                Some((payment_id, None)) => facilitator.follow(payment_id.as_deref(), self.claim).await,
                 None => facilitator.settle_before(self.claim).await,
             };
             return Ok(match verdict {
@@ -452,7 +465,6 @@ impl Paid<'_> {
                 other => Outcome::not_paid(self.not_paid(key, other, offers, &headers).await),
             });
         }
-        let metered = requirement.scheme == SCHEME_UPTO;
         let verified = match facilitator.verify(self.claim).await {
             // Settled already for this seller (its first answer was lost): paid.
             Verdict::Paid(payment) if payment.transaction.is_some() => {
@@ -512,8 +524,18 @@ impl Paid<'_> {
                 (Verdict::Paid(payment), Some(most)) => Verdict::Paid(payment.with_maximum(most)),
                 (verdict, _) => verdict,
             };
-            if let Verdict::Paid(payment) = &verdict {
-                config.cache.put(&key, Known::accepted(&ticket, payment)).await;
+            match &verdict {
+                Verdict::Paid(payment) => config.cache.put(&key, Known::accepted(&ticket, payment)).await,
+                // A retry follows it for this charge (the buyer may have hung up meanwhile).
+                Verdict::Pending { payment_id, .. } if maximum.is_some() => {
+                    let known = Known::Pending {
+                        ticket: ticket.clone(),
+                        payment_id: payment_id.clone(),
+                        charged: Some(charged),
+                    };
+                    config.cache.put(&key, known).await;
+                }
+                _ => {}
             }
             verdict
         });
@@ -548,7 +570,12 @@ impl Paid<'_> {
         match verdict {
             Verdict::Paid(_) => challenge::unavailable(false), // not reached: callers handle success
             Verdict::Pending { payment_id, transaction } => {
-                let known = Known::Pending { ticket: self.ticket.clone(), payment_id: payment_id.clone() };
+                // A metered settlement's task remembered the charge it settles: kept.
+                let charged = match self.config.cache.get(key).await.as_deref() {
+                    Some(Known::Pending { charged, ticket, .. }) if ticket == self.ticket => *charged,
+                    _ => None,
+                };
+                let known = Known::Pending { ticket: self.ticket.clone(), payment_id: payment_id.clone(), charged };
                 self.config.cache.put(key, known).await;
                 challenge::pending(payment_id.as_deref(), transaction.as_deref(), self.config.retry_after_secs)
             }

@@ -52,6 +52,10 @@ struct Ledger {
     no_allowance: bool,
     /// When set, a settlement says it started, waits to be released, and says it is done.
     gate: Option<Arc<Gate>>,
+    /// When set, the first settlement is left pending (then followed).
+    pending_once: std::sync::atomic::AtomicBool,
+    /// The amounts pending settlements were followed for.
+    followed: Mutex<Vec<u128>>,
 }
 
 /// The steps of a settlement held open by the test.
@@ -109,6 +113,10 @@ impl Facilitator for Ledger {
         if Self::refuses(&claim) {
             return Verdict::Refused { reason: "permit2_invalid_nonce: used".into() };
         }
+        if self.pending_once.swap(false, Ordering::SeqCst) {
+            self.settled.lock().unwrap().push(claim.requirement.amount.get());
+            return Verdict::Pending { payment_id: Some("pay_1".into()), transaction: Some("0xpending".into()) };
+        }
         let r = claim.requirement;
         if let Some(gate) = &self.gate {
             gate.started.notify_one();
@@ -127,8 +135,15 @@ impl Facilitator for Ledger {
         )
     }
 
-    async fn follow(&self, _payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
-        self.settle(claim).await
+    async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
+        assert_eq!(payment_id, Some("pay_1"), "the payment seen pending is followed");
+        let r = claim.requirement;
+        self.followed.lock().unwrap().push(r.amount.get());
+        Verdict::Paid(
+            Payment::new(r.network.clone(), r.asset, r.amount, r.pay_to)
+                .with_payer(BUYER)
+                .with_transaction("0xpending"),
+        )
     }
 }
 
@@ -521,4 +536,20 @@ async fn a_buyer_hanging_up_after_being_served_is_charged_once_and_its_retry_ser
         (vec![500], 1),
         "served again, not settled again"
     );
+}
+
+#[tokio::test]
+async fn a_metered_settlement_left_pending_is_followed_for_its_charge_not_the_most() {
+    let ledger = Arc::new(Ledger { pending_once: true.into(), ..Ledger::default() });
+    let app = store(&ledger);
+    let offer = metered_offer(&app, "/complete?words=8").await;
+    let proof = permit(&offer, 1, |_| {});
+    let first = call(&app, "GET", "/complete?words=8", Some(&proof)).await;
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE, "broadcast, not yet confirmed: {}", first.body);
+    assert_eq!(first.cache_control(), "no-store");
+    let retry = call(&app, "GET", "/complete?words=8", Some(&proof)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", retry.body);
+    assert_eq!(retry.settlement()["amount"], "800", "the charge, as settled");
+    assert_eq!(*ledger.followed.lock().unwrap(), vec![800], "followed for the 8 words charged, not the most");
+    assert_eq!(ledger.settled(), vec![800], "settled once");
 }

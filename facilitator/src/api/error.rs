@@ -181,11 +181,14 @@ impl IntoResponse for ApiError {
 }
 
 impl From<Refusal> for ApiError {
-    /// `402 INVALID_PAYMENT_PROOF` with the sentence; insufficient funds keep their x402 prefix so
-    /// a client can tell them apart.
+    /// `402 INVALID_PAYMENT_PROOF` with the sentence; insufficient funds and a missing Permit2
+    /// allowance keep their x402 prefix so a client (a seller's layer answering 412) can tell
+    /// them apart.
     fn from(r: Refusal) -> Self {
         let message = match r.reason {
-            Reason::InsufficientFunds => format!("{}: {}", r.reason.as_str(), r.message),
+            Reason::InsufficientFunds | Reason::Permit2AllowanceRequired => {
+                format!("{}: {}", r.reason.as_str(), r.message)
+            }
             _ => r.message,
         };
         Self::new(ErrorCode::InvalidPaymentProof, message)

@@ -306,14 +306,15 @@ impl Payments {
         Ok(self.store().get_wallet(address).await?.map(|w| w.account_id))
     }
 
-    /// The payment `account` receives for a checked proof claimed under `proof_id` (status
-    /// `verified`, hosted).
+    /// The payment `account` receives for a checked proof, `payload`, claimed under `proof_id`
+    /// (status `verified`, hosted). Its metadata keeps the method it was made for and the
+    /// proof's digest (see [`same_proof`]).
     async fn received(
         &self,
         account: &str,
         terms: &Terms,
         checked: &Checked,
-        proof_id: String,
+        (proof_id, payload): (String, &PaymentPayload),
     ) -> Result<NewPayment, PaymentError> {
         let payer = checked.payer.to_string();
         Ok(NewPayment {
@@ -333,9 +334,14 @@ impl Payments {
             transaction: None,
             tx_raw: None,
             resource: terms.resource.clone(),
-            metadata: terms.method.as_ref().map(|method| {
-                serde_json::Map::from_iter([("method".to_owned(), serde_json::Value::String(method.clone()))])
-            }),
+            metadata: Some(serde_json::Map::from_iter(
+                terms
+                    .method
+                    .as_ref()
+                    .map(|method| ("method".to_owned(), serde_json::Value::String(method.clone())))
+                    .into_iter()
+                    .chain([(PROOF_DIGEST.to_owned(), serde_json::Value::String(proof_digest(payload)))]),
+            )),
             proof_id: Some(proof_id),
             expires_at: None,
             last_valid_block_height: None,
@@ -361,6 +367,26 @@ fn covers(p: &NewPayment, terms: &Terms) -> bool {
         && terms.price.check(p.amount_atomic.get(), p.decimals, crate::chains::Reason::InvalidPayload).is_ok()
         && p.resource == terms.resource
         && method_of(p) == terms.method.as_deref()
+}
+
+/// The metadata key of a received payment's proof digest.
+const PROOF_DIGEST: &str = "proofDigest";
+
+/// SHA-256 (hex) of what a payload proves with: its scheme payload, as it was sent.
+fn proof_digest(payload: &PaymentPayload) -> String {
+    use sha2::Digest as _;
+    let bytes = serde_json::to_vec(payload.payload()).unwrap_or_default();
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `payload` is the very proof `p` was made with (payments recorded before digests were
+/// kept: whichever proof holds their identity).
+fn same_proof(p: &NewPayment, payload: &PaymentPayload) -> bool {
+    p.metadata
+        .as_ref()
+        .and_then(|m| m.get(PROOF_DIGEST))
+        .and_then(serde_json::Value::as_str)
+        .is_none_or(|digest| digest == proof_digest(payload))
 }
 
 /// The HTTP method a received payment was made for, when its seller named one.

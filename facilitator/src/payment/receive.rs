@@ -64,7 +64,7 @@ impl Payments {
             Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
         };
         self.sponsor(&r, &checked).await?;
-        let payment = self.received(&r.account, &r.terms, &checked, proof_id).await?;
+        let payment = self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload)).await?;
         let settled = match checked.settle {
             Settle::Recorded { tx_id } => self.record_confirmed(&*chain, payment, tx_id).await,
             Settle::Broadcast(outgoing) => self.settle_new(&*chain, payment, Source::Ready(outgoing), r.wait).await,
@@ -95,7 +95,13 @@ impl Payments {
         r: &Receive,
     ) -> Result<StoredPayment, PaymentError> {
         let p = &holder.payment;
-        let own = p.owner_account == r.account && p.mode == PaymentMode::Hosted && covers(p, &r.terms);
+        // The caller's own payment, for the same terms, made with this very proof: not another
+        // payload claiming its identity (a payer and nonce are public on chain once settled, a
+        // signature is anyone's to forge).
+        let own = p.owner_account == r.account
+            && p.mode == PaymentMode::Hosted
+            && covers(p, &r.terms)
+            && super::same_proof(p, &r.payload);
         if own && !p.status.is_final() {
             holder = self.resume(chain, holder, r.wait).await?;
             if !holder.payment.status.is_final() {
@@ -107,7 +113,9 @@ impl Payments {
             return Ok(holder);
         }
         let p = &holder.payment;
-        let visible = holder.visible_to(&r.account);
+        // Named only to its owner, presenting that very proof (a seller's layer follows the
+        // payment it names).
+        let visible = holder.visible_to(&r.account) && super::same_proof(p, &r.payload);
         Err(PaymentError::ProofUsed { payment_id: p.id.clone(), holder: visible.then(|| Box::new(holder)) })
     }
 
@@ -273,7 +281,7 @@ impl Payments {
             expires_at: Some(expires_at),
             last_valid_block_height: Some(horizon),
             tx_raw: Some(transaction.clone()),
-            ..self.received(&r.account, &r.terms, &checked, proof_id).await?
+            ..self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload)).await?
         };
         let payment = self.store().insert_payment(&payment).await?;
         Ok(Handed { payment, transaction, fee, horizon, expires_at })

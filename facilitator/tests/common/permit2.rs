@@ -89,8 +89,8 @@ impl P2Token {
             chain_id: t.anvil.chain_id(),
             nonce,
             gas_limit: 70_000,
-            max_fee_per_gas: fees.max_fee_per_gas,
-            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            max_fee_per_gas: offer.max_fee.unwrap_or(fees.max_fee_per_gas),
+            max_priority_fee_per_gas: offer.max_fee.unwrap_or(fees.max_priority_fee_per_gas),
             to: TxKind::Call(offer.target.unwrap_or(self.address())),
             value: U256::ZERO,
             access_list: Default::default(),
@@ -119,12 +119,22 @@ pub struct Approval<'a> {
     pub signer: Option<&'a PrivateKeySigner>,
     /// Another nonce than the owner's next.
     pub nonce: Option<u64>,
+    /// Another most fee per gas than the network's.
+    pub max_fee: Option<u128>,
 }
 
 impl Approval<'_> {
     /// Permit2 may spend all of it.
     pub const fn of_permit2() -> Self {
-        Self { spender: PERMIT2, approved: PERMIT2, value: U256::MAX, target: None, signer: None, nonce: None }
+        Self {
+            spender: PERMIT2,
+            approved: PERMIT2,
+            value: U256::MAX,
+            target: None,
+            signer: None,
+            nonce: None,
+            max_fee: None,
+        }
     }
 }
 

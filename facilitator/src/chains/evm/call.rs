@@ -42,8 +42,18 @@ pub(super) async fn prepare(
     }
     // Settling: the estimate simulates the call again against the chain as it is now, and
     // gives the gas limit. A limit of the cap instead would let a payer's wallet contract that
-    // spends whatever gas it is given burn the cap on every settlement.
-    let gas = match rpc.estimate(call).await? {
+    // spends whatever gas it is given burn the cap on every settlement. The facilitator's call
+    // is simulated at the fees it is signed with: a payer's wallet contract that passes only at
+    // a zero gas price (as simulations run by default) fails here, not on chain at its cost.
+    let fees = match settler {
+        Settler::Facilitator => Some(rpc.fees().await?),
+        Settler::Seller(_) => None,
+    };
+    let priced = match &fees {
+        Some(f) => call.max_fee_per_gas(f.max_fee_per_gas).max_priority_fee_per_gas(f.max_priority_fee_per_gas),
+        None => call,
+    };
+    let gas = match rpc.estimate(priced).await? {
         Ok(gas) => gas,
         Err(failure) => return Ok(Prepared::Fails(failure)),
     };
@@ -53,14 +63,13 @@ pub(super) async fn prepare(
     // Margin over the estimate, within the cap.
     let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
     let call = ContractCall { backend: CallSender::of(backend), to, data, gas_limit, fees: None, first: None };
-    Ok(match settler {
-        Settler::Facilitator => {
+    Ok(match (settler, fees) {
+        (Settler::Facilitator, Some(fees)) => {
             // The fees it is signed with, read once: what the account's budget counts.
-            let fees = rpc.fees().await?;
             let fee = u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas);
             Prepared::Passes(Settle::Sign(Box::new(ContractCall { fees: Some(fees), ..call })), Some(fee))
         }
-        Settler::Seller(_) => {
+        _ => {
             let (transaction, fee) = call.unsigned_from(sender).await?;
             let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
             Prepared::Passes(Settle::Handover { transaction, fee, horizon }, None)
@@ -209,7 +218,12 @@ impl ContractCall {
         if !mined.status() {
             return Err(ChainError(format!("the payer's approval {hash:#x} failed on chain")));
         }
-        let call = TransactionRequest::default().from(sender).to(self.to).input(Bytes::from(self.data.clone()).into());
+        let mut call =
+            TransactionRequest::default().from(sender).to(self.to).input(Bytes::from(self.data.clone()).into());
+        // At the fees it is signed with (see [`prepare`]).
+        if let Some(f) = &self.fees {
+            call = call.max_fee_per_gas(f.max_fee_per_gas).max_priority_fee_per_gas(f.max_priority_fee_per_gas);
+        }
         match rpc.estimate(call).await? {
             Ok(gas) if gas <= self.gas_limit => Ok(gas.saturating_add(gas / 5).min(self.gas_limit)),
             Ok(gas) => Err(ChainError(format!("the settlement needs {gas} gas, above the {} counted", self.gas_limit))),

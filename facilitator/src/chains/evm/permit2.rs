@@ -79,6 +79,7 @@ struct Approval {
     target: Option<Address>,
     approves: Option<(Address, U256)>,
     chain_id: u64,
+    max_fee_per_gas: u128,
     gas_cost: u128,
     raw: Vec<u8>,
     hash: B256,
@@ -110,6 +111,7 @@ impl Approval {
             target: tx.to.to().copied(),
             approves,
             chain_id: tx.chain_id,
+            max_fee_per_gas: tx.max_fee_per_gas,
             gas_cost: u128::from(tx.gas_limit).saturating_mul(tx.max_fee_per_gas),
             hash: *signed.hash(),
             raw,
@@ -472,19 +474,36 @@ async fn approved_first(
     let rpc = &backend.rpc;
     let (word, bit) = wire::nonce_position(t.nonce);
     let bitmap = wire::Permit2::nonceBitmapCall { owner: t.from, word };
-    let (next, eth, tokens, nonces) = tokio::join!(
+    let (next, eth, tokens, nonces, fees) = tokio::join!(
         rpc.pending_nonce(t.from),
         rpc.balance(t.from),
         erc20::balance_of(rpc, token, t.from),
         erc20::view(rpc, PERMIT2, &bitmap),
+        rpc.fees(),
     );
-    // Its nonce is the payer's next, or it was mined already (a retry after a crash).
+    // Its nonce is the payer's next: it is still to be sent. (Mined already, the allowance it
+    // gave is spent or revoked: the permit cannot settle.)
     let next = next?;
-    let mined = approval.nonce < next && rpc.receipt(approval.hash).await?.is_some();
-    if approval.nonce != next && !mined {
+    if approval.nonce < next {
+        return Err(refuse(
+            Reason::Permit2AllowanceRequired,
+            format!("{} has no Permit2 allowance left, and its approval's nonce is used", t.from),
+        ));
+    }
+    if approval.nonce != next {
         return Err(refuse(
             Reason::Erc20ApprovalTxFailed,
             format!("the approval's nonce {} is not the payer's next ({next})", approval.nonce),
+        ));
+    }
+    // One that pays less than the network's base fee is never mined: the settlement would wait
+    // for it in vain, at the seller's sponsorship budget.
+    let fees = fees?;
+    let base_fee = fees.max_fee_per_gas.saturating_sub(fees.max_priority_fee_per_gas) / 2;
+    if approval.max_fee_per_gas < base_fee {
+        return Err(refuse(
+            Reason::Erc20ApprovalTxFailed,
+            format!("the approval pays {} wei of gas, below the network's {base_fee}", approval.max_fee_per_gas),
         ));
     }
     if eth? < U256::from(approval.gas_cost) {
