@@ -497,3 +497,27 @@ async fn a_forged_repeat_of_a_settled_permit_and_a_gas_price_trap_are_refused() 
     assert_eq!(rpc.mined_nonce(facilitator).await.unwrap(), nonce_before, "no settlement sent to revert");
     assert_eq!(token.balance(&t, seller).await, 1_000_000);
 }
+
+/// One permit settled by eight requests at once: one settlement is sent, and the account's
+/// sponsorship budget counts that one only (the requests that lost the claim give back what
+/// they reserved; before, each reserved the most its settlement could cost, and duplicates of
+/// one valid permit could spend a seller's day of budget).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicates_of_a_permit_count_one_settlement_against_the_budget() {
+    use tollgate_facilitator::store::AccountStore as _;
+    let (t, _, token, buyer) = setup().await;
+    let (key, wallet) = t.customer().await;
+    let account = t.store.get_wallet(&wallet).await.unwrap().unwrap().account_id;
+    let chain = t.anvil.chain_id();
+    let seller = Address::repeat_byte(0x57);
+    let req = requirement(&t, "exact", token.address(), seller, 1_000_000);
+    let permit = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
+    let settle = body(&req, &req, permit, json!({}));
+    let answers =
+        futures_util::future::join_all((0..8).map(|_| t.call("POST", "/settle", &key, Some(settle.clone())))).await;
+    assert!(answers.iter().all(|(s, _)| *s == StatusCode::OK), "{answers:?}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "settled once");
+    let day = chrono::Utc::now().timestamp().div_euclid(86_400);
+    let (spent, largest) = t.store.sponsorship_spent(&account, tollgate_protocol::ChainFamily::Evm, day).await.unwrap();
+    assert!(spent > 0 && spent == largest, "one settlement counted: spent {spent}, largest {largest}");
+}

@@ -63,7 +63,7 @@ impl Payments {
             Ok(checked) => checked,
             Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
         };
-        self.sponsor(&r, &checked).await?;
+        let sponsored = self.sponsor(&r, &checked).await?;
         let payment = self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload)).await?;
         let settled = match checked.settle {
             Settle::Recorded { tx_id } => self.record_confirmed(&*chain, payment, tx_id).await,
@@ -74,11 +74,17 @@ impl Payments {
             }
         };
         match settled {
-            // A twin request claimed it between our look and our insert.
-            Err(PaymentError::ProofUsed { payment_id, .. }) => match self.store().get_payment(&payment_id).await? {
-                Some(holder) => self.answer_claimed(&*chain, holder, &r).await,
-                None => Err(PaymentError::ProofUsed { payment_id, holder: None }),
-            },
+            // A twin request claimed it between our look and our insert: this one sent nothing,
+            // and gives back what it reserved of the account's budget.
+            Err(PaymentError::ProofUsed { payment_id, .. }) => {
+                if let Some((family, day, fee)) = sponsored {
+                    self.store().release_sponsorship(&r.account, family, day, fee).await?;
+                }
+                match self.store().get_payment(&payment_id).await? {
+                    Some(holder) => self.answer_claimed(&*chain, holder, &r).await,
+                    None => Err(PaymentError::ProofUsed { payment_id, holder: None }),
+                }
+            }
             other => other,
         }
     }
@@ -165,18 +171,24 @@ impl Payments {
     /// the account's daily budget, atomically in storage, before anything is claimed or sent.
     /// Each settlement counts the most it can cost.
     ///
+    /// What was counted (chain family, day, amount), to give back if nothing is sent.
+    ///
     /// # Errors
     /// [`PaymentError::SponsorshipSpent`] when it would pass the budget (nothing counted).
-    async fn sponsor(&self, r: &Receive, checked: &Checked) -> Result<(), PaymentError> {
+    async fn sponsor(
+        &self,
+        r: &Receive,
+        checked: &Checked,
+    ) -> Result<Option<(tollgate_protocol::ChainFamily, i64, u64)>, PaymentError> {
         if !matches!(checked.settle, Settle::Sign(_)) {
-            return Ok(());
+            return Ok(None);
         }
         let family = r.terms.network.family();
         let fee = u64::try_from(checked.fee.unwrap_or(0)).unwrap_or(u64::MAX);
         let budget = r.sponsorship.per_day(family);
         let (day, renews_in_secs) = self.sponsorship_day();
         match self.store().reserve_sponsorship(&r.account, family, day, fee, budget).await? {
-            Some(_) => Ok(()),
+            Some(_) => Ok(Some((family, day, fee))),
             None => Err(PaymentError::SponsorshipSpent {
                 message: format!(
                     "the network fees this facilitator pays for your account today would pass the plan's budget of \

@@ -383,6 +383,9 @@ pub trait AccountStore: Send + Sync + 'static {
         amount: u64,
         budget: u64,
     ) -> StoreResult<Option<u64>>;
+    /// Gives back `amount` reserved for a settlement that sent nothing (another request claimed
+    /// its proof first): never below nothing.
+    async fn release_sponsorship(&self, account: &str, family: ChainFamily, day: i64, amount: u64) -> StoreResult<()>;
     /// The epoch dashboard sessions are signed with now.
     async fn dashboard_epoch(&self) -> StoreResult<i64>;
     /// Ends every dashboard session: raises the epoch; the new one.

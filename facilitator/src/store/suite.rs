@@ -583,6 +583,13 @@ async fn racing_settlements_never_spend_past_the_sponsorship_budget(store: Arc<S
     assert_eq!(store.reserve_sponsorship("other", ChainFamily::Solana, 20_000, 101, 100).await.unwrap(), None);
     assert_eq!(store.sponsorship_spent("other", ChainFamily::Solana, 20_000).await.unwrap(), (7, 7));
     assert_eq!(store.sponsorship_spent("nobody", ChainFamily::Solana, 20_000).await.unwrap(), (0, 0));
+    // Given back when nothing was sent: room again, never below nothing.
+    store.release_sponsorship("other", ChainFamily::Solana, 20_000, 5).await.unwrap();
+    assert_eq!(store.sponsorship_spent("other", ChainFamily::Solana, 20_000).await.unwrap().0, 2);
+    store.release_sponsorship("other", ChainFamily::Solana, 20_000, 50).await.unwrap();
+    assert_eq!(store.sponsorship_spent("other", ChainFamily::Solana, 20_000).await.unwrap().0, 0);
+    store.release_sponsorship("nobody", ChainFamily::Solana, 20_000, 5).await.unwrap();
+    assert_eq!(store.sponsorship_spent("nobody", ChainFamily::Solana, 20_000).await.unwrap(), (0, 0));
 }
 
 /// Payments A→B and B→A between two accounts' wallets, inserted concurrently, all land: their

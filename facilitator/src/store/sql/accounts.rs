@@ -156,6 +156,23 @@ impl AccountStore for SqlStore {
             .map_err(Into::into)
     }
 
+    async fn release_sponsorship(&self, account: &str, family: ChainFamily, day: i64, amount: u64) -> StoreResult<()> {
+        let amount = to_i64(amount, "sponsorship amount")?;
+        let sql = self.sql(
+            "UPDATE sponsorship SET spent = CASE WHEN spent > ? THEN spent - ? ELSE 0 END \
+             WHERE account_id = ? AND family = ? AND day = ?",
+        );
+        sqlx::query(&sql)
+            .bind(amount)
+            .bind(amount)
+            .bind(account)
+            .bind(family.namespace())
+            .bind(day)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn sponsorship_spent(&self, account: &str, family: ChainFamily, day: i64) -> StoreResult<(u64, u64)> {
         let sql = self.sql("SELECT spent, largest FROM sponsorship WHERE account_id = ? AND family = ? AND day = ?");
         let row = sqlx::query(&sql).bind(account).bind(family.namespace()).bind(day).fetch_optional(&self.pool).await?;
