@@ -216,8 +216,6 @@ impl EvmWallet {
             valid_after: U256::from(now.saturating_sub(VALID_AFTER_SLACK_SECS)),
         };
         let signature = self.signer.sign_hash_sync(&message.signing_hash(chain_id)).map_err(build_error)?;
-        let address = |a: EvmAddress| Address::Evm(a.into_array());
-        let atomic = |v: U256| AtomicAmount(u128::try_from(v).unwrap_or(u128::MAX));
         let payload = Permit2Payload {
             signature: format!("0x{}", alloy::hex::encode(signature.as_bytes())),
             permit2_authorization: Permit2Authorization {
@@ -277,8 +275,6 @@ impl EvmWallet {
         let permit = wire::Permit { owner, spender: PERMIT2, value: amount, nonce, deadline };
         let digest = wire::eip2612_signing_hash((&name, &version, self.network().await?.1), token, &permit);
         let signature = self.signer.sign_hash_sync(&digest).map_err(build_error)?;
-        let address = |a: EvmAddress| Address::Evm(a.into_array());
-        let atomic = |v: U256| AtomicAmount(u128::try_from(v).unwrap_or(u128::MAX));
         Ok(Some(Eip2612Sponsoring {
             from: address(owner),
             asset: address(token),
@@ -419,6 +415,17 @@ impl EvmWallet {
             None,
         ))
     }
+}
+
+/// An EVM address as the protocol writes it.
+fn address(a: EvmAddress) -> Address {
+    Address::Evm(a.into_array())
+}
+
+/// A uint256 far below 2^128 in practice (a deadline, a nonce, an amount), as the protocol
+/// writes it.
+fn atomic(v: U256) -> AtomicAmount {
+    AtomicAmount(u128::try_from(v).unwrap_or(u128::MAX))
 }
 
 #[cfg(test)]

@@ -243,6 +243,8 @@ async fn a_daemon_killed_during_an_upto_settlement_charges_it_once_after_restart
     use tollgate_facilitator::chains::evm::rpc::{DEFAULT_CALL_TIMEOUT, EvmRpc};
     use tollgate_facilitator::devnet::{self, DevToken, TokenKind};
 
+    use common::permit2::{Permit, body};
+
     let anvil = alloy::node_bindings::Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().unwrap();
     let rpc = EvmRpc::connect(&anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
     let eth = U256::from(10u128.pow(19));
@@ -263,31 +265,13 @@ async fn a_daemon_killed_during_an_upto_settlement_charges_it_once_after_restart
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let key = cli_with(dir.path(), &env, &["keys", "create", "--plan", "premium"]).trim().to_owned();
     let seller = alloy::primitives::Address::repeat_byte(0x54);
-    let now = chrono::Utc::now().timestamp().unsigned_abs();
-    let permit = tollgate_encoding::permit2::Permit2Message {
-        token: token.address,
-        amount: U256::from(50_000u64),
-        spender: tollgate_encoding::permit2::UPTO_PROXY,
-        nonce: U256::from(7u64),
-        deadline: U256::from(now + 600),
-        to: seller,
-        facilitator: Some(signer.address()),
-        valid_after: U256::ZERO,
-    };
-    let signature = alloy::signers::SignerSync::sign_hash_sync(&buyer, &permit.signing_hash(rpc.chain_id())).unwrap();
+    let permit = Permit::upto(token.address, 50_000, seller, signer.address()).signed(&buyer, rpc.chain_id());
     let most = json!({"scheme": "upto", "network": format!("eip155:{}", rpc.chain_id()), "amount": "50000",
         "asset": token.address.to_string(), "payTo": seller.to_string(), "maxTimeoutSeconds": 30,
         "extra": {"assetTransferMethod": "permit2", "facilitatorAddress": signer.address().to_string()}});
     let mut charged = most.clone();
     charged["amount"] = json!("20000");
-    let settle = json!({"x402Version": 2, "paymentRequirements": charged, "paymentPayload": {"x402Version": 2,
-        "accepted": most, "resource": {"url": "https://seller.example/complete", "description": "", "mimeType": ""},
-        "payload": {"signature": alloy::primitives::hex::encode_prefixed(signature.as_bytes()),
-            "permit2Authorization": {"from": buyer.address().to_string(),
-                "permitted": {"token": token.address.to_string(), "amount": "50000"},
-                "spender": tollgate_encoding::permit2::UPTO_PROXY.to_string(), "nonce": "7",
-                "deadline": (now + 600).to_string(),
-                "witness": {"to": seller.to_string(), "facilitator": signer.address().to_string(), "validAfter": "0"}}}}});
+    let settle = body(&most, &charged, permit, json!({}));
 
     // Nothing is mined from now on: the settlement is broadcast and waits.
     let _: Value = rpc.provider().raw_request("evm_setAutomine".into(), (false,)).await.unwrap();

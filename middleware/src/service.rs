@@ -442,7 +442,8 @@ impl Paid<'_> {
         let settled = (&**self.config, key, self.ticket);
         if let Some(reason) = pending.is_none().then(|| self.offline()).flatten() {
             // Refused without asking the facilitator.
-            return Ok(Outcome::not_paid(self.not_paid(key, Verdict::Refused { reason }, offers, &headers).await));
+            let refused = Verdict::Refused { reason };
+            return Ok(Outcome::not_paid(self.not_paid(key, (refused, None), offers, &headers).await));
         }
         let flow = PaymentFlow::of(requirement.extra.as_ref()).unwrap_or(PaymentFlow::Authorization);
         let metered = requirement.scheme == SCHEME_UPTO;
@@ -462,7 +463,10 @@ impl Paid<'_> {
             };
             return Ok(match verdict {
                 Verdict::Paid(payment) => serve_settled(settled, inner, request, &payment, self.v1).await?,
-                other => Outcome::not_paid(self.not_paid(key, other, offers, &headers).await),
+                other => {
+                    let charged = pending.and_then(|(_, charged)| charged);
+                    Outcome::not_paid(self.not_paid(key, (other, charged), offers, &headers).await)
+                }
             });
         }
         let verified = match facilitator.verify(self.claim).await {
@@ -472,7 +476,7 @@ impl Paid<'_> {
             }
             Verdict::Paid(verified) if metered => verified.with_maximum(requirement.amount),
             Verdict::Paid(verified) => verified,
-            other => return Ok(Outcome::not_paid(self.not_paid(key, other, offers, &headers).await)),
+            other => return Ok(Outcome::not_paid(self.not_paid(key, (other, None), offers, &headers).await)),
         };
         let (mut buffered, charge) = match run_buffered(self.config, inner, request, verified.clone()).await? {
             // The handler failed: nothing is settled, the buyer keeps the money.
@@ -494,7 +498,10 @@ impl Paid<'_> {
         } else {
             match self.settle_after(key, charged, metered.then_some(requirement.amount)).await {
                 Verdict::Paid(payment) => payment,
-                other => return Ok(Outcome::not_paid(self.not_paid(key, other, offers, &headers).await)),
+                other => {
+                    let charged = metered.then_some(charged);
+                    return Ok(Outcome::not_paid(self.not_paid(key, (other, charged), offers, &headers).await));
+                }
             }
         };
         add_settlement_header(&mut buffered, &payment, self.v1);
@@ -526,12 +533,13 @@ impl Paid<'_> {
             };
             match &verdict {
                 Verdict::Paid(payment) => config.cache.put(&key, Known::accepted(&ticket, payment)).await,
-                // A retry follows it for this charge (the buyer may have hung up meanwhile).
-                Verdict::Pending { payment_id, .. } if maximum.is_some() => {
+                // A retry follows it (for a metered price: for this charge), also when the buyer
+                // hung up meanwhile.
+                Verdict::Pending { payment_id, .. } => {
                     let known = Known::Pending {
                         ticket: ticket.clone(),
                         payment_id: payment_id.clone(),
-                        charged: Some(charged),
+                        charged: maximum.map(|_| charged),
                     };
                     config.cache.put(&key, known).await;
                 }
@@ -565,16 +573,18 @@ impl Paid<'_> {
         out
     }
 
-    /// The answer, and what is remembered, for anything but a definite success.
-    async fn not_paid(&self, key: &str, verdict: Verdict, offers: &[Offer], headers: &http::HeaderMap) -> Buffered {
+    /// The answer, and what is remembered, for anything but a definite success (a metered
+    /// settlement left pending: with the charge it settles, to be followed for).
+    async fn not_paid(
+        &self,
+        key: &str,
+        (verdict, charged): (Verdict, Option<AtomicAmount>),
+        offers: &[Offer],
+        headers: &http::HeaderMap,
+    ) -> Buffered {
         match verdict {
             Verdict::Paid(_) => challenge::unavailable(false), // not reached: callers handle success
             Verdict::Pending { payment_id, transaction } => {
-                // A metered settlement's task remembered the charge it settles: kept.
-                let charged = match self.config.cache.get(key).await.as_deref() {
-                    Some(Known::Pending { charged, ticket, .. }) if ticket == self.ticket => *charged,
-                    _ => None,
-                };
                 let known = Known::Pending { ticket: self.ticket.clone(), payment_id: payment_id.clone(), charged };
                 self.config.cache.put(key, known).await;
                 challenge::pending(payment_id.as_deref(), transaction.as_deref(), self.config.retry_after_secs)

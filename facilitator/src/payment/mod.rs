@@ -317,6 +317,11 @@ impl Payments {
         (proof_id, payload): (String, &PaymentPayload),
     ) -> Result<NewPayment, PaymentError> {
         let payer = checked.payer.to_string();
+        let mut metadata = serde_json::Map::new();
+        if let Some(method) = &terms.method {
+            metadata.insert("method".to_owned(), serde_json::Value::String(method.clone()));
+        }
+        metadata.insert(PROOF_DIGEST.to_owned(), serde_json::Value::String(proof_digest(payload)));
         Ok(NewPayment {
             id: new_id(),
             owner_account: account.to_owned(),
@@ -334,14 +339,7 @@ impl Payments {
             transaction: None,
             tx_raw: None,
             resource: terms.resource.clone(),
-            metadata: Some(serde_json::Map::from_iter(
-                terms
-                    .method
-                    .as_ref()
-                    .map(|method| ("method".to_owned(), serde_json::Value::String(method.clone())))
-                    .into_iter()
-                    .chain([(PROOF_DIGEST.to_owned(), serde_json::Value::String(proof_digest(payload)))]),
-            )),
+            metadata: Some(metadata),
             proof_id: Some(proof_id),
             expires_at: None,
             last_valid_block_height: None,

@@ -101,13 +101,10 @@ impl Payments {
         r: &Receive,
     ) -> Result<StoredPayment, PaymentError> {
         let p = &holder.payment;
-        // The caller's own payment, for the same terms, made with this very proof: not another
-        // payload claiming its identity (a payer and nonce are public on chain once settled, a
-        // signature is anyone's to forge).
-        let own = p.owner_account == r.account
-            && p.mode == PaymentMode::Hosted
-            && covers(p, &r.terms)
-            && super::same_proof(p, &r.payload);
+        // Made with this very proof: not another payload claiming its identity (a payer and
+        // nonce are public on chain once settled, a signature is anyone's to forge).
+        let same_proof = super::same_proof(p, &r.payload);
+        let own = p.owner_account == r.account && p.mode == PaymentMode::Hosted && covers(p, &r.terms) && same_proof;
         if own && !p.status.is_final() {
             holder = self.resume(chain, holder, r.wait).await?;
             if !holder.payment.status.is_final() {
@@ -121,7 +118,7 @@ impl Payments {
         let p = &holder.payment;
         // Named only to its owner, presenting that very proof (a seller's layer follows the
         // payment it names).
-        let visible = holder.visible_to(&r.account) && super::same_proof(p, &r.payload);
+        let visible = holder.visible_to(&r.account) && same_proof;
         Err(PaymentError::ProofUsed { payment_id: p.id.clone(), holder: visible.then(|| Box::new(holder)) })
     }
 

@@ -63,13 +63,14 @@ pub(super) async fn prepare(
     // Margin over the estimate, within the cap.
     let gas_limit = gas.saturating_add(gas / 5).min(backend.max_gas);
     let call = ContractCall { backend: CallSender::of(backend), to, data, gas_limit, fees: None, first: None };
-    Ok(match (settler, fees) {
-        (Settler::Facilitator, Some(fees)) => {
+    Ok(match fees {
+        // Read for the facilitator only: it signs.
+        Some(fees) => {
             // The fees it is signed with, read once: what the account's budget counts.
             let fee = u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas);
             Prepared::Passes(Settle::Sign(Box::new(ContractCall { fees: Some(fees), ..call })), Some(fee))
         }
-        _ => {
+        None => {
             let (transaction, fee) = call.unsigned_from(sender).await?;
             let horizon = rpc.block_number().await?.saturating_add(super::send::HORIZON_BLOCKS);
             Prepared::Passes(Settle::Handover { transaction, fee, horizon }, None)
@@ -84,22 +85,19 @@ pub(super) const AFTER_GAS: u64 = 200_000;
 /// `data` sent to `to` from the facilitator's account once `first` — a payer's own signed
 /// transaction (its EIP-2718 bytes and hash), without which the call cannot pass — is mined:
 /// broadcast (again: a repeat is harmless) and waited for when it is signed, then the call
-/// simulated and estimated against the chain as it is then, within [`AFTER_GAS`]. The most its
-/// gas may cost at the fees it is signed with, for the account's budget.
-///
-/// # Errors
-/// [`ProofError`] when the fees cannot be read.
-pub(super) async fn after(
+/// simulated and estimated against the chain as it is then, within [`AFTER_GAS`], and signed
+/// with `fees` (read by the check). The most its gas may cost, for the account's budget.
+pub(super) fn after(
     backend: &EvmBackend,
     first: (Vec<u8>, B256),
     (to, data): (Address, Vec<u8>),
-) -> Result<(Box<dyn Signable>, u128), ProofError> {
-    let fees = backend.rpc.fees().await?;
+    fees: alloy::eips::eip1559::Eip1559Estimation,
+) -> (Box<dyn Signable>, u128) {
     let gas_limit = AFTER_GAS.min(backend.max_gas);
     let most = u128::from(gas_limit).saturating_mul(fees.max_fee_per_gas);
     let backend = CallSender::of(backend);
     let call = ContractCall { backend, to, data, gas_limit, fees: Some(fees), first: Some(first) };
-    Ok((Box::new(call), most))
+    (Box::new(call), most)
 }
 
 /// How long a settlement waits for the payer's transaction it follows to be mined.

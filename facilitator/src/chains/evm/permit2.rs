@@ -528,7 +528,7 @@ async fn approved_first(
         Intent::Verify => (crate::chains::Settle::Nothing, None),
         Intent::Settle => {
             let first = (approval.raw.clone(), approval.hash);
-            let (call, most) = call::after(backend, first, (t.method.proxy(), data)).await?;
+            let (call, most) = call::after(backend, first, (t.method.proxy(), data), fees);
             (crate::chains::Settle::Sign(call), Some(most))
         }
     };
