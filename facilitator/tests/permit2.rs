@@ -401,9 +401,16 @@ async fn a_signed_approval_offered_by_the_payer_is_sent_before_its_settlement() 
     let approval = token.signed_approval(&t, &buyer, Approval::of_permit2()).await;
     let (_, v) = t.call("POST", "/verify", &key, Some(verify(approval.clone()))).await;
     assert_eq!(v["isValid"], true, "{v}");
-    let (_, v) = t.call("POST", "/settle", &key, Some(verify(approval.clone()))).await;
-    assert_eq!(v["success"], true, "{v}");
+    // Settled by four requests at once: the approval sent (and mined) once, the price moved once.
+    let answers =
+        futures_util::future::join_all((0..4).map(|_| t.call("POST", "/settle", &key, Some(verify(approval.clone())))))
+            .await;
+    let settled: std::collections::BTreeSet<&str> =
+        answers.iter().filter(|(_, v)| v["success"] == true).map(|(_, v)| v["transaction"].as_str().unwrap()).collect();
+    assert_eq!(settled.len(), 1, "{answers:?}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+    let rpc = t.direct_rpc().await;
+    assert_eq!(rpc.mined_nonce(buyer.address()).await.unwrap(), 1, "the payer's approval, sent once");
     // Again: the permit is used, the approval mined; nothing more moves.
     let (_, v) = t.call("POST", "/settle", &key, Some(verify(approval.clone()))).await;
     assert!(v["success"] == true || reason(&v) == "permit2_invalid_nonce", "{v}");
@@ -414,6 +421,25 @@ async fn a_signed_approval_offered_by_the_payer_is_sent_before_its_settlement() 
     let renewed = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
     let (_, v) = t.call("POST", "/verify", &key, Some(body(&req, &req, renewed, approval))).await;
     assert_eq!(reason(&v), "permit2_allowance_required", "{v}");
+
+    // A storage fault when the settlement is claimed, after the approval was sent and mined: the
+    // retry finds the allowance and settles as any other; paid once.
+    let approval = token.signed_approval(&t, &buyer, Approval::of_permit2()).await;
+    let permit = Permit::exact(token.address(), 1_000_000, seller).signed(&buyer, chain);
+    let settle = body(&req, &req, permit, approval);
+    let (_, claim) = common::FAULT_STEPS[0];
+    common::sqlite(
+        &t.db_path(),
+        &format!("CREATE TRIGGER fault {claim} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"),
+    )
+    .await;
+    let (s, v) = t.call("POST", "/settle", &key, Some(settle.clone())).await;
+    assert!(s == StatusCode::INTERNAL_SERVER_ERROR || v["success"] == false, "{s} {v}");
+    common::sqlite(&t.db_path(), "DROP TRIGGER fault").await;
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "nothing moved by the failed attempt");
+    let (_, v) = t.call("POST", "/settle", &key, Some(settle)).await;
+    assert_eq!(v["success"], true, "{v}");
+    assert_eq!(token.balance(&t, seller).await, 2_000_000, "paid once more, once");
 }
 
 /// Attacks found by the attacker pass: a settled permit's payer and nonce (public on chain once

@@ -495,12 +495,21 @@ async fn a_payment_identifier_names_one_paid_request() {
     let second = call(&app, "POST", "/order", Some(&with_id(2, Some(id_b)))).await;
     assert_eq!((second.status, second.body.as_str()), (StatusCode::OK, r#"{"order":2}"#));
 
+    // Two proofs racing under one new id: one is served and settled, the other is 409.
+    let id_d = "pay_dddddddddddddddddddddddd";
+    let (fourth, fifth) = (with_id(4, Some(id_d)), with_id(5, Some(id_d)));
+    let (x, y) = tokio::join!(call(&app, "POST", "/order", Some(&fourth)), call(&app, "POST", "/order", Some(&fifth)));
+    let mut statuses = [x.status, y.status];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
+    assert_eq!(ledger.settled(), vec![1_000, 1_000, 1_000], "the winner only");
+
     // A refused payment lets its id go: the buyer pays again under it.
     let refused = call(&app, "POST", "/order", Some(&with_id(REFUSED_NONCE, Some(id_c)))).await;
     assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
     let retried = call(&app, "POST", "/order", Some(&with_id(3, Some(id_c)))).await;
-    assert_eq!((retried.status, retried.body.as_str()), (StatusCode::OK, r#"{"order":3}"#));
-    assert_eq!(ledger.settled(), vec![1_000, 1_000, 1_000]);
+    assert_eq!((retried.status, retried.body.as_str()), (StatusCode::OK, r#"{"order":4}"#));
+    assert_eq!(ledger.settled(), vec![1_000, 1_000, 1_000, 1_000]);
 }
 
 #[tokio::test]
