@@ -68,6 +68,19 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     let out = run(vec![format!("{}/quote", demo.shop_url)], vec![]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no offered way to pay fits this buyer"));
+
+    // The printed `proxy` line's URL (a Python service behind tollgate-proxy), paid by its
+    // printed command: 0.001 SOL.
+    let command = demo.proxy_pay_command().expect("python3 runs the proxied service");
+    assert!(command.ends_with(&demo.proxy_url().unwrap()), "{command}");
+    let out = run(printed_args(&command), vec![]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.starts_with("paid 0.001 SOL on solana:"), "{stderr}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["city"], "Lisbon");
+    assert_eq!(body["paid_by"]["payer"], demo.buyer, "{body}");
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
 }
 
 /// The demo with a fresh anvil (kept alive with its data folder by the caller).

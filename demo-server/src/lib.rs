@@ -27,7 +27,10 @@ use tollgate_protocol::{Address, ChainFamily};
 
 mod evm;
 mod page;
+mod proxied;
 mod shop;
+
+pub use proxied::Proxied;
 
 pub use shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, DEMO_TOKEN_SYMBOL, PERMIT2_TOKEN_NAME, PERMIT2_TOKEN_SYMBOL};
 
@@ -45,6 +48,8 @@ pub struct Options {
     pub facilitator_addr: SocketAddr,
     /// Where the shop listens (port 0: any free port).
     pub shop_addr: SocketAddr,
+    /// Where the proxied Python service's `tollgate-proxy` listens (port 0: any free port).
+    pub proxy_addr: SocketAddr,
     /// JSON-RPC of a local EVM development node (anvil), for ETH and EIP-3009 prices.
     pub evm_rpc_url: Option<String>,
 }
@@ -57,6 +62,7 @@ impl Options {
             data_dir: data_dir.to_path_buf(),
             facilitator_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             shop_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            proxy_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             evm_rpc_url: None,
         }
     }
@@ -105,6 +111,8 @@ pub struct Demo {
     pub seller_api_key: String,
     /// EVM, when a development node was given.
     pub evm: Option<EvmDemo>,
+    /// The Python service sold through `tollgate-proxy` (none without `python3`).
+    pub proxied: Option<Proxied>,
     /// The facilitator's state (the ledger lives as long as it does).
     pub state: AppState,
 }
@@ -147,12 +155,37 @@ impl Demo {
     }
 
     fn evm_command(&self, evm: &EvmDemo, max: &str, path: &str) -> String {
+        let url = if path.starts_with("http") { path.to_owned() } else { format!("{}{path}", self.shop_url) };
         format!(
-            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max {max} {}{path}",
+            "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max {max} {url}",
             evm.buyer_key_file.display(),
             evm.rpc_url,
-            self.shop_url
         )
+    }
+
+    /// The proxied service's priced URL the demo prints.
+    #[must_use]
+    pub fn proxy_url(&self) -> Option<String> {
+        Some(format!("{}/forecast?city=Lisbon", self.proxied.as_ref()?.url))
+    }
+
+    /// A `tollgate-pay` command that pays the proxied service's forecast in SOL.
+    #[must_use]
+    pub fn proxy_pay_command(&self) -> Option<String> {
+        Some(format!(
+            "cargo run --release -p tollgate-client --bin tollgate-pay -- --solana-key {} --solana-rpc {} --max 0.001SOL {}",
+            self.buyer_key_file.display(),
+            self.solana_rpc_url,
+            self.proxy_url()?
+        ))
+    }
+
+    /// A `tollgate-pay` command that pays the proxied service's metered summary (`upto`), when
+    /// EVM is on and Permit2 was installed.
+    #[must_use]
+    pub fn proxy_metered_command(&self) -> Option<String> {
+        let url = format!("{}/summary?words=12", self.proxied.as_ref()?.url);
+        self.permit2_pay_command(&url)
     }
 }
 
@@ -260,6 +293,22 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
     let app = shop::router(&catalog, &facilitator)?.merge(page::router(page, live));
     tokio::spawn(async move { axum::serve(listener, app).await });
 
+    let proxied = match proxied::start(
+        data_dir,
+        options.proxy_addr,
+        (&facilitator_url, seller_key.secret.expose()),
+        (&seller.pubkey().to_string(), &token.mint.to_string()),
+        evm.as_ref(),
+    )
+    .await
+    {
+        Ok(proxied) => Some(proxied),
+        Err(e) => {
+            tracing::warn!(error = %e, "the proxied Python service is left out");
+            None
+        }
+    };
+
     Ok(Demo {
         shop_url,
         facilitator_url,
@@ -271,6 +320,7 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         spl_token: token.mint.to_string(),
         seller_api_key: seller_key.secret.expose().to_owned(),
         evm,
+        proxied,
         state,
     })
 }

@@ -12,6 +12,9 @@ struct Args {
     /// Where the shop (and its demo page) listens.
     #[arg(long, env = "TOLLGATE_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Where the proxied Python service's tollgate-proxy listens.
+    #[arg(long, env = "TOLLGATE_DEMO_PROXY", default_value = "127.0.0.1:8090")]
+    proxy: SocketAddr,
     /// Where the facilitator listens.
     #[arg(long, env = "TOLLGATE_DEMO_FACILITATOR", default_value = "127.0.0.1:8402")]
     facilitator: SocketAddr,
@@ -32,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         data_dir: args.data,
         facilitator_addr: args.facilitator,
         shop_addr: args.listen,
+        proxy_addr: args.proxy,
         evm_rpc_url: args.evm_rpc,
     };
     let demo = tollgate_demo::start(&options).await?;
@@ -39,6 +43,12 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("  demo page    {}/", demo.shop_url);
     println!("  shop         {}   (/quote, /report, /words?a+b)", demo.shop_url);
+    if let (Some(url), Some(proxied)) = (demo.proxy_url(), &demo.proxied) {
+        println!(
+            "  proxy        {url}   (a Python service sold by tollgate-proxy; config: {})",
+            proxied.config.display()
+        );
+    }
     println!("  facilitator  {}", demo.facilitator_url);
     println!("  solana rpc   {}", demo.solana_rpc_url);
     println!(
@@ -68,6 +78,9 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("Without paying:  curl -i {}/quote", demo.shop_url);
     println!("Paying:          {}", demo.pay_command());
+    if let Some(command) = demo.proxy_pay_command() {
+        println!("Through the proxy: {command}");
+    }
     if let Some(command) = demo.evm_pay_command("/report") {
         println!("Paying on EVM:   {command}");
     }
@@ -76,6 +89,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(command) = demo.permit2_pay_command("/story?words=12") {
         println!("Metered (upto):  {command}");
+    }
+    if let Some(command) = demo.proxy_metered_command() {
+        println!("Metered, proxied: {command}");
     }
     println!();
     println!("Ctrl-C to stop.");

@@ -162,6 +162,17 @@ pub(crate) fn unavailable(timed_out: bool) -> Buffered {
     )
 }
 
+/// The handler's answer could not be read whole (its body failed, or was over the held size):
+/// 502. `paid`: its payment was settled before, and the same proof serves the request again.
+pub(crate) fn unread(paid: bool) -> Buffered {
+    let error = if paid {
+        "the paid answer could not be read in full; retry with the same payment, which serves this request again"
+    } else {
+        "the answer could not be read in full; nothing was charged by this request"
+    };
+    json(StatusCode::BAD_GATEWAY, &serde_json::json!({ "error": error }))
+}
+
 /// The base64 settlement header of a refused proof: `{success: false, errorReason, network,
 /// transaction: ""}`. `reason` is `code: sentence` or a bare sentence; the code is x402's when
 /// the refusal gives one.

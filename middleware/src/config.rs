@@ -67,6 +67,8 @@ pub(crate) struct Config {
     pub extensions: serde_json::Map<String, serde_json::Value>,
     /// The `payment-identifier` extension, when declared: whether an id is required.
     pub payment_identifier: Option<bool>,
+    /// Answers settled before the handler are streamed, not held.
+    pub stream_upfront: bool,
     /// Ids claimed by payments, with their paid answers.
     pub identifiers: crate::identifiers::Identifiers,
 }

@@ -45,6 +45,9 @@ pub enum BuildError {
     /// Settling after the handler needs x402 `/verify` + `/settle` semantics with a gateway too.
     #[error("the resource URL must be an absolute http(s) URL: {0}")]
     ResourceUrl(String),
+    /// Two settings that cannot go together.
+    #[error("{0}")]
+    Incompatible(&'static str),
 }
 
 /// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
@@ -86,6 +89,7 @@ pub struct PaymentLayerBuilder {
     refused_ttl: Duration,
     extensions: serde_json::Map<String, serde_json::Value>,
     payment_identifier: Option<bool>,
+    stream_upfront: bool,
 }
 
 impl Default for PaymentLayerBuilder {
@@ -106,6 +110,7 @@ impl Default for PaymentLayerBuilder {
             refused_ttl: Duration::from_secs(10),
             extensions: serde_json::Map::new(),
             payment_identifier: None,
+            stream_upfront: false,
         }
     }
 }
@@ -219,6 +224,20 @@ impl PaymentLayerBuilder {
         self
     }
 
+    /// Streams the answers of prices settled before the handler (x402 `upfront`) instead of
+    /// holding them in memory: large downloads and server-sent events pass through as the
+    /// handler writes them, and [`Self::max_buffered_body`] does not bound them.
+    ///
+    /// Requests presenting one new proof at once then share its one settlement, and each is
+    /// served by the handler once it is settled (as a retry of the proof is), instead of sharing
+    /// one handler run. Answers settled after the handler (metered prices, `authorization`) are
+    /// still held until settled: a settlement that fails must not have served them. Not with
+    /// [`Self::payment_identifier`], whose repeats are answered from a held answer.
+    pub fn stream_upfront(mut self, stream: bool) -> Self {
+        self.stream_upfront = stream;
+        self
+    }
+
     /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
     /// min), refused ones `refused_ttl` (default 10 s).
     ///
@@ -240,6 +259,11 @@ impl PaymentLayerBuilder {
     /// [`BuildError`] for missing or inconsistent settings.
     pub fn build(self) -> Result<PaymentLayer, BuildError> {
         let facilitator = self.facilitator.ok_or(BuildError::NoFacilitator)?;
+        if self.stream_upfront && self.payment_identifier.is_some() {
+            return Err(BuildError::Incompatible(
+                "stream_upfront cannot go with payment_identifier (its repeats are answered from a held answer)",
+            ));
+        }
         if self.prices.is_empty() && self.pricing.is_none() {
             return Err(BuildError::NoPrice);
         }
@@ -305,6 +329,7 @@ impl PaymentLayerBuilder {
                     .build(),
                 extensions: self.extensions,
                 payment_identifier: self.payment_identifier,
+                stream_upfront: self.stream_upfront,
                 identifiers: crate::identifiers::Identifiers::new(self.accepted_ttl),
             }),
         })

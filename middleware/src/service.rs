@@ -165,15 +165,24 @@ where
             Flight::Leader(leader) => {
                 let request = Request::from_parts(parts, body);
                 let outcome = paid.settle_in_order(key, inner, request, pending, &offers).await?;
+                let answer = match outcome.answer {
+                    Answer::Held(answer) => answer,
+                    // Settled and streaming (`stream_upfront`): the followers start over and
+                    // find the proof remembered (payment identifiers are not declared with it).
+                    Answer::Streamed(response) => {
+                        drop(leader);
+                        return Ok(response);
+                    }
+                };
                 if let Some(id) = identified {
                     if outcome.paid {
-                        config.identifiers.answered(id, key, &outcome.answer).await;
+                        config.identifiers.answered(id, key, &answer).await;
                     } else {
                         config.identifiers.release(id, key).await;
                     }
                 }
-                leader.finish(Some(Arc::new(outcome.answer.clone())));
-                return Ok(outcome.answer.into_response());
+                leader.finish(Some(Arc::new(answer.clone())));
+                return Ok(answer.into_response());
             }
         }
     }
@@ -318,26 +327,38 @@ where
     ResBody::Error: Into<BoxError>,
 {
     config.cache.put(key, Known::accepted(ticket, payment)).await;
+    if config.stream_upfront {
+        let header = challenge::settlement_header(payment, v1);
+        let response = serve(config, inner, request, payment.clone(), (v1, header)).await?;
+        return Ok(Outcome { answer: Answer::Streamed(response), paid: true });
+    }
     Ok(match run_buffered(config, inner, request, payment.clone()).await? {
         Some((mut buffered, _)) => {
             add_settlement_header(&mut buffered, payment, v1);
-            Outcome { answer: buffered, paid: true }
+            Outcome { answer: Answer::Held(buffered), paid: true }
         }
-        None => Outcome::not_paid(challenge::unavailable(false)),
+        None => Outcome::not_paid(challenge::unread(true)),
     })
 }
 
 /// The answer to a paid request, and whether it was paid (its `payment-identifier` id, if any,
 /// keeps a paid answer).
 struct Outcome {
-    answer: Buffered,
+    answer: Answer,
     paid: bool,
 }
 
 impl Outcome {
     const fn not_paid(answer: Buffered) -> Self {
-        Self { answer, paid: false }
+        Self { answer: Answer::Held(answer), paid: false }
     }
+}
+
+/// A paid request's answer: held in memory (shared with the requests waiting on its proof), or
+/// streamed as the handler writes it (settled before it, with `stream_upfront`).
+enum Answer {
+    Held(Buffered),
+    Streamed(Response<PaymentBody>),
 }
 
 /// Runs the handler with `payment` in the request's extensions and holds its answer in memory
@@ -482,7 +503,7 @@ impl Paid<'_> {
             // The handler failed: nothing is settled, the buyer keeps the money.
             Some((buffered, _)) if buffered.status.as_u16() >= 400 => return Ok(Outcome::not_paid(buffered)),
             Some(answer) => answer,
-            None => return Ok(Outcome::not_paid(challenge::unavailable(false))),
+            None => return Ok(Outcome::not_paid(challenge::unread(false))),
         };
         // A metered request is charged what its handler reported (the most without a report).
         let charged = if metered {
@@ -505,7 +526,7 @@ impl Paid<'_> {
             }
         };
         add_settlement_header(&mut buffered, &payment, self.v1);
-        Ok(Outcome { answer: buffered, paid: true })
+        Ok(Outcome { answer: Answer::Held(buffered), paid: true })
     }
 
     /// Settles `charged` of the claim's requirement (a metered one authorized up to `maximum`)
@@ -624,6 +645,9 @@ where
         response.headers_mut().insert(name, value);
     }
     challenge::make_private(response.headers_mut());
+    if config.stream_upfront {
+        return Ok(response.map(PaymentBody::stream));
+    }
     let limit = config.max_buffered_body;
     Ok(response.map(|b| PaymentBody::stream(http_body_util::Limited::new(b, limit))))
 }

@@ -71,6 +71,18 @@ async fn a_solana_buyer_pays_native_sol_and_spl_tokens() {
     let refused = frugal.get(&format!("{}/quote", demo.shop_url)).await.unwrap_err();
     assert!(matches!(refused, PayError::OverCap { .. }), "{refused}");
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
+
+    // The Python service sold through tollgate-proxy: paid like any route (TUSD first), and
+    // the service knows who paid from the proxy's signed headers.
+    let url = demo.proxy_url().expect("python3 runs the proxied service");
+    let paid = buyer.get(&url).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    let body: serde_json::Value = serde_json::from_slice(&paid.body).unwrap();
+    assert_eq!((body["city"].as_str(), body["forecast"].as_str()), (Some("Lisbon"), Some("sunny, 21 C")));
+    assert_eq!(body["paid_by"]["payer"], buyer_key.to_string(), "{body}");
+    assert_eq!(body["paid_by"]["amount"], "10000");
+    assert_eq!(token_balance(seller).await, 60_000);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
 }
 
 /// The demo with a fresh anvil (kept alive with its data folder by the caller).
@@ -158,4 +170,11 @@ async fn an_evm_buyer_pays_through_permit2_and_a_metered_story_what_it_used() {
     assert_eq!(rpc.balance(me).await.unwrap(), eth_before, "the buyer paid no gas: the facilitator did");
     let sent = demo.history(&evm.buyer, "sent").await.unwrap();
     assert_eq!(sent["total"], 3, "{sent}");
+
+    // The proxied Python service's metered summary: charged for the words it reported.
+    let url = format!("{}/summary?words=12", demo.proxied.as_ref().expect("python3 runs").url);
+    let paid = buyer.get(&url).await.unwrap();
+    assert_eq!(paid.status, 200, "{}", paid.body_text());
+    assert_eq!(paid.payment.unwrap().whole.to_string(), "0.012");
+    assert_eq!(pusd_of(seller).await, U256::from(124_000));
 }

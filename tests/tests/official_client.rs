@@ -368,3 +368,95 @@ async fn tollgate_client_pays_permit2_exact_and_upto_approving_permit2_once() {
     assert!(matches!(refused, tollgate_client::PayError::OverCap { .. }), "{refused}");
     assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_700_000u64));
 }
+
+/// The Python service of `proxy/examples/upstream.py`, running: its URL, and the process.
+async fn python_upstream() -> (String, tokio::process::Child) {
+    use tokio::io::AsyncBufReadExt as _;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proxy/examples/upstream.py");
+    let mut child = tokio::process::Command::new("python3")
+        .arg(script)
+        .args(["--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().unwrap();
+    (line.strip_prefix("listening on ").unwrap().to_owned(), child)
+}
+
+/// A metered route sold by `tollgate-proxy` (in process) in front of the Python service, which
+/// reports the words it wrote in `X-Usage-Words`: the official buyer and Tollgate's pay what
+/// was used; a usage past the most is capped; a garbled one is not settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_x402_client_pays_a_metered_route_sold_by_tollgate_proxy() {
+    let (anvil, rpc, facilitator_url, key, dir) = facilitator().await;
+    let (token, buyer) = permit2_buyer(&rpc, Holder::Approved).await;
+    let seller_address = PrivateKeySigner::random().address();
+    let network = format!("eip155:{}", anvil.chain_id());
+    let (upstream, _python) = python_upstream().await;
+    let key_file = dir.path().join("facilitator.key");
+    std::fs::write(&key_file, &key).unwrap();
+    let metered = |name: &str, path: &str| {
+        format!(
+            r#"
+[[route]]
+name = "{name}"
+path = "{path}"
+usage = {{ header = "X-Usage-Words", unit_price = "0.05" }}
+[[route.accept]]
+asset = "{token}"
+max = "2"
+decimals = 6
+network = "{network}"
+pay_to = "{seller_address}"
+"#,
+            token = token.address
+        )
+    };
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[facilitator]\nurl = \"{facilitator_url}\"\napi_key_file = \"{}\"\n{}{}{}",
+        key_file.display(),
+        metered("summary", "/summary"),
+        metered("huge", "/huge-usage"),
+        metered("bad", "/bad-usage"),
+    );
+    let proxy = Arc::new(tollgate_proxy::Proxy::new(&tollgate_proxy::ProxyFile::parse(&text).unwrap(), None).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let drain = std::time::Duration::from_secs(1);
+    tokio::spawn(tollgate_proxy::server::serve(listener, proxy, std::future::pending(), drain));
+
+    // 7 words at 0.05: 0.35 moved, not the 2 authorized; the usage header does not reach the buyer.
+    let cap = (network.as_str(), token.address.to_string(), 2_000_000);
+    let report =
+        official_buyer(&format!("{url}/summary?words=7"), &buyer, (cap.0, &cap.1, cap.2), &anvil.endpoint()).await;
+    assert_eq!(report["status"], 200, "{report}");
+    let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["summary"].as_str().unwrap().split(' ').count(), 7);
+    assert_eq!(report["paymentResponse"]["amount"], "350000", "{report}");
+    let mut paid = 350_000u64;
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
+
+    // Tollgate's buyer: 3 words; then a service claiming more than the most is capped at it.
+    let tollgate_buyer = Buyer::new()
+        .with_evm(buyer.clone(), &anvil.endpoint())
+        .unwrap()
+        .with_cap(Cap::parse(&format!("2@{}", token.address)).unwrap());
+    let three = tollgate_buyer.get(&format!("{url}/summary?words=3")).await.unwrap();
+    assert_eq!(three.payment.as_ref().unwrap().amount, AtomicAmount(150_000));
+    paid += 150_000;
+    let huge = tollgate_buyer.get(&format!("{url}/huge-usage")).await.unwrap();
+    assert_eq!(huge.payment.as_ref().unwrap().amount, AtomicAmount(2_000_000), "capped at the most");
+    paid += 2_000_000;
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
+
+    // A usage that cannot be read: the buyer is told, nothing is settled.
+    let refused = tollgate_buyer.get(&format!("{url}/bad-usage")).await.unwrap_err();
+    assert!(
+        matches!(&refused, tollgate_client::PayError::Refused { status: 502, reason } if reason.contains("usage")),
+        "{refused:?}"
+    );
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
+    assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid));
+}

@@ -1,0 +1,73 @@
+//! `tollgate-proxy`: a paying reverse proxy configured in one TOML file.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tollgate_proxy::{Proxy, ProxyFile, server};
+
+/// Sell any HTTP service per request: answers 402 with the configured prices, settles through
+/// a facilitator, forwards paid requests to the upstream.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate-proxy", version)]
+struct Args {
+    /// The configuration file (TOML).
+    #[arg(long, short, env = "TOLLGATE_PROXY_CONFIG", default_value = "tollgate-proxy.toml")]
+    config: PathBuf,
+    /// Check the configuration and exit (0: valid).
+    #[arg(long)]
+    check: bool,
+    /// Seconds in-flight requests get to finish at shutdown.
+    #[arg(long, env = "TOLLGATE_PROXY_DRAIN_SECS", default_value_t = 30)]
+    drain_secs: u64,
+    /// How often the file is checked for changes, in milliseconds.
+    #[arg(long, env = "TOLLGATE_PROXY_WATCH_MS", default_value_t = 1_000)]
+    watch_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("TOLLGATE_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let file = ProxyFile::read(&args.config)?;
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let proxy = Arc::new(Proxy::new(&file, Some(metrics))?);
+    if args.check {
+        println!("{}: valid ({} routes)", args.config.display(), file.routes.len());
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(file.listen).await?;
+    tracing::info!(address = %listener.local_addr()?, upstream = %file.upstream, "tollgate-proxy listening");
+    // Printed for scripts and tests that start the proxy on port 0.
+    println!("listening on http://{}", listener.local_addr()?);
+    if let Some(ops) = file.ops_listen {
+        let ops = tokio::net::TcpListener::bind(ops).await?;
+        println!("ops on http://{}", ops.local_addr()?);
+        tokio::spawn(server::serve_ops(ops, proxy.clone(), std::future::pending()));
+    }
+    tokio::spawn(server::watch(proxy.clone(), args.config.clone(), Duration::from_millis(args.watch_ms)));
+    server::serve(listener, proxy, shutdown_signal(), Duration::from_secs(args.drain_secs)).await;
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!("shutting down: no new connections, finishing those in progress");
+}

@@ -1,0 +1,261 @@
+//! [`Proxy`]: routes each request (or answers it itself: `/healthz`, `/readyz`, `/metrics`),
+//! counts what happened, and swaps its routes on reload.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
+use tower::ServiceExt as _;
+
+use crate::config::{ConfigError, ProxyFile};
+use crate::forward::{Inbound, ProxyBody, UpstreamClient, error, full};
+use crate::route::{RequestError, canonical_host, canonical_path, query_matches, query_pairs};
+use crate::routes::{Action, Route, Routes};
+
+/// Requests' `Forwarded` fields the proxy writes itself unless told to trust the client's.
+const FORWARDED: [&str; 4] = ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto"];
+
+/// The proxy: its routes (swapped whole on reload) and what it serves itself.
+pub struct Proxy {
+    routes: RwLock<Arc<Routes>>,
+    client: UpstreamClient,
+    /// Whether `/healthz`, `/readyz`, `/metrics` are answered on the main listener.
+    ops_here: bool,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").field("ops_here", &self.ops_here).finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// A proxy for `file`; `metrics` renders `/metrics` (none: 404).
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a file whose routes cannot be built.
+    pub fn new(
+        file: &ProxyFile,
+        metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    ) -> Result<Self, ConfigError> {
+        let client = crate::forward::client(Duration::from_millis(file.timeouts.connect_ms));
+        let routes = Routes::build(file, &client, None)?;
+        Ok(Self {
+            routes: RwLock::new(Arc::new(routes)),
+            client,
+            ops_here: file.ops_listen.is_none(),
+            metrics,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap_or_default(),
+        })
+    }
+
+    /// Replaces the routes with `file`'s; on error the routes in force stay. Requests already
+    /// routed finish on the routes they were given. `listen` and `ops_listen` need a restart.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a file whose routes cannot be built.
+    pub fn reload(&self, file: &ProxyFile) -> Result<(), ConfigError> {
+        let current = self.current();
+        let routes = Routes::build(file, &self.client, Some(&current))?;
+        *self.routes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(routes);
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<Routes> {
+        self.routes.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Answers one request from `client`, reached over `scheme`.
+    pub async fn handle(
+        &self,
+        request: Request<Incoming>,
+        client: SocketAddr,
+        scheme: &'static str,
+    ) -> Response<ProxyBody> {
+        if self.ops_here
+            && let Some(answer) = self.ops(request.uri().path()).await
+        {
+            return answer;
+        }
+        let routes = self.current();
+        let paying = request.headers().contains_key(PAYMENT_SIGNATURE) || request.headers().contains_key(X_PAYMENT);
+        let (route, request) = match route(&routes, request, client, scheme) {
+            Ok(routed) => routed,
+            Err(why) => {
+                metrics::counter!("tollgate_proxy_requests_total", "route" => "", "outcome" => "bad_request")
+                    .increment(1);
+                return error(StatusCode::BAD_REQUEST, &why.to_string());
+            }
+        };
+        let response = match &route.action {
+            Action::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
+            Action::Free(forwarder) => forwarder.clone().oneshot(request).await.unwrap_or_else(|never| match never {}),
+            Action::Paid(service) => match service.clone().oneshot(request).await {
+                Ok(response) => response.map(|b| b.boxed_unsync()),
+                Err(never) => match never {},
+            },
+        };
+        let outcome = outcome(&route.action, paying, &response);
+        metrics::counter!("tollgate_proxy_requests_total", "route" => route.name.to_string(), "outcome" => outcome)
+            .increment(1);
+        response
+    }
+
+    /// `/healthz`, `/readyz`, `/metrics`; `None` for any other path.
+    pub async fn ops(&self, path: &str) -> Option<Response<ProxyBody>> {
+        let json = |status: StatusCode, value: serde_json::Value| {
+            let mut response = Response::new(full(value.to_string()));
+            *response.status_mut() = status;
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        };
+        match path {
+            "/healthz" => Some(json(StatusCode::OK, serde_json::json!({"status": "ok"}))),
+            "/readyz" => {
+                let (facilitator, upstreams) = self.readiness().await;
+                let ready = facilitator.is_ok() && upstreams.iter().all(|(_, r)| r.is_ok());
+                let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+                let said = |r: &Result<(), String>| r.clone().err().unwrap_or_else(|| "ok".into());
+                let upstreams: serde_json::Map<String, serde_json::Value> =
+                    upstreams.iter().map(|(a, r)| (a.clone(), said(r).into())).collect();
+                Some(json(
+                    status,
+                    serde_json::json!({
+                        "status": if ready { "ready" } else { "unready" },
+                        "facilitator": said(&facilitator),
+                        "upstreams": upstreams,
+                    }),
+                ))
+            }
+            "/metrics" => Some(match &self.metrics {
+                Some(handle) => {
+                    let mut response = Response::new(full(handle.render()));
+                    response
+                        .headers_mut()
+                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+                    response
+                }
+                None => error(StatusCode::NOT_FOUND, "metrics are not recorded"),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the facilitator answers its `/supported` and each upstream takes a connection.
+    async fn readiness(&self) -> (Result<(), String>, Vec<(String, Result<(), String>)>) {
+        let routes = self.current();
+        let (url, key) = &routes.facilitator;
+        let mut ask = self.http.get(format!("{url}/supported"));
+        if let Some(key) = key {
+            ask = ask.bearer_auth(key);
+        }
+        let facilitator = match ask.send().await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => Err(format!("/supported answered {}", r.status())),
+            Err(e) => Err(format!("unreachable: {}", e.without_url())),
+        };
+        let mut upstreams = Vec::new();
+        for upstream in &routes.upstreams {
+            let authority = upstream.authority().to_owned();
+            let connected =
+                tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(authority.as_str())).await;
+            let said = match connected {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("unreachable: {e}")),
+                Err(_) => Err("no connection within 2 s".into()),
+            };
+            upstreams.push((authority, said));
+        }
+        (facilitator, upstreams)
+    }
+}
+
+/// The route a request takes, and the request as it goes on: its path canonical (what is
+/// matched is what the upstream gets), `Host` the authority it named, forwarding headers
+/// removed unless trusted, client-sent identity headers removed, [`Inbound`] in its extensions.
+fn route(
+    routes: &Routes,
+    request: Request<Incoming>,
+    client: SocketAddr,
+    scheme: &'static str,
+) -> Result<(Route, Request<Incoming>), RequestError> {
+    let (mut parts, body) = request.into_parts();
+    let authority = match parts.uri.authority() {
+        Some(a) => a.as_str().to_owned(),
+        None => parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(RequestError::Host("no Host"))?,
+    };
+    let host = canonical_host(&authority)?;
+    let path = canonical_path(parts.uri.path())?;
+    let query = parts.uri.query().map(str::to_owned);
+    let pairs = query.as_deref().map(query_pairs).unwrap_or_default();
+    let mut chosen = None;
+    for route in &routes.routes {
+        if route.host.as_ref().is_some_and(|h| !h.matches(&host))
+            || (!route.methods.is_empty() && !route.methods.contains(&parts.method))
+        {
+            continue;
+        }
+        let Some(captures) = route.path.matches(&path) else { continue };
+        if query_matches(&route.query, &pairs)? {
+            chosen = Some((route, captures));
+            break;
+        }
+    }
+    let (route, captures) = match chosen {
+        Some(found) => found,
+        None => (&routes.unmatched, crate::route::Captures::new()),
+    };
+    let target = match &query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    parts.uri = Uri::try_from(target).map_err(|_| RequestError::Path("cannot be rebuilt"))?;
+    if let Ok(value) = HeaderValue::from_str(&authority) {
+        parts.headers.insert(header::HOST, value);
+    }
+    if !routes.trust_forwarded {
+        for name in FORWARDED {
+            parts.headers.remove(name);
+        }
+    }
+    if let Some(identity) = &routes.identity {
+        identity.strip(&mut parts.headers);
+    }
+    parts.extensions.insert(Inbound { client, scheme, host: authority, captures });
+    Ok((route.clone(), Request::from_parts(parts, body)))
+}
+
+/// What happened to a request, for `tollgate_proxy_requests_total`.
+fn outcome(action: &Action, paying: bool, response: &Response<ProxyBody>) -> &'static str {
+    let status = response.status();
+    match action {
+        Action::NotFound => "not_found",
+        Action::Free(_) if status.is_server_error() => "upstream_error",
+        Action::Free(_) => "free",
+        Action::Paid(_) => {
+            let settled = response.headers().contains_key(PAYMENT_RESPONSE)
+                || response.headers().contains_key(X_PAYMENT_RESPONSE);
+            match status.as_u16() {
+                402 if !paying => "challenged",
+                400 | 402 | 409 | 412 => "refused",
+                503 => "pending",
+                s if s < 400 && settled => "paid",
+                s if s >= 500 => "upstream_error",
+                _ => "unpaid",
+            }
+        }
+    }
+}

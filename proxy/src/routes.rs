@@ -1,0 +1,394 @@
+//! [`Routes`]: a configuration file made ready to serve — each route's matcher, and its
+//! action: forwarded free, 404, or behind its own [`PaymentLayer`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method};
+use tollgate::protocol::{Address, DecimalAmount, Network};
+use tollgate::{FacilitatorClient, PaymentLayer, PaymentService, Price, SettlementOrder};
+use tower::Layer as _;
+
+use crate::config::{AcceptFile, ConfigError, ProxyFile, RouteFile, Settle, UnmatchedAction};
+use crate::forward::{Forward, Forwarder, Upstream, UpstreamClient, Usage};
+use crate::identity::Identity;
+use crate::route::{HostPattern, PathPattern, QueryValue};
+
+/// The default largest answer held while it is settled.
+const MAX_HELD_BYTES: usize = 16 * 1024 * 1024;
+
+/// What a matched request gets.
+#[derive(Clone)]
+pub enum Action {
+    /// Forwarded without payment.
+    Free(Forwarder),
+    /// 404.
+    NotFound,
+    /// Paid first.
+    Paid(PaymentService<Forwarder>),
+}
+
+/// One route, ready.
+#[derive(Clone)]
+pub struct Route {
+    /// Its name.
+    pub name: Arc<str>,
+    pub(crate) path: PathPattern,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) host: Option<HostPattern>,
+    pub(crate) query: BTreeMap<String, QueryValue>,
+    /// What it does.
+    pub action: Action,
+    /// As written (a reload keeps a route's layer, and its memory of proofs, when unchanged).
+    definition: RouteFile,
+}
+
+/// Everything a request is routed by.
+#[derive(Clone)]
+pub struct Routes {
+    /// In the file's order.
+    pub routes: Vec<Route>,
+    /// For requests no route matches.
+    pub unmatched: Route,
+    /// Whether the client's `Forwarded` / `X-Forwarded-*` are believed.
+    pub trust_forwarded: bool,
+    /// Identity headers (their names are stripped from every request).
+    pub identity: Option<Identity>,
+    /// The facilitator's base URL and key, for readiness.
+    pub facilitator: (String, Option<String>),
+    /// Every upstream, for readiness.
+    pub upstreams: Vec<Upstream>,
+    /// The parts of the file every route's layer depends on: routes are kept across a reload
+    /// only when these are unchanged.
+    shared: ProxyFile,
+}
+
+fn invalid(why: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(why.into())
+}
+
+/// A secret named by an environment variable or a file (one of them), trimmed; `None` when
+/// neither is given.
+fn secret(env: Option<&str>, file: Option<&std::path::Path>, what: &str) -> Result<Option<String>, ConfigError> {
+    let value = match (env, file) {
+        (None, None) => return Ok(None),
+        (Some(name), None) => std::env::var(name)
+            .map_err(|_| invalid(format!("{what}_env: the environment variable {name} is not set")))?,
+        (None, Some(path)) => {
+            std::fs::read_to_string(path).map_err(|e| invalid(format!("{what}_file: {}: {e}", path.display())))?
+        }
+        (Some(_), Some(_)) => return Err(invalid(format!("give {what}_env or {what}_file, not both"))),
+    };
+    let value = value.trim();
+    if value.is_empty() {
+        return Err(invalid(format!("{what} is empty")));
+    }
+    Ok(Some(value.to_owned()))
+}
+
+/// One way to pay, and its decimals when metered.
+fn price(accept: &AcceptFile, at: &str) -> Result<(Price, Option<u8>), ConfigError> {
+    let bad = |why: String| invalid(format!("{at}: {why}"));
+    let pay_to: Address = accept.pay_to.parse().map_err(|e| bad(format!("pay_to: {e}")))?;
+    let (amount, metered) = match (&accept.amount, &accept.max) {
+        (Some(amount), None) => (amount.as_str(), false),
+        (None, Some(max)) => (max.as_str(), true),
+        _ => return Err(bad("give either amount (a fixed price) or max (a metered one)".into())),
+    };
+    let native = |price: Result<Price, tollgate::PriceError>| {
+        if metered {
+            return Err(bad("a metered price (max) is paid in an EVM token, not the native coin".into()));
+        }
+        if accept.decimals.is_some() || accept.transfer.is_some() {
+            return Err(bad("decimals and transfer are for tokens".into()));
+        }
+        price.map_err(|e| bad(e.to_string()))
+    };
+    let price = match accept.asset.as_str() {
+        "SOL" | "sol" => native(Price::native_sol(amount))?,
+        "ETH" | "eth" => native(Price::native_eth(amount))?,
+        token => {
+            let token: Address = token.parse().map_err(|e| bad(format!("asset: SOL, ETH or a token address: {e}")))?;
+            let decimals = accept.decimals.ok_or_else(|| bad("a token needs its decimals".into()))?;
+            match (metered, accept.transfer.as_deref()) {
+                (true, None | Some("permit2")) => Price::upto(token, amount, decimals),
+                (true, Some(other)) => {
+                    return Err(bad(format!("a metered price is paid through permit2, not {other}")));
+                }
+                (false, None | Some("eip3009")) => Price::token(token, amount, decimals),
+                (false, Some("permit2")) => Price::token(token, amount, decimals).map(Price::permit2),
+                (false, Some(other)) => return Err(bad(format!("transfer: eip3009 or permit2, not {other}"))),
+            }
+            .map_err(|e| bad(e.to_string()))?
+        }
+    };
+    let mut price = price.pay_to(pay_to);
+    if let Some(network) = &accept.network {
+        price = price.on(network.parse::<Network>().map_err(|e| bad(format!("network: {e}")))?);
+    }
+    if let Some(extra) = &accept.extra {
+        price = price.extra(serde_json::to_value(extra).map_err(|e| bad(format!("extra: {e}")))?);
+    }
+    Ok((price, metered.then_some(accept.decimals.unwrap_or_default())))
+}
+
+/// What every route is built with.
+struct Shared<'a> {
+    file: &'a ProxyFile,
+    client: &'a UpstreamClient,
+    facilitator: FacilitatorClient,
+    identity: Option<Identity>,
+    upstream: Upstream,
+}
+
+impl Shared<'_> {
+    /// A forwarder for `route` (named `name`), reading `usage` when metered.
+    fn forwarder(
+        &self,
+        name: &Arc<str>,
+        upstream: Upstream,
+        rewrite: Option<String>,
+        usage: Option<Usage>,
+    ) -> Forwarder {
+        Forwarder(Arc::new(Forward {
+            route: name.clone(),
+            client: self.client.clone(),
+            upstream,
+            rewrite,
+            usage,
+            identity: self.identity.clone(),
+            response_timeout: Duration::from_millis(self.file.timeouts.response_ms),
+        }))
+    }
+
+    /// The payment layer around `forwarder` for these prices.
+    fn paid(
+        &self,
+        at: &str,
+        accept: &[AcceptFile],
+        (settle, max_held, description, mime): (Settle, Option<usize>, &str, Option<&str>),
+        forwarder: Forwarder,
+    ) -> Result<PaymentService<Forwarder>, ConfigError> {
+        let order = match settle {
+            Settle::Before => SettlementOrder::SettleBefore,
+            Settle::After => SettlementOrder::VerifyThenSettle,
+        };
+        let mut builder = PaymentLayer::builder()
+            .facilitator(self.facilitator.clone())
+            .settlement_order(order)
+            .stream_upfront(true)
+            .max_buffered_body(max_held.unwrap_or(MAX_HELD_BYTES))
+            .description(description);
+        if let Some(mime) = mime {
+            builder = builder.mime_type(mime);
+        }
+        if let Some(base) = &self.file.public_url {
+            builder = builder.resource_base(base.clone());
+        }
+        for (i, accept) in accept.iter().enumerate() {
+            builder = builder.accept(price(accept, &format!("{at}, accept #{}", i + 1))?.0);
+        }
+        let layer = builder.build().map_err(|e| invalid(format!("{at}: {e}")))?;
+        Ok(layer.layer(forwarder))
+    }
+
+    fn route(&self, definition: &RouteFile) -> Result<Route, ConfigError> {
+        let at = format!("route {:?}", definition.name);
+        let bad = |why: String| invalid(format!("{at}: {why}"));
+        let name: Arc<str> = definition.name.as_str().into();
+        let path: PathPattern = definition.path.parse().map_err(|e: crate::route::PatternError| bad(e.to_string()))?;
+        let methods = definition
+            .methods
+            .iter()
+            .map(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| bad(format!("method {m:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let host = definition.host.as_deref().map(HostPattern::parse).transpose().map_err(|e| bad(e.to_string()))?;
+        let query = definition
+            .query
+            .iter()
+            .map(|(k, v)| (k.clone(), if v == "*" { QueryValue::Any } else { QueryValue::Is(v.clone()) }))
+            .collect();
+        if let Some(rewrite) = &definition.rewrite {
+            if !rewrite.starts_with('/') {
+                return Err(bad("rewrite must start with /".into()));
+            }
+            let names = path.names();
+            let mut rest = rewrite.as_str();
+            while let Some(open) = rest.find('{') {
+                let close = rest[open..].find('}').ok_or_else(|| bad("rewrite: unclosed {".into()))? + open;
+                let used = rest[open + 1..close].trim_start_matches('*');
+                if !names.contains(&used) {
+                    return Err(bad(format!("rewrite uses {{{used}}}, which the path does not capture")));
+                }
+                rest = &rest[close + 1..];
+            }
+        }
+        let upstream = match &definition.upstream {
+            Some(url) => Upstream::parse(url).map_err(bad)?,
+            None => self.upstream.clone(),
+        };
+        let action = if definition.free {
+            if !definition.accept.is_empty() || definition.usage.is_some() {
+                return Err(bad("a free route has no accept or usage".into()));
+            }
+            Action::Free(self.forwarder(&name, upstream, definition.rewrite.clone(), None))
+        } else {
+            if definition.accept.is_empty() {
+                return Err(bad("no accept: give its prices, or free = true".into()));
+            }
+            let usage = self.usage(&at, definition)?;
+            let forwarder = self.forwarder(&name, upstream, definition.rewrite.clone(), usage);
+            let settings = (
+                definition.settle,
+                definition.max_held_bytes,
+                definition.description.as_str(),
+                definition.mime_type.as_deref(),
+            );
+            Action::Paid(self.paid(&at, &definition.accept, settings, forwarder)?)
+        };
+        Ok(Route { name, path, methods, host, query, action, definition: definition.clone() })
+    }
+
+    /// A metered route's usage reading (its metered prices must share their decimals).
+    fn usage(&self, at: &str, definition: &RouteFile) -> Result<Option<Usage>, ConfigError> {
+        let mut decimals = Vec::new();
+        for (i, accept) in definition.accept.iter().enumerate() {
+            if let (_, Some(d)) = price(accept, &format!("{at}, accept #{}", i + 1))? {
+                decimals.push(d);
+            }
+        }
+        decimals.dedup();
+        match (&definition.usage, decimals.as_slice()) {
+            (None, []) => Ok(None),
+            (None, _) => Err(invalid(format!("{at}: a metered price (max) needs [route.usage]"))),
+            (Some(_), []) => Err(invalid(format!("{at}: [route.usage] is for metered prices (max)"))),
+            (Some(usage), [decimals]) => {
+                let header = HeaderName::try_from(usage.header.as_str())
+                    .map_err(|e| invalid(format!("{at}: usage header: {e}")))?;
+                let unit = DecimalAmount::parse(&usage.unit_price)
+                    .and_then(|d| d.to_atomic(*decimals))
+                    .map_err(|e| invalid(format!("{at}: usage unit_price: {e}")))?;
+                if unit.get() == 0 {
+                    return Err(invalid(format!("{at}: usage unit_price must be more than zero")));
+                }
+                Ok(Some(Usage { header, unit }))
+            }
+            (Some(_), _) => Err(invalid(format!("{at}: metered prices of one route must have the same decimals"))),
+        }
+    }
+}
+
+impl Routes {
+    /// Builds every route of `file`, sharing `client`; routes unchanged since `previous` keep
+    /// their layer (and the proofs it remembers).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the route and the value refused.
+    pub fn build(file: &ProxyFile, client: &UpstreamClient, previous: Option<&Self>) -> Result<Self, ConfigError> {
+        let f = &file.facilitator;
+        let key = secret(f.api_key_env.as_deref(), f.api_key_file.as_deref(), "facilitator.api_key")?;
+        let facilitator = match &key {
+            Some(key) => FacilitatorClient::new(&file.facilitator.url, key),
+            None => FacilitatorClient::x402(&file.facilitator.url),
+        };
+        let identity = file
+            .identity
+            .as_ref()
+            .map(|i| -> Result<Identity, ConfigError> {
+                HeaderName::try_from(format!("{}Signature", i.prefix))
+                    .map_err(|_| invalid(format!("identity.prefix {:?} is not a header name", i.prefix)))?;
+                let shared = secret(i.secret_env.as_deref(), i.secret_file.as_deref(), "identity.secret")?
+                    .ok_or_else(|| invalid("[identity] needs secret_env or secret_file"))?;
+                Ok(Identity::new(shared, i.prefix.clone()))
+            })
+            .transpose()?;
+        if let Some(url) = &file.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid(format!("public_url {url:?} must be an http(s) URL")));
+        }
+        let upstream = Upstream::parse(&file.upstream).map_err(invalid)?;
+        let shared = Shared { file, client, facilitator, identity: identity.clone(), upstream: upstream.clone() };
+        // What the layers depend on, beside each route's own definition.
+        let shared_part = ProxyFile { routes: Vec::new(), unmatched: file.unmatched.clone(), ..file.clone() };
+        let reusable = previous.filter(|p| p.shared == shared_part);
+        let mut names = std::collections::HashSet::new();
+        let mut routes = Vec::with_capacity(file.routes.len());
+        for definition in &file.routes {
+            if !names.insert(definition.name.as_str()) {
+                return Err(invalid(format!("two routes are named {:?}", definition.name)));
+            }
+            let kept = reusable.and_then(|p| p.routes.iter().find(|r| &r.definition == definition));
+            routes.push(match kept {
+                Some(route) => route.clone(),
+                None => shared.route(definition)?,
+            });
+        }
+        let unmatched = shared.unmatched(file, reusable)?;
+        let mut upstreams: Vec<Upstream> = std::iter::once(upstream)
+            .chain(file.routes.iter().filter_map(|r| r.upstream.as_deref()).filter_map(|u| Upstream::parse(u).ok()))
+            .collect();
+        upstreams.dedup();
+        Ok(Self {
+            routes,
+            unmatched,
+            trust_forwarded: file.trust_forwarded,
+            identity,
+            facilitator: (file.facilitator.url.trim_end_matches('/').to_owned(), key),
+            upstreams,
+            shared: shared_part,
+        })
+    }
+}
+
+impl Shared<'_> {
+    /// The route of requests no route matches.
+    fn unmatched(&self, file: &ProxyFile, previous: Option<&Routes>) -> Result<Route, ConfigError> {
+        if let Some(kept) = previous.map(|p| p.unmatched.clone()) {
+            return Ok(kept);
+        }
+        let name: Arc<str> = "(unmatched)".into();
+        let u = &file.unmatched;
+        if u.action != UnmatchedAction::Charge && !u.accept.is_empty() {
+            return Err(invalid("unmatched.accept is for action = \"charge\""));
+        }
+        let forwarder = || self.forwarder(&name, self.upstream.clone(), None, None);
+        let action = match u.action {
+            UnmatchedAction::NotFound => Action::NotFound,
+            UnmatchedAction::Pass => Action::Free(forwarder()),
+            UnmatchedAction::Charge => {
+                if u.accept.is_empty() {
+                    return Err(invalid("unmatched: action = \"charge\" needs [[unmatched.accept]]"));
+                }
+                if u.accept.iter().any(|a| a.max.is_some()) {
+                    return Err(invalid("unmatched: metered prices (max) need a route with [route.usage]"));
+                }
+                Action::Paid(self.paid(
+                    "unmatched",
+                    &u.accept,
+                    (Settle::Before, None, &u.description, None),
+                    forwarder(),
+                )?)
+            }
+        };
+        let definition = RouteFile {
+            name: name.to_string(),
+            path: "/{*path}".into(),
+            methods: Vec::new(),
+            host: None,
+            query: BTreeMap::new(),
+            free: false,
+            accept: Vec::new(),
+            settle: Settle::Before,
+            max_held_bytes: None,
+            usage: None,
+            description: String::new(),
+            mime_type: None,
+            upstream: None,
+            rewrite: None,
+        };
+        let path = "/{*path}".parse().map_err(|e: crate::route::PatternError| invalid(e.to_string()))?;
+        Ok(Route { name, path, methods: Vec::new(), host: None, query: BTreeMap::new(), action, definition })
+    }
+}

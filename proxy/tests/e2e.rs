@@ -1,0 +1,488 @@
+//! `tollgate-proxy` in front of a Python upstream, paid on the embedded Solana ledger: what it
+//! sells, what it refuses, what it never settles, and how it streams, reloads and stops.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::time::Duration;
+
+use common::{Facilitator, Process, json_of, send};
+use serde_json::Value;
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::Keypair;
+use solana_sdk::signer::Signer as _;
+
+const CENT: u64 = 10_000_000; // 0.01 SOL
+
+/// A facilitator, the Python upstream, the seller's wallet and the proxy in front of it all.
+struct World {
+    f: Facilitator,
+    upstream: Process,
+    proxy: Process,
+    seller: Pubkey,
+    dir: tempfile::TempDir,
+}
+
+fn config(upstream: &str, facilitator: &str, seller: &Pubkey, forecast_price: &str) -> String {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let price =
+        |amount: &str| format!("[[route.accept]]\nasset = \"SOL\"\namount = \"{amount}\"\npay_to = \"{seller}\"\n");
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+upstream = "{upstream}"
+
+[facilitator]
+url = "{facilitator}"
+api_key_env = "TOLLGATE_API_KEY"
+
+[timeouts]
+response_ms = 1500
+
+[identity]
+secret_env = "TOLLGATE_PROXY_SECRET"
+
+[[route]]
+name = "status"
+path = "/status"
+free = true
+
+[[route]]
+name = "free-echo"
+path = "/free-echo/{{*rest}}"
+free = true
+rewrite = "/echo/{{rest}}"
+
+[[route]]
+name = "forecast"
+path = "/forecast"
+methods = ["GET"]
+description = "Tomorrow's weather"
+{forecast}
+[[route]]
+name = "echo"
+path = "/echo/{{*rest}}"
+{cent}
+[[route]]
+name = "whoami"
+path = "/whoami"
+{two}
+[[route]]
+name = "upload"
+path = "/upload"
+methods = ["POST"]
+{cent}
+[[route]]
+name = "events"
+path = "/events"
+{cent}
+[[route]]
+name = "slow"
+path = "/slow"
+settle = "after"
+{cent}
+[[route]]
+name = "hangup"
+path = "/hangup"
+settle = "after"
+{cent}
+[[route]]
+name = "down"
+path = "/down"
+settle = "after"
+upstream = "http://{closed}"
+{cent}"#,
+        forecast = price(forecast_price),
+        cent = price("0.01"),
+        two = price("0.02"),
+    )
+}
+
+impl World {
+    async fn start() -> Self {
+        let f = Facilitator::start().await;
+        let seller = Pubkey::new_unique();
+        f.airdrop(&seller, 1).await;
+        let upstream = common::upstream();
+        let dir = tempfile::tempdir().unwrap();
+        let path = common::write_config(dir.path(), &config(&upstream.url, &f.url, &seller, "0.01"));
+        let proxy = common::proxy(&path, &f.key);
+        Self { f, upstream, proxy, seller, dir }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.proxy.url)
+    }
+
+    /// A buyer with 1 SOL.
+    async fn buyer(&self) -> Keypair {
+        let buyer = Keypair::new();
+        self.f.airdrop(&buyer.pubkey(), 1).await;
+        buyer
+    }
+
+    async fn proof(&self, buyer: &Keypair, lamports: u64) -> String {
+        self.f.proof(buyer, &self.seller, lamports).await
+    }
+
+    async fn earned(&self) -> u64 {
+        self.f.balance(&self.seller).await - 1_000_000_000
+    }
+
+    /// Sends raw bytes to the proxy and reads the whole answer (the request says `Connection: close`).
+    fn raw(&self, request: &str) -> String {
+        let address = self.proxy.url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+}
+
+fn offered_amount(body: &str) -> String {
+    json_of(body)["accepts"][0]["maxAmountRequired"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paid_route_is_served_once_paid_and_its_proof_serves_only_its_request() {
+    let w = World::start().await;
+
+    // Free, unmatched, and priced.
+    let (status, _, body) = send("GET", &w.url("/status"), None).await;
+    assert_eq!((status, json_of(&body)["status"].as_str()), (200, Some("up")));
+    assert_eq!(send("GET", &w.url("/nothing-here"), None).await.0, 404);
+    assert_eq!(send("POST", &w.url("/forecast"), None).await.0, 404, "the route takes GET only");
+    let (status, headers, body) = send("GET", &w.url("/forecast"), None).await;
+    assert_eq!(status, 402, "{body}");
+    assert!(headers.contains_key("payment-required"));
+    let offer = &json_of(&body)["accepts"][0];
+    assert_eq!(offer["maxAmountRequired"], "10000000");
+    assert_eq!(offer["payTo"], w.seller.to_string());
+    assert_eq!(offer["resource"], w.url("/forecast"), "the resource is the proxy's URL");
+    assert_eq!(offer["description"], "Tomorrow's weather");
+
+    // Paid: served, the money moved once; the same proof serves the same request again.
+    let buyer = w.buyer().await;
+    let proof = w.proof(&buyer, CENT).await;
+    let (status, headers, body) = send("GET", &w.url("/forecast"), Some(&proof)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_of(&body)["forecast"], "sunny, 21 C");
+    assert!(headers.contains_key("x-payment-response"), "the settlement is told");
+    assert_eq!(w.earned().await, CENT);
+    assert_eq!(send("GET", &w.url("/forecast"), Some(&proof)).await.0, 200);
+    assert_eq!(w.earned().await, CENT, "served again as its ticket, not paid again");
+
+    // Replayed on another query, route or method: refused, nothing moves.
+    for (method, path) in [("GET", "/forecast?city=Oslo"), ("GET", "/echo/forecast"), ("GET", "/whoami")] {
+        let (status, _, body) = send(method, &w.url(path), Some(&proof)).await;
+        assert_eq!(status, 402, "{method} {path}: {body}");
+    }
+    let echo_proof = w.proof(&buyer, CENT).await;
+    assert_eq!(send("GET", &w.url("/echo/a"), Some(&echo_proof)).await.0, 200);
+    assert_eq!(send("POST", &w.url("/echo/a"), Some(&echo_proof)).await.0, 402, "another method");
+    assert_eq!(w.earned().await, 2 * CENT);
+
+    // A dearer route with a cheaper proof: refused.
+    let cheap = w.proof(&buyer, CENT).await;
+    let (status, _, body) = send("GET", &w.url("/whoami"), Some(&cheap)).await;
+    assert_eq!((status, offered_amount(&body)), (402, "20000000".to_owned()), "{body}");
+    assert_eq!(w.earned().await, 2 * CENT);
+
+    // The upstream learns who paid, in headers it checks with the shared secret (in Python).
+    let dear = w.proof(&buyer, 2 * CENT).await;
+    let (status, _, body) = send("GET", &w.url("/whoami"), Some(&dear)).await;
+    assert_eq!(status, 200, "{body}");
+    let paid_by = &json_of(&body)["paid_by"];
+    assert_eq!(paid_by["payer"], buyer.pubkey().to_string(), "{body}");
+    assert_eq!(paid_by["amount"], "20000000");
+    assert_eq!(paid_by["asset"], "native");
+    assert_eq!(paid_by["network"], w.f.network());
+    assert!(paid_by["transaction"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(w.earned().await, 4 * CENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_upstream_gets_clean_headers_and_crafted_requests_are_refused() {
+    let w = World::start().await;
+    let buyer = w.buyer().await;
+
+    // What the upstream receives: no payment header, no hop-by-hop fields, no identity a
+    // client forged, forwarding headers the proxy wrote.
+    let proof = w.proof(&buyer, CENT).await;
+    let answer = reqwest::Client::new()
+        .get(w.url("/echo/x?q=1"))
+        .header("X-PAYMENT", &proof)
+        .header("Connection", "keep-alive, X-Drop-Me")
+        .header("X-Drop-Me", "1")
+        .header("X-Kept", "1")
+        .header("X-Tollgate-Payer", "mallory")
+        .header("X-Forwarded-For", "6.6.6.6")
+        .header("Forwarded", "for=6.6.6.6")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let seen: Value = answer.json().await.unwrap();
+    let headers: std::collections::BTreeMap<String, String> = seen["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(seen["path"], "/echo/x?q=1");
+    for gone in ["x-payment", "x-drop-me", "connection"] {
+        assert!(!headers.contains_key(gone), "{gone} reached the upstream: {headers:?}");
+    }
+    assert_eq!(headers["x-kept"], "1");
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1", "the client's own is not believed");
+    assert!(headers["forwarded"].starts_with("for=127.0.0.1;host=\"127.0.0.1:"), "{}", headers["forwarded"]);
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert_eq!(headers["host"], w.upstream.url.trim_start_matches("http://"));
+    assert_eq!(headers["x-tollgate-payer"], buyer.pubkey().to_string(), "the proxy's, not the client's");
+    assert!(headers.contains_key("x-tollgate-signature"));
+
+    // A free route, rewritten: a client's identity headers never pass.
+    let answer = reqwest::Client::new()
+        .get(w.url("/free-echo/abc"))
+        .header("X-Tollgate-Payer", "mallory")
+        .header("X-Tollgate-Signature", "t=1,v1=00")
+        .send()
+        .await
+        .unwrap();
+    let seen: Value = answer.json().await.unwrap();
+    assert_eq!(seen["path"], "/echo/abc");
+    let forged = seen["headers"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.to_ascii_lowercase().starts_with("x-tollgate"))
+        .count();
+    assert_eq!(forged, 0, "{seen}");
+
+    // Paths that could reach another route at the upstream: 400; case and escapes still priced.
+    let host = w.proxy.url.trim_start_matches("http://").to_owned();
+    for path in [
+        "/status/../forecast",
+        "/status/%2e%2e/forecast",
+        "/status/.%2E/forecast",
+        "//forecast",
+        "/status%2f..%2fforecast",
+        "/forecast;jsessionid=1",
+        "/status\\..\\forecast",
+        "/./forecast",
+    ] {
+        let answer = w.raw(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+    }
+    for path in ["/FORECAST", "/%66orecast", "/forecast/"] {
+        let answer = w.raw(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
+        assert!(answer.starts_with("HTTP/1.1 402"), "{path} must be priced: {answer}");
+    }
+    // An absolute-form target naming another host is routed by it, path checked the same.
+    let answer =
+        w.raw(&format!("GET http://{host}/status/../forecast HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // Conflicting framing: never both lengths to the upstream, and no second request hidden
+    // in the body reaches it unpriced.
+    let smuggled = "GET /forecast HTTP/1.1\r\nHost: x\r\n\r\n";
+    let body = format!("0\r\n\r\n{smuggled}");
+    let answer = w.raw(&format!(
+        "POST /free-echo/a HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    assert!(!answer.contains("sunny"), "a smuggled request was served: {answer}");
+    if answer.starts_with("HTTP/1.1 200") {
+        let seen = json_of(answer.split("\r\n\r\n").nth(1).unwrap_or_default());
+        let names: Vec<String> =
+            seen["headers"].as_object().map(|h| h.keys().map(|k| k.to_ascii_lowercase()).collect()).unwrap_or_default();
+        assert!(
+            !(names.contains(&"content-length".to_owned()) && names.contains(&"transfer-encoding".to_owned())),
+            "{seen}"
+        );
+        assert!(!seen["body"].as_str().unwrap_or_default().contains("GET /forecast"), "{seen}");
+    } else {
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    }
+    assert_eq!(w.earned().await, CENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upstream_down_slow_or_hanging_up_is_not_settled_where_settling_comes_after() {
+    let w = World::start().await;
+    let buyer = w.buyer().await;
+    for (path, status) in [("/down", 502), ("/slow?ms=4000", 504), ("/hangup", 502)] {
+        let proof = w.proof(&buyer, CENT).await;
+        let (got, _, body) = send("GET", &w.url(path), Some(&proof)).await;
+        assert_eq!(got, status, "{path}: {body}");
+        assert_eq!(w.earned().await, 0, "{path}: nothing settled");
+    }
+    // The buyer's money is still its own: a request the upstream answers is paid once.
+    let proof = w.proof(&buyer, CENT).await;
+    let (status, _, body) = send("GET", &w.url("/slow?ms=10"), Some(&proof)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(w.earned().await, CENT);
+}
+
+/// The largest memory the proxy process has held (`VmHWM`), in KiB.
+fn peak_kib(process: &Process) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", process.child.id())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_and_event_streams_pass_through_paid_and_unbuffered() {
+    let w = World::start().await;
+    let buyer = w.buyer().await;
+
+    // 50 MiB up, paid: it reaches the upstream whole while the proxy's memory stays flat.
+    let _ = send("GET", &w.url("/status"), None).await;
+    let before = peak_kib(&w.proxy);
+    let blob: Vec<u8> = (0..50 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let digest = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(&blob).iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let proof = w.proof(&buyer, CENT).await;
+    let answer =
+        reqwest::Client::new().post(w.url("/upload")).header("X-PAYMENT", &proof).body(blob).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let stored: Value = answer.json().await.unwrap();
+    assert_eq!((stored["bytes"].as_u64(), stored["sha256"].as_str()), (Some(50 * 1024 * 1024), Some(digest.as_str())));
+    let grown = peak_kib(&w.proxy) - before;
+    assert!(grown < 16 * 1024, "the proxy grew {grown} KiB for a 50 MiB upload");
+    assert_eq!(w.earned().await, CENT);
+
+    // Server-sent events, one a minute: the first arrives now, not when the stream ends.
+    let proof = w.proof(&buyer, CENT).await;
+    let first_event = async {
+        let mut answer =
+            reqwest::Client::new().get(w.url("/events?n=3&ms=60000")).header("X-PAYMENT", &proof).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.headers()["content-type"], "text/event-stream");
+        String::from_utf8(answer.chunk().await.unwrap().unwrap().to_vec()).unwrap()
+    };
+    let first = tokio::time::timeout(Duration::from_secs(20), first_event).await.expect("the first event is held back");
+    assert!(first.starts_with("id: 0\n"), "{first}");
+    assert_eq!(w.earned().await, 2 * CENT);
+}
+
+/// `name`'s counter in the proxy's `/metrics`, with `label` among its labels.
+async fn counter(w: &World, name: &str, label: &str) -> u64 {
+    let text = reqwest::get(w.url("/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_under_load_loses_no_request_and_a_bad_file_keeps_the_routes() {
+    let w = World::start().await;
+    let path = w.dir.path().join("proxy.toml");
+    // Not ready while an upstream is down (the "down" route's, on purpose); ready once the
+    // routes in force need only reachable ones.
+    let (status, _, body) = send("GET", &w.url("/readyz"), None).await;
+    let ready = json_of(&body);
+    assert_eq!((status, &ready["facilitator"]), (503, &Value::from("ok")), "{body}");
+    assert_eq!(ready["upstreams"][w.upstream.url.trim_start_matches("http://")], "ok", "{body}");
+    assert_eq!(ready["upstreams"].as_object().unwrap().values().filter(|v| *v != "ok").count(), 1, "{body}");
+    assert_eq!(send("GET", &w.url("/healthz"), None).await.0, 200);
+    // The same routes without "down" (the last one).
+    let config = |upstream: &str, facilitator: &str, seller: &Pubkey, price: &str| {
+        config(upstream, facilitator, seller, price).split("[[route]]\nname = \"down\"").next().unwrap().to_owned()
+    };
+
+    // Load while the price changes: every answer is a 200 or a 402 at the old or the new price.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..6 {
+        let (url_free, url_paid, stop) = (w.url("/status"), w.url("/forecast"), stop.clone());
+        load.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let free = client.get(&url_free).send().await.unwrap().status().as_u16();
+                let paid = client.get(&url_paid).send().await.unwrap();
+                let status = paid.status().as_u16();
+                let amount = offered_amount(&paid.text().await.unwrap());
+                seen.push((free, status, amount));
+            }
+            seen
+        }));
+    }
+    let (upstream, facilitator) = (w.upstream.url.clone(), w.f.url.clone());
+    for price in ["0.02", "0.03", "0.02"] {
+        std::fs::write(&path, config(&upstream, &facilitator, &w.seller, price)).unwrap();
+        let wanted = format!("{}0000000", &price[3..]);
+        wait_for(|| async { offered_amount(&send("GET", &w.url("/forecast"), None).await.2) == wanted }).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut answers = 0;
+    for task in load {
+        for (free, status, amount) in task.await.unwrap() {
+            answers += 1;
+            assert_eq!((free, status), (200, 402));
+            assert!(["10000000", "20000000", "30000000"].contains(&amount.as_str()), "{amount}");
+        }
+    }
+    assert!(answers > 0);
+
+    // An invalid file: logged, counted, and the routes in force stay.
+    std::fs::write(&path, "listen = \"127.0.0.1:0\"\n[[route]]\nname = 1\n").unwrap();
+    wait_for(|| async { counter(&w, "tollgate_proxy_reloads_total", "result=\"error\"").await >= 1 }).await;
+    assert_eq!(offered_amount(&send("GET", &w.url("/forecast"), None).await.2), "20000000");
+    // SIGHUP reloads the file as it is (a good one again).
+    std::fs::write(&path, config(&upstream, &facilitator, &w.seller, "0.01")).unwrap();
+    let pid = w.proxy.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    wait_for(|| async { offered_amount(&send("GET", &w.url("/forecast"), None).await.2) == "10000000" }).await;
+    let (status, _, body) = send("GET", &w.url("/readyz"), None).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Counted by route and outcome.
+    assert!(counter(&w, "tollgate_proxy_requests_total", "outcome=\"challenged\"").await > 0);
+    assert!(counter(&w, "tollgate_proxy_requests_total", "route=\"status\"").await > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_proxy_finishes_the_streams_in_progress() {
+    let mut w = World::start().await;
+    let buyer = w.buyer().await;
+    let proof = w.proof(&buyer, CENT).await;
+    let mut answer =
+        reqwest::Client::new().get(w.url("/events?n=3&ms=300")).header("X-PAYMENT", &proof).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut received = String::from_utf8(answer.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    let pid = w.proxy.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    while let Some(chunk) = answer.chunk().await.unwrap() {
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert_eq!(received.matches("data: ").count(), 3, "{received}");
+    let exited = w.proxy.child.wait().unwrap();
+    assert!(exited.success(), "{exited}");
+    assert!(reqwest::get(w.url("/healthz")).await.is_err(), "no new connections after shutdown");
+    assert_eq!(w.earned().await, CENT);
+}
+
+/// Polls `condition` until it holds (10 s at most).
+async fn wait_for<F, Fut>(condition: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..200 {
+        if condition().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the condition did not hold within 10 s");
+}
