@@ -1,6 +1,9 @@
-# The facilitator daemon for production: no embedded development ledger, no OpenSSL.
+# The facilitator daemon for production: no embedded development ledger, no OpenSSL. The
+# `proxy` stage is tollgate-proxy, the paying reverse proxy, built by the same build stage.
 #
 #   docker build -t tollgate-facilitator .
+#   docker build --target proxy -t tollgate-proxy .
+#   docker run -v $PWD/proxy.toml:/etc/tollgate/proxy.toml:ro -e TOLLGATE_API_KEY=… -p 8090:8090 tollgate-proxy
 #   docker build --build-arg TOLLGATE_FEATURES=otel -t tollgate-facilitator .   # trace export
 #   docker run -e TOLLGATE_EVM_RPC_URL=… -e TOLLGATE_MASTER_KEY=… -p 8402:8402 tollgate-facilitator
 #
@@ -14,6 +17,19 @@ ENV CARGO_TARGET_DIR=/src/target
 ARG TOLLGATE_FEATURES=""
 RUN TOLLGATE_FEATURES="$TOLLGATE_FEATURES" scripts/build-release
 
+# tollgate-proxy: its configuration mounted at /etc/tollgate/proxy.toml (reloaded when it changes).
+FROM debian:bookworm-slim AS proxy
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home tollgate
+COPY --from=build /src/target/production/tollgate-proxy /usr/local/bin/tollgate-proxy
+USER tollgate
+ENV TOLLGATE_PROXY_CONFIG=/etc/tollgate/proxy.toml
+EXPOSE 8090
+ENTRYPOINT ["tollgate-proxy"]
+
+# The facilitator (the default target).
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \

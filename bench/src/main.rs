@@ -11,6 +11,8 @@
 //!   (`GET /__counts`), to tell how many RPC calls one verify costs.
 //! - `pairs`: `/verify` then `/settle` of the same payloads, one after the other, counting the
 //!   RPC calls each makes through the proxy.
+//! - `upstream`, `stub-facilitator`: the fixtures of `scripts/bench-proxy` (`tollgate-proxy`
+//!   against the service it sells, directly).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,6 +34,8 @@ const TOKEN_NAME: &str = "Tollgate USD";
 const TOKEN_VERSION: &str = "2";
 /// Base units each authorization pays (0.01 of a 6-decimal token).
 const PRICE: u128 = 10_000;
+
+mod proxied;
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate-load", about = "Fixtures, RPC counting and verify/settle pairs for scripts/bench-load")]
@@ -84,6 +88,10 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         count: usize,
     },
+    /// For `scripts/bench-proxy`: an upstream answering `GET /hello` at once; prints `listening on URL`.
+    Upstream,
+    /// For `scripts/bench-proxy`: an x402 facilitator that accepts every proof; prints `listening on URL`.
+    StubFacilitator,
 }
 
 #[tokio::main]
@@ -94,6 +102,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Proxy { upstream } => proxy(upstream).await,
         Command::Pairs { daemon, key, proxy, bodies, count } => pairs(&daemon, &key, &proxy, &bodies, count).await,
+        Command::Upstream => proxied::upstream().await,
+        Command::StubFacilitator => proxied::stub_facilitator().await,
     }
 }
 

@@ -48,6 +48,10 @@ pub struct ProxyFile {
     /// behind a load balancer that sets them). By default they are removed and written anew.
     #[serde(default)]
     pub trust_forwarded: bool,
+    /// Terminate TLS here (HTTPS); without it the proxy speaks plain HTTP (behind a load
+    /// balancer that terminates TLS, set `trust_forwarded`).
+    #[serde(default)]
+    pub tls: Option<TlsFile>,
     /// The facilitator that verifies and settles.
     pub facilitator: FacilitatorFile,
     /// Upstream timeouts.
@@ -77,6 +81,16 @@ pub struct FacilitatorFile {
     /// Instead of `api_key_env`: a file holding the key (a mounted secret).
     #[serde(default)]
     pub api_key_file: Option<PathBuf>,
+}
+
+/// `[tls]`: PEM files, read again at each reload.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 /// `[timeouts]`, in milliseconds.

@@ -14,7 +14,8 @@
 //! | [`forward`] | the request on to the upstream and its answer back; usage of metered routes |
 //! | [`identity`] | the signed headers that tell the upstream who paid |
 //! | [`proxy`] | routing, `/healthz`, `/readyz`, `/metrics`, reload |
-//! | [`server`] | connections, graceful shutdown, reload on `SIGHUP` or file change |
+//! | [`server`] | connections (plain or TLS), graceful shutdown, reload on `SIGHUP` or file change |
+//! | [`tls`] | TLS termination with rustls |
 
 pub mod config;
 pub mod forward;
@@ -23,6 +24,7 @@ pub mod proxy;
 pub mod route;
 pub mod routes;
 pub mod server;
+pub mod tls;
 
 pub use config::ProxyFile;
 pub use identity::{Identity, PaidBy};

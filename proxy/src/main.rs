@@ -43,7 +43,8 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(file.listen).await?;
     tracing::info!(address = %listener.local_addr()?, upstream = %file.upstream, "tollgate-proxy listening");
     // Printed for scripts and tests that start the proxy on port 0.
-    println!("listening on http://{}", listener.local_addr()?);
+    let scheme = if file.tls.is_some() { "https" } else { "http" };
+    println!("listening on {scheme}://{}", listener.local_addr()?);
     if let Some(ops) = file.ops_listen {
         let ops = tokio::net::TcpListener::bind(ops).await?;
         println!("ops on http://{}", ops.local_addr()?);

@@ -28,6 +28,8 @@ pub struct Proxy {
     ops_here: bool,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     http: reqwest::Client,
+    /// TLS, when `[tls]` is set (its certificate swapped at each reload).
+    tls: Option<RwLock<tokio_rustls::TlsAcceptor>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -47,7 +49,9 @@ impl Proxy {
     ) -> Result<Self, ConfigError> {
         let client = crate::forward::client(Duration::from_millis(file.timeouts.connect_ms));
         let routes = Routes::build(file, &client, None)?;
+        let tls = file.tls.as_ref().map(crate::tls::acceptor).transpose()?.map(RwLock::new);
         Ok(Self {
+            tls,
             routes: RwLock::new(Arc::new(routes)),
             client,
             ops_here: file.ops_listen.is_none(),
@@ -57,15 +61,29 @@ impl Proxy {
     }
 
     /// Replaces the routes with `file`'s; on error the routes in force stay. Requests already
-    /// routed finish on the routes they were given. `listen` and `ops_listen` need a restart.
+    /// routed finish on the routes they were given. The TLS certificate is read again; `listen`,
+    /// `ops_listen` and turning TLS on or off need a restart.
     ///
     /// # Errors
-    /// [`ConfigError`] for a file whose routes cannot be built.
+    /// [`ConfigError`] for a file whose routes or certificate cannot be used.
     pub fn reload(&self, file: &ProxyFile) -> Result<(), ConfigError> {
         let current = self.current();
         let routes = Routes::build(file, &self.client, Some(&current))?;
+        let acceptor = match (&self.tls, &file.tls) {
+            (Some(_), Some(tls)) => Some(crate::tls::acceptor(tls)?),
+            (None, None) => None,
+            _ => return Err(ConfigError::Invalid("turning [tls] on or off needs a restart".into())),
+        };
+        if let (Some(held), Some(acceptor)) = (&self.tls, acceptor) {
+            *held.write().unwrap_or_else(PoisonError::into_inner) = acceptor;
+        }
         *self.routes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(routes);
         Ok(())
+    }
+
+    /// The TLS acceptor in force, when the proxy terminates TLS.
+    pub fn tls(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        self.tls.as_ref().map(|held| held.read().unwrap_or_else(PoisonError::into_inner).clone())
     }
 
     fn current(&self) -> Arc<Routes> {
@@ -218,9 +236,10 @@ fn route(
         Some(found) => found,
         None => (&routes.unmatched, crate::route::Captures::new()),
     };
+    // Absolute: the layer names the resource by the scheme and host the client used.
     let target = match &query {
-        Some(q) => format!("{path}?{q}"),
-        None => path,
+        Some(q) => format!("{scheme}://{authority}{path}?{q}"),
+        None => format!("{scheme}://{authority}{path}"),
     };
     parts.uri = Uri::try_from(target).map_err(|_| RequestError::Path("cannot be rebuilt"))?;
     if let Ok(value) = HeaderValue::from_str(&authority) {

@@ -16,33 +16,61 @@ use crate::proxy::Proxy;
 /// How long a client may take to send a request's head (slow-header clients are cut off).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `proxy` on `listener` until `shutdown` resolves, then stops accepting and waits up to
-/// `drain` for requests in progress (and the settlements they started) to finish.
+/// Serves `proxy` on `listener` (over TLS when it has `[tls]`) until `shutdown` resolves, then
+/// stops accepting and waits up to `drain` for requests in progress (and the settlements they
+/// started) to finish.
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Future<Output = ()>, drain: Duration) {
-    serve_with(listener, shutdown, drain, move |request, client| {
-        let proxy = proxy.clone();
-        async move { proxy.handle(request, client, "http").await }
-    })
+    let tls = proxy.clone();
+    serve_with(
+        listener,
+        shutdown,
+        drain,
+        move || tls.tls(),
+        move |request, client, scheme| {
+            let proxy = proxy.clone();
+            async move { proxy.handle(request, client, scheme).await }
+        },
+    )
     .await;
 }
 
-/// Serves only `/healthz`, `/readyz` and `/metrics` of `proxy` on `listener` (`ops_listen`).
+/// Serves only `/healthz`, `/readyz` and `/metrics` of `proxy` on `listener` (`ops_listen`,
+/// plain HTTP).
 pub async fn serve_ops(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Future<Output = ()>) {
-    serve_with(listener, shutdown, Duration::from_secs(1), move |request, _| {
-        let proxy = proxy.clone();
-        async move {
-            match proxy.ops(request.uri().path()).await {
-                Some(answer) => answer,
-                None => crate::forward::error(http::StatusCode::NOT_FOUND, "no such path"),
+    serve_with(
+        listener,
+        shutdown,
+        Duration::from_secs(1),
+        || None,
+        move |request, _, _| {
+            let proxy = proxy.clone();
+            async move {
+                match proxy.ops(request.uri().path()).await {
+                    Some(answer) => answer,
+                    None => crate::forward::error(http::StatusCode::NOT_FOUND, "no such path"),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 }
 
-async fn serve_with<F, Fut>(listener: TcpListener, shutdown: impl Future<Output = ()>, drain: Duration, handle: F)
-where
-    F: Fn(http::Request<hyper::body::Incoming>, std::net::SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+/// The longest a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn serve_with<T, F, Fut>(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+    tls: T,
+    handle: F,
+) where
+    T: Fn() -> Option<tokio_rustls::TlsAcceptor>,
+    F: Fn(http::Request<hyper::body::Incoming>, std::net::SocketAddr, &'static str) -> Fut
+        + Clone
+        + Send
+        + Sync
+        + 'static,
     Fut: Future<Output = http::Response<crate::forward::ProxyBody>> + Send + 'static,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -62,15 +90,23 @@ where
             },
             () = &mut shutdown => break,
         };
-        let handle = handle.clone();
-        let service = hyper::service::service_fn(move |request| {
-            let handle = handle.clone();
-            async move { Ok::<_, std::convert::Infallible>(handle(request, client).await) }
-        });
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let watched = graceful.watch(connection);
+        let (handle, builder, watcher) = (handle.clone(), builder.clone(), graceful.watcher());
+        let acceptor = tls();
         tokio::spawn(async move {
-            if let Err(e) = watched.await {
+            let scheme = if acceptor.is_some() { "https" } else { "http" };
+            let service = hyper::service::service_fn(move |request| {
+                let handle = handle.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(request, client, scheme).await) }
+            });
+            let served = match acceptor {
+                None => watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await,
+                Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => watcher.watch(builder.serve_connection(TokioIo::new(tls), service)).await,
+                    Ok(Err(e)) => return tracing::debug!(error = %e, %client, "TLS handshake failed"),
+                    Err(_) => return tracing::debug!(%client, "TLS handshake timed out"),
+                },
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });

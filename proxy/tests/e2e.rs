@@ -486,3 +486,36 @@ where
     }
     panic!("the condition did not hold within 10 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_is_terminated_and_the_upstream_is_told_https() {
+    let f = Facilitator::start().await;
+    let seller = Pubkey::new_unique();
+    let upstream = common::upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let tls = format!("[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n", cert.display(), key.display());
+    let text =
+        config(&upstream.url, &f.url, &seller, "0.01").replacen("[facilitator]", &format!("{tls}[facilitator]"), 1);
+    let proxy = common::proxy(&common::write_config(dir.path(), &text), &f.key);
+    let address: std::net::SocketAddr = proxy.url.trim_start_matches("https://").parse().unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap())
+        .resolve("localhost", address)
+        .build()
+        .unwrap();
+    let base = format!("https://localhost:{}", address.port());
+
+    let seen: Value = client.get(format!("{base}/free-echo/x")).send().await.unwrap().json().await.unwrap();
+    let proto = seen["headers"].as_object().unwrap().iter().find(|(k, _)| k.eq_ignore_ascii_case("x-forwarded-proto"));
+    assert_eq!(proto.map(|(_, v)| v.as_str().unwrap()), Some("https"), "{seen}");
+    let answer = client.get(format!("{base}/forecast")).send().await.unwrap();
+    assert_eq!(answer.status(), 402);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["accepts"][0]["resource"], format!("{base}/forecast"), "the resource is the https URL");
+    // Plain HTTP to the TLS port gets no answer.
+    assert!(reqwest::get(format!("http://{address}/status")).await.is_err());
+}
