@@ -45,8 +45,14 @@ impl Ticket {
 #[allow(clippy::large_enum_variant, reason = "kept behind an Arc in the cache, never moved around")]
 pub(crate) enum Known {
     /// Settled for `ticket`: a retry of it is served without the facilitator. `headers` are
-    /// its settlement header values for v1 and v2 requests, made once.
-    Accepted { ticket: Ticket, payment: Payment, headers: (Option<HeaderValue>, Option<HeaderValue>) },
+    /// its settlement header values for v1 and v2 requests, made once; `repeats` counts the
+    /// requests served again with it.
+    Accepted {
+        ticket: Ticket,
+        payment: Payment,
+        headers: (Option<HeaderValue>, Option<HeaderValue>),
+        repeats: Arc<std::sync::atomic::AtomicU32>,
+    },
     /// Refused for `ticket`: a repeat of it is answered again without the facilitator while
     /// remembered. (A refusal can be the ticket's: "made for another resource".)
     Refused { ticket: Ticket, reason: String },
@@ -60,7 +66,7 @@ impl Known {
     pub(crate) fn accepted(ticket: &Ticket, payment: &Payment) -> Self {
         let headers =
             (crate::challenge::settlement_header(payment, true), crate::challenge::settlement_header(payment, false));
-        Self::Accepted { ticket: ticket.clone(), payment: payment.clone(), headers }
+        Self::Accepted { ticket: ticket.clone(), payment: payment.clone(), headers, repeats: Arc::default() }
     }
 }
 

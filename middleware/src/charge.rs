@@ -60,6 +60,47 @@ impl Charge {
     }
 }
 
+/// A metered request's charge known only when its answer's body has ended: usage a streamed
+/// answer reports last (an HTTP trailer, a final event). Put it in the **response's**
+/// extensions instead of a [`Charge`], and [`Self::report`] the charge (or [`Self::fail`])
+/// from the body as it ends.
+///
+/// The layer then **streams** the answer (it is not held in memory), settles the reported
+/// charge once the body has ended — capped at the maximum — and sends the settlement as an
+/// HTTP trailer (`PAYMENT-RESPONSE`, announced in `Trailer`) to buyers that accept trailers
+/// (`TE: trailers`). A buyer who hangs up before the end does not stop it: the rest of the
+/// body is read (at most [`DeferredCharge::DRAIN`]) for its report, and that charge is settled,
+/// once. A body that fails, or ends without a report, is not charged (and the layer logs it).
+#[derive(Debug, Clone, Default)]
+pub struct DeferredCharge(std::sync::Arc<std::sync::OnceLock<Result<Charge, String>>>);
+
+impl DeferredCharge {
+    /// The longest the layer reads the rest of a body whose buyer hung up, for its report.
+    pub const DRAIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// A charge to be reported.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reports the charge (the first report or failure counts).
+    pub fn report(&self, charge: Charge) {
+        let _ = self.0.set(Ok(charge));
+    }
+
+    /// Says no charge can be reported (`why`): nothing is settled.
+    pub fn fail(&self, why: impl Into<String>) {
+        let _ = self.0.set(Err(why.into()));
+    }
+
+    /// What was reported, if anything yet.
+    #[must_use]
+    pub fn reported(&self) -> Option<Result<Charge, String>> {
+        self.0.get().cloned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,8 @@ pub(crate) struct Config {
     pub retry_after_secs: u64,
     /// How long after its confirmation a payment serves its request again.
     pub ticket_lifetime: Duration,
+    /// How many requests a payment serves at most (the first included), when bounded.
+    pub ticket_uses: Option<u32>,
     pub cache: Arc<ProofCache>,
     /// The requirements when they are the same for every request (fixed prices on named
     /// networks, nothing asked of `/supported`): built once.

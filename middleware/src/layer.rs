@@ -90,6 +90,7 @@ pub struct PaymentLayerBuilder {
     extensions: serde_json::Map<String, serde_json::Value>,
     payment_identifier: Option<bool>,
     stream_upfront: bool,
+    ticket_uses: Option<u32>,
 }
 
 impl Default for PaymentLayerBuilder {
@@ -111,6 +112,7 @@ impl Default for PaymentLayerBuilder {
             extensions: serde_json::Map::new(),
             payment_identifier: None,
             stream_upfront: false,
+            ticket_uses: None,
         }
     }
 }
@@ -238,6 +240,16 @@ impl PaymentLayerBuilder {
         self
     }
 
+    /// Bounds what one payment serves: at most `uses` requests (the first included) for its
+    /// ticket — the same resource and method — within the ticket lifetime ([`Self::cache`]),
+    /// e.g. `2`: the answer and one retry of a buyer whose answer was lost. Later repeats are
+    /// answered 402 ("pay again"). Unbounded by default. Each instance (and each layer built
+    /// anew) counts apart.
+    pub fn ticket_uses(mut self, uses: u32) -> Self {
+        self.ticket_uses = Some(uses);
+        self
+    }
+
     /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
     /// min), refused ones `refused_ttl` (default 10 s).
     ///
@@ -259,6 +271,9 @@ impl PaymentLayerBuilder {
     /// [`BuildError`] for missing or inconsistent settings.
     pub fn build(self) -> Result<PaymentLayer, BuildError> {
         let facilitator = self.facilitator.ok_or(BuildError::NoFacilitator)?;
+        if self.ticket_uses == Some(0) {
+            return Err(BuildError::Zero("ticket_uses"));
+        }
         if self.stream_upfront && self.payment_identifier.is_some() {
             return Err(BuildError::Incompatible(
                 "stream_upfront cannot go with payment_identifier (its repeats are answered from a held answer)",
@@ -319,6 +334,7 @@ impl PaymentLayerBuilder {
                 max_buffered_body: self.max_buffered_body,
                 retry_after_secs: self.retry_after_secs,
                 ticket_lifetime: self.accepted_ttl,
+                ticket_uses: self.ticket_uses,
                 cache,
                 static_offers,
                 challenges: moka::sync::Cache::new(1_000),

@@ -70,12 +70,13 @@ pub mod facilitator;
 pub mod future;
 mod identifiers;
 pub mod layer;
+mod metered;
 mod offers;
 mod offline;
 pub mod price;
 pub mod service;
 
-pub use charge::Charge;
+pub use charge::{Charge, DeferredCharge};
 pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, Verdict};
 pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
 pub use price::{Price, PriceError, Quote};

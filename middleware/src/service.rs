@@ -17,11 +17,12 @@ use tower::Service;
 use crate::body::{BoxError, PaymentBody};
 use crate::cache::{Decoded, Flight, Known, ProofCache, Ticket};
 use crate::challenge::{self, Buffered};
-use crate::charge::Charge;
+use crate::charge::{Charge, DeferredCharge};
 use crate::config::Config;
 use crate::facilitator::{Claim, Payment, Verdict};
 use crate::future::ResponseFuture;
 use crate::identifiers::Claimed;
+use crate::metered::{MeteredStream, Settlement};
 use crate::offers::{matching, offers, resource_info};
 use crate::price::{Offer, Quote};
 
@@ -167,10 +168,20 @@ where
                 let outcome = paid.settle_in_order(key, inner, request, pending, &offers).await?;
                 let answer = match outcome.answer {
                     Answer::Held(answer) => answer,
-                    // Settled and streaming (`stream_upfront`): the followers start over and
-                    // find the proof remembered (payment identifiers are not declared with it).
-                    Answer::Streamed(response) => {
-                        drop(leader);
+                    // Streaming: the followers start over once it is settled (before it, with
+                    // `stream_upfront`; at its end, for a charge its body reports) and find the
+                    // proof remembered. Its id, if any, keeps no answer.
+                    Answer::Streamed(response, settled) => {
+                        if let Some(id) = identified {
+                            config.identifiers.release(id, key).await;
+                        }
+                        match settled {
+                            Some(settled) => drop(tokio::spawn(async move {
+                                let _ = settled.await;
+                                drop(leader);
+                            })),
+                            None => drop(leader),
+                        }
                         return Ok(response);
                     }
                 };
@@ -330,7 +341,7 @@ where
     if config.stream_upfront {
         let header = challenge::settlement_header(payment, v1);
         let response = serve(config, inner, request, payment.clone(), (v1, header)).await?;
-        return Ok(Outcome { answer: Answer::Streamed(response), paid: true });
+        return Ok(Outcome { answer: Answer::Streamed(response, None), paid: true });
     }
     Ok(match run_buffered(config, inner, request, payment.clone()).await? {
         Some((mut buffered, _)) => {
@@ -355,10 +366,11 @@ impl Outcome {
 }
 
 /// A paid request's answer: held in memory (shared with the requests waiting on its proof), or
-/// streamed as the handler writes it (settled before it, with `stream_upfront`).
+/// streamed as the handler writes it — settled before it (`stream_upfront`), or at its end (a
+/// [`crate::DeferredCharge`]: the receiver says when that settlement is over).
 enum Answer {
     Held(Buffered),
-    Streamed(Response<PaymentBody>),
+    Streamed(Response<PaymentBody>, Option<tokio::sync::oneshot::Receiver<()>>),
 }
 
 /// Runs the handler with `payment` in the request's extensions and holds its answer in memory
@@ -378,14 +390,24 @@ where
 {
     request.extensions_mut().insert(payment);
     let (head, body) = inner.call(request).await?.into_parts();
+    Ok(hold(config, head, body).await)
+}
+
+/// A handler's answer held in memory, with the [`Charge`] it reported; `None` when the body
+/// fails or is over the configured size.
+async fn hold<B>(config: &Config, head: http::response::Parts, body: B) -> Option<(Buffered, Option<Charge>)>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let charge = head.extensions.get::<Charge>().copied();
     match http_body_util::Limited::new(body, config.max_buffered_body).collect().await {
         Ok(collected) => {
-            Ok(Some((Buffered { status: head.status, headers: head.headers, body: collected.to_bytes() }, charge)))
+            Some((Buffered { status: head.status, headers: head.headers, body: collected.to_bytes() }, charge))
         }
         Err(e) => {
             tracing::warn!(error = %e, "the paid response could not be read");
-            Ok(None)
+            None
         }
     }
 }
@@ -425,6 +447,13 @@ impl Paid<'_> {
         match known.as_deref() {
             Some(Known::Accepted { payment, .. }) if !payment.covers(self.claim.requirement) => {
                 challenge("this payment was made for a cheaper request")
+            }
+            Some(Known::Accepted { repeats, .. })
+                if self.config.ticket_uses.is_some_and(|uses| {
+                    repeats.fetch_add(1, std::sync::atomic::Ordering::SeqCst).saturating_add(1) >= uses
+                }) =>
+            {
+                challenge("this payment has already served the requests it pays for; pay again")
             }
             Some(Known::Accepted { payment, headers: settled, .. }) => {
                 let header = if self.v1 { settled.0.clone() } else { settled.1.clone() };
@@ -499,7 +528,15 @@ impl Paid<'_> {
             Verdict::Paid(verified) => verified,
             other => return Ok(Outcome::not_paid(self.not_paid(key, (other, None), offers, &headers).await)),
         };
-        let (mut buffered, charge) = match run_buffered(self.config, inner, request, verified.clone()).await? {
+        let mut inner = inner;
+        let mut request = request;
+        request.extensions_mut().insert(verified.clone());
+        let (head, body) = inner.call(request).await?.into_parts();
+        let deferred = head.extensions.get::<DeferredCharge>().cloned();
+        if let Some(deferred) = deferred.filter(|_| metered && head.status.as_u16() < 400) {
+            return Ok(self.metered_stream(key, (head, body), deferred, verified));
+        }
+        let (mut buffered, charge) = match hold(self.config, head, body).await {
             // The handler failed: nothing is settled, the buyer keeps the money.
             Some((buffered, _)) if buffered.status.as_u16() >= 400 => return Ok(Outcome::not_paid(buffered)),
             Some(answer) => answer,
@@ -517,7 +554,7 @@ impl Paid<'_> {
             self.config.cache.put(key, Known::accepted(self.ticket, &nothing)).await;
             nothing
         } else {
-            match self.settle_after(key, charged, metered.then_some(requirement.amount)).await {
+            match self.settle_after(key, charged).await {
                 Verdict::Paid(payment) => payment,
                 other => {
                     let charged = metered.then_some(charged);
@@ -529,49 +566,54 @@ impl Paid<'_> {
         Ok(Outcome { answer: Answer::Held(buffered), paid: true })
     }
 
-    /// Settles `charged` of the claim's requirement (a metered one authorized up to `maximum`)
-    /// once its handler has served, in a task of its own: a buyer who hangs up now stops neither
-    /// the seller being paid for what it served nor the payment being remembered for the proof,
-    /// so a retry of it is served from memory, never settled twice.
-    async fn settle_after(&self, key: &str, charged: AtomicAmount, maximum: Option<AtomicAmount>) -> Verdict {
-        let config = Arc::clone(self.config);
-        let (key, ticket) = (key.to_owned(), self.ticket.clone());
-        let (header, payload) = (self.claim.header.to_owned(), self.claim.payload.clone());
-        let requirement = PaymentRequirements { amount: charged, ..self.claim.requirement.clone() };
-        let (resource, decimals, lifetime) = (self.claim.resource.clone(), self.claim.decimals, self.claim.lifetime);
-        let settling = tokio::spawn(async move {
-            let claim = Claim {
-                header: &header,
-                payload: &payload,
-                requirement: &requirement,
-                decimals,
-                resource: &resource,
-                lifetime,
-            };
-            let verdict = match (config.facilitator.settle(claim).await, maximum) {
-                (Verdict::Paid(payment), Some(most)) => Verdict::Paid(payment.with_maximum(most)),
-                (verdict, _) => verdict,
-            };
-            match &verdict {
-                Verdict::Paid(payment) => config.cache.put(&key, Known::accepted(&ticket, payment)).await,
-                // A retry follows it (for a metered price: for this charge), also when the buyer
-                // hung up meanwhile.
-                Verdict::Pending { payment_id, .. } => {
-                    let known = Known::Pending {
-                        ticket: ticket.clone(),
-                        payment_id: payment_id.clone(),
-                        charged: maximum.map(|_| charged),
-                    };
-                    config.cache.put(&key, known).await;
-                }
-                _ => {}
-            }
-            verdict
-        });
-        settling.await.unwrap_or_else(|e| Verdict::Unavailable {
+    /// The claim, owned, to settle after its handler served.
+    fn settlement(&self, key: &str) -> Settlement {
+        Settlement {
+            config: Arc::clone(self.config),
+            key: key.to_owned(),
+            ticket: self.ticket.clone(),
+            header: self.claim.header.to_owned(),
+            payload: self.claim.payload.clone(),
+            requirement: self.claim.requirement.clone(),
+            resource: self.claim.resource.clone(),
+            decimals: self.claim.decimals,
+            lifetime: self.claim.lifetime,
+            metered: self.claim.requirement.scheme == SCHEME_UPTO,
+        }
+    }
+
+    /// Settles `charged` of the claim's requirement once its handler has served, in a task of
+    /// its own: a buyer who hangs up now stops neither the seller being paid for what it served
+    /// nor the payment being remembered for the proof (a retry of it is served from memory, or
+    /// follows it when pending — for a metered price, for this charge), never settled twice.
+    async fn settle_after(&self, key: &str, charged: AtomicAmount) -> Verdict {
+        tokio::spawn(self.settlement(key).run(charged)).await.unwrap_or_else(|e| Verdict::Unavailable {
             timed_out: false,
             reason: format!("the settlement task ended without an answer: {e}"),
         })
+    }
+
+    /// A metered answer whose body reports its charge ([`DeferredCharge`]): streamed, settled
+    /// when it ends (also when the buyer hangs up first), its settlement sent as a trailer.
+    fn metered_stream<B>(
+        &self,
+        key: &str,
+        (mut head, body): (http::response::Parts, B),
+        deferred: DeferredCharge,
+        verified: Payment,
+    ) -> Outcome
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let (settled, over) = tokio::sync::oneshot::channel();
+        let stream = MeteredStream::new(body, deferred, self.settlement(key), verified, (self.v1, settled));
+        let name = if self.v1 { X_PAYMENT_RESPONSE } else { PAYMENT_RESPONSE };
+        head.headers.insert(http::header::TRAILER, http::HeaderValue::from_static(name));
+        head.headers.remove(http::header::CONTENT_LENGTH);
+        challenge::make_private(&mut head.headers);
+        let response = Response::from_parts(head, PaymentBody::stream(stream));
+        Outcome { answer: Answer::Streamed(response, Some(over)), paid: true }
     }
 
     /// Why the proof cannot pay, when the layer can tell alone.

@@ -562,3 +562,124 @@ async fn a_metered_settlement_left_pending_is_followed_for_its_charge_not_the_mo
     assert_eq!(*ledger.followed.lock().unwrap(), vec![800], "followed for the 8 words charged, not the most");
     assert_eq!(ledger.settled(), vec![800], "settled once");
 }
+
+/// The chunks a streamed handler sends, handed over by the test: `/stream` streams them, then
+/// reports a charge of [`PER_WORD`] per chunk ([`tollgate::DeferredCharge`]); `/stream-silent`
+/// ends without reporting; `/stream-garbled` reports a failure.
+type Feed = Arc<Mutex<Option<tokio::sync::mpsc::Receiver<&'static str>>>>;
+
+fn streaming_shop(ledger: Arc<Ledger>, feed: Feed) -> Router {
+    let metered = Price::upto(TOKEN.parse().unwrap(), "0.01", 6).unwrap();
+    let layer = PaymentLayer::builder()
+        .facilitator(ledger)
+        .accept(metered.pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+        .build()
+        .unwrap();
+    let stream = move |uri: http::Uri| {
+        let feed = feed.clone();
+        async move {
+            let deferred = tollgate::DeferredCharge::new();
+            let receiver = feed.lock().unwrap().take().expect("a feed for each streamed request");
+            let reporting = deferred.clone();
+            let chunks = futures_util::stream::unfold((receiver, 0u64), move |(mut receiver, sent)| {
+                let (reporting, path) = (reporting.clone(), uri.path().to_owned());
+                async move {
+                    match receiver.recv().await {
+                        Some(chunk) => Some((Ok::<_, std::convert::Infallible>(chunk), (receiver, sent + 1))),
+                        None => {
+                            match path.as_str() {
+                                "/stream" => reporting.report(Charge::per_unit(sent, AtomicAmount(PER_WORD))),
+                                "/stream-garbled" => reporting.fail("usage: lots"),
+                                _ => {}
+                            }
+                            None
+                        }
+                    }
+                }
+            });
+            (Extension(deferred), Body::from_stream(chunks))
+        }
+    };
+    Router::new()
+        .route("/stream", get(stream.clone()))
+        .route("/stream-silent", get(stream.clone()))
+        .route("/stream-garbled", get(stream))
+        .route_layer(layer)
+}
+
+/// A new feed for the next streamed request: its sender.
+fn feed(feed: &Feed) -> tokio::sync::mpsc::Sender<&'static str> {
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    *feed.lock().unwrap() = Some(receiver);
+    sender
+}
+
+#[tokio::test]
+async fn a_streamed_answer_reporting_its_charge_at_the_end_is_settled_once_for_it() {
+    let ledger = Arc::new(Ledger::default());
+    let chunks = Feed::default();
+    let app = streaming_shop(ledger.clone(), chunks.clone());
+    let offer = metered_offer(&app, "/stream").await;
+
+    // Streamed as written: the first chunk arrives while the handler is still writing.
+    let sender = feed(&chunks);
+    let request = Request::get("/stream").header("host", "shop.example").header("te", "trailers");
+    let proof = permit(&offer, 1, |_| {});
+    let response =
+        app.clone().oneshot(request.header("payment-signature", &proof).body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["trailer"], "PAYMENT-RESPONSE");
+    let mut body = response.into_body();
+    sender.send("one ").await.unwrap();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "one ");
+    assert!(ledger.settled().is_empty(), "nothing settled before the end");
+    for chunk in ["two ", "three"] {
+        sender.send(chunk).await.unwrap();
+    }
+    drop(sender);
+    let rest = body.collect().await.unwrap();
+    let trailers = rest.trailers().cloned().expect("the settlement as a trailer");
+    assert_eq!(String::from_utf8(rest.to_bytes().to_vec()).unwrap(), "two three");
+    assert_eq!(decode(trailers["payment-response"].to_str().unwrap())["amount"], "300");
+    assert_eq!(ledger.settled(), vec![300], "3 chunks at 100");
+
+    // Ending without a report, or with a failed one: nothing is settled.
+    for path in ["/stream-silent", "/stream-garbled"] {
+        let sender = feed(&chunks);
+        sender.send("words").await.unwrap();
+        drop(sender);
+        let answer = call(&app, "GET", path, Some(&permit(&offer, 2, |_| {}))).await;
+        assert_eq!((answer.status, answer.body.as_str()), (StatusCode::OK, "words"), "{path}");
+        assert_eq!(ledger.settled(), vec![300], "{path}: nothing settled");
+    }
+}
+
+#[tokio::test]
+async fn a_buyer_hanging_up_mid_stream_is_charged_once_what_the_stream_reported() {
+    let gate = Arc::new(Gate::default());
+    let ledger = Arc::new(Ledger { gate: Some(gate.clone()), ..Ledger::default() });
+    let chunks = Feed::default();
+    let app = streaming_shop(ledger.clone(), chunks.clone());
+    let offer = metered_offer(&app, "/stream").await;
+    let proof = permit(&offer, 1, |_| {});
+
+    let sender = feed(&chunks);
+    let request = Request::get("/stream").header("host", "shop.example").header("payment-signature", &proof);
+    let response = app.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+    let mut body = response.into_body();
+    sender.send("one ").await.unwrap();
+    assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "one ");
+    // The buyer hangs up; the handler goes on writing and reports 4 chunks at its end.
+    drop(body);
+    for chunk in ["two ", "three ", "four"] {
+        sender.send(chunk).await.unwrap();
+    }
+    drop(sender);
+    gate.started.notified().await;
+    gate.release.notify_one();
+    tokio::time::timeout(std::time::Duration::from_secs(10), gate.done.notified())
+        .await
+        .expect("the stream's charge is settled after the buyer hung up");
+    assert_eq!(ledger.settled(), vec![400], "what the stream reported, once");
+}

@@ -10,12 +10,14 @@ TOLLGATE_PROXY_SECRET, when set), and reports usage of its metered route in a he
 Routes:
     GET  /forecast?city=Paris   a forecast (sold at a fixed price)
     GET  /summary?words=N       N words of text; reports X-Usage-Words: N (metered)
+    GET  /stream-summary?words=N   the same, streamed; X-Usage-Words in a trailer at the end
     GET  /events?n=5&ms=200     server-sent events, one every ms milliseconds
     POST /upload                counts and hashes the body as it streams in
     GET  /whoami                who paid, from the signed identity headers
     GET  /echo/...              the request as received (method, path, headers)
     GET  /status                free
     GET  /slow?ms=N, /hangup, /bad-usage, /huge-usage   misbehaving on purpose (tests)
+    POST /careless              answers without reading the body (tests)
 """
 
 import hashlib
@@ -23,14 +25,17 @@ import hmac
 import json
 import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 SECRET = os.environ.get("TOLLGATE_PROXY_SECRET", "")
 PREFIX = "X-Tollgate-"
-FIELDS = ["Payer", "Amount", "Asset", "Network", "Transaction", "Payment-Id"]
+FIELDS = ["Payer", "Amount", "Asset", "Network", "Transaction", "Payment-Id", "Nonce"]
 TOLERANCE_SECS = 300
+SEEN = {}  # nonce -> when it was seen (replays within the tolerance are refused)
+SEEN_LOCK = threading.Lock()
 WORDS = "the quick brown fox jumps over the lazy dog while rain falls softly on the old town".split()
 
 
@@ -46,6 +51,13 @@ def paid_by(handler):
     mac = hmac.new(SECRET.encode(), f"{timestamp}.{text}".encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(mac, parts.get("v1", "")) or abs(time.time() - int(timestamp or 0)) > TOLERANCE_SECS:
         return None
+    now, nonce = time.time(), values[-1]
+    with SEEN_LOCK:
+        for seen in [n for n, at in SEEN.items() if now - at > TOLERANCE_SECS]:
+            del SEEN[seen]
+        if not nonce or nonce in SEEN:
+            return None
+        SEEN[nonce] = now
     return dict(zip([f.lower() for f in FIELDS], values))
 
 
@@ -102,6 +114,19 @@ class Handler(BaseHTTPRequestHandler):
             n = max(0, min(int(query.get("words", "10")), 10_000))
             text = " ".join(WORDS[i % len(WORDS)] for i in range(n))
             self.send_json(200, {"summary": text}, [("X-Usage-Words", str(n))])
+        elif url.path == "/stream-summary":
+            # Streamed, one word at a time; the words written go in a trailer at the end.
+            n = max(0, min(int(query.get("words", "10")), 10_000))
+            ms = int(query.get("ms", "10"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Trailer", "X-Usage-Words")
+            self.end_headers()
+            for i in range(n):
+                self.chunk((WORDS[i % len(WORDS)] + " ").encode())
+                time.sleep(ms / 1000)
+            self.wfile.write(f"0\r\nX-Usage-Words: {n}\r\n\r\n".encode())
         elif url.path == "/events":
             n, ms = int(query.get("n", "5")), int(query.get("ms", "200"))
             self.send_response(200)
@@ -146,6 +171,10 @@ class Handler(BaseHTTPRequestHandler):
                 digest.update(data)
                 count += len(data)
             self.send_json(200, {"bytes": count, "sha256": digest.hexdigest(), "paid_by": paid_by(self)})
+        elif url.path == "/careless":
+            # Answers without reading the body, as careless services do: what is left of it
+            # would be read as the next request if the connection were kept.
+            self.send_json(200, {"careless": True})
         elif url.path.startswith("/echo"):
             body = b"".join(self.read_body())
             self.send_json(200, {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "body": body.decode("utf-8", "replace")})

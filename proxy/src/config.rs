@@ -189,6 +189,14 @@ pub struct RouteFile {
     /// larger answers are refused with 502 and nothing is settled).
     #[serde(default)]
     pub max_held_bytes: Option<usize>,
+    /// How many requests one payment serves (the first included) for the same URL and method:
+    /// default 2, the answer and one retry of a buyer whose answer was lost. Later repeats are
+    /// answered 402.
+    #[serde(default)]
+    pub ticket_uses: Option<u32>,
+    /// For how long after its payment (seconds, default 60) a payment's repeats are served.
+    #[serde(default)]
+    pub ticket_secs: Option<u64>,
     /// For metered prices (`max`): where the upstream reports what the request used.
     #[serde(default)]
     pub usage: Option<UsageFile>,
@@ -248,13 +256,19 @@ pub struct AcceptFile {
     pub extra: Option<toml::Table>,
 }
 
-/// `[route.usage]`: how a metered route learns what a request used.
+/// `[route.usage]`: how a metered route learns what a request used (a header, a trailer, or
+/// both: the header when the answer has it, else the trailer).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageFile {
     /// The response header carrying the units used (`X-Usage-Tokens: 1532`), a whole number;
-    /// removed from the buyer's answer.
-    pub header: String,
+    /// removed from the buyer's answer. The answer is held until settled.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// The HTTP trailer carrying them at the end of a streamed answer (server-sent events, a
+    /// long generation): the answer streams, and is settled when it ends. Removed too.
+    #[serde(default)]
+    pub trailer: Option<String>,
     /// The price of one unit, in whole units of the asset (`"0.00001"`).
     pub unit_price: String,
 }

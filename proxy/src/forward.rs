@@ -25,7 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tollgate::protocol::AtomicAmount;
 use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
-use tollgate::{Charge, Payment};
+use tollgate::{Charge, DeferredCharge, Payment};
 
 use crate::identity::Identity;
 use crate::route::{Captures, PathPattern};
@@ -111,7 +111,9 @@ pub struct Inbound {
 #[derive(Debug, Clone)]
 pub struct Usage {
     /// The response header with the units used.
-    pub header: HeaderName,
+    pub header: Option<HeaderName>,
+    /// The trailer with the units used, at the end of a streamed answer.
+    pub trailer: Option<HeaderName>,
     /// Atomic units of the asset per unit.
     pub unit: AtomicAmount,
 }
@@ -229,13 +231,19 @@ impl Forward {
             headers.remove(header::CONTENT_LENGTH);
         }
         headers.remove(header::EXPECT);
+        if !hyper::body::Body::is_end_stream(&body) {
+            // An upstream that answers without reading a body would read what is left of it as
+            // its next request on a kept connection: the connection of a request with a body
+            // is not reused.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         for name in [PAYMENT_SIGNATURE, X_PAYMENT] {
             headers.remove(name);
         }
         if let Some(identity) = &self.identity {
             identity.strip(headers);
         }
-        if wants_trailers {
+        if wants_trailers || self.usage.as_ref().is_some_and(|u| u.trailer.is_some()) {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         if let Some(inbound) = &inbound {
@@ -275,6 +283,10 @@ impl Forward {
             .record(started.elapsed().as_secs_f64());
         let response = match answer {
             Ok(Ok(response)) => response,
+            Ok(Err(e)) if body_failed(&e) => {
+                tracing::info!(route = %self.route, error = %e, "the request's body could not be read");
+                return error(StatusCode::BAD_REQUEST, "the request's body could not be read");
+            }
             Ok(Err(e)) => {
                 tracing::warn!(route = %self.route, error = %e, "the upstream could not be reached");
                 metrics::counter!("tollgate_proxy_upstream_errors_total", "route" => self.route.to_string())
@@ -293,28 +305,101 @@ impl Forward {
         for name in [PAYMENT_RESPONSE, X_PAYMENT_RESPONSE] {
             head.headers.remove(name);
         }
-        if let Some(usage) = &self.usage {
-            let reported = head.headers.remove(&usage.header);
-            if metered && head.status.as_u16() < 400 {
-                match reported.as_ref().and_then(units) {
-                    Some(units) => {
-                        head.extensions.insert(Charge::per_unit(units, usage.unit));
-                    }
-                    None => {
-                        // Neither the most nor nothing: the answer is not served, nothing is settled.
-                        tracing::error!(
-                            route = %self.route, header = %usage.header, reported = ?reported,
-                            "the upstream reported no usable usage; the answer is refused and nothing is charged"
-                        );
-                        return error(
-                            StatusCode::BAD_GATEWAY,
-                            "the upstream did not report its usage; nothing was charged",
-                        );
-                    }
-                }
+        let Some(usage) = &self.usage else {
+            return Response::from_parts(head, body.map_err(Into::into).boxed_unsync());
+        };
+        let reported = usage.header.as_ref().and_then(|name| head.headers.remove(name));
+        if let Some(trailer) = &usage.trailer {
+            head.headers.remove(trailer);
+        }
+        if !metered || head.status.as_u16() >= 400 {
+            let body = UsageTrailer { inner: body, usage: usage.clone(), deferred: None };
+            return Response::from_parts(head, body.boxed_unsync());
+        }
+        match (reported.as_ref().map(units), &usage.trailer) {
+            (Some(Some(units)), _) => {
+                head.extensions.insert(Charge::per_unit(units, usage.unit));
+                Response::from_parts(head, body.map_err(Into::into).boxed_unsync())
+            }
+            (None, Some(_)) => {
+                // Reported at the end: the layer streams the answer and settles then.
+                let deferred = DeferredCharge::new();
+                head.extensions.insert(deferred.clone());
+                let body = UsageTrailer { inner: body, usage: usage.clone(), deferred: Some(deferred) };
+                Response::from_parts(head, body.boxed_unsync())
+            }
+            (Some(None), _) | (None, None) => {
+                // Neither the most nor nothing: the answer is not served, nothing is settled.
+                tracing::error!(
+                    route = %self.route, reported = ?reported,
+                    "the upstream reported no usable usage; the answer is refused and nothing is charged"
+                );
+                error(StatusCode::BAD_GATEWAY, "the upstream did not report its usage; nothing was charged")
             }
         }
-        Response::from_parts(head, body.map_err(Into::into).boxed_unsync())
+    }
+}
+
+/// Whether a failed forward failed on the client's request body (a malformed chunk, a client
+/// that hung up), not on the upstream.
+fn body_failed(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<hyper::Error>().is_some_and(|h| h.is_user() || h.is_body_write_aborted()) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// An upstream answer's body, its usage trailer removed (and, for a metered request answered
+/// in full, read into the [`DeferredCharge`] the layer settles).
+struct UsageTrailer {
+    inner: Incoming,
+    usage: Usage,
+    deferred: Option<DeferredCharge>,
+}
+
+impl hyper::body::Body for UsageTrailer {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        let polled = std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_frame(cx));
+        let frame = match polled {
+            None => {
+                if let Some(deferred) = &self.deferred {
+                    deferred.fail("the answer ended without its usage trailer");
+                }
+                return std::task::Poll::Ready(None);
+            }
+            Some(Err(e)) => return std::task::Poll::Ready(Some(Err(e.into()))),
+            Some(Ok(frame)) => frame,
+        };
+        let mut trailers = match frame.into_trailers() {
+            Ok(trailers) => trailers,
+            Err(data) => return std::task::Poll::Ready(Some(Ok(data))),
+        };
+        let reported = self.usage.trailer.as_ref().and_then(|name| trailers.remove(name));
+        if let Some(deferred) = &self.deferred {
+            match reported.as_ref().and_then(units) {
+                Some(units) => deferred.report(Charge::per_unit(units, self.usage.unit)),
+                None => deferred.fail(format!("usage trailer {reported:?}")),
+            }
+        }
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::trailers(trailers))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

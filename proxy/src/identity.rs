@@ -2,25 +2,31 @@
 //!
 //! A paid request reaches the upstream with `<prefix>Payer`, `<prefix>Amount` (atomic units),
 //! `<prefix>Asset` (`native` or the token's address), `<prefix>Network` (CAIP-2),
-//! `<prefix>Transaction` and `<prefix>Payment-Id` (when known), and `<prefix>Signature:
+//! `<prefix>Transaction` and `<prefix>Payment-Id` (when known), `<prefix>Nonce` (random, one per
+//! request), and `<prefix>Signature:
 //! t=<unix seconds>,v1=<hex HMAC-SHA256>` — the scheme of Tollgate's webhooks
 //! ([`tollgate::webhook`]), keyed with a secret the proxy and the upstream share, over
 //!
 //! ```text
 //! tollgate-proxy-identity-v1\n<METHOD>\n<path and query as the upstream receives them>\n
-//! <payer>\n<amount>\n<asset>\n<network>\n<transaction>\n<payment id>
+//! <payer>\n<amount>\n<asset>\n<network>\n<transaction>\n<payment id>\n<nonce>
 //! ```
 //!
 //! (absent values empty). The proxy removes any such header a client sent, on every route, so
 //! an upstream that checks the signature trusts the headers only from the proxy, only for that
-//! request, and only within the tolerance (replays of a captured request are refused later).
+//! request, and only within the tolerance. An upstream that also remembers the nonces it saw
+//! within the tolerance refuses every replay of a captured request.
+//!
+//! On a route settled after the upstream answers (`settle = "after"`, metered prices) the
+//! request arrives verified, not yet settled: no `Transaction`, and the money moves only if the
+//! upstream answers below 400 (and, metered, for what it reports).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate::Payment;
 use tollgate::webhook;
 
 /// The identity headers' names, each `<prefix><field>`.
-const FIELDS: [&str; 6] = ["Payer", "Amount", "Asset", "Network", "Transaction", "Payment-Id"];
+const FIELDS: [&str; 7] = ["Payer", "Amount", "Asset", "Network", "Transaction", "Payment-Id", "Nonce"];
 /// The signature's field.
 const SIGNATURE: &str = "Signature";
 /// What the signed text starts with (a version: signatures of other messages never match).
@@ -66,6 +72,8 @@ pub struct PaidBy {
     pub transaction: Option<String>,
     /// The gateway's payment id.
     pub payment_id: Option<String>,
+    /// This request's nonce (remember it within the tolerance to refuse replays).
+    pub nonce: String,
 }
 
 impl Identity {
@@ -97,6 +105,7 @@ impl Identity {
             payment.network.to_string(),
             payment.transaction.clone().unwrap_or_default(),
             payment.payment_id.clone().unwrap_or_default(),
+            format!("{:032x}", rand::random::<u128>()),
         ];
         let text = signed_text(method, path_and_query, &values);
         for (field, value) in FIELDS.iter().zip(&values) {
@@ -142,7 +151,7 @@ impl Identity {
         let values = FIELDS.map(read);
         let text = signed_text(method, path_and_query, &values);
         webhook::verify(&self.secret, signature, text.as_bytes(), now, tolerance_secs)?;
-        let [payer, amount, asset, network, transaction, payment_id] = values;
+        let [payer, amount, asset, network, transaction, payment_id, nonce] = values;
         let some = |s: String| (!s.is_empty()).then_some(s);
         Ok(PaidBy {
             payer: some(payer),
@@ -151,11 +160,12 @@ impl Identity {
             network,
             transaction: some(transaction),
             payment_id: some(payment_id),
+            nonce,
         })
     }
 }
 
-fn signed_text(method: &str, path_and_query: &str, values: &[String; 6]) -> String {
+fn signed_text(method: &str, path_and_query: &str, values: &[String; 7]) -> String {
     let mut text = format!("{CONTEXT}\n{method}\n{path_and_query}");
     for value in values {
         text.push('\n');
@@ -191,6 +201,10 @@ mod tests {
         assert_eq!(paid.amount, "1000");
         assert_eq!(paid.transaction.as_deref(), Some("5sig"));
         assert!(paid.payment_id.is_none());
+        assert_eq!(paid.nonce.len(), 32);
+        let mut again = HeaderMap::new();
+        identity.add(&mut again, "GET", "/report?x=1", &payment(), 1_000);
+        assert_ne!(again["x-tollgate-nonce"], headers["x-tollgate-nonce"], "a nonce per request");
         assert!(identity.verify(&headers, "POST", "/report?x=1", 1_010, 300).is_err(), "another method");
         assert!(identity.verify(&headers, "GET", "/report?x=2", 1_010, 300).is_err(), "another query");
         assert!(identity.verify(&headers, "GET", "/report?x=1", 2_000, 300).is_err(), "too old");

@@ -6,7 +6,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
@@ -30,7 +30,15 @@ pub struct Proxy {
     http: reqwest::Client,
     /// TLS, when `[tls]` is set (its certificate swapped at each reload).
     tls: Option<RwLock<tokio_rustls::TlsAcceptor>>,
+    /// The last readiness asked, and when.
+    readiness: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
 }
+
+/// The facilitator's reachability, and each upstream's.
+type Readiness = (Result<(), String>, Vec<(String, Result<(), String>)>);
+
+/// How long a readiness answer is reused.
+const READINESS_FOR: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -52,6 +60,7 @@ impl Proxy {
         let tls = file.tls.as_ref().map(crate::tls::acceptor).transpose()?.map(RwLock::new);
         Ok(Self {
             tls,
+            readiness: tokio::sync::Mutex::new(None),
             routes: RwLock::new(Arc::new(routes)),
             client,
             ops_here: file.ops_listen.is_none(),
@@ -98,7 +107,7 @@ impl Proxy {
         scheme: &'static str,
     ) -> Response<ProxyBody> {
         if self.ops_here
-            && let Some(answer) = self.ops(request.uri().path()).await
+            && let Some(answer) = self.ops(request.uri().path(), false).await
         {
             return answer;
         }
@@ -109,7 +118,11 @@ impl Proxy {
             Err(why) => {
                 metrics::counter!("tollgate_proxy_requests_total", "route" => "", "outcome" => "bad_request")
                     .increment(1);
-                return error(StatusCode::BAD_REQUEST, &why.to_string());
+                let status = match why {
+                    RequestError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                return error(status, &why.to_string());
             }
         };
         let response = match &route.action {
@@ -127,7 +140,9 @@ impl Proxy {
     }
 
     /// `/healthz`, `/readyz`, `/metrics`; `None` for any other path.
-    pub async fn ops(&self, path: &str) -> Option<Response<ProxyBody>> {
+    /// `/readyz` says what is unreachable only when `detailed` (on `ops_listen`): the public
+    /// listener does not name the upstreams.
+    pub async fn ops(&self, path: &str, detailed: bool) -> Option<Response<ProxyBody>> {
         let json = |status: StatusCode, value: serde_json::Value| {
             let mut response = Response::new(full(value.to_string()));
             *response.status_mut() = status;
@@ -141,16 +156,17 @@ impl Proxy {
                 let (facilitator, upstreams) = self.readiness().await;
                 let ready = facilitator.is_ok() && upstreams.iter().all(|(_, r)| r.is_ok());
                 let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-                let said = |r: &Result<(), String>| r.clone().err().unwrap_or_else(|| "ok".into());
+                let said_of = |r: &Result<(), String>| r.clone().err().unwrap_or_else(|| "ok".into());
                 let upstreams: serde_json::Map<String, serde_json::Value> =
-                    upstreams.iter().map(|(a, r)| (a.clone(), said(r).into())).collect();
+                    upstreams.iter().map(|(a, r)| (a.clone(), said_of(r).into())).collect();
+                let said = if ready { "ready" } else { "unready" };
                 Some(json(
                     status,
-                    serde_json::json!({
-                        "status": if ready { "ready" } else { "unready" },
-                        "facilitator": said(&facilitator),
-                        "upstreams": upstreams,
-                    }),
+                    if detailed {
+                        serde_json::json!({ "status": said, "facilitator": said_of(&facilitator), "upstreams": upstreams })
+                    } else {
+                        serde_json::json!({ "status": said })
+                    },
                 ))
             }
             "/metrics" => Some(match &self.metrics {
@@ -167,8 +183,21 @@ impl Proxy {
         }
     }
 
-    /// Whether the facilitator answers its `/supported` and each upstream takes a connection.
-    async fn readiness(&self) -> (Result<(), String>, Vec<(String, Result<(), String>)>) {
+    /// Whether the facilitator answers its `/supported` and each upstream takes a connection;
+    /// asked at most once a second (a flood of `/readyz` is not a flood on them).
+    async fn readiness(&self) -> Readiness {
+        let mut last = self.readiness.lock().await;
+        if let Some((at, said)) = last.as_ref()
+            && at.elapsed() < READINESS_FOR
+        {
+            return said.clone();
+        }
+        let said = self.ask_readiness().await;
+        *last = Some((std::time::Instant::now(), said.clone()));
+        said
+    }
+
+    async fn ask_readiness(&self) -> Readiness {
         let routes = self.current();
         let (url, key) = &routes.facilitator;
         let mut ask = self.http.get(format!("{url}/supported"));
@@ -217,23 +246,33 @@ fn route(
     };
     let host = canonical_host(&authority)?;
     let path = canonical_path(parts.uri.path())?;
+    if matches!(parts.method, Method::GET | Method::HEAD | Method::TRACE) && !hyper::body::Body::is_end_stream(&body) {
+        // No meaning, and the classic way to hide a second request from a proxy.
+        return Err(RequestError::Body(parts.method.to_string()));
+    }
     let query = parts.uri.query().map(str::to_owned);
     let pairs = query.as_deref().map(query_pairs).unwrap_or_default();
     let mut chosen = None;
+    let mut other_methods = false;
     for route in &routes.routes {
-        if route.host.as_ref().is_some_and(|h| !h.matches(&host))
-            || (!route.methods.is_empty() && !route.methods.contains(&parts.method))
-        {
+        if route.host.as_ref().is_some_and(|h| !h.matches(&host)) {
             continue;
         }
         let Some(captures) = route.path.matches(&path) else { continue };
-        if query_matches(&route.query, &pairs)? {
-            chosen = Some((route, captures));
-            break;
+        if !query_matches(&route.query, &pairs, query.as_deref())? {
+            continue;
         }
+        if !route.methods.is_empty() && !route.methods.contains(&parts.method) {
+            other_methods = true;
+            continue;
+        }
+        chosen = Some((route, captures));
+        break;
     }
     let (route, captures) = match chosen {
         Some(found) => found,
+        // A path a route names is that route's: another method is not the unmatched action's.
+        None if other_methods => return Err(RequestError::Method(parts.method.to_string())),
         None => (&routes.unmatched, crate::route::Captures::new()),
     };
     // Absolute: the layer names the resource by the scheme and host the client used.

@@ -27,9 +27,16 @@ pub enum RequestError {
     /// The host is malformed.
     #[error("the request host is refused: {0}")]
     Host(&'static str),
-    /// A query parameter that decides the route is given twice.
-    #[error("the query parameter {0:?} is given more than once")]
+    /// A query parameter that decides the route is given twice (in any case), or the query
+    /// uses `;` separators, which some servers read and others do not.
+    #[error("the query parameter {0:?} is given more than once, or the query is ambiguous")]
     AmbiguousQuery(String),
+    /// A request body on a method whose body has no meaning (GET, HEAD, TRACE).
+    #[error("a {0} request with a body is refused")]
+    Body(String),
+    /// The path is a route's, but not for this method.
+    #[error("{0} is not allowed here")]
+    Method(String),
 }
 
 /// Characters kept as they are in a path segment (RFC 3986 `pchar`, without `;` and `%`).
@@ -219,11 +226,20 @@ impl PathPattern {
     }
 
     /// `template` with `{name}` replaced by the captures (for a route's upstream `rewrite`).
+    /// A capture's `?`, `#`, `&`, `=` and `+` are escaped: a captured segment never adds a query
+    /// or a parameter to the target.
     #[must_use]
     pub fn fill(template: &str, captures: &Captures) -> String {
         let mut out = template.to_owned();
         for (name, value) in captures {
-            out = out.replace(&format!("{{*{name}}}"), value).replace(&format!("{{{name}}}"), value);
+            let escaped: String = value
+                .chars()
+                .map(|c| match c {
+                    '?' | '#' | '&' | '=' | '+' => format!("%{:02X}", u32::from(c)),
+                    c => c.to_string(),
+                })
+                .collect();
+            out = out.replace(&format!("{{*{name}}}"), &escaped).replace(&format!("{{{name}}}"), &escaped);
         }
         out
     }
@@ -319,17 +335,22 @@ fn decode_component(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether `pairs` meet every condition; a condition's key given more than once is an error
-/// (the proxy and the upstream could read different values).
+/// Whether `pairs` (of the raw `query`) meet every condition. Keys are compared whatever their
+/// case; a condition's key given more than once, or a query with `;` where conditions apply,
+/// is an error (the proxy and the upstream could read different values).
 ///
 /// # Errors
 /// [`RequestError::AmbiguousQuery`].
 pub fn query_matches(
     conditions: &BTreeMap<String, QueryValue>,
     pairs: &[(String, String)],
+    query: Option<&str>,
 ) -> Result<bool, RequestError> {
+    if !conditions.is_empty() && query.is_some_and(|q| q.contains(';')) {
+        return Err(RequestError::AmbiguousQuery(";".into()));
+    }
     for (key, wanted) in conditions {
-        let mut values = pairs.iter().filter(|(k, _)| k == key).map(|(_, v)| v);
+        let mut values = pairs.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v);
         let (Some(value), more) = (values.next(), values.next()) else { return Ok(false) };
         if more.is_some() {
             return Err(RequestError::AmbiguousQuery(key.clone()));
@@ -404,6 +425,10 @@ mod tests {
         let root: PathPattern = "/".parse().unwrap();
         assert!(root.matches("/").is_some() && root.matches("/x").is_none());
         assert_eq!(PathPattern::fill("/v1/{id}/{*path}", &rest.matches("/files/a/b").unwrap()), "/v1/{id}/a/b");
+        let city: PathPattern = "/plan/{city}".parse().unwrap();
+        let filled =
+            PathPattern::fill("/echo?plan=basic&city={city}", &city.matches("/plan/Paris&plan=premium").unwrap());
+        assert_eq!(filled, "/echo?plan=basic&city=Paris%26plan%3Dpremium");
         for bad in ["reports", "/a/{*rest}/b", "/a/{}", "/a/{x-y}", "/a/../b", "/a b"] {
             assert!(bad.parse::<PathPattern>().is_err(), "{bad}");
         }
@@ -425,12 +450,16 @@ mod tests {
     #[test]
     fn query_conditions_refuse_duplicates() {
         let conditions = BTreeMap::from([("model".to_owned(), QueryValue::Is("large one".into()))]);
-        assert_eq!(query_matches(&conditions, &query_pairs("model=large+one&x=1")), Ok(true));
-        assert_eq!(query_matches(&conditions, &query_pairs("model=large%20one")), Ok(true));
-        assert_eq!(query_matches(&conditions, &query_pairs("model=small")), Ok(false));
-        assert_eq!(query_matches(&conditions, &query_pairs("x=1")), Ok(false));
-        assert!(query_matches(&conditions, &query_pairs("model=large+one&model=small")).is_err());
+        let check = |q: &str| query_matches(&conditions, &query_pairs(q), Some(q));
+        assert_eq!(check("model=large+one&x=1"), Ok(true));
+        assert_eq!(check("model=large%20one"), Ok(true));
+        assert_eq!(check("MODEL=large+one"), Ok(true), "keys whatever their case");
+        assert_eq!(check("model=small"), Ok(false));
+        assert_eq!(check("x=1"), Ok(false));
+        for ambiguous in ["model=large+one&model=small", "model=large+one&Model=small", "model=large+one;model=small"] {
+            assert!(check(ambiguous).is_err(), "{ambiguous}");
+        }
         let any = BTreeMap::from([("k".to_owned(), QueryValue::Any)]);
-        assert_eq!(query_matches(&any, &query_pairs("k=")), Ok(true));
+        assert_eq!(query_matches(&any, &query_pairs("k="), Some("k=")), Ok(true));
     }
 }

@@ -17,6 +17,24 @@ use crate::route::{HostPattern, PathPattern, QueryValue};
 
 /// The default largest answer held while it is settled.
 const MAX_HELD_BYTES: usize = 16 * 1024 * 1024;
+/// How many requests a payment serves by default: the answer and one retry.
+const TICKET_USES: u32 = 2;
+/// For how long a payment's repeats are served by default.
+const TICKET_SECS: u64 = 60;
+/// Proofs a route remembers at most.
+const PROOFS_REMEMBERED: u64 = 100_000;
+/// How long a refused proof is refused again without asking the facilitator.
+const REFUSED_FOR: Duration = Duration::from_secs(10);
+
+/// A route's settings for its payment layer.
+#[derive(Clone, Copy)]
+struct Layered<'a> {
+    settle: Settle,
+    max_held: Option<usize>,
+    ticket: (Option<u32>, Option<u64>),
+    description: &'a str,
+    mime: Option<&'a str>,
+}
 
 /// What a matched request gets.
 #[derive(Clone)]
@@ -167,9 +185,10 @@ impl Shared<'_> {
         &self,
         at: &str,
         accept: &[AcceptFile],
-        (settle, max_held, description, mime): (Settle, Option<usize>, &str, Option<&str>),
+        settings: Layered<'_>,
         forwarder: Forwarder,
     ) -> Result<PaymentService<Forwarder>, ConfigError> {
+        let Layered { settle, max_held, ticket: (uses, secs), description, mime } = settings;
         let order = match settle {
             Settle::Before => SettlementOrder::SettleBefore,
             Settle::After => SettlementOrder::VerifyThenSettle,
@@ -179,6 +198,8 @@ impl Shared<'_> {
             .settlement_order(order)
             .stream_upfront(true)
             .max_buffered_body(max_held.unwrap_or(MAX_HELD_BYTES))
+            .ticket_uses(uses.unwrap_or(TICKET_USES))
+            .cache(PROOFS_REMEMBERED, Duration::from_secs(secs.unwrap_or(TICKET_SECS)), REFUSED_FOR)
             .description(description);
         if let Some(mime) = mime {
             builder = builder.mime_type(mime);
@@ -239,12 +260,13 @@ impl Shared<'_> {
             }
             let usage = self.usage(&at, definition)?;
             let forwarder = self.forwarder(&name, upstream, definition.rewrite.clone(), usage);
-            let settings = (
-                definition.settle,
-                definition.max_held_bytes,
-                definition.description.as_str(),
-                definition.mime_type.as_deref(),
-            );
+            let settings = Layered {
+                settle: definition.settle,
+                max_held: definition.max_held_bytes,
+                ticket: (definition.ticket_uses, definition.ticket_secs),
+                description: &definition.description,
+                mime: definition.mime_type.as_deref(),
+            };
             Action::Paid(self.paid(&at, &definition.accept, settings, forwarder)?)
         };
         Ok(Route { name, path, methods, host, query, action, definition: definition.clone() })
@@ -264,15 +286,23 @@ impl Shared<'_> {
             (None, _) => Err(invalid(format!("{at}: a metered price (max) needs [route.usage]"))),
             (Some(_), []) => Err(invalid(format!("{at}: [route.usage] is for metered prices (max)"))),
             (Some(usage), [decimals]) => {
-                let header = HeaderName::try_from(usage.header.as_str())
-                    .map_err(|e| invalid(format!("{at}: usage header: {e}")))?;
+                let name = |n: &Option<String>, what: &str| {
+                    n.as_deref()
+                        .map(HeaderName::try_from)
+                        .transpose()
+                        .map_err(|e| invalid(format!("{at}: usage {what}: {e}")))
+                };
+                let (header, trailer) = (name(&usage.header, "header")?, name(&usage.trailer, "trailer")?);
+                if header.is_none() && trailer.is_none() {
+                    return Err(invalid(format!("{at}: usage needs a header or a trailer")));
+                }
                 let unit = DecimalAmount::parse(&usage.unit_price)
                     .and_then(|d| d.to_atomic(*decimals))
                     .map_err(|e| invalid(format!("{at}: usage unit_price: {e}")))?;
                 if unit.get() == 0 {
                     return Err(invalid(format!("{at}: usage unit_price must be more than zero")));
                 }
-                Ok(Some(Usage { header, unit }))
+                Ok(Some(Usage { header, trailer, unit }))
             }
             (Some(_), _) => Err(invalid(format!("{at}: metered prices of one route must have the same decimals"))),
         }
@@ -367,7 +397,13 @@ impl Shared<'_> {
                 Action::Paid(self.paid(
                     "unmatched",
                     &u.accept,
-                    (Settle::Before, None, &u.description, None),
+                    Layered {
+                        settle: Settle::Before,
+                        max_held: None,
+                        ticket: (None, None),
+                        description: &u.description,
+                        mime: None,
+                    },
                     forwarder(),
                 )?)
             }
@@ -382,6 +418,8 @@ impl Shared<'_> {
             accept: Vec::new(),
             settle: Settle::Before,
             max_held_bytes: None,
+            ticket_uses: None,
+            ticket_secs: None,
             usage: None,
             description: String::new(),
             mime_type: None,

@@ -45,7 +45,7 @@ pub async fn serve_ops(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl 
         move |request, _, _| {
             let proxy = proxy.clone();
             async move {
-                match proxy.ops(request.uri().path()).await {
+                match proxy.ops(request.uri().path(), true).await {
                     Some(answer) => answer,
                     None => crate::forward::error(http::StatusCode::NOT_FOUND, "no such path"),
                 }

@@ -398,12 +398,13 @@ async fn the_official_x402_client_pays_a_metered_route_sold_by_tollgate_proxy() 
     let key_file = dir.path().join("facilitator.key");
     std::fs::write(&key_file, &key).unwrap();
     let metered = |name: &str, path: &str| {
+        let reported = if path.starts_with("/stream") { "trailer" } else { "header" };
         format!(
             r#"
 [[route]]
 name = "{name}"
 path = "{path}"
-usage = {{ header = "X-Usage-Words", unit_price = "0.05" }}
+usage = {{ {reported} = "X-Usage-Words", unit_price = "0.05" }}
 [[route.accept]]
 asset = "{token}"
 max = "2"
@@ -420,7 +421,7 @@ pay_to = "{seller_address}"
         metered("summary", "/summary"),
         metered("huge", "/huge-usage"),
         metered("bad", "/bad-usage"),
-    );
+    ) + &metered("streamed", "/stream-summary");
     let proxy = Arc::new(tollgate_proxy::Proxy::new(&tollgate_proxy::ProxyFile::parse(&text).unwrap(), None).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -450,6 +451,13 @@ pay_to = "{seller_address}"
     assert_eq!(huge.payment.as_ref().unwrap().amount, AtomicAmount(2_000_000), "capped at the most");
     paid += 2_000_000;
     assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
+
+    // Streamed, its usage in a trailer at the end: 4 words settled once it has ended.
+    let streamed = tollgate_buyer.get(&format!("{url}/stream-summary?words=4")).await.unwrap();
+    assert_eq!(streamed.body_text(), "the quick brown fox ");
+    // (The answer ends after its settlement: the buyer has read it whole, so it is settled.)
+    paid += 200_000;
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "4 words at 0.05");
 
     // A usage that cannot be read: the buyer is told, nothing is settled.
     let refused = tollgate_buyer.get(&format!("{url}/bad-usage")).await.unwrap_err();
