@@ -129,4 +129,14 @@ async fn the_printed_metered_command_pays_for_the_words_told() {
     assert!(stderr.starts_with(&paid), "{stderr}");
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((body["words"].as_u64(), body["charged"].as_str()), (Some(12), Some("12000")));
+
+    // The proxied Python service's metered summary, by its printed command: 12 words reported.
+    let command = demo.proxy_metered_command().expect("python3 runs the proxied service");
+    let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().to_owned();
+    let out = run(printed_args(&command), vec![("TOLLGATE_EVM_KEY", key)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.starts_with(&paid), "{stderr}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["summary"].as_str().unwrap().split(' ').count(), 12);
 }

@@ -421,7 +421,11 @@ pay_to = "{seller_address}"
         metered("summary", "/summary"),
         metered("huge", "/huge-usage"),
         metered("bad", "/bad-usage"),
-    ) + &metered("streamed", "/stream-summary");
+    ) + &metered("streamed", "/stream-summary")
+        + &format!(
+            "\n[[route]]\nname = \"forecast\"\npath = \"/forecast\"\n[[route.accept]]\nasset = \"{}\"\namount = \"1.5\"\ndecimals = 6\nnetwork = \"{network}\"\npay_to = \"{seller_address}\"\ntransfer = \"permit2\"\n",
+            token.address
+        );
     let proxy = Arc::new(tollgate_proxy::Proxy::new(&tollgate_proxy::ProxyFile::parse(&text).unwrap(), None).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -437,6 +441,16 @@ pay_to = "{seller_address}"
     assert_eq!(body["summary"].as_str().unwrap().split(' ').count(), 7);
     assert_eq!(report["paymentResponse"]["amount"], "350000", "{report}");
     let mut paid = 350_000u64;
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
+
+    // A fixed price through Permit2 (`exact`), paid by the official buyer through the proxy.
+    let report =
+        official_buyer(&format!("{url}/forecast?city=Oslo"), &buyer, (cap.0, &cap.1, cap.2), &anvil.endpoint()).await;
+    assert_eq!(report["status"], 200, "{report}");
+    let body: Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["city"], "Oslo");
+    assert_eq!(report["paymentResponse"]["success"], true, "{report}");
+    paid += 1_500_000;
     assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
 
     // Tollgate's buyer: 3 words; then a service claiming more than the most is capped at it.
