@@ -16,10 +16,18 @@ async fn serve(app: axum::Router) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `GET /hello` (any path under it too): [`HELLO`].
+/// How long `/work` takes: an API call that waits on something (a database, a model), not
+/// on this machine's CPU.
+const WORK: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// `GET /hello`: [`HELLO`] at once; `GET /work`: the same after [`WORK`].
 pub async fn upstream() -> anyhow::Result<()> {
     let hello = || async { ([("content-type", "application/json")], HELLO) };
-    serve(axum::Router::new().route("/hello", get(hello)).route("/hello/{*rest}", get(hello))).await
+    let work = || async {
+        tokio::time::sleep(WORK).await;
+        ([("content-type", "application/json")], HELLO)
+    };
+    serve(axum::Router::new().route("/hello", get(hello)).route("/work", get(work))).await
 }
 
 /// The network named by a `/verify` or `/settle` body's requirements.

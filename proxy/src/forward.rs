@@ -135,6 +135,8 @@ pub struct Forward {
     pub identity: Option<Identity>,
     /// The longest wait for the upstream's answer head.
     pub response_timeout: Duration,
+    /// The route's metrics.
+    pub metrics: crate::telemetry::RouteMetrics,
 }
 
 /// The service that forwards (cheap to clone).
@@ -279,8 +281,7 @@ impl Forward {
         };
         let started = Instant::now();
         let answer = tokio::time::timeout(self.response_timeout, self.client.request(request)).await;
-        metrics::histogram!("tollgate_proxy_upstream_seconds", "route" => self.route.to_string())
-            .record(started.elapsed().as_secs_f64());
+        self.metrics.upstream_seconds.record(started.elapsed().as_secs_f64());
         let response = match answer {
             Ok(Ok(response)) => response,
             Ok(Err(e)) if body_failed(&e) => {
@@ -289,14 +290,12 @@ impl Forward {
             }
             Ok(Err(e)) => {
                 tracing::warn!(route = %self.route, error = %e, "the upstream could not be reached");
-                metrics::counter!("tollgate_proxy_upstream_errors_total", "route" => self.route.to_string())
-                    .increment(1);
+                self.metrics.upstream_errors.increment(1);
                 return error(StatusCode::BAD_GATEWAY, "the upstream could not be reached");
             }
             Err(_) => {
                 tracing::warn!(route = %self.route, "the upstream did not answer in time");
-                metrics::counter!("tollgate_proxy_upstream_errors_total", "route" => self.route.to_string())
-                    .increment(1);
+                self.metrics.upstream_errors.increment(1);
                 return error(StatusCode::GATEWAY_TIMEOUT, "the upstream did not answer in time");
             }
         };

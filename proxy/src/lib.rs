@@ -16,6 +16,7 @@
 //! | [`proxy`] | routing, `/healthz`, `/readyz`, `/metrics`, reload |
 //! | [`server`] | connections (plain or TLS), graceful shutdown, reload on `SIGHUP` or file change |
 //! | [`tls`] | TLS termination with rustls |
+//! | [`telemetry`] | Prometheus metrics |
 
 pub mod config;
 pub mod forward;
@@ -24,6 +25,8 @@ pub mod proxy;
 pub mod route;
 pub mod routes;
 pub mod server;
+pub mod telemetry;
+
 pub mod tls;
 
 pub use config::ProxyFile;

@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let file = ProxyFile::read(&args.config)?;
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let metrics = tollgate_proxy::telemetry::install()?;
     let proxy = Arc::new(Proxy::new(&file, Some(metrics))?);
     if args.check {
         println!("{}: valid ({} routes)", args.config.display(), file.routes.len());

@@ -116,8 +116,7 @@ impl Proxy {
         let (route, request) = match route(&routes, request, client, scheme) {
             Ok(routed) => routed,
             Err(why) => {
-                metrics::counter!("tollgate_proxy_requests_total", "route" => "", "outcome" => "bad_request")
-                    .increment(1);
+                routes.unmatched.metrics.count("bad_request");
                 let status = match why {
                     RequestError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
                     _ => StatusCode::BAD_REQUEST,
@@ -134,8 +133,7 @@ impl Proxy {
             },
         };
         let outcome = outcome(&route.action, paying, &response);
-        metrics::counter!("tollgate_proxy_requests_total", "route" => route.name.to_string(), "outcome" => outcome)
-            .increment(1);
+        route.metrics.count(outcome);
         response
     }
 

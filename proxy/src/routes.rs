@@ -58,6 +58,8 @@ pub struct Route {
     pub(crate) query: BTreeMap<String, QueryValue>,
     /// What it does.
     pub action: Action,
+    /// Its metrics.
+    pub metrics: crate::telemetry::RouteMetrics,
     /// As written (a reload keeps a route's layer, and its memory of proofs, when unchanged).
     definition: RouteFile,
 }
@@ -177,6 +179,7 @@ impl Shared<'_> {
             usage,
             identity: self.identity.clone(),
             response_timeout: Duration::from_millis(self.file.timeouts.response_ms),
+            metrics: crate::telemetry::RouteMetrics::new(name),
         }))
     }
 
@@ -269,7 +272,8 @@ impl Shared<'_> {
             };
             Action::Paid(self.paid(&at, &definition.accept, settings, forwarder)?)
         };
-        Ok(Route { name, path, methods, host, query, action, definition: definition.clone() })
+        let metrics = crate::telemetry::RouteMetrics::new(&name);
+        Ok(Route { name, path, methods, host, query, action, metrics, definition: definition.clone() })
     }
 
     /// A metered route's usage reading (its metered prices must share their decimals).
@@ -427,6 +431,7 @@ impl Shared<'_> {
             rewrite: None,
         };
         let path = "/{*path}".parse().map_err(|e: crate::route::PatternError| invalid(e.to_string()))?;
-        Ok(Route { name, path, methods: Vec::new(), host: None, query: BTreeMap::new(), action, definition })
+        let metrics = crate::telemetry::RouteMetrics::new(&name);
+        Ok(Route { name, path, methods: Vec::new(), host: None, query: BTreeMap::new(), action, metrics, definition })
     }
 }

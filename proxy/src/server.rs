@@ -90,6 +90,8 @@ async fn serve_with<T, F, Fut>(
             },
             () = &mut shutdown => break,
         };
+        // Answers are written whole: no waiting for more to fill a segment.
+        let _ = stream.set_nodelay(true);
         let (handle, builder, watcher) = (handle.clone(), builder.clone(), graceful.watcher());
         let acceptor = tls();
         tokio::spawn(async move {
