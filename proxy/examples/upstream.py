@@ -184,11 +184,16 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"error": "not found"})
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client (the proxy) that cut a request off is not this service's error
+
+
 def main():
     port = 9000
     if "--port" in sys.argv:
         port = int(sys.argv[sys.argv.index("--port") + 1])
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = QuietServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()

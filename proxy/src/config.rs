@@ -33,6 +33,9 @@ use serde::Deserialize;
 pub struct ProxyFile {
     /// Where the proxy listens.
     pub listen: SocketAddr,
+    /// The most client connections open at once (default 10,000); more wait to be accepted.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
     /// Where `/healthz`, `/readyz` and `/metrics` are served; by default on `listen`, before
     /// any route.
     #[serde(default)]
@@ -101,11 +104,13 @@ pub struct Timeouts {
     pub connect_ms: u64,
     /// The upstream's answer head (504 when over). Bodies stream for as long as they last.
     pub response_ms: u64,
+    /// A client's request body arriving nothing for this long is cut off (400).
+    pub body_idle_ms: u64,
 }
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Self { connect_ms: 5_000, response_ms: 60_000 }
+        Self { connect_ms: 5_000, response_ms: 60_000, body_idle_ms: 30_000 }
     }
 }
 
@@ -122,6 +127,10 @@ pub struct IdentityFile {
     /// The headers' prefix (default `X-Tollgate-`).
     #[serde(default = "default_prefix")]
     pub prefix: String,
+}
+
+fn default_max_connections() -> usize {
+    10_000
 }
 
 fn default_prefix() -> String {

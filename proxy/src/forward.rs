@@ -35,7 +35,46 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every answer the proxy gives.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// The pooled client every route shares.
-pub type UpstreamClient = Client<HttpConnector, Incoming>;
+pub type UpstreamClient = Client<HttpConnector, IdleBody>;
+
+/// A client's request body on its way up, failing when none of it arrives for `idle` (a client
+/// stalling mid-upload would hold an upstream connection and its worker for ever).
+#[derive(Debug)]
+pub struct IdleBody {
+    inner: Incoming,
+    idle: Duration,
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl hyper::body::Body for IdleBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        use std::future::Future as _;
+        if let std::task::Poll::Ready(frame) = std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            self.timer = None;
+            return std::task::Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let idle = self.idle;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        match timer.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(Some(Err("the request body stalled".into()))),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// A pooled client to upstreams, connecting within `connect`.
 #[must_use]
@@ -135,6 +174,8 @@ pub struct Forward {
     pub identity: Option<Identity>,
     /// The longest wait for the upstream's answer head.
     pub response_timeout: Duration,
+    /// The longest a client's request body may stall.
+    pub body_idle: Duration,
     /// The route's metrics.
     pub metrics: crate::telemetry::RouteMetrics,
 }
@@ -209,7 +250,7 @@ impl Forward {
     }
 
     /// The request as the upstream gets it.
-    fn upstream_request(&self, request: Request<Incoming>) -> Result<Request<Incoming>, String> {
+    fn upstream_request(&self, request: Request<Incoming>) -> Result<Request<IdleBody>, String> {
         let (mut parts, body) = request.into_parts();
         let inbound = parts.extensions.get::<Inbound>().cloned();
         let captures = inbound.as_ref().map(|i| i.captures.clone()).unwrap_or_default();
@@ -269,7 +310,7 @@ impl Forward {
             let now = chrono_now();
             identity.add(headers, parts.method.as_str(), &target, payment, now);
         }
-        Ok(Request::from_parts(parts, body))
+        Ok(Request::from_parts(parts, IdleBody { inner: body, idle: self.body_idle, timer: None }))
     }
 
     /// Forwards `request`, and gives the upstream's answer (or the proxy's 502/504).

@@ -30,6 +30,8 @@ pub struct Proxy {
     http: reqwest::Client,
     /// TLS, when `[tls]` is set (its certificate swapped at each reload).
     tls: Option<RwLock<tokio_rustls::TlsAcceptor>>,
+    /// The most client connections open at once.
+    pub(crate) max_connections: usize,
     /// The last readiness asked, and when.
     readiness: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
 }
@@ -61,6 +63,7 @@ impl Proxy {
         Ok(Self {
             tls,
             readiness: tokio::sync::Mutex::new(None),
+            max_connections: file.max_connections.max(1),
             routes: RwLock::new(Arc::new(routes)),
             client,
             ops_here: file.ops_listen.is_none(),

@@ -179,6 +179,7 @@ impl Shared<'_> {
             usage,
             identity: self.identity.clone(),
             response_timeout: Duration::from_millis(self.file.timeouts.response_ms),
+            body_idle: Duration::from_millis(self.file.timeouts.body_idle_ms),
             metrics: crate::telemetry::RouteMetrics::new(name),
         }))
     }

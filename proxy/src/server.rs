@@ -20,9 +20,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// stops accepting and waits up to `drain` for requests in progress (and the settlements they
 /// started) to finish.
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Future<Output = ()>, drain: Duration) {
-    let tls = proxy.clone();
+    let (tls, most) = (proxy.clone(), proxy.max_connections);
     serve_with(
-        listener,
+        (listener, most),
         shutdown,
         drain,
         move || tls.tls(),
@@ -38,7 +38,7 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Futu
 /// plain HTTP).
 pub async fn serve_ops(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Future<Output = ()>) {
     serve_with(
-        listener,
+        (listener, 64),
         shutdown,
         Duration::from_secs(1),
         || None,
@@ -59,7 +59,7 @@ pub async fn serve_ops(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn serve_with<T, F, Fut>(
-    listener: TcpListener,
+    (listener, most): (TcpListener, usize),
     shutdown: impl Future<Output = ()>,
     drain: Duration,
     tls: T,
@@ -77,7 +77,16 @@ async fn serve_with<T, F, Fut>(
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     tokio::pin!(shutdown);
+    let open = Arc::new(tokio::sync::Semaphore::new(most));
     loop {
+        // At most `most` connections: the next is accepted when one closes.
+        let permit = tokio::select! {
+            permit = open.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (stream, client) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -95,6 +104,7 @@ async fn serve_with<T, F, Fut>(
         let (handle, builder, watcher) = (handle.clone(), builder.clone(), graceful.watcher());
         let acceptor = tls();
         tokio::spawn(async move {
+            let _open = permit;
             let scheme = if acceptor.is_some() { "https" } else { "http" };
             let service = hyper::service::service_fn(move |request| {
                 let handle = handle.clone();

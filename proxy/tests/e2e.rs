@@ -40,6 +40,8 @@ api_key_env = "TOLLGATE_API_KEY"
 
 [timeouts]
 response_ms = 1500
+body_idle_ms = 500
+
 
 [identity]
 secret_env = "TOLLGATE_PROXY_SECRET"
@@ -316,6 +318,11 @@ async fn the_upstream_gets_clean_headers_and_crafted_requests_are_refused() {
         let (status, _, body) = send("GET", &w.url("/status"), None).await;
         assert_eq!((status, json_of(&body)["status"].as_str()), (200, Some("up")), "desynchronized: {body}");
     }
+
+    // A client that stalls mid-body is cut off (it would hold an upstream connection).
+    let answer = w.raw(&format!("POST /free-echo/a HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100\r\n\r\nabc"));
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("body could not be read"), "{answer}");
 
     // Conflicting framing: never both lengths to the upstream, and no second request hidden
     // in the body reaches it unpriced.
