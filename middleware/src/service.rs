@@ -378,8 +378,8 @@ enum Answer {
 /// `None` when the body fails or is over the configured size.
 async fn run_buffered<S, ReqBody, ResBody>(
     config: &Config,
-    mut inner: S,
-    mut request: Request<ReqBody>,
+    inner: S,
+    request: Request<ReqBody>,
     payment: Payment,
 ) -> Result<Option<(Buffered, Option<Charge>)>, S::Error>
 where
@@ -388,9 +388,22 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    request.extensions_mut().insert(payment);
-    let (head, body) = inner.call(request).await?.into_parts();
+    let (head, body) = run_handler(inner, request, payment).await?;
     Ok(hold(config, head, body).await)
+}
+
+/// Runs the handler with `payment` in the request's extensions: its answer's head and body.
+async fn run_handler<S, ReqBody, ResBody>(
+    mut inner: S,
+    mut request: Request<ReqBody>,
+    payment: Payment,
+) -> Result<(http::response::Parts, ResBody), S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+{
+    request.extensions_mut().insert(payment);
+    Ok(inner.call(request).await?.into_parts())
 }
 
 /// A handler's answer held in memory, with the [`Charge`] it reported; `None` when the body
@@ -528,10 +541,7 @@ impl Paid<'_> {
             Verdict::Paid(verified) => verified,
             other => return Ok(Outcome::not_paid(self.not_paid(key, (other, None), offers, &headers).await)),
         };
-        let mut inner = inner;
-        let mut request = request;
-        request.extensions_mut().insert(verified.clone());
-        let (head, body) = inner.call(request).await?.into_parts();
+        let (head, body) = run_handler(inner, request, verified.clone()).await?;
         let deferred = head.extensions.get::<DeferredCharge>().cloned();
         if let Some(deferred) = deferred.filter(|_| metered && head.status.as_u16() < 400) {
             return Ok(self.metered_stream(key, (head, body), deferred, verified));

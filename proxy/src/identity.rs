@@ -37,6 +37,10 @@ const CONTEXT: &str = "tollgate-proxy-identity-v1";
 pub struct Identity {
     secret: String,
     prefix: String,
+    /// `<prefix><field>` for each of [`FIELDS`], made once (they are stripped from every request).
+    names: [HeaderName; 7],
+    /// `<prefix>Signature`.
+    signature: HeaderName,
 }
 
 impl std::fmt::Debug for Identity {
@@ -78,21 +82,29 @@ pub struct PaidBy {
 
 impl Identity {
     /// Headers named `<prefix>…`, signed with `secret`.
-    #[must_use]
-    pub fn new(secret: impl Into<String>, prefix: impl Into<String>) -> Self {
-        Self { secret: secret.into(), prefix: prefix.into() }
-    }
-
-    fn name(&self, field: &str) -> Option<HeaderName> {
-        HeaderName::try_from(format!("{}{field}", self.prefix)).ok()
+    ///
+    /// # Errors
+    /// When `<prefix>…` is not a header name.
+    pub fn new(secret: impl Into<String>, prefix: impl Into<String>) -> Result<Self, http::header::InvalidHeaderName> {
+        let prefix = prefix.into();
+        let name = |field: &str| HeaderName::try_from(format!("{prefix}{field}"));
+        let names = [
+            name(FIELDS[0])?,
+            name(FIELDS[1])?,
+            name(FIELDS[2])?,
+            name(FIELDS[3])?,
+            name(FIELDS[4])?,
+            name(FIELDS[5])?,
+            name(FIELDS[6])?,
+        ];
+        let signature = name(SIGNATURE)?;
+        Ok(Self { secret: secret.into(), prefix, names, signature })
     }
 
     /// Removes every identity header (a client's own, on any route).
     pub fn strip(&self, headers: &mut HeaderMap) {
-        for field in FIELDS.iter().chain(std::iter::once(&SIGNATURE)) {
-            if let Some(name) = self.name(field) {
-                headers.remove(name);
-            }
+        for name in self.names.iter().chain(std::iter::once(&self.signature)) {
+            headers.remove(name);
         }
     }
 
@@ -108,17 +120,15 @@ impl Identity {
             format!("{:032x}", rand::random::<u128>()),
         ];
         let text = signed_text(method, path_and_query, &values);
-        for (field, value) in FIELDS.iter().zip(&values) {
-            if let (Some(name), Ok(value)) = (self.name(field), HeaderValue::from_str(value))
+        for (name, value) in self.names.iter().zip(&values) {
+            if let Ok(value) = HeaderValue::from_str(value)
                 && !value.is_empty()
             {
-                headers.insert(name, value);
+                headers.insert(name.clone(), value);
             }
         }
-        if let (Some(name), Ok(value)) =
-            (self.name(SIGNATURE), HeaderValue::from_str(&webhook::sign(&self.secret, now, text.as_bytes())))
-        {
-            headers.insert(name, value);
+        if let Ok(value) = HeaderValue::from_str(&webhook::sign(&self.secret, now, text.as_bytes())) {
+            headers.insert(self.signature.clone(), value);
         }
     }
 
@@ -136,19 +146,10 @@ impl Identity {
         now: i64,
         tolerance_secs: u64,
     ) -> Result<PaidBy, IdentityError> {
-        let read = |field: &str| {
-            self.name(field)
-                .and_then(|n| headers.get(n))
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-                .unwrap_or_default()
-        };
-        let signature = self
-            .name(SIGNATURE)
-            .and_then(|n| headers.get(n))
-            .and_then(|v| v.to_str().ok())
-            .ok_or(IdentityError::Missing)?;
-        let values = FIELDS.map(read);
+        let read =
+            |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or_default();
+        let signature = headers.get(&self.signature).and_then(|v| v.to_str().ok()).ok_or(IdentityError::Missing)?;
+        let values = self.names.each_ref().map(read);
         let text = signed_text(method, path_and_query, &values);
         webhook::verify(&self.secret, signature, text.as_bytes(), now, tolerance_secs)?;
         let [payer, amount, asset, network, transaction, payment_id, nonce] = values;
@@ -194,7 +195,7 @@ mod tests {
 
     #[test]
     fn signed_headers_verify_only_for_their_request() {
-        let identity = Identity::new("s3cret", "X-Tollgate-");
+        let identity = Identity::new("s3cret", "X-Tollgate-").unwrap();
         let mut headers = HeaderMap::new();
         identity.add(&mut headers, "GET", "/report?x=1", &payment(), 1_000);
         let paid = identity.verify(&headers, "GET", "/report?x=1", 1_010, 300).unwrap();
@@ -208,7 +209,9 @@ mod tests {
         assert!(identity.verify(&headers, "POST", "/report?x=1", 1_010, 300).is_err(), "another method");
         assert!(identity.verify(&headers, "GET", "/report?x=2", 1_010, 300).is_err(), "another query");
         assert!(identity.verify(&headers, "GET", "/report?x=1", 2_000, 300).is_err(), "too old");
-        assert!(Identity::new("other", "X-Tollgate-").verify(&headers, "GET", "/report?x=1", 1_010, 300).is_err());
+        assert!(
+            Identity::new("other", "X-Tollgate-").unwrap().verify(&headers, "GET", "/report?x=1", 1_010, 300).is_err()
+        );
         let mut forged = headers.clone();
         forged.insert("x-tollgate-amount", HeaderValue::from_static("999999"));
         assert!(identity.verify(&forged, "GET", "/report?x=1", 1_010, 300).is_err(), "altered amount");

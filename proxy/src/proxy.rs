@@ -229,12 +229,12 @@ impl Proxy {
 /// The route a request takes, and the request as it goes on: its path canonical (what is
 /// matched is what the upstream gets), `Host` the authority it named, forwarding headers
 /// removed unless trusted, client-sent identity headers removed, [`Inbound`] in its extensions.
-fn route(
-    routes: &Routes,
+fn route<'r>(
+    routes: &'r Routes,
     request: Request<Incoming>,
     client: SocketAddr,
     scheme: &'static str,
-) -> Result<(Route, Request<Incoming>), RequestError> {
+) -> Result<(&'r Route, Request<Incoming>), RequestError> {
     let (mut parts, body) = request.into_parts();
     let authority = match parts.uri.authority() {
         Some(a) => a.as_str().to_owned(),
@@ -294,7 +294,7 @@ fn route(
         identity.strip(&mut parts.headers);
     }
     parts.extensions.insert(Inbound { client, scheme, host: authority, captures });
-    Ok((route.clone(), Request::from_parts(parts, body)))
+    Ok((route, Request::from_parts(parts, body)))
 }
 
 /// What happened to a request, for `tollgate_proxy_requests_total`.

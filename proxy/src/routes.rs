@@ -107,8 +107,8 @@ fn secret(env: Option<&str>, file: Option<&std::path::Path>, what: &str) -> Resu
     Ok(Some(value.to_owned()))
 }
 
-/// One way to pay, and its decimals when metered.
-fn price(accept: &AcceptFile, at: &str) -> Result<(Price, Option<u8>), ConfigError> {
+/// One way to pay.
+fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
     let bad = |why: String| invalid(format!("{at}: {why}"));
     let pay_to: Address = accept.pay_to.parse().map_err(|e| bad(format!("pay_to: {e}")))?;
     let (amount, metered) = match (&accept.amount, &accept.max) {
@@ -150,7 +150,7 @@ fn price(accept: &AcceptFile, at: &str) -> Result<(Price, Option<u8>), ConfigErr
     if let Some(extra) = &accept.extra {
         price = price.extra(serde_json::to_value(extra).map_err(|e| bad(format!("extra: {e}")))?);
     }
-    Ok((price, metered.then_some(accept.decimals.unwrap_or_default())))
+    Ok(price)
 }
 
 /// What every route is built with.
@@ -212,7 +212,7 @@ impl Shared<'_> {
             builder = builder.resource_base(base.clone());
         }
         for (i, accept) in accept.iter().enumerate() {
-            builder = builder.accept(price(accept, &format!("{at}, accept #{}", i + 1))?.0);
+            builder = builder.accept(price(accept, &format!("{at}, accept #{}", i + 1))?);
         }
         let layer = builder.build().map_err(|e| invalid(format!("{at}: {e}")))?;
         Ok(layer.layer(forwarder))
@@ -279,12 +279,10 @@ impl Shared<'_> {
 
     /// A metered route's usage reading (its metered prices must share their decimals).
     fn usage(&self, at: &str, definition: &RouteFile) -> Result<Option<Usage>, ConfigError> {
-        let mut decimals = Vec::new();
-        for (i, accept) in definition.accept.iter().enumerate() {
-            if let (_, Some(d)) = price(accept, &format!("{at}, accept #{}", i + 1))? {
-                decimals.push(d);
-            }
-        }
+        // The prices themselves are checked when the route's layer is built.
+        let mut decimals: Vec<u8> =
+            definition.accept.iter().filter(|a| a.max.is_some()).map(|a| a.decimals.unwrap_or_default()).collect();
+        decimals.sort_unstable();
         decimals.dedup();
         match (&definition.usage, decimals.as_slice()) {
             (None, []) => Ok(None),
@@ -331,11 +329,10 @@ impl Routes {
             .identity
             .as_ref()
             .map(|i| -> Result<Identity, ConfigError> {
-                HeaderName::try_from(format!("{}Signature", i.prefix))
-                    .map_err(|_| invalid(format!("identity.prefix {:?} is not a header name", i.prefix)))?;
                 let shared = secret(i.secret_env.as_deref(), i.secret_file.as_deref(), "identity.secret")?
                     .ok_or_else(|| invalid("[identity] needs secret_env or secret_file"))?;
-                Ok(Identity::new(shared, i.prefix.clone()))
+                Identity::new(shared, i.prefix.clone())
+                    .map_err(|_| invalid(format!("identity.prefix {:?} is not a header name", i.prefix)))
             })
             .transpose()?;
         if let Some(url) = &file.public_url
