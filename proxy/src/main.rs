@@ -24,9 +24,14 @@ struct Args {
     /// How often the file is checked for changes, in milliseconds.
     #[arg(long, env = "TOLLGATE_PROXY_WATCH_MS", default_value_t = 1_000)]
     watch_ms: u64,
+    /// Threads serving connections, each with its own runtime (0: one per CPU).
+    #[arg(long, env = "TOLLGATE_PROXY_THREADS", default_value_t = 0)]
+    threads: usize,
 }
 
-#[tokio::main]
+/// Reloads, signals and `ops_listen` run here; connections on the threads of
+/// [`server::serve_threads`].
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(std::env::var("TOLLGATE_LOG").unwrap_or_else(|_| "info".into()))
@@ -40,18 +45,25 @@ async fn main() -> anyhow::Result<()> {
         println!("{}: valid ({} routes)", args.config.display(), file.routes.len());
         return Ok(());
     }
-    let listener = tokio::net::TcpListener::bind(file.listen).await?;
-    tracing::info!(address = %listener.local_addr()?, upstream = %file.upstream, "tollgate-proxy listening");
+    let threads = match args.threads {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        n => n,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let serving = server::serve_threads(file.listen, &proxy, threads, &stopped, Duration::from_secs(args.drain_secs))?;
+    tracing::info!(address = %serving.address, upstream = %file.upstream, threads, "tollgate-proxy listening");
     // Printed for scripts and tests that start the proxy on port 0.
     let scheme = if file.tls.is_some() { "https" } else { "http" };
-    println!("listening on {scheme}://{}", listener.local_addr()?);
+    println!("listening on {scheme}://{}", serving.address);
     if let Some(ops) = file.ops_listen {
         let ops = tokio::net::TcpListener::bind(ops).await?;
         println!("ops on http://{}", ops.local_addr()?);
         tokio::spawn(server::serve_ops(ops, proxy.clone(), std::future::pending()));
     }
     tokio::spawn(server::watch(proxy.clone(), args.config.clone(), Duration::from_millis(args.watch_ms)));
-    server::serve(listener, proxy, shutdown_signal(), Duration::from_secs(args.drain_secs)).await;
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    tokio::task::spawn_blocking(move || serving.join()).await?;
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PA
 use tower::ServiceExt as _;
 
 use crate::config::{ConfigError, ProxyFile};
-use crate::forward::{Inbound, ProxyBody, UpstreamClient, error, full};
+use crate::forward::{Inbound, ProxyBody, error, full};
 use crate::route::{RequestError, canonical_host, canonical_path, query_matches, query_pairs};
 use crate::routes::{Action, Route, Routes};
 
@@ -23,15 +23,15 @@ const FORWARDED: [&str; 4] = ["forwarded", "x-forwarded-for", "x-forwarded-host"
 /// The proxy: its routes (swapped whole on reload) and what it serves itself.
 pub struct Proxy {
     routes: RwLock<Arc<Routes>>,
-    client: UpstreamClient,
     /// Whether `/healthz`, `/readyz`, `/metrics` are answered on the main listener.
     ops_here: bool,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     http: reqwest::Client,
     /// TLS, when `[tls]` is set (its certificate swapped at each reload).
     tls: Option<RwLock<tokio_rustls::TlsAcceptor>>,
-    /// The most client connections open at once.
-    pub(crate) max_connections: usize,
+    /// Client connections open at once: `max_connections` permits, shared by every thread
+    /// that accepts.
+    pub(crate) connections: Arc<tokio::sync::Semaphore>,
     /// The last readiness asked, and when.
     readiness: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
 }
@@ -57,15 +57,13 @@ impl Proxy {
         file: &ProxyFile,
         metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     ) -> Result<Self, ConfigError> {
-        let client = crate::forward::client(Duration::from_millis(file.timeouts.connect_ms));
-        let routes = Routes::build(file, &client, None)?;
+        let routes = Routes::build(file, None)?;
         let tls = file.tls.as_ref().map(crate::tls::acceptor).transpose()?.map(RwLock::new);
         Ok(Self {
             tls,
             readiness: tokio::sync::Mutex::new(None),
-            max_connections: file.max_connections.max(1),
+            connections: Arc::new(tokio::sync::Semaphore::new(file.max_connections.max(1))),
             routes: RwLock::new(Arc::new(routes)),
-            client,
             ops_here: file.ops_listen.is_none(),
             metrics,
             http: reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap_or_default(),
@@ -74,13 +72,13 @@ impl Proxy {
 
     /// Replaces the routes with `file`'s; on error the routes in force stay. Requests already
     /// routed finish on the routes they were given. The TLS certificate is read again; `listen`,
-    /// `ops_listen` and turning TLS on or off need a restart.
+    /// `ops_listen`, `max_connections` and turning TLS on or off need a restart.
     ///
     /// # Errors
     /// [`ConfigError`] for a file whose routes or certificate cannot be used.
     pub fn reload(&self, file: &ProxyFile) -> Result<(), ConfigError> {
         let current = self.current();
-        let routes = Routes::build(file, &self.client, Some(&current))?;
+        let routes = Routes::build(file, Some(&current))?;
         let acceptor = match (&self.tls, &file.tls) {
             (Some(_), Some(tls)) => Some(crate::tls::acceptor(tls)?),
             (None, None) => None,

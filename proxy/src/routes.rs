@@ -11,7 +11,7 @@ use tollgate::{FacilitatorClient, PaymentLayer, PaymentService, Price, Settlemen
 use tower::Layer as _;
 
 use crate::config::{AcceptFile, ConfigError, ProxyFile, RouteFile, Settle, UnmatchedAction};
-use crate::forward::{Forward, Forwarder, Upstream, UpstreamClient, Usage};
+use crate::forward::{Forward, Forwarder, Upstream, Usage};
 use crate::identity::Identity;
 use crate::route::{HostPattern, PathPattern, QueryValue};
 
@@ -156,7 +156,6 @@ fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
 /// What every route is built with.
 struct Shared<'a> {
     file: &'a ProxyFile,
-    client: &'a UpstreamClient,
     facilitator: FacilitatorClient,
     identity: Option<Identity>,
     upstream: Upstream,
@@ -173,7 +172,7 @@ impl Shared<'_> {
     ) -> Forwarder {
         Forwarder(Arc::new(Forward {
             route: name.clone(),
-            client: self.client.clone(),
+            connect_timeout: Duration::from_millis(self.file.timeouts.connect_ms),
             upstream,
             rewrite,
             usage,
@@ -313,12 +312,12 @@ impl Shared<'_> {
 }
 
 impl Routes {
-    /// Builds every route of `file`, sharing `client`; routes unchanged since `previous` keep
+    /// Builds every route of `file`; routes unchanged since `previous` keep
     /// their layer (and the proofs it remembers).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the route and the value refused.
-    pub fn build(file: &ProxyFile, client: &UpstreamClient, previous: Option<&Self>) -> Result<Self, ConfigError> {
+    pub fn build(file: &ProxyFile, previous: Option<&Self>) -> Result<Self, ConfigError> {
         let f = &file.facilitator;
         let key = secret(f.api_key_env.as_deref(), f.api_key_file.as_deref(), "facilitator.api_key")?;
         let facilitator = match &key {
@@ -341,7 +340,7 @@ impl Routes {
             return Err(invalid(format!("public_url {url:?} must be an http(s) URL")));
         }
         let upstream = Upstream::parse(&file.upstream).map_err(invalid)?;
-        let shared = Shared { file, client, facilitator, identity: identity.clone(), upstream: upstream.clone() };
+        let shared = Shared { file, facilitator, identity: identity.clone(), upstream: upstream.clone() };
         // What the layers depend on, beside each route's own definition.
         let shared_part = ProxyFile { routes: Vec::new(), unmatched: file.unmatched.clone(), ..file.clone() };
         let reusable = previous.filter(|p| p.shared == shared_part);

@@ -6,6 +6,9 @@
 //
 //   node x402-buyer.cjs <url> <network> <asset> <cap>
 //
+// With HANG_UP_AFTER_BYTES=N it reads the answer's first N bytes (at least), prints them with
+// {"hungUp": true}, and exits: its connection closes mid-answer, as a buyer's that hangs up.
+//
 // RPC_URL, when set, is the chain's JSON-RPC. Run by tests/tests/official_client.rs with NODE_PATH pointing at .tools/x402/node_modules
 // (scripts/test installs the packages there).
 "use strict";
@@ -29,6 +32,20 @@ async function main() {
     spendControls: { allowedAssets: [{ network, asset, maxAmountPerPayment: cap }] },
   });
   const response = await pay(url, { method: "GET" });
+  if (process.env.HANG_UP_AFTER_BYTES) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let received = "";
+    while (received.length < Number(process.env.HANG_UP_AFTER_BYTES)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      received += decoder.decode(value, { stream: true });
+    }
+    const line = JSON.stringify({ status: response.status, body: received, hungUp: true }) + "\n";
+    // Exiting closes the connection, the rest of the answer unread.
+    process.stdout.write(line, () => process.exit(0));
+    return;
+  }
   const header = response.headers.get("PAYMENT-RESPONSE");
   const paymentResponse = header ? decodePaymentResponseHeader(header) : null;
   const body = await response.text();

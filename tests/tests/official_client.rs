@@ -49,16 +49,23 @@ fn node_modules() -> PathBuf {
 
 /// Runs the official buyer against `url`, allowed to pay up to `cap` of `asset` on `network`
 /// (whose JSON-RPC is `rpc`): its one-line JSON report.
-async fn official_buyer(
+async fn official_buyer(url: &str, key: &PrivateKeySigner, cap: (&str, &str, u64), rpc: &str) -> Value {
+    official_buyer_with(url, key, cap, rpc, &[]).await
+}
+
+/// As [`official_buyer`], with more of the script's environment (`HANG_UP_AFTER_BYTES`).
+async fn official_buyer_with(
     url: &str,
     key: &PrivateKeySigner,
     (network, asset, cap): (&str, &str, u64),
     rpc: &str,
+    env: &[(&str, &str)],
 ) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/x402-buyer.cjs");
     let output = tokio::process::Command::new("node")
         .arg(script)
         .args([url, network, asset, &cap.to_string()])
+        .envs(env.iter().copied())
         .env("NODE_PATH", node_modules())
         .env("BUYER_KEY", alloy::hex::encode_prefixed(key.to_bytes()))
         .env("RPC_URL", rpc)
@@ -472,6 +479,31 @@ pay_to = "{seller_address}"
     // (The answer ends after its settlement: the buyer has read it whole, so it is settled.)
     paid += 200_000;
     assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid), "4 words at 0.05");
+
+    // The official buyer hangs up after the first words of a streamed answer: the proxy reads
+    // the rest from the service, and the 20 words it reported are settled, once (the balances
+    // below would show a second settlement).
+    let report = official_buyer_with(
+        &format!("{url}/stream-summary?words=20&ms=25"),
+        &buyer,
+        (cap.0, &cap.1, cap.2),
+        &anvil.endpoint(),
+        &[("HANG_UP_AFTER_BYTES", "1")],
+    )
+    .await;
+    assert_eq!((report["status"].as_u64(), report["hungUp"].as_bool()), (Some(200), Some(true)), "{report}");
+    let received = report["body"].as_str().unwrap();
+    assert!(received.split_whitespace().count() < 20, "hung up before the end: {received:?}");
+    paid += 1_000_000;
+    let mut settled = U256::ZERO;
+    for _ in 0..200 {
+        settled = token.balance_of(&rpc, seller_address).await.unwrap();
+        if settled == U256::from(paid) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(settled, U256::from(paid), "20 words at 0.05, settled after the buyer left");
 
     // A usage that cannot be read: the buyer is told, nothing is settled.
     let refused = tollgate_buyer.get(&format!("{url}/bad-usage")).await.unwrap_err();

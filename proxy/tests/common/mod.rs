@@ -132,7 +132,9 @@ pub fn proxy(config: &Path, api_key: &str) -> Process {
     command
         .arg("--config")
         .arg(config)
-        .args(["--watch-ms", "100", "--drain-secs", "5"])
+        // More serving threads than this machine may have cores: tickets, reloads and the
+        // drain are shared by threads that each accept on their own socket.
+        .args(["--watch-ms", "100", "--drain-secs", "5", "--threads", "3"])
         .env("TOLLGATE_API_KEY", api_key)
         .env("TOLLGATE_PROXY_SECRET", SECRET)
         .env("TOLLGATE_LOG", "warn");
