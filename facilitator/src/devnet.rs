@@ -52,13 +52,14 @@ alloy::sol! {
     }
 }
 
-/// The anvil binary for tests and the demo: `TOLLGATE_ANVIL`, or where `scripts/test` installs
-/// it (`.tools/anvil/` at the workspace root, from the npm package `@foundry-rs/anvil-linux-amd64`).
+/// The anvil binary for tests and the demo: `TOLLGATE_ANVIL` (when not empty, as `scripts/test`
+/// reads it), or where `scripts/test` installs it (`.tools/anvil/` at the workspace root, from
+/// the npm package `@foundry-rs/anvil-linux-amd64`).
 ///
 /// # Errors
 /// When neither exists, saying how to install it.
 pub fn anvil_binary() -> Result<std::path::PathBuf, ChainError> {
-    if let Some(path) = std::env::var_os("TOLLGATE_ANVIL") {
+    if let Some(path) = std::env::var_os("TOLLGATE_ANVIL").filter(|p| !p.is_empty()) {
         return Ok(std::path::PathBuf::from(path));
     }
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -217,6 +217,29 @@ async fn a_paid_route_is_served_once_paid_and_its_proof_serves_only_its_request(
     assert_eq!(w.earned().await, 4 * CENT);
 }
 
+/// Two proxies on one facilitator (instances behind a load balancer), one proof sent to both at
+/// once, three times: the money moves once, nothing fails, and the proof serves at most its uses
+/// at each instance (each remembers its own tickets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_proxies_on_one_facilitator_settle_a_proof_once() {
+    let w = World::start().await;
+    let second = common::proxy(&w.dir.path().join("proxy.toml"), &w.f.key);
+    let buyer = w.buyer().await;
+    let proof = w.proof(&buyer, CENT).await;
+    let (first_url, second_url) = (w.url("/forecast"), format!("{}/forecast", second.url));
+    let mut served = 0;
+    for _ in 0..3 {
+        let (a, b) = tokio::join!(send("GET", &first_url, Some(&proof)), send("GET", &second_url, Some(&proof)));
+        for (status, _, body) in [a, b] {
+            // 503: the other instance's settlement of it is still under way (retry later).
+            assert!([200, 402, 503].contains(&status), "{status}: {body}");
+            served += usize::from(status == 200);
+        }
+    }
+    assert_eq!(w.earned().await, CENT, "settled once");
+    assert!((1..=4).contains(&served), "served {served} times: at most 2 uses at each of 2 instances");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_upstream_gets_clean_headers_and_crafted_requests_are_refused() {
     let w = World::start().await;
