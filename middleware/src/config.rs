@@ -73,6 +73,8 @@ pub(crate) struct Config {
     pub stream_upfront: bool,
     /// Ids claimed by payments, with their paid answers.
     pub identifiers: crate::identifiers::Identifiers,
+    /// Settlements that outlive their request.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 impl std::fmt::Debug for Config {

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use crate::cache::ProofCache;
@@ -61,6 +62,12 @@ impl PaymentLayer {
     pub fn builder() -> PaymentLayerBuilder {
         PaymentLayerBuilder::default()
     }
+
+    /// Where this layer's settlements that outlive their request run
+    /// ([`PaymentLayerBuilder::tasks`]): at shutdown, close it and await it.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.config.tasks
+    }
 }
 
 impl<S> Layer<S> for PaymentLayer {
@@ -91,6 +98,7 @@ pub struct PaymentLayerBuilder {
     payment_identifier: Option<bool>,
     stream_upfront: bool,
     ticket_uses: Option<u32>,
+    tasks: Option<TaskTracker>,
 }
 
 impl Default for PaymentLayerBuilder {
@@ -113,6 +121,7 @@ impl Default for PaymentLayerBuilder {
             payment_identifier: None,
             stream_upfront: false,
             ticket_uses: None,
+            tasks: None,
         }
     }
 }
@@ -250,6 +259,17 @@ impl PaymentLayerBuilder {
         self
     }
 
+    /// Where settlements that outlive their request run: a settlement after the handler
+    /// served, one whose buyer hung up, the rest of a metered answer read for its usage. A
+    /// server shutting down calls [`TaskTracker::close`] then awaits [`TaskTracker::wait`]
+    /// (bounded by its drain time) so that the money that moved is recorded and what was served
+    /// is settled; without it, stopping the runtime cancels them. Several layers may share one.
+    /// Each layer has its own by default ([`PaymentLayer::tasks`]).
+    pub fn tasks(mut self, tracker: TaskTracker) -> Self {
+        self.tasks = Some(tracker);
+        self
+    }
+
     /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
     /// min), refused ones `refused_ttl` (default 10 s).
     ///
@@ -347,6 +367,7 @@ impl PaymentLayerBuilder {
                 payment_identifier: self.payment_identifier,
                 stream_upfront: self.stream_upfront,
                 identifiers: crate::identifiers::Identifiers::new(self.accepted_ttl),
+                tasks: self.tasks.unwrap_or_default(),
             }),
         })
     }

@@ -81,6 +81,8 @@ pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, Verdict};
 pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
 pub use price::{Price, PriceError, Quote};
 pub use service::PaymentService;
+/// Where settlements that outlive their request run ([`PaymentLayerBuilder::tasks`]).
+pub use tokio_util::task::TaskTracker;
 pub use tollgate_protocol as protocol;
 /// Checking the signature of Tollgate's webhook deliveries (`Tollgate-Signature`).
 pub use tollgate_protocol::webhook;

@@ -87,7 +87,8 @@ impl Settlement {
     fn spawn(self, deferred: &DeferredCharge, verified: Payment) -> tokio::task::JoinHandle<Option<Verdict>> {
         let most = self.requirement.amount;
         let reported = deferred.reported();
-        tokio::spawn(async move {
+        let tasks = self.config.tasks.clone();
+        tasks.spawn(async move {
             match reported {
                 Some(Ok(charge)) if charge.capped(most).get() > 0 => Some(self.run(charge.capped(most)).await),
                 Some(Ok(_)) => Some(Verdict::Paid(self.nothing(verified).await)),
@@ -246,26 +247,30 @@ impl Drop for MeteredStream {
         let mut inner =
             std::mem::replace(&mut self.inner, http_body_util::Empty::new().map_err(|n| match n {}).boxed_unsync());
         let (deferred, settled) = (self.deferred.clone(), self.settled.take());
-        runtime.spawn(async move {
-            let _settled = settled;
-            let drained = tokio::time::timeout(DeferredCharge::DRAIN, async {
-                while let Some(frame) = inner.frame().await {
-                    if frame.is_err() {
-                        return false;
+        let tasks = settlement.config.tasks.clone();
+        tasks.spawn_on(
+            async move {
+                let _settled = settled;
+                let drained = tokio::time::timeout(DeferredCharge::DRAIN, async {
+                    while let Some(frame) = inner.frame().await {
+                        if frame.is_err() {
+                            return false;
+                        }
                     }
+                    true
+                })
+                .await;
+                if drained != Ok(true) {
+                    tracing::warn!(
+                        "the rest of a metered stream whose buyer hung up could not be read; nothing is settled"
+                    );
+                    return;
                 }
-                true
-            })
-            .await;
-            if drained != Ok(true) {
-                tracing::warn!(
-                    "the rest of a metered stream whose buyer hung up could not be read; nothing is settled"
-                );
-                return;
-            }
-            if let Ok(Some(verdict)) = settlement.spawn(&deferred, verified).await {
-                log_unsettled(&verdict);
-            }
-        });
+                if let Ok(Some(verdict)) = settlement.spawn(&deferred, verified).await {
+                    log_unsettled(&verdict);
+                }
+            },
+            &runtime,
+        );
     }
 }

@@ -176,7 +176,7 @@ where
                             config.identifiers.release(id, key).await;
                         }
                         match settled {
-                            Some(settled) => drop(tokio::spawn(async move {
+                            Some(settled) => drop(config.tasks.spawn(async move {
                                 let _ = settled.await;
                                 drop(leader);
                             })),
@@ -597,7 +597,7 @@ impl Paid<'_> {
     /// nor the payment being remembered for the proof (a retry of it is served from memory, or
     /// follows it when pending — for a metered price, for this charge), never settled twice.
     async fn settle_after(&self, key: &str, charged: AtomicAmount) -> Verdict {
-        tokio::spawn(self.settlement(key).run(charged)).await.unwrap_or_else(|e| Verdict::Unavailable {
+        self.config.tasks.spawn(self.settlement(key).run(charged)).await.unwrap_or_else(|e| Verdict::Unavailable {
             timed_out: false,
             reason: format!("the settlement task ended without an answer: {e}"),
         })

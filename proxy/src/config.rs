@@ -33,7 +33,9 @@ use serde::Deserialize;
 pub struct ProxyFile {
     /// Where the proxy listens.
     pub listen: SocketAddr,
-    /// The most client connections open at once (default 10,000); more wait to be accepted.
+    /// The most client connections served at once (default 10,000, at most 2^61 - 1). Past it,
+    /// each serving thread accepts one more and holds it until a connection closes; the rest
+    /// wait in the listening socket's queue.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Where `/healthz`, `/readyz` and `/metrics` are served; by default on `listen`, before

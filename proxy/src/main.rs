@@ -24,7 +24,8 @@ struct Args {
     /// How often the file is checked for changes, in milliseconds.
     #[arg(long, env = "TOLLGATE_PROXY_WATCH_MS", default_value_t = 1_000)]
     watch_ms: u64,
-    /// Threads serving connections, each with its own runtime (0: one per CPU).
+    /// Threads serving connections, each with its own runtime and socket (0: one per CPU, at
+    /// most 1,024).
     #[arg(long, env = "TOLLGATE_PROXY_THREADS", default_value_t = 0)]
     threads: usize,
 }
@@ -46,23 +47,26 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let threads = match args.threads {
-        0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(server::MAX_THREADS),
         n => n,
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let serving = server::serve_threads(file.listen, &proxy, threads, &stopped, Duration::from_secs(args.drain_secs))?;
+    // Everything that can fail to listen does so before anything is served.
+    let ops = match file.ops_listen {
+        Some(address) => Some(tokio::net::TcpListener::bind(address).await?),
+        None => None,
+    };
+    let serving = server::serve_threads(file.listen, &proxy, threads, Duration::from_secs(args.drain_secs))?;
     tracing::info!(address = %serving.address, upstream = %file.upstream, threads, "tollgate-proxy listening");
     // Printed for scripts and tests that start the proxy on port 0.
     let scheme = if file.tls.is_some() { "https" } else { "http" };
     println!("listening on {scheme}://{}", serving.address);
-    if let Some(ops) = file.ops_listen {
-        let ops = tokio::net::TcpListener::bind(ops).await?;
+    if let Some(ops) = ops {
         println!("ops on http://{}", ops.local_addr()?);
         tokio::spawn(server::serve_ops(ops, proxy.clone(), std::future::pending()));
     }
     tokio::spawn(server::watch(proxy.clone(), args.config.clone(), Duration::from_millis(args.watch_ms)));
     shutdown_signal().await;
-    let _ = stop.send(true);
+    serving.stop();
     tokio::task::spawn_blocking(move || serving.join()).await?;
     Ok(())
 }

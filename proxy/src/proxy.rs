@@ -23,6 +23,8 @@ const FORWARDED: [&str; 4] = ["forwarded", "x-forwarded-for", "x-forwarded-host"
 /// The proxy: its routes (swapped whole on reload) and what it serves itself.
 pub struct Proxy {
     routes: RwLock<Arc<Routes>>,
+    /// Settlements that outlive their request, of every route: awaited at shutdown.
+    pub(crate) tasks: tollgate::TaskTracker,
     /// Whether `/healthz`, `/readyz`, `/metrics` are answered on the main listener.
     ops_here: bool,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
@@ -57,11 +59,20 @@ impl Proxy {
         file: &ProxyFile,
         metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     ) -> Result<Self, ConfigError> {
-        let routes = Routes::build(file, None)?;
+        if file.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(ConfigError::Invalid(format!(
+                "max_connections {} is more than {} (a count of connections, not a size)",
+                file.max_connections,
+                tokio::sync::Semaphore::MAX_PERMITS
+            )));
+        }
+        let tasks = tollgate::TaskTracker::new();
+        let routes = Routes::build(file, &tasks, None)?;
         let tls = file.tls.as_ref().map(crate::tls::acceptor).transpose()?.map(RwLock::new);
         Ok(Self {
             tls,
             readiness: tokio::sync::Mutex::new(None),
+            tasks,
             connections: Arc::new(tokio::sync::Semaphore::new(file.max_connections.max(1))),
             routes: RwLock::new(Arc::new(routes)),
             ops_here: file.ops_listen.is_none(),
@@ -78,7 +89,7 @@ impl Proxy {
     /// [`ConfigError`] for a file whose routes or certificate cannot be used.
     pub fn reload(&self, file: &ProxyFile) -> Result<(), ConfigError> {
         let current = self.current();
-        let routes = Routes::build(file, Some(&current))?;
+        let routes = Routes::build(file, &self.tasks, Some(&current))?;
         let acceptor = match (&self.tls, &file.tls) {
             (Some(_), Some(tls)) => Some(crate::tls::acceptor(tls)?),
             (None, None) => None,

@@ -156,6 +156,8 @@ fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
 /// What every route is built with.
 struct Shared<'a> {
     file: &'a ProxyFile,
+    /// Where every layer's settlements that outlive their request run (awaited at shutdown).
+    tasks: &'a tollgate::TaskTracker,
     facilitator: FacilitatorClient,
     identity: Option<Identity>,
     upstream: Upstream,
@@ -198,6 +200,7 @@ impl Shared<'_> {
         };
         let mut builder = PaymentLayer::builder()
             .facilitator(self.facilitator.clone())
+            .tasks(self.tasks.clone())
             .settlement_order(order)
             .stream_upfront(true)
             .max_buffered_body(max_held.unwrap_or(MAX_HELD_BYTES))
@@ -312,12 +315,17 @@ impl Shared<'_> {
 }
 
 impl Routes {
-    /// Builds every route of `file`; routes unchanged since `previous` keep
+    /// Builds every route of `file`, their settlements run on `tasks`; routes unchanged since
+    /// `previous` keep
     /// their layer (and the proofs it remembers).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the route and the value refused.
-    pub fn build(file: &ProxyFile, previous: Option<&Self>) -> Result<Self, ConfigError> {
+    pub fn build(
+        file: &ProxyFile,
+        tasks: &tollgate::TaskTracker,
+        previous: Option<&Self>,
+    ) -> Result<Self, ConfigError> {
         let f = &file.facilitator;
         let key = secret(f.api_key_env.as_deref(), f.api_key_file.as_deref(), "facilitator.api_key")?;
         let facilitator = match &key {
@@ -340,7 +348,7 @@ impl Routes {
             return Err(invalid(format!("public_url {url:?} must be an http(s) URL")));
         }
         let upstream = Upstream::parse(&file.upstream).map_err(invalid)?;
-        let shared = Shared { file, facilitator, identity: identity.clone(), upstream: upstream.clone() };
+        let shared = Shared { file, tasks, facilitator, identity: identity.clone(), upstream: upstream.clone() };
         // What the layers depend on, beside each route's own definition.
         let shared_part = ProxyFile { routes: Vec::new(), unmatched: file.unmatched.clone(), ..file.clone() };
         let reusable = previous.filter(|p| p.shared == shared_part);
