@@ -96,6 +96,9 @@ pub enum PayError {
     /// A malformed cap.
     #[error("invalid spending cap: {0}")]
     Cap(String),
+    /// A header that cannot be sent.
+    #[error("invalid header: {0}")]
+    Header(String),
 }
 
 /// What a [`Cap`] is counted in.
@@ -269,6 +272,8 @@ impl Proof {
 pub struct Paid {
     /// HTTP status.
     pub status: u16,
+    /// The answer's headers.
+    pub headers: reqwest::header::HeaderMap,
     /// Body.
     pub body: Vec<u8>,
     /// What was paid, when something was.
@@ -283,6 +288,114 @@ impl Paid {
     pub fn body_text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+}
+
+/// A request to send, paying a 402 if one comes: any method, headers, and a body held in
+/// memory (sent again whole with the payment).
+#[derive(Debug, Clone)]
+pub struct Request {
+    method: reqwest::Method,
+    url: String,
+    headers: reqwest::header::HeaderMap,
+    body: Option<bytes::Bytes>,
+}
+
+impl Request {
+    /// `method url`, without headers or body.
+    #[must_use]
+    pub fn new(method: reqwest::Method, url: impl Into<String>) -> Self {
+        Self { method, url: url.into(), headers: reqwest::header::HeaderMap::new(), body: None }
+    }
+
+    /// `GET url`.
+    #[must_use]
+    pub fn get(url: impl Into<String>) -> Self {
+        Self::new(reqwest::Method::GET, url)
+    }
+
+    /// Adds a header (sent with both the first request and the paid one).
+    ///
+    /// # Errors
+    /// [`PayError::Header`] for a name or value HTTP does not allow, or a payment header (the
+    /// buyer writes those).
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, PayError> {
+        let name = reqwest::header::HeaderName::try_from(name.trim())
+            .map_err(|_| PayError::Header(format!("{name:?} is not a header name")))?;
+        if [X_PAYMENT, PAYMENT_SIGNATURE].iter().any(|p| name.as_str().eq_ignore_ascii_case(p)) {
+            return Err(PayError::Header(format!("{name} is written by the buyer, not given")));
+        }
+        let value = reqwest::header::HeaderValue::try_from(value.trim())
+            .map_err(|_| PayError::Header(format!("the value of {name} is not allowed in a header")))?;
+        self.headers.append(name, value);
+        Ok(self)
+    }
+
+    /// The body, sent again whole with the payment.
+    #[must_use]
+    pub fn body(mut self, body: impl Into<bytes::Bytes>) -> Self {
+        self.body = Some(body.into());
+        self
+    }
+
+    /// The URL.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn send_with(&self, http: &reqwest::Client, payment: Option<(&str, &str)>) -> reqwest::RequestBuilder {
+        let mut builder = http.request(self.method.clone(), &self.url).headers(self.headers.clone());
+        if let Some(body) = &self.body {
+            builder = builder.body(body.clone());
+        }
+        if let Some((name, value)) = payment {
+            builder = builder.header(name, value);
+        }
+        builder
+    }
+}
+
+/// What a request would cost, asked without paying ([`Buyer::quote`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Quote {
+    /// Every offer of the seller, for people, in its order.
+    pub offers: Vec<String>,
+    /// The offer this buyer would pay, or why none.
+    pub chosen: Result<Planned, PayError>,
+}
+
+/// The offer a buyer would pay.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Planned {
+    /// The scheme (`exact-native`, `exact`, `upto`).
+    pub scheme: String,
+    /// Atomic units (for `upto`, the most).
+    pub amount: AtomicAmount,
+    /// Whole units, for people.
+    pub whole: DecimalAmount,
+    /// What with.
+    pub asset: Asset,
+    /// Where.
+    pub network: Network,
+    /// To whom.
+    pub pay_to: Address,
+}
+
+/// Follows a redirect only to the origin the request was sent to: a payment header (and the
+/// body it pays for) never reaches another origin. Another origin's redirect is answered as is.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().map(reqwest::Url::origin);
+        if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else if first.is_some_and(|origin| origin != attempt.url().origin()) {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// A buyer: its keys, its RPC endpoints, its cap.
@@ -306,7 +419,8 @@ impl Buyer {
     /// A buyer without keys (it can only fetch free content).
     #[must_use]
     pub fn new() -> Self {
-        Self { http: reqwest::Client::new(), solana: None, evm: None, cap: None, max_pending_retries: 5 }
+        let http = reqwest::Client::builder().redirect(same_origin_redirects()).build().unwrap_or_default();
+        Self { http, solana: None, evm: None, cap: None, max_pending_retries: 5 }
     }
 
     /// Pays on Solana with `keypair`, reading the cluster, recent blockhashes and token mints
@@ -359,17 +473,23 @@ impl Buyer {
     /// [`PayError`] when the request fails, nothing fits, the price is over the cap, or the
     /// payment is refused or stays pending.
     pub async fn get(&self, url: &str) -> Result<Paid, PayError> {
-        let first = self.http.get(url).send().await?;
-        if first.status().as_u16() != 402 {
-            let status = first.status().as_u16();
-            return Ok(Paid { status, body: first.bytes().await?.to_vec(), payment: None, settlement: None });
-        }
-        let v2_header = first.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
-        let body = first.bytes().await?;
-        let challenge = read_challenge(v2_header.as_deref(), &body)?;
+        self.send(&Request::get(url)).await
+    }
+
+    /// Sends `request`, paying a 402 once if one comes (the request is sent again, body and
+    /// headers whole, with the payment). Redirects are followed only within the request's origin.
+    ///
+    /// # Errors
+    /// [`PayError`] when the request fails, nothing fits, the price is over the cap, or the
+    /// payment is refused or stays pending.
+    pub async fn send(&self, request: &Request) -> Result<Paid, PayError> {
+        let challenge = match self.challenge(request).await? {
+            Ok(challenge) => challenge,
+            Err(free) => return Ok(free),
+        };
         let choice = self.choose(&challenge).await?;
         let (header_name, header_value, made) = self.pay(&challenge, &choice).await?;
-        let outcome = self.send_paid(url, (header_name, &header_value), made, choice.decimals).await;
+        let outcome = self.send_paid(request, (header_name, &header_value), made, choice.decimals).await;
         if outcome.is_err()
             && choice.requirement.network.family() == ChainFamily::Evm
             && choice.requirement.scheme == SCHEME_EXACT_NATIVE
@@ -380,17 +500,50 @@ impl Buyer {
         outcome
     }
 
+    /// What `request` would cost: the seller's offers and the one this buyer would pay, paying
+    /// nothing. `None` when the seller does not ask for a payment.
+    ///
+    /// # Errors
+    /// [`PayError`] when the request fails or its 402 cannot be read.
+    pub async fn quote(&self, request: &Request) -> Result<Option<Quote>, PayError> {
+        let Ok(challenge) = self.challenge(request).await? else { return Ok(None) };
+        let offers = challenge.requirements().iter().map(|(r, _)| describe(r)).collect();
+        let chosen = self.choose(&challenge).await.map(|c| Planned {
+            scheme: c.requirement.scheme.clone(),
+            amount: c.requirement.amount,
+            whole: DecimalAmount::from_atomic(c.requirement.amount, c.decimals),
+            asset: c.requirement.asset,
+            network: c.requirement.network.clone(),
+            pay_to: c.requirement.pay_to,
+        });
+        Ok(Some(Quote { offers, chosen }))
+    }
+
+    /// Sends `request` unpaid: the seller's payment request when it answers 402, else its answer.
+    async fn challenge(&self, request: &Request) -> Result<Result<PaymentRequired, Paid>, PayError> {
+        let first = request.send_with(&self.http, None).send().await?;
+        let status = first.status().as_u16();
+        if status != 402 {
+            let headers = first.headers().clone();
+            let body = first.bytes().await?.to_vec();
+            return Ok(Err(Paid { status, headers, body, payment: None, settlement: None }));
+        }
+        let v2_header = first.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
+        let body = first.bytes().await?;
+        read_challenge(v2_header.as_deref(), &body).map(Ok)
+    }
+
     /// Sends the request again with the proof, retrying while the seller answers "pending".
     async fn send_paid(
         &self,
-        url: &str,
+        request: &Request,
         (header_name, header_value): (&str, &str),
         made: PaymentMade,
         decimals: u8,
     ) -> Result<Paid, PayError> {
         let mut retries = 0;
         loop {
-            let answer = self.http.get(url).header(header_name, header_value).send().await?;
+            let answer = request.send_with(&self.http, Some((header_name, header_value))).send().await?;
             let status = answer.status().as_u16();
             if status == 503 && retries < self.max_pending_retries {
                 retries += 1;
@@ -412,6 +565,7 @@ impl Buyer {
                 .find_map(|name| answer.headers().get(*name))
                 .and_then(|h| h.to_str().ok())
                 .and_then(|h| tollgate_protocol::x402::header::decode::<SettleResponse>(h).ok());
+            let headers = answer.headers().clone();
             let body = answer.bytes().await?.to_vec();
             if !(200..400).contains(&status) {
                 let reason = serde_json::from_slice::<serde_json::Value>(&body)
@@ -432,7 +586,7 @@ impl Buyer {
             };
             let whole = DecimalAmount::from_atomic(charged, decimals);
             let made = PaymentMade { transaction, amount: charged, whole, ..made };
-            return Ok(Paid { status, body, payment: Some(made), settlement });
+            return Ok(Paid { status, headers, body, payment: Some(made), settlement });
         }
     }
 

@@ -14,10 +14,19 @@ async fn run(args: Vec<String>, env: Vec<(&'static str, String)>) -> Output {
     .unwrap()
 }
 
-/// The arguments after `--` of a printed `cargo run … -- …` command.
+/// The arguments after `--` of a printed `cargo run … -- …` command (as a shell splits them:
+/// words, or text in single quotes).
 fn printed_args(command: &str) -> Vec<String> {
     let (_, args) = command.split_once(" -- ").unwrap();
-    args.split_whitespace().map(str::to_owned).collect()
+    let mut words = Vec::new();
+    for (i, part) in args.split('\'').enumerate() {
+        if i % 2 == 1 {
+            words.push(part.to_owned());
+        } else {
+            words.extend(part.split_whitespace().map(str::to_owned));
+        }
+    }
+    words
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -45,28 +54,28 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
         history["payments"].as_array().unwrap().iter().map(|p| p["transaction"].as_str().unwrap()).collect();
     assert_eq!(listed, [transactions[1].as_str(), transactions[0].as_str()]);
 
-    // Over the cap: exit 1, the reason on stderr, nothing paid.
+    // Over the cap: exit 3, the reason on stderr, nothing paid.
     let mut frugal = args.clone();
     let max = frugal.iter().position(|a| a == "--max").unwrap();
     frugal[max + 1] = "0.0005SOL".into();
     let out = run(frugal.clone(), vec![]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the price 0.001 SOL is above the spending cap of 0.0005 SOL"), "{stderr}");
-    // A cap in another asset takes no SOL offer; a cap without an asset is refused.
-    for (cap, why) in [("1ETH", "none in the cap's asset (1 ETH)"), ("1", "names no asset")] {
+    // A cap in another asset takes no SOL offer (3); a cap without an asset is refused (2).
+    for (cap, why, code) in [("1ETH", "none in the cap's asset (1 ETH)", 3), ("1", "names no asset", 2)] {
         frugal[max + 1] = cap.into();
         let out = run(frugal.clone(), vec![]).await;
-        assert_eq!(out.status.code(), Some(1), "{cap}");
+        assert_eq!(out.status.code(), Some(code), "{cap}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(why), "{cap}: {stderr}");
     }
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 
-    // No key at all: exit 1 with what was offered.
+    // No key at all: exit 3 with what was offered.
     let out = run(vec![format!("{}/quote", demo.shop_url)], vec![]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no offered way to pay fits this buyer"));
 
     // The printed `proxy` line's URL (a Python service behind tollgate-proxy), paid by its
@@ -139,4 +148,120 @@ async fn the_printed_metered_command_pays_for_the_words_told() {
     assert!(stderr.starts_with(&paid), "{stderr}");
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["summary"].as_str().unwrap().split(' ').count(), 12);
+}
+
+/// A paid `POST`: the body is sent with the payment too, `-i`, `-o`, `--json` and `--dry-run`
+/// say what they should, and a seller that redirects the paid request to another origin never
+/// gets the payment header sent there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paid_post_sends_its_body_and_no_payment_follows_a_redirect_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
+    let mut keys = printed_args(&demo.pay_command());
+    keys.pop(); // the URL
+    let with = |extra: &[&str]| keys.iter().cloned().chain(extra.iter().map(|a| (*a).to_owned())).collect::<Vec<_>>();
+    let summarize = format!("{}/summarize", demo.shop_url);
+    let text = "one two three four five six seven eight nine ten";
+
+    // The demo's printed command for its paid POST.
+    let out = run(printed_args(&demo.post_pay_command()), vec![]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.starts_with("paid 0.001 SOL on solana:"), "{stderr}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((body["words"].as_u64(), body["summary"].as_str()), (Some(4), Some("any text to summarize")));
+
+    // -X POST -d TEXT -i --json: status line and headers, then the body; the payment as JSON.
+    let out = run(with(&["-X", "POST", "-d", text, "-i", "--json", summarize.as_str()]), vec![]).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let (head, body) = stdout.split_once("\n\n").unwrap();
+    assert!(head.starts_with("HTTP 200 OK\n"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("payment-response: "), "{head}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        (body["words"].as_u64(), body["summary"].as_str()),
+        (Some(10), Some("one two three four five six seven eight"))
+    );
+    let paid: serde_json::Value = serde_json::from_str(stderr.trim()).unwrap();
+    assert_eq!(paid["paid"]["amount"], "1000000", "{paid}");
+    assert_eq!(paid["paid"]["asset"], "SOL");
+    assert_eq!(paid["paid"]["transaction"], body["transaction"]);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
+
+    // -d @file (POST implied), -o FILE.
+    let (posted, saved) = (dir.path().join("text.txt"), dir.path().join("answer.json"));
+    std::fs::write(&posted, "a b c").unwrap();
+    let at_file = format!("@{}", posted.display());
+    let out = run(with(&["-d", at_file.as_str(), "-o", saved.to_str().unwrap(), summarize.as_str()]), vec![]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    assert_eq!(saved["words"], 3);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
+
+    // --dry-run: the offers and what it would pay; nothing paid. Under --max: exit 3.
+    let out = run(with(&["-X", "POST", "-d", text, "--dry-run", summarize.as_str()]), vec![]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("would pay 0.001 SOL on solana:"), "{stderr}");
+    let mut frugal = with(&["-X", "POST", "-d", text, "--dry-run", "--json", summarize.as_str()]);
+    let max = frugal.iter().position(|a| a == "--max").unwrap();
+    frugal[max + 1] = "0.0001SOL".into();
+    let out = run(frugal, vec![]).await;
+    assert_eq!(out.status.code(), Some(3));
+    let said: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert!(
+        said["wouldPay"].is_null() && said["whyNot"].as_str().unwrap().contains("above the spending cap"),
+        "{said}"
+    );
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3, "a dry run pays nothing");
+
+    // A malformed header, or the payment header given by hand: exit 2, nothing sent.
+    for bad in ["NoColon", "X-PAYMENT: forged"] {
+        let out = run(with(&["-H", bad, summarize.as_str()]), vec![]).await;
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    // A seller whose paid answer redirects to another origin: the payment is not sent there.
+    let thief = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let thief_url = format!("http://{}", thief.local_addr().unwrap());
+    let stolen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = stolen.clone();
+    std::thread::spawn(move || {
+        for mut stream in thief.incoming().flatten() {
+            use std::io::Read as _;
+            let mut buffer = vec![0; 8192];
+            let n = stream.read(&mut buffer).unwrap_or(0);
+            seen.lock().unwrap().push(String::from_utf8_lossy(&buffer[..n]).into_owned());
+        }
+    });
+    let first = reqwest::get(format!("{}/quote", demo.shop_url)).await.unwrap();
+    assert_eq!(first.status(), 402);
+    let challenge = (first.headers().get("payment-required").cloned(), first.bytes().await.unwrap());
+    let app = axum::Router::new().route(
+        "/pay-me",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let (challenge, thief_url) = (challenge.clone(), thief_url.clone());
+            async move {
+                use axum::response::IntoResponse as _;
+                if headers.contains_key("x-payment") || headers.contains_key("payment-signature") {
+                    let to = format!("{thief_url}/collect");
+                    return (axum::http::StatusCode::TEMPORARY_REDIRECT, [("location", to)]).into_response();
+                }
+                let mut answer = (axum::http::StatusCode::PAYMENT_REQUIRED, challenge.1).into_response();
+                if let Some(v2) = challenge.0 {
+                    answer.headers_mut().insert("payment-required", v2);
+                }
+                answer
+            }
+        }),
+    );
+    let seller = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let seller_url = format!("http://{}/pay-me", seller.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(seller, app).await });
+    let out = run(with(&["-i", seller_url.as_str()]), vec![]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("HTTP 307"), "the redirect is answered as is: {stdout}");
+    assert!(stolen.lock().unwrap().is_empty(), "the other origin got: {:?}", stolen.lock().unwrap());
 }

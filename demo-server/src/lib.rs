@@ -118,6 +118,17 @@ pub struct Demo {
 }
 
 impl Demo {
+    /// A `tollgate-pay` command that pays for a summary of the text it posts.
+    #[must_use]
+    pub fn post_pay_command(&self) -> String {
+        format!(
+            "cargo run --release -p tollgate-client --bin tollgate-pay -- --solana-key {} --solana-rpc {} --max 0.01SOL -d 'any text to summarize' {}/summarize",
+            self.buyer_key_file.display(),
+            self.solana_rpc_url,
+            self.shop_url
+        )
+    }
+
     /// A `tollgate-pay` command that pays the cheapest route.
     #[must_use]
     pub fn pay_command(&self) -> String {

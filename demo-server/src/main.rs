@@ -42,7 +42,7 @@ async fn main() -> anyhow::Result<()> {
     println!("Tollgate demo is running (offline, embedded Solana ledger).");
     println!();
     println!("  demo page    {}/", demo.shop_url);
-    println!("  shop         {}   (/quote, /report, /words?a+b)", demo.shop_url);
+    println!("  shop         {}   (/quote, /report, POST /summarize, /words?a+b)", demo.shop_url);
     if let (Some(url), Some(proxied)) = (demo.proxy_url(), &demo.proxied) {
         println!(
             "  proxy        {url}   (a Python service sold by tollgate-proxy; config: {})",
@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("Without paying:  curl -i {}/quote", demo.shop_url);
     println!("Paying:          {}", demo.pay_command());
+    println!("Paying a POST:   {}", demo.post_pay_command());
     if let Some(command) = demo.proxy_pay_command() {
         println!("Through the proxy: {command}");
     }

@@ -106,7 +106,7 @@ async fn index(State(page): State<Arc<Page>>) -> Html<String> {
         .catalog
         .items
         .iter()
-        .map(|i| json!({"path": i.path, "title": i.title, "prices": i.labels, "note": i.note}))
+        .map(|i| json!({"method": i.method, "path": i.path, "title": i.title, "prices": i.labels, "note": i.note}))
         .collect();
     let catalog = json!({"items": items, "buyer": page.buyer_wallet, "seller": page.seller}).to_string();
     // Inside a <script> element, "</" would end it early.
@@ -122,18 +122,27 @@ fn fail(status: StatusCode, message: impl Into<String>) -> Response {
 /// returns what it served, with the payment.
 async fn pay(State(page): State<Arc<Page>>, Json(body): Json<Value>) -> Response {
     let Some(path) = body["path"].as_str() else { return fail(StatusCode::BAD_REQUEST, "path is required") };
-    if !page.catalog.items.iter().any(|i| i.path == path) {
+    let Some(item) = page.catalog.items.iter().find(|i| i.path == path) else {
         return fail(StatusCode::BAD_REQUEST, format!("{path} is not one of the shop's priced routes"));
-    }
-    match pay_hosted(&page, path).await {
+    };
+    match pay_hosted(&page, item).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => fail(StatusCode::BAD_GATEWAY, e.to_string()),
     }
 }
 
-async fn pay_hosted(page: &Page, path: &str) -> anyhow::Result<Value> {
-    let url = format!("{}{path}", page.shop_url);
-    let first = page.http.get(&url).send().await?;
+async fn pay_hosted(page: &Page, item: &crate::shop::Item) -> anyhow::Result<Value> {
+    let (path, url) = (item.path, format!("{}{}", page.shop_url, item.path));
+    let method = axum::http::Method::from_bytes(item.method.as_bytes())?;
+    // The same request twice: unpaid for its price, then paid.
+    let request = || {
+        let request = page.http.request(method.clone(), &url);
+        match item.body {
+            Some(body) => request.header("content-type", "text/plain").body(body),
+            None => request,
+        }
+    };
+    let first = request().send().await?;
     anyhow::ensure!(first.status().as_u16() == 402, "the shop answered {} instead of 402", first.status());
     let header = first.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
     let challenge =
@@ -169,7 +178,7 @@ async fn pay_hosted(page: &Page, path: &str) -> anyhow::Result<Value> {
     let record: PaymentRecord = serde_json::from_str(&text)?;
     let proof = record.payment_proof.clone().ok_or_else(|| anyhow::anyhow!("no paymentProof in {text}"))?;
 
-    let paid = page.http.get(&url).header(X_PAYMENT, proof).send().await?;
+    let paid = request().header(X_PAYMENT, proof).send().await?;
     let status = paid.status().as_u16();
     let text = paid.text().await?;
     let content = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));

@@ -1,11 +1,11 @@
 //! The demo seller: paid routes behind [`PaymentLayer`], as any axum app would mount them —
-//! fixed prices, a price per request (`/words`), and with EVM and Permit2 a metered route
+//! fixed prices, a paid `POST` (`/summarize`), a price per request (`/words`), and with EVM and Permit2 a metered route
 //! (`/story`, x402 `upto`) charged for the words it answers.
 
 use std::sync::Arc;
 
 use axum::extract::Query;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::json;
 use tollgate::{Charge, FacilitatorClient, Payment, PaymentLayer, Price};
@@ -37,8 +37,12 @@ const STORY_MAX_WORDS: u64 = 50;
 /// One priced route, as the demo page lists it.
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
+    /// The method (`GET`, `POST`).
+    pub method: &'static str,
     /// Path (with a query for the dynamic route), as the page fetches it.
     pub path: &'static str,
+    /// The body the page sends, for a route that takes one.
+    pub body: Option<&'static str>,
     /// What it is.
     pub title: &'static str,
     /// Its prices, for people ("0.001 SOL").
@@ -46,6 +50,17 @@ pub(crate) struct Item {
     /// Set for a route the page's hosted (SOL) wallet cannot pay: how to pay it instead.
     pub note: Option<&'static str>,
 }
+
+impl Item {
+    /// A GET route, payable from the page.
+    fn get(path: &'static str, title: &'static str, labels: Vec<String>) -> Self {
+        Self { method: "GET", path, body: None, title, labels, note: None }
+    }
+}
+
+/// What the page posts to `/summarize`.
+pub(crate) const SUMMARIZE_SAMPLE: &str =
+    "Tollgate sells any request, not only a GET: this text was posted, paid for, and summarized by the shop.";
 
 /// The shop's prices.
 #[derive(Debug, Clone)]
@@ -104,9 +119,19 @@ impl Catalog {
             }
         }
         let mut items = vec![
-            Item { path: "/quote", title: "A SOL/USD quote", labels: quote_labels, note: None },
-            Item { path: "/report", title: "The daily report", labels: report_labels, note: None },
+            Item::get("/quote", "A SOL/USD quote", quote_labels.clone()),
+            Item::get("/report", "The daily report", report_labels),
             Item {
+                method: "POST",
+                path: "/summarize",
+                body: Some(SUMMARIZE_SAMPLE),
+                title: "A summary of the text you post",
+                labels: quote_labels,
+                note: None,
+            },
+            Item {
+                method: "GET",
+                body: None,
                 path: "/words?hello+tollgate",
                 title: "Words, priced per word",
                 labels: vec!["0.001 SOL a word (up to 9)".to_owned()],
@@ -115,6 +140,8 @@ impl Catalog {
         ];
         if story.is_some() {
             items.push(Item {
+                method: "GET",
+                body: None,
                 path: "/story?words=12",
                 title: "A story, charged for the words it tells (metered)",
                 labels: vec![format!(
@@ -137,6 +164,15 @@ async fn quote(Extension(payment): Extension<Payment>) -> Json<serde_json::Value
 async fn report(Extension(payment): Extension<Payment>) -> Json<serde_json::Value> {
     Json(json!({
         "report": "Daily report: 1,284 paid requests, 0 double spends, median settlement 0.4 s.",
+        "paidBy": payment.payer, "transaction": payment.transaction,
+    }))
+}
+
+/// `POST /summarize`: how many words the posted text has, and its first eight.
+async fn summarize(Extension(payment): Extension<Payment>, text: String) -> Json<serde_json::Value> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    Json(json!({
+        "words": words.len(), "summary": words.iter().take(8).copied().collect::<Vec<_>>().join(" "),
         "paidBy": payment.payer, "transaction": payment.transaction,
     }))
 }
@@ -188,6 +224,7 @@ pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient) -> anyh
     let mut router = Router::new()
         .route("/quote", get(quote).route_layer(priced(&catalog.quote, "A SOL/USD quote")?))
         .route("/report", get(report).route_layer(priced(&catalog.report, "The daily report")?))
+        .route("/summarize", post(summarize).route_layer(priced(&catalog.quote, "A summary of the text posted")?))
         .route("/words", get(words).route_layer(per_word));
     if let Some(price) = &catalog.story {
         let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";

@@ -31,6 +31,12 @@ async fn pay_and_fetch_in_a_headless_browser() {
     assert_eq!(seen["content"]["transaction"], transaction, "the handler saw the same payment");
     assert_eq!(seen["content"]["paidBy"], demo.page_buyer.as_str());
     assert!(seen["feedTransactions"].as_array().unwrap().iter().any(|t| t == transaction), "{seen}");
+    // The paid POST card: listed with its method, its sample text posted and summarized.
+    let posted = &seen["posted"];
+    assert_eq!(posted["path"], "POST /summarize", "{seen}");
+    assert_eq!(posted["content"]["words"], 19, "{seen}");
+    assert_eq!(posted["content"]["summary"], "Tollgate sells any request, not only a GET:", "{seen}");
+    assert_eq!(posted["content"]["transaction"], posted["transaction"], "{seen}");
 
     // The transaction is on the ledger, and the payment is the page buyer's, confirmed.
     let backend = demo.state.chains.embedded_solana().unwrap();
@@ -38,7 +44,13 @@ async fn pay_and_fetch_in_a_headless_browser() {
     let outcome = backend.rpc.wait_for_outcome(&signature, std::time::Duration::from_secs(5)).await.unwrap();
     assert!(matches!(outcome, Some(tollgate_facilitator::chains::TxOutcome::Confirmed { .. })), "{outcome:?}");
     let history = demo.history(&demo.seller, "received").await.unwrap();
-    assert_eq!(history["total"], 1, "{history}");
-    assert_eq!(history["payments"][0]["status"], "confirmed");
-    assert_eq!(history["payments"][0]["from"], demo.page_buyer.as_str());
+    assert_eq!(history["total"], 2, "{history}");
+    for (payment, method, path) in
+        [(&history["payments"][0], "POST", "/summarize"), (&history["payments"][1], "GET", "/quote")]
+    {
+        assert_eq!(payment["status"], "confirmed", "{history}");
+        assert_eq!(payment["from"], demo.page_buyer.as_str());
+        assert_eq!(payment["metadata"]["method"], method, "the payment is bound to its request's method");
+        assert!(payment["resource"].as_str().unwrap().ends_with(path), "{history}");
+    }
 }
