@@ -120,6 +120,20 @@ async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(body["report"].as_str().unwrap().starts_with("Daily report"));
     assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 1);
+
+    // A paid POST on EVM, in ETH: the body is posted again with the signed transfer.
+    let mut args = printed_args(&demo.evm_pay_command("/summarize").unwrap());
+    let max = args.iter().position(|a| a == "--max").unwrap();
+    args[max + 1] = "0.001ETH".into();
+    args.splice(max + 2..max + 2, ["-d".to_owned(), "paid on evm".to_owned()]);
+    let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().to_owned();
+    let out = run(args, vec![("TOLLGATE_EVM_KEY", key)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.starts_with(&format!("paid 0.0001 ETH on eip155:{}", evm.chain_id)), "{stderr}");
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((body["words"].as_u64(), body["summary"].as_str()), (Some(3), Some("paid on evm")));
+    assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
