@@ -52,10 +52,12 @@ use tollgate_protocol::x402::{
 };
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
+mod budget;
 mod evm;
 mod solana;
 
 pub use alloy::signers::local::PrivateKeySigner;
+pub use budget::{Budget, Limit, Spend};
 pub use tollgate_protocol as protocol;
 
 /// Why a paid request did not succeed.
@@ -99,6 +101,19 @@ pub enum PayError {
     /// A header that cannot be sent.
     #[error("invalid header: {0}")]
     Header(String),
+    /// The price does not fit what is left of a budget.
+    #[error("the price {price} does not fit the budget of {limit} ({spent} spent)")]
+    OverBudget {
+        /// What was asked, whole units.
+        price: String,
+        /// What the limit's window has spent already, whole units.
+        spent: String,
+        /// The limit.
+        limit: String,
+    },
+    /// The budget file cannot be used.
+    #[error("{0}")]
+    Budget(String),
 }
 
 /// What a [`Cap`] is counted in.
@@ -405,6 +420,7 @@ pub struct Buyer {
     solana: Option<solana::SolanaWallet>,
     evm: Option<evm::EvmWallet>,
     cap: Option<Cap>,
+    budget: Option<Budget>,
     max_pending_retries: u32,
 }
 
@@ -420,7 +436,7 @@ impl Buyer {
     #[must_use]
     pub fn new() -> Self {
         let http = reqwest::Client::builder().redirect(same_origin_redirects()).build().unwrap_or_default();
-        Self { http, solana: None, evm: None, cap: None, max_pending_retries: 5 }
+        Self { http, solana: None, evm: None, cap: None, budget: None, max_pending_retries: 5 }
     }
 
     /// Pays on Solana with `keypair`, reading the cluster, recent blockhashes and token mints
@@ -445,6 +461,15 @@ impl Buyer {
     #[must_use]
     pub fn with_cap(mut self, cap: Cap) -> Self {
         self.cap = Some(cap);
+        self
+    }
+
+    /// Pays only within `budget`'s limits, and records every payment in its file: each is
+    /// reserved before its proof is signed, so concurrent requests and restarts never exceed a
+    /// limit.
+    #[must_use]
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -488,8 +513,27 @@ impl Buyer {
             Err(free) => return Ok(free),
         };
         let choice = self.choose(&challenge).await?;
-        let (header_name, header_value, made) = self.pay(&challenge, &choice).await?;
+        let reserved = match &self.budget {
+            Some(budget) => Some(budget.reserve(request.url(), &choice.requirement, choice.decimals).await?),
+            None => None,
+        };
+        let (header_name, header_value, made) = match self.pay(&challenge, &choice).await {
+            Ok(made) => made,
+            Err(e) => {
+                // No proof was made: nothing can leave the buyer.
+                if let (Some(budget), Some(reserved)) = (&self.budget, reserved) {
+                    budget.release(reserved).await;
+                }
+                return Err(e);
+            }
+        };
         let outcome = self.send_paid(request, (header_name, &header_value), made, choice.decimals).await;
+        // Paid: recorded at what was charged. Any other outcome stays reserved (counted): a
+        // proof that was sent may yet settle, whatever the seller answered.
+        if let (Some(budget), Some(reserved), Ok(Paid { payment: Some(made), .. })) = (&self.budget, reserved, &outcome)
+        {
+            budget.paid(reserved, made.amount, made.transaction.clone()).await;
+        }
         if outcome.is_err()
             && choice.requirement.network.family() == ChainFamily::Evm
             && choice.requirement.scheme == SCHEME_EXACT_NATIVE

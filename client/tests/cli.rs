@@ -279,3 +279,50 @@ async fn a_paid_post_sends_its_body_and_no_payment_follows_a_redirect_elsewhere(
     assert!(stdout.starts_with("HTTP 307"), "the redirect is answered as is: {stdout}");
     assert!(stolen.lock().unwrap().is_empty(), "the other origin got: {:?}", stolen.lock().unwrap());
 }
+
+/// Budgets in a file, across runs and concurrent runs of the binary: 3 payments fit a budget of
+/// 0.003 SOL a day and the 4th is refused (exit 3) in a later process; 20 processes at once
+/// under a budget of 10 payments pay 10. The file is the spend log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_budget_file_holds_across_runs_and_concurrent_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
+    let args = printed_args(&demo.pay_command());
+    let with = |extra: &[&str]| extra.iter().map(|a| (*a).to_owned()).chain(args.iter().cloned()).collect::<Vec<_>>();
+    let daily = dir.path().join("daily.db");
+    let daily = daily.to_str().unwrap();
+
+    for _ in 0..3 {
+        let out = run(with(&["--budget-file", daily, "--budget", "0.003SOL/day"]), vec![]).await;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = run(with(&["--budget-file", daily, "--budget", "0.003SOL/day"]), vec![]).await;
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not fit the budget of 0.003 SOL per 24 h (0.003 spent)"), "{stderr}");
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
+    // A budget without a file to count in is refused.
+    assert_eq!(run(with(&["--budget", "1SOL"]), vec![]).await.status.code(), Some(2));
+
+    // 20 at once, 10 payments' worth: 10 pay, 10 are refused before signing anything.
+    let shared = dir.path().join("shared.db");
+    let shared = shared.to_str().unwrap().to_owned();
+    let runs: Vec<_> = (0..20).map(|_| run(with(&["--budget-file", &shared, "--budget", "0.01SOL"]), vec![])).collect();
+    let codes: Vec<Option<i32>> = futures_codes(runs).await;
+    assert_eq!(codes.iter().filter(|c| **c == Some(0)).count(), 10, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == Some(3)).count(), 10, "{codes:?}");
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 13);
+    let log = tollgate_client::Budget::open(std::path::Path::new(&shared), Vec::new()).unwrap().spends().await.unwrap();
+    assert_eq!(log.len(), 10);
+    assert!(log.iter().all(|s| s.status == "paid" && s.transaction.is_some()), "{log:?}");
+}
+
+/// The exit codes of runs started together.
+async fn futures_codes(runs: Vec<impl std::future::Future<Output = Output> + Send + 'static>) -> Vec<Option<i32>> {
+    let handles: Vec<_> = runs.into_iter().map(tokio::spawn).collect();
+    let mut codes = Vec::new();
+    for handle in handles {
+        codes.push(handle.await.unwrap().status.code());
+    }
+    codes
+}

@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tollgate_client::{Buyer, Cap, PayError, PaymentMade, Request};
+use tollgate_client::{Budget, Buyer, Cap, Limit, PayError, PaymentMade, Request};
 
 /// What each exit code means (also in `--help`).
 const EXIT_CODES: &str = "Exit codes:
   0  answered 2xx or 3xx (paid, or free)
   1  answered 4xx or 5xx other than a refused payment, or the request could not be sent
   2  the command line is wrong (unknown flag, bad header, unreadable --data file)
-  3  nothing to pay with: no offer fits this buyer's keys, or the price is above --max
+  3  nothing to pay with: no offer fits this buyer's keys, or the price is above --max or a budget
   4  the seller refused the payment
   5  the payment is still pending after the retries (retry later: the same proof is reused)
   6  the payment could not be built (chain unreachable, bad key)";
@@ -41,6 +41,17 @@ struct Args {
     /// `1.5@<token address>` (whole tokens). Offers in other assets are not taken.
     #[arg(long)]
     max: Option<String>,
+    /// A file that remembers what was spent (SQLite; made if missing): the budgets count it, so
+    /// they hold across runs and concurrent runs; it is also the spend log.
+    #[arg(long, env = "TOLLGATE_BUDGET_FILE")]
+    budget_file: Option<PathBuf>,
+    /// A budget over every origin: `1SOL/day`, `0.5ETH/hour`, `20@<token>/week`, `3SOL` (ever)
+    /// (repeatable; needs --budget-file).
+    #[arg(long = "budget")]
+    budgets: Vec<String>,
+    /// A budget counted apart for each origin (repeatable; needs --budget-file).
+    #[arg(long = "budget-per-origin")]
+    budgets_per_origin: Vec<String>,
     /// The method (default GET, or POST with --data).
     #[arg(short = 'X', long = "request")]
     method: Option<String>,
@@ -72,11 +83,11 @@ struct Failed(u8, String);
 impl From<PayError> for Failed {
     fn from(e: PayError) -> Self {
         let code = match &e {
-            PayError::NoOption(_) | PayError::OverCap { .. } => 3,
+            PayError::NoOption(_) | PayError::OverCap { .. } | PayError::OverBudget { .. } => 3,
             PayError::Refused { .. } => 4,
             PayError::StillPending(_) => 5,
             PayError::Build(_) => 6,
-            PayError::Cap(_) | PayError::Header(_) => 2,
+            PayError::Cap(_) | PayError::Header(_) | PayError::Budget(_) => 2,
             _ => 1,
         };
         Self(code, e.to_string())
@@ -142,6 +153,17 @@ async fn run(args: Args) -> Result<ExitCode, Failed> {
     }
     if let Some(max) = &args.max {
         buyer = buyer.with_cap(Cap::parse(max)?);
+    }
+    let limits = args
+        .budgets
+        .iter()
+        .map(|l| Limit::parse(l, false))
+        .chain(args.budgets_per_origin.iter().map(|l| Limit::parse(l, true)))
+        .collect::<Result<Vec<_>, _>>()?;
+    match &args.budget_file {
+        Some(file) => buyer = buyer.with_budget(Budget::open(file, limits)?),
+        None if !limits.is_empty() => return Err(Failed(2, "a budget needs --budget-file to count in".into())),
+        None => {}
     }
     let request = request(&args)?;
     if args.dry_run {
