@@ -241,7 +241,7 @@ impl Budget {
             .await;
         if let Err(e) = done {
             // Still counted at what was reserved: never less than spent.
-            tracing_free_warn(&e);
+            warn_unrecorded(&e);
         }
     }
 
@@ -257,7 +257,7 @@ impl Budget {
             })
             .await;
         if let Err(e) = done {
-            tracing_free_warn(&e);
+            warn_unrecorded(&e);
         }
     }
 
@@ -306,7 +306,7 @@ impl Budget {
 }
 
 /// The buyer crate logs nothing itself: an unrecorded outcome is said on stderr.
-fn tracing_free_warn(e: &PayError) {
+fn warn_unrecorded(e: &PayError) {
     eprintln!("tollgate-client: {e} (the payment stays counted as reserved)");
 }
 

@@ -250,10 +250,7 @@ async fn dry_run(buyer: &Buyer, request: &Request, json: bool) -> Result<ExitCod
 
 fn asset_name(asset: &tollgate_client::protocol::x402::Asset, network: &tollgate_client::protocol::Network) -> String {
     match asset {
-        tollgate_client::protocol::x402::Asset::Native => match network.family() {
-            tollgate_client::protocol::ChainFamily::Solana => "SOL".to_owned(),
-            tollgate_client::protocol::ChainFamily::Evm => "ETH".to_owned(),
-        },
+        tollgate_client::protocol::x402::Asset::Native => network.family().native_symbol().to_owned(),
         tollgate_client::protocol::x402::Asset::Token(t) => format!("of token {t}"),
     }
 }
