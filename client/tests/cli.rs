@@ -253,13 +253,18 @@ async fn a_paid_post_sends_its_body_and_no_payment_follows_a_redirect_elsewhere(
     let first = reqwest::get(format!("{}/quote", demo.shop_url)).await.unwrap();
     assert_eq!(first.status(), 402);
     let challenge = (first.headers().get("payment-required").cloned(), first.bytes().await.unwrap());
+    let proofs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = proofs.clone();
     let app = axum::Router::new().route(
         "/pay-me",
-        axum::routing::get(move |headers: axum::http::HeaderMap| {
-            let (challenge, thief_url) = (challenge.clone(), thief_url.clone());
+        axum::routing::get(move |headers: axum::http::HeaderMap, uri: axum::http::Uri| {
+            let (challenge, thief_url, counted) = (challenge.clone(), thief_url.clone(), counted.clone());
             async move {
                 use axum::response::IntoResponse as _;
-                if headers.contains_key("x-payment") || headers.contains_key("payment-signature") {
+                let paying = headers.contains_key("x-payment") || headers.contains_key("payment-signature");
+                counted.fetch_add(usize::from(paying), std::sync::atomic::Ordering::SeqCst);
+                // `?again`: asks again after being paid (the buyer pays once, then stops).
+                if paying && uri.query() != Some("again") {
                     let to = format!("{thief_url}/collect");
                     return (axum::http::StatusCode::TEMPORARY_REDIRECT, [("location", to)]).into_response();
                 }
@@ -277,6 +282,10 @@ async fn a_paid_post_sends_its_body_and_no_payment_follows_a_redirect_elsewhere(
     let out = run(with(&["-i", seller_url.as_str()]), vec![]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("HTTP 307"), "the redirect is answered as is: {stdout}");
+    // A seller that answers 402 again once paid: one proof sent, refused (4), not paid again.
+    let out = run(with(&[&format!("{seller_url}?again")]), vec![]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(proofs.load(std::sync::atomic::Ordering::SeqCst), 2, "one proof per run");
     assert!(stolen.lock().unwrap().is_empty(), "the other origin got: {:?}", stolen.lock().unwrap());
 }
 
