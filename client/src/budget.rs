@@ -92,6 +92,16 @@ pub struct Spend {
 #[derive(Debug)]
 pub(crate) struct Reservation(i64);
 
+/// What a limit per origin counts apart: `scheme://host:port` for a web URL; for another URL
+/// (an MCP server over stdio, `mcp+stdio://command`) its scheme and host.
+fn origin_of(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.origin().is_tuple() => u.origin().ascii_serialization(),
+        Ok(u) => format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()),
+        Err(_) => String::new(),
+    }
+}
+
 /// Limits, and the SQLite file that remembers what was spent.
 #[derive(Clone)]
 pub struct Budget {
@@ -174,7 +184,7 @@ impl Budget {
         requirement: &PaymentRequirements,
         decimals: u8,
     ) -> Result<Reservation, PayError> {
-        let origin = reqwest::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+        let origin = origin_of(url);
         let family = requirement.network.family().native_symbol().to_owned();
         let asset = match requirement.asset {
             Asset::Native => "native".to_owned(),
@@ -374,6 +384,10 @@ mod tests {
         assert!(budget.reserve("https://a.example/1", &lamports, 9).await.is_ok());
         assert!(budget.reserve("https://a.example/2", &lamports, 9).await.is_err(), "the same origin");
         assert!(budget.reserve("https://b.example/1", &lamports, 9).await.is_ok(), "another origin");
+        // MCP servers over stdio are told apart by their command, not lumped as opaque origins.
+        assert!(budget.reserve("mcp+stdio://seller-a", &lamports, 9).await.is_ok());
+        assert!(budget.reserve("mcp+stdio://seller-a", &lamports, 9).await.is_err(), "the same server");
+        assert!(budget.reserve("mcp+stdio://seller-b", &lamports, 9).await.is_ok(), "another server");
         assert!(Limit::parse("1SOL/fortnight", false).is_err());
         assert!(Limit::parse("1/day", false).is_err(), "names no asset");
     }

@@ -54,10 +54,12 @@ use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Netwo
 
 mod budget;
 mod evm;
+mod middleware;
 mod solana;
 
 pub use alloy::signers::local::PrivateKeySigner;
 pub use budget::{Budget, Limit, Spend};
+pub use middleware::PaymentMiddleware;
 pub use tollgate_protocol as protocol;
 
 /// Why a paid request did not succeed.
@@ -114,6 +116,9 @@ pub enum PayError {
     /// The budget file cannot be used.
     #[error("{0}")]
     Budget(String),
+    /// The request's body cannot be sent again with the payment (it streams).
+    #[error("{0}")]
+    Body(String),
 }
 
 /// What a [`Cap`] is counted in.
@@ -398,9 +403,50 @@ pub struct Planned {
     pub pay_to: Address,
 }
 
+/// A payment built and signed for one payment request, not yet settled ([`Buyer::authorize`]).
+#[derive(Debug)]
+pub struct Authorization {
+    payload: PaymentPayload,
+    header_name: &'static str,
+    header_value: String,
+    made: PaymentMade,
+    decimals: u8,
+    reservation: Option<budget::Reservation>,
+}
+
+impl Authorization {
+    /// The payment payload (for the MCP transport's `_meta["x402/payment"]`).
+    #[must_use]
+    pub const fn payload(&self) -> &PaymentPayload {
+        &self.payload
+    }
+
+    /// The HTTP header that carries it: `X-PAYMENT` (x402 v1) or `PAYMENT-SIGNATURE` (v2), and
+    /// its value.
+    #[must_use]
+    pub fn header(&self) -> (&'static str, &str) {
+        (self.header_name, &self.header_value)
+    }
+
+    /// What it pays (for a metered price, the most authorized).
+    #[must_use]
+    pub const fn payment(&self) -> &PaymentMade {
+        &self.made
+    }
+}
+
+/// How long to wait before retrying a pending payment the seller asked to retry after
+/// `seconds`: at most 30 s.
+#[must_use]
+pub fn pending_wait(seconds: u64) -> Duration {
+    Duration::from_secs(seconds.min(30))
+}
+
 /// Follows a redirect only to the origin the request was sent to: a payment header (and the
 /// body it pays for) never reaches another origin. Another origin's redirect is answered as is.
-fn same_origin_redirects() -> reqwest::redirect::Policy {
+/// The policy of every client that sends payments ([`Buyer`], [`PaymentMiddleware::client`]).
+#[must_use]
+pub fn same_origin_redirects() -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(|attempt| {
         let first = attempt.previous().first().map(reqwest::Url::origin);
         if attempt.previous().len() > 10 {
@@ -512,36 +558,81 @@ impl Buyer {
             Ok(challenge) => challenge,
             Err(free) => return Ok(free),
         };
-        let choice = self.choose(&challenge).await?;
-        let reserved = match &self.budget {
-            Some(budget) => Some(budget.reserve(request.url(), &choice.requirement, choice.decimals).await?),
+        let authorization = self.authorize(&challenge, request.url()).await?;
+        match self.send_paid(request, authorization.header()).await {
+            Ok((status, headers, body, settlement)) => {
+                let made = self.settled(authorization, settlement.as_ref()).await;
+                Ok(Paid { status, headers, body, payment: Some(made), settlement })
+            }
+            Err(e) => {
+                self.unsettled(authorization).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds and signs a payment for `challenge`, met at `url` (a seller's 402, or a paid MCP
+    /// tool's payment-required result): the first offer, in the seller's order, that this
+    /// buyer's keys can pay within its cap, reserved in its budget (counted for `url`'s origin)
+    /// before it is signed. Send it, then end it with [`Self::settled`] or [`Self::unsettled`].
+    ///
+    /// # Errors
+    /// [`PayError`] when nothing fits (keys, cap, budget) or the proof cannot be built; nothing
+    /// is then reserved.
+    pub async fn authorize(&self, challenge: &PaymentRequired, url: &str) -> Result<Authorization, PayError> {
+        let choice = self.choose(challenge).await?;
+        let reservation = match &self.budget {
+            Some(budget) => Some(budget.reserve(url, &choice.requirement, choice.decimals).await?),
             None => None,
         };
-        let (header_name, header_value, made) = match self.pay(&challenge, &choice).await {
-            Ok(made) => made,
+        match self.pay(challenge, &choice).await {
+            Ok((header_name, header_value, payload, made)) => {
+                Ok(Authorization { payload, header_name, header_value, made, decimals: choice.decimals, reservation })
+            }
             Err(e) => {
                 // No proof was made: nothing can leave the buyer.
-                if let (Some(budget), Some(reserved)) = (&self.budget, reserved) {
-                    budget.release(reserved).await;
+                if let (Some(budget), Some(reservation)) = (&self.budget, reservation) {
+                    budget.release(reservation).await;
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        let outcome = self.send_paid(request, (header_name, &header_value), made, choice.decimals).await;
-        // Paid: recorded at what was charged. Any other outcome stays reserved (counted): a
-        // proof that was sent may yet settle, whatever the seller answered.
-        if let (Some(budget), Some(reserved), Ok(Paid { payment: Some(made), .. })) = (&self.budget, reserved, &outcome)
-        {
-            budget.paid(reserved, made.amount, made.transaction.clone()).await;
         }
-        if outcome.is_err()
-            && choice.requirement.network.family() == ChainFamily::Evm
-            && choice.requirement.scheme == SCHEME_EXACT_NATIVE
+    }
+
+    /// The seller served the request `authorization` paid, answering `settlement` (its
+    /// settlement header, or the MCP result's `x402/payment-response`): what was paid, recorded
+    /// in the budget at what was charged. A metered price is charged the settlement's `amount`,
+    /// never more than authorized.
+    pub async fn settled(&self, authorization: Authorization, settlement: Option<&SettleResponse>) -> PaymentMade {
+        let Authorization { made, decimals, reservation, .. } = authorization;
+        let transaction =
+            settlement.map(|s| s.transaction.clone()).filter(|t| !t.is_empty()).or_else(|| made.transaction.clone());
+        let charged = match (made.authorized, settlement.and_then(|s| s.amount)) {
+            (Some(most), Some(charged)) if charged.get() <= most.get() => charged,
+            _ => made.amount,
+        };
+        let whole = DecimalAmount::from_atomic(charged, decimals);
+        let made = PaymentMade { transaction, amount: charged, whole, ..made };
+        if let (Some(budget), Some(reservation)) = (&self.budget, reservation) {
+            budget.paid(reservation, made.amount, made.transaction.clone()).await;
+        }
+        made
+    }
+
+    /// The proof of `authorization` was sent (or may have been) and the request was not served
+    /// as paid: refused, still pending, or no answer. It stays counted in the budget (a proof
+    /// that left the buyer may yet settle, whatever the seller said).
+    pub async fn unsettled(&self, authorization: Authorization) {
+        let requirement = match &authorization.payload {
+            PaymentPayload::V1(p) => (p.network.family(), p.scheme.as_str()),
+            PaymentPayload::V2(p) => (p.accepted.network.family(), p.accepted.scheme.as_str()),
+        };
+        // A signed transfer that may not have been broadcast leaves its nonce unknown.
+        if requirement == (ChainFamily::Evm, SCHEME_EXACT_NATIVE)
             && let Some(evm) = &self.evm
         {
             evm.forget_nonce().await;
         }
-        outcome
     }
 
     /// What `request` would cost: the seller's offers and the one this buyer would pay, paying
@@ -577,14 +668,13 @@ impl Buyer {
         read_challenge(v2_header.as_deref(), &body).map(Ok)
     }
 
-    /// Sends the request again with the proof, retrying while the seller answers "pending".
+    /// Sends the request again with the proof, retrying while the seller answers "pending":
+    /// the paid answer and its decoded settlement header.
     async fn send_paid(
         &self,
         request: &Request,
         (header_name, header_value): (&str, &str),
-        made: PaymentMade,
-        decimals: u8,
-    ) -> Result<Paid, PayError> {
+    ) -> Result<(u16, reqwest::header::HeaderMap, Vec<u8>, Option<SettleResponse>), PayError> {
         let mut retries = 0;
         loop {
             let answer = request.send_with(&self.http, Some((header_name, header_value))).send().await?;
@@ -596,9 +686,8 @@ impl Buyer {
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(1)
-                    .min(30);
-                tokio::time::sleep(Duration::from_secs(wait)).await;
+                    .unwrap_or(1);
+                tokio::time::sleep(pending_wait(wait)).await;
                 continue;
             }
             if status == 503 {
@@ -618,20 +707,14 @@ impl Buyer {
                     .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
                 return Err(PayError::Refused { status, reason });
             }
-            let transaction = settlement
-                .as_ref()
-                .map(|s| s.transaction.clone())
-                .filter(|t| !t.is_empty())
-                .or(made.transaction.clone());
-            // A metered price is charged what the seller says, never more than authorized.
-            let charged = match (made.authorized, settlement.as_ref().and_then(|s| s.amount)) {
-                (Some(most), Some(charged)) if charged.get() <= most.get() => charged,
-                _ => made.amount,
-            };
-            let whole = DecimalAmount::from_atomic(charged, decimals);
-            let made = PaymentMade { transaction, amount: charged, whole, ..made };
-            return Ok(Paid { status, headers, body, payment: Some(made), settlement });
+            return Ok((status, headers, body, settlement));
         }
+    }
+
+    /// How often a pending payment is retried with the same proof ([`Self::with_pending_retries`]).
+    #[must_use]
+    pub const fn pending_retries(&self) -> u32 {
+        self.max_pending_retries
     }
 
     /// The decimals of `requirement`'s asset when one of this buyer's wallets can pay it.
@@ -685,7 +768,7 @@ impl Buyer {
         &self,
         challenge: &PaymentRequired,
         choice: &Choice,
-    ) -> Result<(&'static str, String, PaymentMade), PayError> {
+    ) -> Result<(&'static str, String, PaymentPayload, PaymentMade), PayError> {
         let requirement = &choice.requirement;
         let missing = || PayError::NoOption(describe(requirement));
         let declared = match challenge {
@@ -728,7 +811,7 @@ impl Buyer {
             authorized: (requirement.scheme == SCHEME_UPTO).then_some(requirement.amount),
             approval,
         };
-        Ok((name, header, made))
+        Ok((name, header, payload, made))
     }
 }
 

@@ -94,14 +94,8 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
 
 /// The demo with a fresh anvil (kept alive with its data folder by the caller).
 async fn evm_demo() -> (alloy::node_bindings::AnvilInstance, tempfile::TempDir, tollgate_demo::Demo) {
-    let anvil = alloy::node_bindings::Anvil::at(tollgate_facilitator::devnet::anvil_binary().unwrap())
-        .host("127.0.0.1")
-        .try_spawn()
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let options =
-        tollgate_demo::Options { evm_rpc_url: Some(anvil.endpoint()), ..tollgate_demo::Options::new(dir.path()) };
-    let demo = tollgate_demo::start(&options).await.unwrap();
+    let (anvil, demo) = tollgate_demo::start_with_anvil(dir.path()).await.unwrap();
     (anvil, dir, demo)
 }
 

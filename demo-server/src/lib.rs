@@ -26,6 +26,7 @@ use tollgate_facilitator::plans::Plan;
 use tollgate_protocol::{Address, ChainFamily};
 
 mod evm;
+pub mod mcp;
 mod page;
 mod proxied;
 mod shop;
@@ -109,6 +110,8 @@ pub struct Demo {
     pub spl_token: String,
     /// The shop's API key at the facilitator (it sees the shop's payments).
     pub seller_api_key: String,
+    /// The same key, in a file of the data folder (mode 0600), for `tollgate-demo-mcp`.
+    pub seller_api_key_file: PathBuf,
     /// EVM, when a development node was given.
     pub evm: Option<EvmDemo>,
     /// The Python service sold through `tollgate-proxy` (none without `python3`).
@@ -118,6 +121,24 @@ pub struct Demo {
 }
 
 impl Demo {
+    /// The shop's MCP tools over streamable HTTP.
+    #[must_use]
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.shop_url)
+    }
+
+    /// The command that serves the demo's MCP tools over stdio (for an MCP client's
+    /// configuration), paid to the demo seller through the demo facilitator.
+    #[must_use]
+    pub fn mcp_stdio_command(&self) -> String {
+        format!(
+            "cargo run --release -p tollgate-demo --bin tollgate-demo-mcp -- --facilitator {} --api-key-file {} --pay-to {}",
+            self.facilitator_url,
+            self.seller_api_key_file.display(),
+            self.seller
+        )
+    }
+
     /// A `tollgate-pay` command that pays for a summary of the text it posts.
     #[must_use]
     pub fn post_pay_command(&self) -> String {
@@ -320,6 +341,9 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         }
     };
 
+    let seller_api_key_file = data_dir.join("demo-seller-api-key");
+    write_private(&seller_api_key_file, seller_key.secret.expose())?;
+
     Ok(Demo {
         shop_url,
         facilitator_url,
@@ -330,10 +354,25 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         seller: seller.pubkey().to_string(),
         spl_token: token.mint.to_string(),
         seller_api_key: seller_key.secret.expose().to_owned(),
+        seller_api_key_file,
         evm,
         proxied,
         state,
     })
+}
+
+/// Starts a local anvil (the project's, or `TOLLGATE_ANVIL`) on a free port of 127.0.0.1, and
+/// the demo on it with data in `data_dir`: what the EVM tests and a newcomer trying EVM run. The
+/// node stops when the returned instance is dropped.
+///
+/// # Errors
+/// When anvil is not installed or does not start, or the demo cannot start.
+pub async fn start_with_anvil(data_dir: &Path) -> anyhow::Result<(alloy::node_bindings::AnvilInstance, Demo)> {
+    let anvil =
+        alloy::node_bindings::Anvil::at(tollgate_facilitator::devnet::anvil_binary()?).host("127.0.0.1").try_spawn()?;
+    let options = Options { evm_rpc_url: Some(anvil.endpoint()), ..Options::new(data_dir) };
+    let demo = start(&options).await?;
+    Ok((anvil, demo))
 }
 
 /// The demo facilitator's configuration: development mode (the embedded ledger, a generated

@@ -79,6 +79,8 @@ async fn main() -> anyhow::Result<()> {
     println!("Without paying:  curl -i {}/quote", demo.shop_url);
     println!("Paying:          {}", demo.pay_command());
     println!("Paying a POST:   {}", demo.post_pay_command());
+    println!("MCP tools:       {}  (streamable HTTP; summarize is paid, count_words free)", demo.mcp_url());
+    println!("MCP over stdio:  {}", demo.mcp_stdio_command());
     if let Some(command) = demo.proxy_pay_command() {
         println!("Through the proxy: {command}");
     }

@@ -230,5 +230,8 @@ pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient) -> anyh
         let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";
         router = router.route("/story", get(story).route_layer(priced(std::slice::from_ref(price), told)?));
     }
+    // The same goods as MCP tools, paid in x402's MCP transport.
+    let tools = crate::mcp::paywall(facilitator, &catalog.quote, catalog.story.as_ref())?;
+    router = router.nest_service("/mcp", crate::mcp::http_service(tools, catalog.story.is_some()));
     Ok(router)
 }

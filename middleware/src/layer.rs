@@ -43,8 +43,8 @@ pub enum BuildError {
     /// A bound is zero.
     #[error("{0} must be more than zero")]
     Zero(&'static str),
-    /// Settling after the handler needs x402 `/verify` + `/settle` semantics with a gateway too.
-    #[error("the resource URL must be an absolute http(s) URL: {0}")]
+    /// The resource URL is not an absolute `http(s)://` URL (or `mcp://` for a paid MCP tool).
+    #[error("the resource URL must be an absolute http(s) URL (or mcp:// for a paid MCP tool): {0}")]
     ResourceUrl(String),
     /// Two settings that cannot go together.
     #[error("{0}")]
@@ -313,7 +313,7 @@ impl PaymentLayerBuilder {
             crate::offers::flow(price, self.order).map_err(|why| BuildError::PaymentFlow(i, why))?;
         }
         if let ResourceUrl::Fixed(url) | ResourceUrl::FromRequest { base: Some(url) } = &self.resource
-            && !(url.starts_with("http://") || url.starts_with("https://"))
+            && !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("mcp://"))
         {
             return Err(BuildError::ResourceUrl(url.clone()));
         }

@@ -95,18 +95,18 @@ pub fn native_amount(
 /// An optional resource URL.
 ///
 /// # Errors
-/// 400 `INVALID_PARAMETERS` unless it is an absolute http(s) URL of reasonable length.
+/// 400 `INVALID_PARAMETERS` unless it is an absolute http(s) URL — or `mcp://` (a paid MCP tool,
+/// `mcp://tool/<name>` in x402's MCP transport) — of reasonable length.
 pub fn resource(value: Option<&str>) -> Result<(), ApiError> {
     let Some(url) = value else { return Ok(()) };
     let ok = url.len() <= MAX_RESOURCE_LEN
-        && (url.starts_with("https://") || url.starts_with("http://"))
-        && url.len() > "http://".len()
+        && ["https://", "http://", "mcp://"].iter().any(|scheme| url.len() > scheme.len() && url.starts_with(scheme))
         && !url.chars().any(|c| c.is_whitespace() || c.is_control());
     if ok {
         Ok(())
     } else {
         Err(ApiError::invalid_params(format!(
-            "resource must be an absolute http(s) URL of at most {MAX_RESOURCE_LEN} characters"
+            "resource must be an absolute http(s) or mcp URL of at most {MAX_RESOURCE_LEN} characters"
         )))
     }
 }
@@ -220,6 +220,9 @@ mod tests {
     #[test]
     fn other_fields() {
         assert!(resource(Some("https://seller.example/a")).is_ok());
+        assert!(resource(Some("mcp://tool/summarize")).is_ok(), "a paid MCP tool");
+        assert!(resource(Some("mcp://")).is_err());
+        assert!(resource(Some("ftp://seller.example/a")).is_err());
         assert!(resource(Some("ftp://x")).is_err());
         assert!(resource(Some("https://a b")).is_err());
         assert!(resource(Some("https://a\u{0}b")).is_err(), "NUL");
