@@ -55,7 +55,7 @@ struct TokenFacts {
 }
 
 /// An EVM key and the node it reads chain id, nonces, fees and tokens from.
-pub(crate) struct EvmWallet {
+pub struct EvmWallet {
     signer: PrivateKeySigner,
     provider: RootProvider,
     network: OnceCell<(Network, u64)>,
@@ -93,7 +93,12 @@ fn now_secs() -> u64 {
 }
 
 impl EvmWallet {
-    pub(crate) fn new(signer: PrivateKeySigner, rpc_url: &str) -> Result<Self, PayError> {
+    /// Pays with `signer`, reading the chain id, nonces, fees and tokens from `rpc_url`; only
+    /// offers on that node's chain are paid.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when `rpc_url` is not a URL.
+    pub fn new(signer: PrivateKeySigner, rpc_url: &str) -> Result<Self, PayError> {
         let url = rpc_url.parse().map_err(|e| {
             build_error(format!("the EVM RPC URL {} is not a URL: {e}", tollgate_protocol::redact::redact_url(rpc_url)))
         })?;
@@ -106,7 +111,7 @@ impl EvmWallet {
         })
     }
 
-    pub(crate) fn address(&self) -> String {
+    fn own_address(&self) -> String {
         self.signer.address().to_checksum(None)
     }
 
@@ -122,7 +127,7 @@ impl EvmWallet {
 
     /// The decimals of what `requirement` asks for when this wallet can pay it, `None` when it
     /// cannot (another chain, another scheme).
-    pub(crate) async fn decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+    async fn read_decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
         if requirement.network.family() != ChainFamily::Evm
             || !matches!(requirement.pay_to, Address::Evm(_))
             || requirement.network != self.network().await?.0
@@ -426,6 +431,37 @@ fn address(a: EvmAddress) -> Address {
 /// writes it.
 fn atomic(v: U256) -> AtomicAmount {
     AtomicAmount(u128::try_from(v).unwrap_or(u128::MAX))
+}
+
+#[async_trait::async_trait]
+impl crate::Wallet for EvmWallet {
+    fn family(&self) -> tollgate_protocol::ChainFamily {
+        tollgate_protocol::ChainFamily::Evm
+    }
+
+    fn address(&self) -> String {
+        self.own_address()
+    }
+
+    async fn decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+        self.read_decimals(requirement).await
+    }
+
+    async fn prove(
+        &self,
+        requirement: &PaymentRequirements,
+        declared: &serde_json::Map<String, Value>,
+    ) -> Result<Proof, PayError> {
+        self.pay(requirement, declared).await
+    }
+
+    /// A signed transfer that was not settled may never be mined: the next one asks the node
+    /// for its nonce again.
+    async fn unsettled(&self, requirement: &PaymentRequirements) {
+        if requirement.scheme == tollgate_protocol::x402::SCHEME_EXACT_NATIVE {
+            self.forget_nonce().await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -26,8 +26,10 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | this file | [`Buyer`]: the 402 met, an offer chosen under the cap, the proof sent, `503` followed |
-//! | `solana`, `evm` | each chain's wallet: decimals read, the proof built and signed (encodings from `tollgate-encoding`) |
+//! | this file | [`Buyer`]: the 402 met, an offer chosen under the cap, the proof sent, `503` followed; [`Buyer::authorize`] / [`Buyer::settled`] / [`Buyer::unsettled`] for payments met elsewhere (MCP) |
+//! | [`wallet`] | the [`Wallet`] trait, and each chain's local wallet (`solana`, `evm`): decimals read, the proof built and signed (encodings from `tollgate-encoding`) |
+//! | `budget` | [`Budget`]: limits kept in a SQLite file, the spend log |
+//! | `middleware` | [`PaymentMiddleware`]: the buyer in a program's own `reqwest` client (`reqwest-middleware`) |
 //! | `src/bin/tollgate-pay.rs` | the command line |
 //!
 //! ```no_run
@@ -48,7 +50,7 @@ use tollgate_protocol::x402::header::{
 };
 use tollgate_protocol::x402::{
     Asset, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequired, PaymentRequirements, ResourceInfo,
-    SCHEME_EXACT_NATIVE, SCHEME_UPTO, SettleResponse, V1, V2,
+    SCHEME_UPTO, SettleResponse, V1, V2, payment_identifier,
 };
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
 
@@ -56,11 +58,13 @@ mod budget;
 mod evm;
 mod middleware;
 mod solana;
+pub mod wallet;
 
 pub use alloy::signers::local::PrivateKeySigner;
 pub use budget::{Budget, Limit, Spend};
 pub use middleware::PaymentMiddleware;
 pub use tollgate_protocol as protocol;
+pub use wallet::{Proof, Wallet};
 
 /// Why a paid request did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -269,23 +273,6 @@ pub struct PaymentMade {
     pub approval: Option<String>,
 }
 
-/// A proof built by a wallet: the scheme payload, its own transaction (a signed transfer's
-/// hash), the payload's extensions (a signed EIP-2612 permit), and an approval sent first.
-#[derive(Debug, Default)]
-pub(crate) struct Proof {
-    payload: serde_json::Value,
-    transaction: Option<String>,
-    extensions: serde_json::Map<String, serde_json::Value>,
-    approval: Option<String>,
-}
-
-impl Proof {
-    /// A payload and its transaction, with nothing else.
-    pub(crate) fn of((payload, transaction): (serde_json::Value, Option<String>)) -> Self {
-        Self { payload, transaction, ..Self::default() }
-    }
-}
-
 /// A response to a (possibly paid) request.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -411,6 +398,7 @@ pub struct Authorization {
     header_value: String,
     made: PaymentMade,
     decimals: u8,
+    requirement: PaymentRequirements,
     reservation: Option<budget::Reservation>,
 }
 
@@ -432,6 +420,16 @@ impl Authorization {
     #[must_use]
     pub const fn payment(&self) -> &PaymentMade {
         &self.made
+    }
+
+    /// The payment's `payment-identifier` id, when the seller takes the extension: the paid
+    /// request may then be sent again (its answer lost) without running it twice.
+    #[must_use]
+    pub fn payment_id(&self) -> Option<&str> {
+        match &self.payload {
+            PaymentPayload::V2(p) => payment_identifier::id_of(&p.extensions).ok().flatten(),
+            PaymentPayload::V1(_) => None,
+        }
     }
 }
 
@@ -463,8 +461,8 @@ pub fn same_origin_redirects() -> reqwest::redirect::Policy {
 #[derive(Debug, Default)]
 pub struct Buyer {
     http: reqwest::Client,
-    solana: Option<solana::SolanaWallet>,
-    evm: Option<evm::EvmWallet>,
+    solana: Option<std::sync::Arc<dyn Wallet>>,
+    evm: Option<std::sync::Arc<dyn Wallet>>,
     cap: Option<Cap>,
     budget: Option<Budget>,
     max_pending_retries: u32,
@@ -489,7 +487,7 @@ impl Buyer {
     /// from `rpc_url`. Only offers on that RPC's cluster are paid.
     #[must_use]
     pub fn with_solana(mut self, keypair: Keypair, rpc_url: impl Into<String>) -> Self {
-        self.solana = Some(solana::SolanaWallet::new(keypair, rpc_url.into()));
+        self.solana = Some(std::sync::Arc::new(solana::SolanaWallet::new(keypair, rpc_url.into())));
         self
     }
 
@@ -499,8 +497,27 @@ impl Buyer {
     /// # Errors
     /// [`PayError::Build`] when `rpc_url` is not a URL.
     pub fn with_evm(mut self, signer: PrivateKeySigner, rpc_url: &str) -> Result<Self, PayError> {
-        self.evm = Some(evm::EvmWallet::new(signer, rpc_url)?);
+        self.evm = Some(std::sync::Arc::new(evm::EvmWallet::new(signer, rpc_url)?));
         Ok(self)
+    }
+
+    /// Pays on `wallet`'s chain family with it (any [`Wallet`]: a remote signer, a hardware
+    /// key), instead of a local key given before.
+    #[must_use]
+    pub fn with_wallet(mut self, wallet: std::sync::Arc<dyn Wallet>) -> Self {
+        match wallet.family() {
+            ChainFamily::Solana => self.solana = Some(wallet),
+            ChainFamily::Evm => self.evm = Some(wallet),
+        }
+        self
+    }
+
+    /// The wallet that pays on `family`.
+    fn wallet(&self, family: ChainFamily) -> Option<&std::sync::Arc<dyn Wallet>> {
+        match family {
+            ChainFamily::Solana => self.solana.as_ref(),
+            ChainFamily::Evm => self.evm.as_ref(),
+        }
     }
 
     /// Never pays more than `cap` for one request.
@@ -529,13 +546,13 @@ impl Buyer {
     /// The buyer's Solana address, when it has a Solana key.
     #[must_use]
     pub fn solana_address(&self) -> Option<String> {
-        self.solana.as_ref().map(solana::SolanaWallet::address)
+        self.solana.as_ref().map(|wallet| wallet.address())
     }
 
     /// The buyer's EVM address (checksummed), when it has an EVM key.
     #[must_use]
     pub fn evm_address(&self) -> Option<String> {
-        self.evm.as_ref().map(evm::EvmWallet::address)
+        self.evm.as_ref().map(|wallet| wallet.address())
     }
 
     /// `GET url`, paying a 402 once if one comes.
@@ -559,7 +576,10 @@ impl Buyer {
             Err(free) => return Ok(free),
         };
         let authorization = self.authorize(&challenge, request.url()).await?;
-        match self.send_paid(request, authorization.header()).await {
+        // Sent again when its answer is lost: a request that is idempotent, or one the seller
+        // answers again by its payment identifier.
+        let resend = authorization.payment_id().is_some() || request.method.is_idempotent();
+        match self.send_paid(request, authorization.header(), resend).await {
             Ok((status, headers, body, settlement)) => {
                 let made = self.settled(authorization, settlement.as_ref()).await;
                 Ok(Paid { status, headers, body, payment: Some(made), settlement })
@@ -580,14 +600,12 @@ impl Buyer {
     /// [`PayError`] when nothing fits (keys, cap, budget) or the proof cannot be built; nothing
     /// is then reserved.
     pub async fn authorize(&self, challenge: &PaymentRequired, url: &str) -> Result<Authorization, PayError> {
-        let choice = self.choose(challenge).await?;
-        let reservation = match &self.budget {
-            Some(budget) => Some(budget.reserve(url, &choice.requirement, choice.decimals).await?),
-            None => None,
-        };
+        let (choice, reservation) = self.reserve(challenge, url).await?;
         match self.pay(challenge, &choice).await {
             Ok((header_name, header_value, payload, made)) => {
-                Ok(Authorization { payload, header_name, header_value, made, decimals: choice.decimals, reservation })
+                let decimals = choice.decimals;
+                let requirement = choice.requirement;
+                Ok(Authorization { payload, header_name, header_value, made, decimals, requirement, reservation })
             }
             Err(e) => {
                 // No proof was made: nothing can leave the buyer.
@@ -623,15 +641,8 @@ impl Buyer {
     /// as paid: refused, still pending, or no answer. It stays counted in the budget (a proof
     /// that left the buyer may yet settle, whatever the seller said).
     pub async fn unsettled(&self, authorization: Authorization) {
-        let requirement = match &authorization.payload {
-            PaymentPayload::V1(p) => (p.network.family(), p.scheme.as_str()),
-            PaymentPayload::V2(p) => (p.accepted.network.family(), p.accepted.scheme.as_str()),
-        };
-        // A signed transfer that may not have been broadcast leaves its nonce unknown.
-        if requirement == (ChainFamily::Evm, SCHEME_EXACT_NATIVE)
-            && let Some(evm) = &self.evm
-        {
-            evm.forget_nonce().await;
+        if let Some(wallet) = self.wallet(authorization.requirement.network.family()) {
+            wallet.unsettled(&authorization.requirement).await;
         }
     }
 
@@ -670,16 +681,31 @@ impl Buyer {
 
     /// Sends the request again with the proof, retrying while the seller answers "pending":
     /// the paid answer and its decoded settlement header.
+    /// `resend`: the paid request may be sent again when its answer is lost (the connection
+    /// failed after it was sent), as often as a pending one.
     async fn send_paid(
         &self,
         request: &Request,
         (header_name, header_value): (&str, &str),
+        resend: bool,
     ) -> Result<(u16, reqwest::header::HeaderMap, Vec<u8>, Option<SettleResponse>), PayError> {
         let mut retries = 0;
         loop {
-            let answer = request.send_with(&self.http, Some((header_name, header_value))).send().await?;
+            let answer = match request.send_with(&self.http, Some((header_name, header_value))).send().await {
+                Ok(answer) => answer,
+                Err(e) if resend && retries < self.max_pending_retries && !e.is_builder() => {
+                    retries += 1;
+                    tokio::time::sleep(pending_wait(1)).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let status = answer.status().as_u16();
-            if status == 503 && retries < self.max_pending_retries {
+            // Pending (503), or the seller's facilitator did not answer in time (504: the payment
+            // may yet settle): asked again with the same proof, never paid again. A 504 only
+            // when sending again cannot run the request twice.
+            let again = status == 503 || (status == 504 && resend);
+            if again && retries < self.max_pending_retries {
                 retries += 1;
                 let wait = answer
                     .headers()
@@ -690,7 +716,7 @@ impl Buyer {
                 tokio::time::sleep(pending_wait(wait)).await;
                 continue;
             }
-            if status == 503 {
+            if again {
                 return Err(PayError::StillPending(retries));
             }
             let settlement = [X_PAYMENT_RESPONSE, PAYMENT_RESPONSE]
@@ -719,22 +745,45 @@ impl Buyer {
 
     /// The decimals of `requirement`'s asset when one of this buyer's wallets can pay it.
     async fn payable(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
-        match requirement.network.family() {
-            ChainFamily::Solana => match &self.solana {
-                Some(wallet) => wallet.decimals(requirement).await,
-                None => Ok(None),
-            },
-            ChainFamily::Evm => match &self.evm {
-                Some(wallet) => wallet.decimals(requirement).await,
-                None => Ok(None),
-            },
+        match self.wallet(requirement.network.family()) {
+            Some(wallet) => wallet.decimals(requirement).await,
+            None => Ok(None),
         }
+    }
+
+    /// The first offer, in the seller's order, that this buyer can pay within the cap and its
+    /// budget, reserved in the budget: an offer over the budget gives way to the next (another
+    /// asset may have room left).
+    async fn reserve(
+        &self,
+        challenge: &PaymentRequired,
+        url: &str,
+    ) -> Result<(Choice, Option<budget::Reservation>), PayError> {
+        let Some(budget) = &self.budget else { return Ok((self.choose(challenge).await?, None)) };
+        let mut over_budget = None;
+        for choice in self.choices(challenge).await? {
+            match budget.reserve(url, &choice.requirement, choice.decimals).await {
+                Ok(reservation) => return Ok((choice, Some(reservation))),
+                Err(e @ PayError::OverBudget { .. }) => {
+                    over_budget.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(over_budget.unwrap_or_else(|| PayError::NoOption("no offer fits".into())))
     }
 
     /// The first offer, in the seller's order, that this buyer can pay within the cap.
     async fn choose(&self, challenge: &PaymentRequired) -> Result<Choice, PayError> {
+        let mut choices = self.choices(challenge).await?;
+        Ok(choices.remove(0))
+    }
+
+    /// Every offer, in the seller's order, that this buyer can pay within the cap (at least one).
+    async fn choices(&self, challenge: &PaymentRequired) -> Result<Vec<Choice>, PayError> {
         let offers = challenge.requirements();
         let mut over_cap = None;
+        let mut choices = Vec::new();
         for (requirement, resource) in &offers {
             // An offer in another asset than the cap's is not taken: 1 SOL is no cap on ETH.
             if self.cap.as_ref().is_some_and(|cap| !cap.counts(requirement)) {
@@ -750,7 +799,10 @@ impl Buyer {
                 });
                 continue;
             }
-            return Ok(Choice { requirement: requirement.clone(), resource: resource.clone(), decimals });
+            choices.push(Choice { requirement: requirement.clone(), resource: resource.clone(), decimals });
+        }
+        if !choices.is_empty() {
+            return Ok(choices);
         }
         Err(over_cap.unwrap_or_else(|| {
             let offered: Vec<String> = offers.iter().map(|(r, _)| describe(r)).collect();
@@ -775,11 +827,13 @@ impl Buyer {
             PaymentRequired::V1(_) => serde_json::Map::new(),
             PaymentRequired::V2(c) => c.extensions.clone(),
         };
-        let proof = match requirement.network.family() {
-            ChainFamily::Solana => Proof::of(self.solana.as_ref().ok_or_else(missing)?.pay(requirement).await?),
-            ChainFamily::Evm => self.evm.as_ref().ok_or_else(missing)?.pay(requirement, &declared).await?,
-        };
-        let Proof { payload: proof, transaction, extensions, approval } = proof;
+        let proof =
+            self.wallet(requirement.network.family()).ok_or_else(missing)?.prove(requirement, &declared).await?;
+        let Proof { payload: proof, transaction, mut extensions, approval } = proof;
+        // A seller that takes the `payment-identifier` extension gets an id with the payment:
+        // a retry of the paid request (its answer lost) is answered as the first was, and the
+        // seller's handler does not run twice.
+        payment_identifier::append(&declared, &mut extensions, &new_payment_id()?);
         let (name, payload) = match challenge {
             PaymentRequired::V1(_) => (
                 X_PAYMENT,
@@ -813,6 +867,14 @@ impl Buyer {
         };
         Ok((name, header, payload, made))
     }
+}
+
+/// A new `payment-identifier` id: `tg_` and 32 random hexadecimal digits.
+fn new_payment_id() -> Result<String, PayError> {
+    use rand::TryRngCore as _;
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng.try_fill_bytes(&mut bytes).map_err(|e| PayError::Build(format!("no randomness: {e}")))?;
+    Ok(format!("tg_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
 /// One offer, for people: "exact-native of 1000 atomic SOL on solana:…".

@@ -31,9 +31,10 @@ use crate::{Buyer, PayError, pending_wait, read_challenge};
 ///
 /// - A request whose body streams cannot be sent again: its 402 is an error
 ///   ([`PayError::Body`]); give the body as bytes or a string.
-/// - A pending settlement (503) is retried with the same proof, as [`Buyer::send`] does; other
-///   answers to the paid request are returned as they are (a refusal stays counted in the
-///   budget).
+/// - A pending settlement (503) is retried with the same proof, as [`Buyer::send`] does, and
+///   so are a lost answer and a settlement that timed out (504) when that cannot run the
+///   request twice (an idempotent method, or the seller's `payment-identifier`); other answers
+///   to the paid request are returned as they are (a refusal stays counted in the budget).
 /// - A request that carries a payment header already passes through.
 ///
 /// Build the client with [`crate::same_origin_redirects`] (as [`Self::client`] does): a redirect
@@ -90,6 +91,9 @@ impl Middleware for PaymentMiddleware {
         let url = again.url().to_string();
         let authorization =
             self.buyer.authorize(&challenge, &url).await.map_err(reqwest_middleware::Error::middleware)?;
+        // Sent again when its answer is lost (or its settlement timed out) only when that cannot
+        // run it twice: an idempotent method, or a seller that answers the payment's identifier.
+        let resend = authorization.payment_id().is_some() || again.method().is_idempotent();
         let mut retries = 0;
         loop {
             let Some(mut paid) = again.try_clone() else {
@@ -105,13 +109,18 @@ impl Middleware for PaymentMiddleware {
             paid.headers_mut().insert(name, value);
             let mut answer = match next.clone().run(paid, extensions).await {
                 Ok(answer) => answer,
+                Err(_) if resend && retries < self.buyer.pending_retries() => {
+                    retries += 1;
+                    tokio::time::sleep(pending_wait(1)).await;
+                    continue;
+                }
                 Err(e) => {
                     self.buyer.unsettled(authorization).await;
                     return Err(e);
                 }
             };
             let status = answer.status().as_u16();
-            if status == 503 && retries < self.buyer.pending_retries() {
+            if (status == 503 || (status == 504 && resend)) && retries < self.buyer.pending_retries() {
                 retries += 1;
                 let wait = header(&answer, &["retry-after"]).and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
                 tokio::time::sleep(pending_wait(wait)).await;

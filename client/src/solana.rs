@@ -37,7 +37,7 @@ const UNIQUE_UNITS_SPREAD: u32 = 100_000;
 const SPONSORED_COMPUTE_UNIT_PRICE: u64 = 1;
 
 /// A Solana key and the RPC it reads blockhashes and mints from.
-pub(crate) struct SolanaWallet {
+pub struct SolanaWallet {
     keypair: Keypair,
     rpc: solana_rpc_client::nonblocking::rpc_client::RpcClient,
     network: OnceCell<Network>,
@@ -57,7 +57,10 @@ fn build_error(e: impl std::fmt::Display) -> PayError {
 }
 
 impl SolanaWallet {
-    pub(crate) fn new(keypair: Keypair, rpc_url: String) -> Self {
+    /// Pays with `keypair`, reading the cluster, recent blockhashes and token mints from
+    /// `rpc_url`; only offers on that RPC's cluster are paid.
+    #[must_use]
+    pub fn new(keypair: Keypair, rpc_url: String) -> Self {
         let rpc = solana_rpc_client::nonblocking::rpc_client::RpcClient::new_with_timeout_and_commitment(
             rpc_url,
             Duration::from_secs(10),
@@ -66,7 +69,7 @@ impl SolanaWallet {
         Self { keypair, rpc, network: OnceCell::new(), mints: Mutex::new(HashMap::new()) }
     }
 
-    pub(crate) fn address(&self) -> String {
+    fn own_address(&self) -> String {
         self.keypair.pubkey().to_string()
     }
 
@@ -82,7 +85,7 @@ impl SolanaWallet {
 
     /// The decimals of what `requirement` asks for when this wallet can pay it, `None` when it
     /// cannot (another chain or cluster, another scheme, an `exact` offer without fee payer).
-    pub(crate) async fn decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+    async fn read_decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
         if requirement.network.family() != ChainFamily::Solana
             || !matches!(requirement.pay_to, Address::Solana(_))
             || &requirement.network != self.network().await?
@@ -172,6 +175,29 @@ fn encode(tx: &Transaction) -> Result<String, PayError> {
 /// The fee payer an `exact` offer names in `extra.feePayer`.
 fn fee_payer(requirement: &PaymentRequirements) -> Option<Pubkey> {
     requirement.extra.as_ref()?.get("feePayer")?.as_str()?.parse().ok()
+}
+
+#[async_trait::async_trait]
+impl crate::Wallet for SolanaWallet {
+    fn family(&self) -> tollgate_protocol::ChainFamily {
+        tollgate_protocol::ChainFamily::Solana
+    }
+
+    fn address(&self) -> String {
+        self.own_address()
+    }
+
+    async fn decimals(&self, requirement: &PaymentRequirements) -> Result<Option<u8>, PayError> {
+        self.read_decimals(requirement).await
+    }
+
+    async fn prove(
+        &self,
+        requirement: &PaymentRequirements,
+        _declared: &serde_json::Map<String, Value>,
+    ) -> Result<crate::Proof, PayError> {
+        Ok(crate::Proof::of(self.pay(requirement).await?))
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,18 @@ async fn a_reqwest_client_pays_a_paid_post_within_its_budget() {
     let streamed = http.post(&url).body(reqwest::Body::wrap_stream(chunks)).send().await.unwrap_err();
     assert!(matches!(pay_error(&streamed), PayError::Body(_)), "{streamed}");
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
+
+    // An offer over the budget gives way to the seller's next one: /report's 0.05 TUSD is over a
+    // TUSD budget of 0.01, its 0.01 SOL is paid.
+    let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
+    let tusd = Limit::parse(&format!("0.01@{}", demo.spl_token), false).unwrap();
+    let budget = Budget::open(&dir.path().join("tusd.db"), vec![tusd]).unwrap();
+    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).with_budget(budget);
+    let answer =
+        PaymentMiddleware::client(Arc::new(buyer)).get(format!("{}/report", demo.shop_url)).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let made = answer.extensions().get::<PaymentMade>().cloned().expect("paid");
+    assert_eq!((made.asset, made.amount.get()), (tollgate_client::protocol::x402::Asset::Native, 10_000_000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -69,4 +81,56 @@ async fn a_reqwest_client_pays_a_paid_post_in_eth_on_anvil() {
     let body: serde_json::Value = answer.json().await.unwrap();
     assert_eq!(body["words"], 3);
     assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 1);
+}
+
+/// A signer of the program's own (here a stand-in for a remote one: it counts what it signs and
+/// has a local wallet sign it).
+#[derive(Debug)]
+struct CountingSigner {
+    inner: tollgate_client::wallet::SolanaWallet,
+    signed: std::sync::Mutex<Vec<u128>>,
+}
+
+#[async_trait::async_trait]
+impl tollgate_client::Wallet for CountingSigner {
+    fn family(&self) -> tollgate_client::protocol::ChainFamily {
+        self.inner.family()
+    }
+    fn address(&self) -> String {
+        self.inner.address()
+    }
+    async fn decimals(
+        &self,
+        requirement: &tollgate_client::protocol::x402::PaymentRequirements,
+    ) -> Result<Option<u8>, PayError> {
+        self.inner.decimals(requirement).await
+    }
+    async fn prove(
+        &self,
+        requirement: &tollgate_client::protocol::x402::PaymentRequirements,
+        declared: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<tollgate_client::Proof, PayError> {
+        self.signed.lock().unwrap().push(requirement.amount.get());
+        self.inner.prove(requirement, declared).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wallet_of_the_programs_own_signs_what_the_buyer_pays() {
+    use tollgate_client::Wallet as _;
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
+    let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
+    let signer = Arc::new(CountingSigner {
+        inner: tollgate_client::wallet::SolanaWallet::new(key, demo.solana_rpc_url.clone()),
+        signed: std::sync::Mutex::default(),
+    });
+    let buyer = Buyer::new().with_wallet(signer.clone());
+    assert_eq!(buyer.solana_address().as_deref(), Some(demo.buyer.as_str()));
+    let http = PaymentMiddleware::client(Arc::new(buyer));
+    let answer = http.get(format!("{}/quote", demo.shop_url)).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.extensions().get::<PaymentMade>().is_some());
+    assert_eq!(*signer.signed.lock().unwrap(), [1_000_000], "the program's signer made the one proof");
+    assert_eq!(signer.address(), demo.buyer);
 }

@@ -9,9 +9,12 @@
 //! |---|---|
 //! | the tool's answer (it ran: paid, or settled after it) | the tool's result, with `_meta["x402/payment-response"]` when settled |
 //! | 402 (no payment, refused, used, settlement failed) | `isError`, the `PaymentRequired` in `structuredContent` and `content[0].text` |
-//! | 503 (broadcast, not confirmed) | `isError`, `structuredContent["tollgate/pending"]`: call again with the same payment |
+//! | 503 (broadcast, not confirmed), 504 (the facilitator did not answer in time) | `isError`, `structuredContent["tollgate/pending"]`: call again with the same payment |
 //! | 400, 409, 412 | `isError`, the layer's reason |
-//! | 502, 504 (facilitator unavailable) | a JSON-RPC error: nothing was charged |
+//! | 502 (facilitator unavailable) | a JSON-RPC error: nothing was charged |
+//!
+//! A priced tool answers in one call: an answer that asks for input or starts a task is not
+//! given to the buyer (its result would be fetched unpaid) and is not settled after.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -55,6 +58,14 @@ pub const CHARGE_META: &str = "tollgate/charge";
 
 /// Marks the answers the tool wrote (not the layer).
 const TOOL_ANSWER: &str = "x-tollgate-mcp-tool";
+
+/// Why a paid tool's answer that asks for input or starts a task is not given.
+const INCOMPLETE: &str = "a paid tool answers in one call: this one asked for input or started a task, which are not \
+                          sold (nothing was settled after it)";
+
+/// The layer's reason for a call without payment, in HTTP's words, and in the MCP transport's.
+const NO_PAYMENT_HTTP: &str = "payment required: send an X-PAYMENT or PAYMENT-SIGNATURE header";
+const NO_PAYMENT_MCP: &str = "payment required: call the tool again with the payment in _meta[\"x402/payment\"]";
 
 /// The resource a paid tool is sold as: `mcp://tool/<name>`, as x402's MCP transport names it.
 #[must_use]
@@ -409,20 +420,14 @@ impl<S: ServerHandler> PaidServer<S> {
         let request = request
             .body(Full::new(Bytes::new()))
             .map_err(|e| ErrorData::internal_error(format!("cannot make the payment request: {e}"), None))?;
-        let incomplete = Arc::new(Mutex::new(None));
-        let tool = RunTool {
-            inner: self.inner.clone(),
-            call: Arc::new(Mutex::new(Some((call, context)))),
-            incomplete: incomplete.clone(),
-        };
+        let tool = RunTool { inner: self.inner.clone(), call: Arc::new(Mutex::new(Some((call, context)))) };
         let answer = match layer.layer(tool).oneshot(request).await {
             Ok(answer) => answer,
             Err(never) => match never {},
         };
         let (head, body) = answer.into_parts();
         let body = body.collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
-        let incomplete = incomplete.lock().ok().and_then(|mut held| held.take());
-        translate(&head, &body, incomplete)
+        translate(&head, &body)
     }
 }
 
@@ -436,9 +441,6 @@ fn payment_header(payment: &Value) -> (&'static str, String) {
     }
 }
 
-/// A call that did not complete (the tool asks for input, or made a task).
-type Incomplete = Arc<Mutex<Option<CallToolResponse>>>;
-
 /// The call a [`RunTool`] holds until it runs.
 type HeldCall = Arc<Mutex<Option<(CallToolRequestParams, RequestContext<RoleServer>)>>>;
 
@@ -446,12 +448,11 @@ type HeldCall = Arc<Mutex<Option<(CallToolRequestParams, RequestContext<RoleServ
 struct RunTool<S> {
     inner: Arc<S>,
     call: HeldCall,
-    incomplete: Incomplete,
 }
 
 impl<S> Clone for RunTool<S> {
     fn clone(&self) -> Self {
-        Self { inner: self.inner.clone(), call: self.call.clone(), incomplete: self.incomplete.clone() }
+        Self { inner: self.inner.clone(), call: self.call.clone() }
     }
 }
 
@@ -469,7 +470,7 @@ impl<S: ServerHandler, B> tower::Service<http::Request<B>> for RunTool<S> {
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let paid = request.extensions().get::<Payment>().cloned();
         let call = self.call.lock().ok().and_then(|mut held| held.take());
-        let (inner, incomplete) = (self.inner.clone(), self.incomplete.clone());
+        let inner = self.inner.clone();
         Box::pin(async move {
             let Some((call, mut context)) = call else {
                 return Ok(tool_answer(StatusCode::INTERNAL_SERVER_ERROR, &json!({"error": "the tool ran already"})));
@@ -479,13 +480,12 @@ impl<S: ServerHandler, B> tower::Service<http::Request<B>> for RunTool<S> {
             }
             Ok(match inner.call_tool(call, context).await {
                 Ok(CallToolResponse::Complete(result)) => completed(result),
-                // Asking for input, or a task: the call did not complete; nothing is settled
-                // after it.
-                Ok(other) => {
-                    if let Ok(mut held) = incomplete.lock() {
-                        *held = Some(other);
-                    }
-                    tool_answer(StatusCode::CONFLICT, &json!({"incomplete": true}))
+                // Asking for input, or a task: the call did not complete. Its answer is not
+                // handed over (a task's result would be fetched unpaid with `tasks/get`), and
+                // nothing is settled after it.
+                Ok(_) => {
+                    let error = ErrorData::internal_error(INCOMPLETE, None);
+                    tool_answer(StatusCode::CONFLICT, &json!({ "error": error }))
                 }
                 Err(error) => tool_answer(StatusCode::INTERNAL_SERVER_ERROR, &json!({"error": error})),
             })
@@ -519,27 +519,23 @@ fn tool_answer(status: StatusCode, body: &Value) -> Answer {
 }
 
 /// The layer's answer as the tool result.
-fn translate(
-    head: &http::response::Parts,
-    body: &[u8],
-    incomplete: Option<CallToolResponse>,
-) -> Result<CallToolResponse, ErrorData> {
+fn translate(head: &http::response::Parts, body: &[u8]) -> Result<CallToolResponse, ErrorData> {
     let header = |names: [&str; 2]| {
         names.iter().find_map(|n| head.headers.get(*n)).and_then(|h| h.to_str().ok()).map(str::to_owned)
     };
     let settlement = header([PAYMENT_RESPONSE, X_PAYMENT_RESPONSE])
         .and_then(|h| tollgate_protocol::x402::header::decode::<Value>(&h).ok());
     let json = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-    let reason = json["error"].as_str().unwrap_or("payment required").to_owned();
+    let reason = match json["error"].as_str() {
+        Some(NO_PAYMENT_HTTP) | None => NO_PAYMENT_MCP.to_owned(),
+        Some(reason) => reason.to_owned(),
+    };
     if head.headers.contains_key(TOOL_ANSWER) {
         if let Ok(mut result) = serde_json::from_value::<CallToolResult>(json["result"].clone()) {
             if let Some(settlement) = settlement {
                 result.meta.get_or_insert_with(MetaObject::default).insert(PAYMENT_RESPONSE_META.into(), settlement);
             }
             return Ok(CallToolResponse::Complete(result));
-        }
-        if let Some(incomplete) = incomplete {
-            return Ok(incomplete);
         }
         let error = serde_json::from_value::<ErrorData>(json["error"].clone())
             .unwrap_or_else(|_| ErrorData::internal_error("the tool's answer could not be read", None));
@@ -558,13 +554,20 @@ fn translate(
             let mut required = header([PAYMENT_REQUIRED, PAYMENT_REQUIRED])
                 .and_then(|h| tollgate_protocol::x402::header::decode::<Value>(&h).ok())
                 .unwrap_or_else(|| json.clone());
-            if let (Some(settlement), Some(object)) = (settlement, required.as_object_mut()) {
-                object.insert(PAYMENT_RESPONSE_META.into(), settlement);
+            if let Some(object) = required.as_object_mut() {
+                if object.get("error").and_then(Value::as_str) == Some(NO_PAYMENT_HTTP) {
+                    object.insert("error".into(), Value::String(NO_PAYMENT_MCP.into()));
+                }
+                if let Some(settlement) = settlement {
+                    object.insert(PAYMENT_RESPONSE_META.into(), settlement);
+                }
             }
             let text = json!({ERROR_KEY: {"code": 402, "message": reason, "data": required}}).to_string();
             Ok(error_result(required, text))
         }
-        StatusCode::SERVICE_UNAVAILABLE => {
+        // The facilitator did not answer in time: the payment may yet settle. The buyer calls
+        // again with the same payment (the layer asks again), never with a new one.
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => {
             let retry_after = head
                 .headers
                 .get(http::header::RETRY_AFTER)
@@ -576,9 +579,14 @@ fn translate(
                 "paymentId": json["paymentId"],
                 "transaction": json["transaction"],
             }});
+            let reason = if head.status == StatusCode::GATEWAY_TIMEOUT {
+                "the payment facilitator did not answer in time: call again with the same payment".to_owned()
+            } else {
+                reason
+            };
             Ok(error_result(pending, reason))
         }
-        StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => Err(ErrorData::internal_error(reason, None)),
+        StatusCode::BAD_GATEWAY => Err(ErrorData::internal_error(reason, None)),
         _ => Ok(error_result(json, reason)),
     }
 }

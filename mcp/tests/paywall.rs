@@ -1,7 +1,8 @@
 //! The paywall's answers in the MCP transport, against a scripted facilitator in memory and an
 //! `rmcp` client and server joined by an in-memory stream: a settlement pending then confirmed,
-//! a facilitator that cannot be asked, a settlement refused after the tool ran, a tool that
-//! fails, and a metered tool's reported charge.
+//! a facilitator that fails or does not answer, a settlement refused after the tool ran, a tool
+//! that fails or asks for input, a metered tool's reported charge, and one payment sent by
+//! several calls at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
@@ -118,6 +119,7 @@ impl ServerHandler for Tools {
         assert!(context.meta.get(PAYMENT_META).is_none(), "the tool never sees the payment");
         let payer = context.extensions.get::<Payment>().and_then(|p| p.payer.clone());
         match request.name.as_ref() {
+            "ask" => Ok(CallToolResponse::InputRequired(rmcp::model::InputRequiredResult::new(None, Some("s".into())))),
             "fail" => Ok(CallToolResult::error(vec![ContentBlock::text("the tool failed")]).into()),
             "meter" => {
                 let used = request.arguments.as_ref().and_then(|a| a.get("used")).cloned().unwrap_or(Value::Null);
@@ -161,6 +163,7 @@ async fn setup(script: Script, order: SettlementOrder) -> Setup {
     let paywall = ToolPaywall::builder()
         .tool("echo", layer(order))
         .tool("fail", layer(order))
+        .tool("ask", layer(order))
         .tool("meter", PaymentLayer::builder().facilitator(facilitator.clone()).accept(metered))
         .build()
         .unwrap();
@@ -228,13 +231,44 @@ async fn a_pending_payment_is_answered_pending_and_served_once_confirmed_with_th
 }
 
 #[tokio::test]
-async fn a_facilitator_that_cannot_be_asked_is_an_error_and_nothing_runs() {
-    for order in [SettlementOrder::SettleBefore, SettlementOrder::VerifyThenSettle] {
-        let s = setup(Script::Unavailable, order).await;
-        let error = s.client.peer().call_tool(call("echo", Some(payment()))).await.unwrap_err();
-        assert!(error.to_string().contains("facilitator"), "{error}");
-        assert_eq!(s.runs.load(Ordering::SeqCst), 0);
+async fn a_facilitator_that_fails_is_an_error_and_one_that_does_not_answer_is_pending() {
+    // It failed (502): an error; nothing was charged.
+    let s = setup(Script::Unavailable, SettlementOrder::SettleBefore).await;
+    let error = s.client.peer().call_tool(call("echo", Some(payment()))).await.unwrap_err();
+    assert!(error.to_string().contains("facilitator"), "{error}");
+    assert_eq!(s.runs.load(Ordering::SeqCst), 0);
+    // It did not answer in time (504): the payment may yet settle, so the buyer is told to call
+    // again with the same payment, not to pay again.
+    let s = setup(Script::Unavailable, SettlementOrder::VerifyThenSettle).await;
+    let result = s.client.peer().call_tool(call("echo", Some(payment()))).await.unwrap();
+    assert!(result.structured_content.as_ref().unwrap().get(PENDING_KEY).is_some(), "{result:?}");
+    assert!(payment_required(&result).is_none());
+    assert_eq!(s.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_paid_tool_that_asks_for_input_is_not_handed_over_unsettled() {
+    // Verified, then the tool asks for input (or starts a task): its answer would let the buyer
+    // finish unpaid; it is withheld, and nothing is settled.
+    let s = setup(Script::Settles, SettlementOrder::VerifyThenSettle).await;
+    for _ in 0..2 {
+        let error = s.client.peer().call_tool(call("ask", Some(payment()))).await.unwrap_err();
+        assert!(error.to_string().contains("one call"), "{error}");
     }
+    assert!(s.facilitator.settled.lock().unwrap().is_empty());
+    // Settled before the tool: the buyer is told, with the settlement.
+    let s = setup(Script::Settles, SettlementOrder::SettleBefore).await;
+    let result = s.client.peer().call_tool(call("ask", Some(payment()))).await.unwrap();
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(result.meta.as_ref().unwrap()[PAYMENT_RESPONSE_META]["success"], true, "{result:?}");
+}
+
+#[tokio::test]
+async fn the_payment_request_speaks_of_meta_not_headers() {
+    let s = setup(Script::Settles, SettlementOrder::SettleBefore).await;
+    let result = s.client.peer().call_tool(call("echo", None)).await.unwrap();
+    let error = result.structured_content.as_ref().unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("_meta") && !error.contains("header"), "{error}");
 }
 
 #[tokio::test]
