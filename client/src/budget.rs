@@ -49,7 +49,14 @@ impl Limit {
             }
             None => (text, None),
         };
-        Ok(Self { cap: Cap::parse(amount)?, per_origin, period })
+        let cap = Cap::parse(amount)?;
+        // Spends are kept by asset address: a limit names its asset so.
+        if matches!(cap.asset(), crate::CapAsset::Symbol(_)) {
+            return Err(PayError::Cap(format!(
+                "{text:?}: a budget names a token by its address (<amount>@<token address>), not its symbol"
+            )));
+        }
+        Ok(Self { cap, per_origin, period })
     }
 }
 

@@ -50,6 +50,7 @@ const APPROVAL_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 struct TokenFacts {
     name: Option<String>,
+    symbol: Option<String>,
     version: Option<String>,
     decimals: u8,
 }
@@ -158,6 +159,7 @@ impl EvmWallet {
         let decimals = self.view(token, &Token::decimalsCall {}).await?;
         let facts = TokenFacts {
             name: self.view(token, &Token::nameCall {}).await.ok(),
+            symbol: self.view(token, &Token::symbolCall {}).await.ok(),
             version: self.view(token, &Token::versionCall {}).await.ok(),
             decimals,
         };
@@ -453,6 +455,15 @@ impl crate::Wallet for EvmWallet {
         declared: &serde_json::Map<String, Value>,
     ) -> Result<Proof, PayError> {
         self.pay(requirement, declared).await
+    }
+
+    /// A token's own `symbol()` (ETH for the native currency).
+    async fn symbol(&self, requirement: &PaymentRequirements) -> Option<String> {
+        match requirement.asset {
+            Asset::Native => Some(tollgate_protocol::ChainFamily::Evm.native_symbol().to_owned()),
+            Asset::Token(Address::Evm(token)) => self.token(EvmAddress::from(token)).await.ok()?.symbol,
+            Asset::Token(_) => None,
+        }
     }
 
     /// A signed transfer that was not settled may never be mined: the next one asks the node

@@ -136,6 +136,10 @@ pub enum CapAsset {
     Native(ChainFamily),
     /// One token (an SPL mint or an ERC-20 contract): offers in anything else are not taken.
     Token(Address),
+    /// Tokens whose contract says this symbol (an ERC-20's `symbol()`, compared without case):
+    /// `0.05USDC`. Offers in anything else are not taken; SPL mints keep no symbol on chain, so
+    /// Solana tokens are named by address.
+    Symbol(String),
 }
 
 /// The most one request may cost, in whole units of an asset named with it.
@@ -164,7 +168,8 @@ impl Cap {
         Ok(Self { amount, asset })
     }
 
-    /// A cap that names its asset: `0.01SOL`, `0.001ETH`, or `1.5@<token address>`.
+    /// A cap that names its asset: `0.01SOL`, `0.001ETH`, `0.05USDC` (a token by its symbol), or
+    /// `1.5@<token address>`.
     ///
     /// # Errors
     /// [`PayError::Cap`] for an amount without an asset, or anything else malformed.
@@ -181,19 +186,23 @@ impl Cap {
             "ETH" => ChainFamily::Evm,
             "" => {
                 return Err(PayError::Cap(format!(
-                    "{text:?} names no asset: write 0.01SOL, 0.001ETH or 1.5@<token address>"
+                    "{text:?} names no asset: write 0.01SOL, 0.001ETH, 0.05USDC or 1.5@<token address>"
                 )));
+            }
+            other if (1..=11).contains(&other.len()) && other.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+                return Self::in_asset(amount.trim(), CapAsset::Symbol(other.to_owned()));
             }
             other => {
                 return Err(PayError::Cap(format!(
-                    "unknown asset {other:?}: name SOL, ETH, or a token as <amount>@<token address>"
+                    "unknown asset {other:?}: name SOL, ETH, a token's symbol, or a token as <amount>@<token address>"
                 )));
             }
         };
         Self::in_asset(amount.trim(), CapAsset::Native(family))
     }
 
-    /// Whether the cap is counted in `requirement`'s asset.
+    /// Whether the cap is counted in `requirement`'s asset (never for a cap by symbol: see
+    /// [`Buyer`]'s own check, which asks the wallet for the symbol).
     fn counts(&self, requirement: &PaymentRequirements) -> bool {
         match (&self.asset, requirement.asset) {
             (CapAsset::Any, _) => true,
@@ -229,6 +238,7 @@ impl std::fmt::Display for Cap {
             CapAsset::Any => write!(f, "{}", self.amount),
             CapAsset::Native(family) => write!(f, "{} {}", self.amount, family.native_symbol()),
             CapAsset::Token(token) => write!(f, "{} of token {token}", self.amount),
+            CapAsset::Symbol(symbol) => write!(f, "{} {symbol}", self.amount),
         }
     }
 }
@@ -786,7 +796,9 @@ impl Buyer {
         let mut choices = Vec::new();
         for (requirement, resource) in &offers {
             // An offer in another asset than the cap's is not taken: 1 SOL is no cap on ETH.
-            if self.cap.as_ref().is_some_and(|cap| !cap.counts(requirement)) {
+            if let Some(cap) = &self.cap
+                && !self.cap_counts(cap, requirement).await
+            {
                 continue;
             }
             let Some(decimals) = self.payable(requirement).await? else { continue };
@@ -813,6 +825,18 @@ impl Buyer {
                 _ => PayError::NoOption(offered.join(", ")),
             }
         }))
+    }
+
+    /// Whether `cap` is counted in `requirement`'s asset; a cap by symbol asks the wallet what
+    /// the asset's chain calls it.
+    async fn cap_counts(&self, cap: &Cap, requirement: &PaymentRequirements) -> bool {
+        match (&cap.asset, self.wallet(requirement.network.family())) {
+            (CapAsset::Symbol(symbol), Some(wallet)) => {
+                wallet.symbol(requirement).await.is_some_and(|named| named.eq_ignore_ascii_case(symbol))
+            }
+            (CapAsset::Symbol(_), None) => false,
+            _ => cap.counts(requirement),
+        }
     }
 
     /// Builds and signs the proof; the header to send it in, and what it pays.
@@ -935,9 +959,15 @@ mod tests {
         let in_token = Cap::parse(&format!("1.5@{token}")).unwrap();
         assert!(in_token.counts(&tusd) && !in_token.counts(&eth));
         assert!(Cap::whole("1").unwrap().counts(&eth), "an unnamed cap counts any asset");
-        for bad in ["1", "0.01", "1BTC", "x@0x12", "1@not-an-address", "SOL"] {
+        // A token by its symbol: checked against what the chain says (the wallet), never here.
+        let in_usdc = Cap::parse("0.05usdc").unwrap();
+        assert_eq!(in_usdc.asset(), &CapAsset::Symbol("USDC".into()));
+        assert_eq!(in_usdc.to_string(), "0.05 USDC");
+        assert!(!in_usdc.counts(&tusd) && !in_usdc.counts(&eth));
+        for bad in ["1", "0.01", "1B-TC", "1TOOLONGSYMBOL", "x@0x12", "1@not-an-address", "SOL", "xUSDC"] {
             assert!(matches!(Cap::parse(bad), Err(PayError::Cap(_))), "{bad}");
         }
+        assert!(matches!(Limit::parse("1USDC/day", false), Err(PayError::Cap(_))), "budgets name tokens by address");
     }
 
     #[test]

@@ -191,6 +191,12 @@ impl crate::Wallet for SolanaWallet {
         self.read_decimals(requirement).await
     }
 
+    /// SOL for the native currency; an SPL mint keeps no symbol on chain (metadata programs
+    /// are not read), so a cap by symbol never takes an SPL offer.
+    async fn symbol(&self, requirement: &PaymentRequirements) -> Option<String> {
+        (requirement.asset == Asset::Native).then(|| ChainFamily::Solana.native_symbol().to_owned())
+    }
+
     async fn prove(
         &self,
         requirement: &PaymentRequirements,

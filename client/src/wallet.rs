@@ -70,6 +70,13 @@ pub trait Wallet: Send + Sync + std::fmt::Debug {
     /// [`PayError::Build`] when it cannot.
     async fn prove(&self, requirement: &PaymentRequirements, declared: &Map<String, Value>) -> Result<Proof, PayError>;
 
+    /// The symbol of `requirement`'s asset as its chain says it (an ERC-20's `symbol()`), for
+    /// caps and budgets that name assets by symbol (`0.05USDC`); `None` when the chain says none.
+    async fn symbol(&self, requirement: &PaymentRequirements) -> Option<String> {
+        let _ = requirement;
+        None
+    }
+
     /// A proof it made for `requirement` was sent and not settled as far as the buyer knows
     /// (refused, no answer): state kept for the next proof may be stale (an EVM nonce).
     async fn unsettled(&self, requirement: &PaymentRequirements) {

@@ -115,6 +115,21 @@ async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
     assert!(body["report"].as_str().unwrap().starts_with("Daily report"));
     assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 1);
 
+    // The same cap naming the token by its symbol, as its contract says it.
+    let mut args = printed_args(&command);
+    let max = args.iter().position(|a| a == "--max").unwrap();
+    args[max + 1] = format!("0.1{}", tollgate_demo::DEMO_TOKEN_SYMBOL.to_lowercase());
+    let key = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().to_owned();
+    let out = run(args.clone(), vec![("TOLLGATE_EVM_KEY", key.clone())]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.starts_with(&format!("paid 0.05 of token {}", evm.token)), "{stderr}");
+    assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 2);
+    // A symbol no offer's token has: nothing to pay with.
+    args[max + 1] = "0.1USDC".into();
+    let out = run(args, vec![("TOLLGATE_EVM_KEY", key)]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+
     // A paid POST on EVM, in ETH: the body is posted again with the signed transfer.
     let mut args = printed_args(&demo.evm_pay_command("/summarize").unwrap());
     let max = args.iter().position(|a| a == "--max").unwrap();
@@ -127,7 +142,7 @@ async fn the_printed_evm_command_pays_with_an_eip3009_authorization() {
     assert!(stderr.starts_with(&format!("paid 0.0001 ETH on eip155:{}", evm.chain_id)), "{stderr}");
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((body["words"].as_u64(), body["summary"].as_str()), (Some(3), Some("paid on evm")));
-    assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 2);
+    assert_eq!(demo.history(&evm.buyer, "sent").await.unwrap()["total"], 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -37,8 +37,9 @@ struct Args {
     /// EVM JSON-RPC for the chain id, nonces, fees and token details.
     #[arg(long, env = "TOLLGATE_EVM_RPC_URL", default_value = "http://127.0.0.1:8545")]
     evm_rpc: String,
-    /// Most to pay for this request, naming its asset: `0.01SOL`, `0.001ETH`, or
-    /// `1.5@<token address>` (whole tokens). Offers in other assets are not taken.
+    /// Most to pay for this request, naming its asset: `0.01SOL`, `0.001ETH`, `0.05USDC` (an
+    /// ERC-20 by its `symbol()`), or `1.5@<token address>` (whole tokens; SPL tokens by address).
+    /// Offers in other assets are not taken.
     #[arg(long)]
     max: Option<String>,
     /// A file that remembers what was spent (SQLite; made if missing): the budgets count it, so
