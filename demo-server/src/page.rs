@@ -204,5 +204,12 @@ async fn feed(State(page): State<Arc<Page>>) -> Response {
     // RFC 3339 times in UTC sort as text.
     payments.sort_by(|a, b| b["createdAt"].as_str().cmp(&a["createdAt"].as_str()));
     payments.truncate(10);
+    // Tokens by their symbols (`0.05 TUSD`), not their addresses.
+    for payment in &mut payments {
+        let (network, asset) = (payment["network"].as_str().unwrap_or_default(), payment["asset"].as_str());
+        if let Some(symbol) = asset.and_then(|asset| page.catalog.symbol(network, asset)) {
+            payment["symbol"] = json!(symbol);
+        }
+    }
     Json(json!({"payments": payments})).into_response()
 }

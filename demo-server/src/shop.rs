@@ -71,6 +71,8 @@ pub(crate) struct Catalog {
     story: Option<Price>,
     seller: Address,
     pub items: Arc<Vec<Item>>,
+    /// The demo tokens' symbols by address (lowercase), for people.
+    pub symbols: Arc<Vec<(String, &'static str)>>,
 }
 
 impl Catalog {
@@ -85,7 +87,12 @@ impl Catalog {
         ];
         let mut report_labels = vec![format!("0.05 {DEMO_TOKEN_SYMBOL} (SPL)"), "0.01 SOL".to_owned()];
         let mut story = None;
+        let mut symbols = vec![(spl_token.to_string().to_lowercase(), DEMO_TOKEN_SYMBOL)];
         if let Some(evm) = evm {
+            symbols.push((evm.token.to_lowercase(), DEMO_TOKEN_SYMBOL));
+            if let Some(pusd) = &evm.permit2_token {
+                symbols.push((pusd.to_lowercase(), PERMIT2_TOKEN_SYMBOL));
+            }
             let network = Network::eip155(evm.chain_id);
             let evm_seller: Address = evm.seller.parse()?;
             let token: Address = evm.token.parse()?;
@@ -150,7 +157,17 @@ impl Catalog {
                 note: Some("Paid on EVM by a permit for the most, settled for the words told: pay it with the demo's printed tollgate-pay command."),
             });
         }
-        Ok(Self { quote, report, story, seller, items: Arc::new(items) })
+        Ok(Self { quote, report, story, seller, items: Arc::new(items), symbols: Arc::new(symbols) })
+    }
+
+    /// What people call `asset` on `network` (the symbol of a native currency or of a demo
+    /// token), when the demo knows it.
+    pub(crate) fn symbol(&self, network: &str, asset: &str) -> Option<&'static str> {
+        if asset == "native" {
+            return Some(if network.starts_with("eip155:") { "ETH" } else { "SOL" });
+        }
+        let asset = asset.to_lowercase();
+        self.symbols.iter().find(|(address, _)| *address == asset).map(|(_, symbol)| *symbol)
     }
 }
 

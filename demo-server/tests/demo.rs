@@ -33,4 +33,20 @@ async fn the_demo_starts_and_its_buyer_pays_twice() {
     let amounts: Vec<&str> =
         history["payments"].as_array().unwrap().iter().map(|p| p["amountAtomic"].as_str().unwrap()).collect();
     assert_eq!(amounts, ["3000000", "1000000", "1000000"], "newest first: 3 words, then two quotes");
+
+    // The page's live feed names tokens by their symbols, not their addresses.
+    let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
+    let cap = tollgate_client::Cap::parse(&format!("0.1@{}", demo.spl_token)).unwrap();
+    let buyer = tollgate_client::Buyer::new().with_solana(key, &demo.solana_rpc_url).with_cap(cap);
+    assert_eq!(buyer.get(&format!("{}/report", demo.shop_url)).await.unwrap().status, 200);
+    let feed: serde_json::Value =
+        reqwest::get(format!("{}/demo/feed", demo.shop_url)).await.unwrap().json().await.unwrap();
+    let shown: Vec<(String, &str)> = feed["payments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["amount"].to_string(), p["symbol"].as_str().unwrap_or("?")))
+        .collect();
+    assert_eq!(shown.first().map(|(_, symbol)| *symbol), Some(tollgate_demo::DEMO_TOKEN_SYMBOL), "{feed}");
+    assert!(shown.iter().skip(1).all(|(_, symbol)| *symbol == "SOL"), "{feed}");
 }
