@@ -771,7 +771,7 @@ impl Buyer {
     ) -> Result<(Choice, Option<budget::Reservation>), PayError> {
         let Some(budget) = &self.budget else { return Ok((self.choose(challenge).await?, None)) };
         let mut over_budget = None;
-        for choice in self.choices(challenge).await? {
+        for choice in self.choices(challenge, false).await? {
             match budget.reserve(url, &choice.requirement, choice.decimals).await {
                 Ok(reservation) => return Ok((choice, Some(reservation))),
                 Err(e @ PayError::OverBudget { .. }) => {
@@ -785,12 +785,13 @@ impl Buyer {
 
     /// The first offer, in the seller's order, that this buyer can pay within the cap.
     async fn choose(&self, challenge: &PaymentRequired) -> Result<Choice, PayError> {
-        let mut choices = self.choices(challenge).await?;
+        let mut choices = self.choices(challenge, true).await?;
         Ok(choices.remove(0))
     }
 
-    /// Every offer, in the seller's order, that this buyer can pay within the cap (at least one).
-    async fn choices(&self, challenge: &PaymentRequired) -> Result<Vec<Choice>, PayError> {
+    /// Every offer, in the seller's order, that this buyer can pay within the cap (at least one);
+    /// with `first`, only the first (the chain is not read for the others).
+    async fn choices(&self, challenge: &PaymentRequired, first: bool) -> Result<Vec<Choice>, PayError> {
         let offers = challenge.requirements();
         let mut over_cap = None;
         let mut choices = Vec::new();
@@ -812,6 +813,9 @@ impl Buyer {
                 continue;
             }
             choices.push(Choice { requirement: requirement.clone(), resource: resource.clone(), decimals });
+            if first {
+                break;
+            }
         }
         if !choices.is_empty() {
             return Ok(choices);

@@ -520,10 +520,10 @@ fn tool_answer(status: StatusCode, body: &Value) -> Answer {
 
 /// The layer's answer as the tool result.
 fn translate(head: &http::response::Parts, body: &[u8]) -> Result<CallToolResponse, ErrorData> {
-    let header = |names: [&str; 2]| {
+    let header = |names: &[&str]| {
         names.iter().find_map(|n| head.headers.get(*n)).and_then(|h| h.to_str().ok()).map(str::to_owned)
     };
-    let settlement = header([PAYMENT_RESPONSE, X_PAYMENT_RESPONSE])
+    let settlement = header(&[PAYMENT_RESPONSE, X_PAYMENT_RESPONSE])
         .and_then(|h| tollgate_protocol::x402::header::decode::<Value>(&h).ok());
     let json = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
     let reason = match json["error"].as_str() {
@@ -551,7 +551,7 @@ fn translate(head: &http::response::Parts, body: &[u8]) -> Result<CallToolRespon
     }
     match head.status {
         StatusCode::PAYMENT_REQUIRED => {
-            let mut required = header([PAYMENT_REQUIRED, PAYMENT_REQUIRED])
+            let mut required = header(&[PAYMENT_REQUIRED])
                 .and_then(|h| tollgate_protocol::x402::header::decode::<Value>(&h).ok())
                 .unwrap_or_else(|| json.clone());
             if let Some(object) = required.as_object_mut() {
