@@ -49,7 +49,7 @@ async fn main() -> anyhow::Result<()> {
             proxied.config.display()
         );
     }
-    println!("  facilitator  {}", demo.facilitator_url);
+    println!("  facilitator  {0}   (API reference: {0}/docs)", demo.facilitator_url);
     println!("  solana rpc   {}", demo.solana_rpc_url);
     println!(
         "  demo buyer   {}  (key: {}, {} SOL and {} {})",

@@ -313,7 +313,8 @@ pub struct Config {
     pub evm_signer_key: Option<Secret>,
     /// Token guarding the dashboard.
     pub admin_token: Option<Secret>,
-    /// Serve `GET /supported` without an API key.
+    /// Serve `GET /supported` without an API key (the default, as x402 facilitators do: sellers'
+    /// middlewares ask it before any payment). `false` puts it behind a key, its plan and limits.
     pub public_supported: bool,
     /// x402 facilitators that `facilitatorUrl` may name.
     pub facilitator_allow_list: Vec<String>,
@@ -360,7 +361,7 @@ impl Default for Config {
             master_key: None,
             evm_signer_key: None,
             admin_token: None,
-            public_supported: false,
+            public_supported: true,
             facilitator_allow_list: Vec::new(),
             plans: Plans::default(),
             limits: Limits::default(),

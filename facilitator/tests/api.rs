@@ -63,6 +63,11 @@ impl TestApp {
         Self::with_config(Config::default()).await
     }
 
+    /// `GET /supported` behind a key (`public_supported = false`): a cheap guarded route.
+    async fn guarded_supported() -> Self {
+        Self::with_config(Config { public_supported: false, ..Config::default() }).await
+    }
+
     async fn with_config(config: Config) -> Self {
         Self::on(config, None).await
     }
@@ -177,7 +182,7 @@ async fn unknown_methods_and_routes_answer_in_the_envelope() {
 
 #[tokio::test]
 async fn deleted_keys_stop_working() {
-    let t = TestApp::new().await;
+    let t = TestApp::guarded_supported().await;
     let (key, _) = t.key(Plan::Standard, None).await;
     assert_eq!(t.get("/supported", Some(&key)).await.status, StatusCode::OK);
     let id = t.store.list_api_keys().await.unwrap()[0].id.clone();
@@ -209,7 +214,7 @@ async fn plans_gate_endpoints() {
 
 #[tokio::test]
 async fn the_101st_request_in_a_minute_is_rate_limited() {
-    let t = TestApp::new().await;
+    let t = TestApp::guarded_supported().await;
     let (key, _) = t.key(Plan::Standard, None).await;
     for i in 1..=100u32 {
         let a = t.get("/supported", Some(&key)).await;
@@ -477,11 +482,30 @@ async fn request_ids_are_set_or_echoed() {
 }
 
 #[tokio::test]
-async fn supported_can_be_public() {
-    let t = TestApp::with_config(Config { public_supported: true, ..Config::default() }).await;
+async fn supported_is_open_by_default_and_can_be_put_behind_a_key() {
+    // Open, as x402 facilitators serve it: sellers' middlewares ask it before any payment.
+    let t = TestApp::new().await;
     let a = t.get("/supported", None).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.body["kinds"], json!([]));
+    // A key sent anyway is not needed, and a wrong one does not close it.
+    assert_eq!(t.get("/supported", Some("tg_live_not-a-key")).await.status, StatusCode::OK);
+    // ... and the contract says so.
+    let contract = t.get("/openapi.json", None).await.body;
+    let operation = &contract["paths"]["/supported"]["get"];
+    assert_eq!(operation["security"], json!([]), "{operation}");
+    assert!(operation["responses"].get("401").is_none(), "{operation}");
+    // Behind a key: its plan and rate limit apply, and the contract says so.
+    let t = TestApp::guarded_supported().await;
+    let contract = t.get("/openapi.json", None).await.body;
+    let operation = &contract["paths"]["/supported"]["get"];
+    assert_eq!(operation["security"], json!([{"bearer": []}]), "{operation}");
+    assert!(operation["responses"].get("401").is_some(), "{operation}");
+    assert_envelope(&t.get("/supported", None).await, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    let (key, _) = t.key(Plan::Standard, None).await;
+    let a = t.get("/supported", Some(&key)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.headers["x-ratelimit-limit"], "100");
 }
 
 #[tokio::test]

@@ -384,10 +384,13 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
     let (s, settled) = t.call("POST", "/settle", &key, Some(good.clone())).await;
     assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(true)), "{settled}");
     assert_eq!(settled["payer"], buyer.address().to_string());
+    // `amount`: what moved, in atomic units (the current spec's SettleResponse.amount).
+    assert_eq!(settled["amount"], "1000000", "{settled}");
     assert_eq!(token.balance(&t, seller).await, 1_000_000);
     // The same authorization settled again by the same seller: that settlement (idempotent).
     let (_, again) = t.call("POST", "/settle", &key, Some(good.clone())).await;
     assert_eq!((again["success"].as_bool(), &again["transaction"]), (Some(true), &settled["transaction"]), "{again}");
+    assert_eq!(again["amount"], "1000000", "{again}");
     // Verified again (a seller that does not remember it): used.
     let (_, v) = t.call("POST", "/verify", &key, Some(good.clone())).await;
     assert_eq!(reason(&v), "duplicate_settlement", "{v}");

@@ -39,7 +39,10 @@ const ETH: u128 = 1_000_000_000_000_000_000;
 /// Writes the shared configuration; returns the environment that points a daemon at it. Each
 /// daemon opens at most 5 + 2 PostgreSQL connections (tests run at once share the server's 100).
 fn configure(dir: &Path, lines: &[String]) -> [(&'static str, &'static str); 2] {
-    let text = lines.join("\n") + "\n[limits]\ndatabase_max_connections = 5\nnonce_lease_connections = 2\n";
+    // `GET /supported` behind a key: the tests' cheapest guarded route (rate limits, deleted keys).
+    let text = "public_supported = false\n".to_owned()
+        + &lines.join("\n")
+        + "\n[limits]\ndatabase_max_connections = 5\nnonce_lease_connections = 2\n";
     std::fs::write(dir.join("tollgate.toml"), text).unwrap();
     [("TOLLGATE_CONFIG", "tollgate.toml"), ("TOLLGATE_MASTER_KEY", MASTER_KEY)]
 }

@@ -578,6 +578,8 @@ async fn x402_exact_spl_is_verified_settled_once_and_hostile_shapes_are_refused(
     assert_eq!(settled["success"], true, "{settled}");
     assert_eq!(settled["payer"], buyer.pubkey().to_string());
     assert_eq!(settled["network"], network);
+    // `amount`: what moved, in atomic units (the current spec's SettleResponse.amount).
+    assert_eq!(settled["amount"], "1000000", "{settled}");
     assert_eq!(fixture.balance(rpc, &seller_ata).await, 1_000_000);
     assert!(rpc.balance(&fee_payer).await.unwrap() < sponsor_sol, "the fee payer paid the fee");
     assert_eq!(rpc.balance(&buyer.pubkey()).await.unwrap(), 0, "the buyer paid no SOL");
@@ -730,6 +732,7 @@ async fn x402_v2_exact_native_verify_and_settle() {
     assert_eq!(settled["success"], true, "{settled}");
     assert_eq!(settled["network"], network, "v2 answers name the CAIP-2 network");
     assert_eq!(settled["transaction"], tx_signature(&tx));
+    assert_eq!(settled["amount"], "10000000", "what moved, in lamports: {settled}");
     assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 1_000_000_000 + 10_000_000);
     // Settled again by the same seller for the same terms: that settlement again (x402 /settle
     // is idempotent, so a seller that saw it pending can follow it), paid once.

@@ -18,8 +18,9 @@
 //! pay_to = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
 //! ```
 //!
-//! Every key is documented on its field below; the README's "Sell any HTTP service" shows a
-//! whole file. Unknown keys are refused (a typo is an error, not a free route).
+//! Every key is documented on its field below; the book's "Sell any HTTP service"
+//! (`docs/src/sell/proxy.md`) shows a whole file. Unknown keys are refused (a typo is an error,
+//! not a free route).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -358,7 +358,7 @@ enum Notice {
 }
 
 /// Text safe inside HTML elements and attribute values.
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -15,6 +15,7 @@ pub mod guard;
 pub mod idempotency;
 pub mod openapi;
 pub mod payments;
+pub mod reference;
 pub mod system;
 pub mod tokens;
 pub mod transactions;
@@ -85,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(openapi::openapi))
+        .route("/docs", get(reference::page))
         .route("/metrics", get(system::metrics))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)

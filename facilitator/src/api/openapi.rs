@@ -12,7 +12,7 @@ use tollgate_protocol::address::PATTERN as ADDRESS_PATTERN;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{dev, events, payments, system, tokens, transactions, webhooks, x402};
+use super::{dev, events, payments, reference, system, tokens, transactions, webhooks, x402};
 use crate::app::AppState;
 
 /// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
@@ -26,7 +26,7 @@ use crate::app::AppState;
         x402::verify, x402::settle, x402::supported,
         events::ws,
         webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries,
-        system::healthz, system::readyz, openapi,
+        system::healthz, system::readyz, openapi, reference::page,
         dev::airdrop,
     ),
     components(schemas(tollgate_protocol::ErrorEnvelope, tollgate_protocol::ErrorBody, tollgate_protocol::ErrorCode)),
@@ -277,6 +277,12 @@ fn parameters(document: &mut Value) {
 /// This API as OpenAPI 3.1.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
 pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
+    Json(document(&state))
+}
+
+/// The document as this daemon serves it (`/openapi.json`, rendered at `/docs`): the generated
+/// one, told this daemon's networks, allowed facilitators, and whether `/supported` takes a key.
+pub fn document(state: &AppState) -> Value {
     let mut document = OPENAPI.clone();
     // This daemon's networks: a network it does not serve is refused, so the document says which.
     let mut served: Vec<Value> = Vec::new();
@@ -307,5 +313,17 @@ pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
             None => schema.remove("examples"),
         };
     }
-    Json(document)
+    // `GET /supported` is open unless configured behind a key (`public_supported`): open, it
+    // takes no key and answers none of the guard's refusals.
+    if state.config.public_supported
+        && let Some(supported) = document.pointer_mut("/paths/~1supported/get").and_then(Value::as_object_mut)
+    {
+        supported.insert("security".into(), json!([]));
+        if let Some(responses) = supported.get_mut("responses").and_then(Value::as_object_mut) {
+            for status in ["401", "403", "429"] {
+                responses.remove(status);
+            }
+        }
+    }
+    document
 }
