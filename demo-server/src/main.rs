@@ -51,6 +51,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("  facilitator  {0}   (API reference: {0}/docs)", demo.facilitator_url);
     println!("  solana rpc   {}", demo.solana_rpc_url);
+    println!("  spl token    {} at {}", tollgate_demo::DEMO_TOKEN_SYMBOL, demo.spl_token);
     println!(
         "  demo buyer   {}  (key: {}, {} SOL and {} {})",
         demo.buyer,

@@ -49,6 +49,8 @@ fn chapters() -> Vec<PathBuf> {
 struct Block {
     /// The info string's first word (`rust`, `toml`, `console`…), empty when untagged.
     lang: String,
+    /// The whole info string (`rust,no_run`).
+    info: String,
     text: String,
     /// 1-based line of the opening fence.
     line: usize,
@@ -57,13 +59,15 @@ struct Block {
 /// The file's fenced blocks, and its other lines (numbered) for links and headings.
 fn parse(markdown: &str) -> (Vec<Block>, Vec<(usize, String)>) {
     let (mut blocks, mut prose) = (Vec::new(), Vec::new());
-    let mut open: Option<(String, String, usize, String)> = None; // fence, lang, line, text
+    let mut open: Option<(String, String, usize, String)> = None; // fence, info, line, text
     for (i, line) in markdown.lines().enumerate() {
         let trimmed = line.trim_start();
         match &mut open {
-            Some((fence, lang, start, text)) => {
+            Some((fence, info, start, text)) => {
                 if trimmed.starts_with(fence.as_str()) && trimmed.trim_start_matches('`').trim().is_empty() {
-                    blocks.push(Block { lang: std::mem::take(lang), text: std::mem::take(text), line: *start });
+                    let lang = info.split([',', ' ']).next().unwrap_or("").to_owned();
+                    let (info, text) = (std::mem::take(info), std::mem::take(text));
+                    blocks.push(Block { lang, info, text, line: *start });
                     open = None;
                 } else {
                     text.push_str(line);
@@ -72,9 +76,8 @@ fn parse(markdown: &str) -> (Vec<Block>, Vec<(usize, String)>) {
             }
             None if trimmed.starts_with("```") => {
                 let fence: String = trimmed.chars().take_while(|&c| c == '`').collect();
-                let info = trimmed[fence.len()..].trim();
-                let lang = info.split([',', ' ']).next().unwrap_or("").to_owned();
-                open = Some((fence, lang, i + 1, String::new()));
+                let info = trimmed[fence.len()..].trim().to_owned();
+                open = Some((fence, info, i + 1, String::new()));
             }
             None => prose.push((i + 1, line.to_owned())),
         }
@@ -218,6 +221,20 @@ fn the_links_checker_finds_what_is_broken() {
 }
 
 #[test]
+fn an_ignored_rust_block_only_includes_a_compiled_example() {
+    let example = "{{#include ../../../middleware/examples/hyper_seller.rs:12:}}\n";
+    assert_eq!(included_example("sell/route.md", example), None);
+    for wrong in [
+        "fn main() {}\n",
+        "{{#include ../../../middleware/src/lib.rs}}\n",
+        "{{#include ../../../middleware/examples/no_such_example.rs}}\n",
+        "{{#include ../../../middleware/examples/hyper_seller.rs}}\nfn more() {}\n",
+    ] {
+        assert!(included_example("sell/route.md", wrong).is_some(), "{wrong}");
+    }
+}
+
+#[test]
 fn the_readme_is_a_landing_page() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let lines = readme.lines().count();
@@ -230,14 +247,32 @@ fn the_readme_is_a_landing_page() {
 
 /// `(lang, file, line, text)` of every block of the book.
 fn blocks() -> Vec<(String, String, usize, String)> {
+    book_blocks().into_iter().map(|(file, b)| (b.lang, file, b.line, b.text)).collect()
+}
+
+/// Every block of the book, with its chapter (relative to `docs/src`).
+fn book_blocks() -> Vec<(String, Block)> {
     let mut all = Vec::new();
     for chapter in chapters() {
         let (blocks, _) = parse(&std::fs::read_to_string(book().join(&chapter)).unwrap());
-        for b in blocks {
-            all.push((b.lang, chapter.display().to_string(), b.line, b.text));
-        }
+        all.extend(blocks.into_iter().map(|b| (chapter.display().to_string(), b)));
     }
     all
+}
+
+/// A Rust block rustdoc does not compile (`ignore`) may only show a compiled example of the
+/// workspace, included by mdBook (`{{#include ../../../middleware/examples/x.rs:12:}}`): `cargo
+/// test` and clippy build examples. `None` when it is one; else what is wrong.
+fn included_example(chapter: &str, text: &str) -> Option<String> {
+    let line = text.trim();
+    let Some(path) = line.strip_prefix("{{#include ").and_then(|l| l.strip_suffix("}}")) else {
+        return Some("an `ignore` Rust block must be an {{#include}} of a workspace example".into());
+    };
+    let file = book().join(chapter).parent().unwrap().join(path.split(':').next().unwrap_or(path));
+    let is_example = file.parent().is_some_and(|d| d.ends_with("examples"))
+        && file.extension().is_some_and(|e| e == "rs")
+        && file.canonicalize().is_ok_and(|f| f.starts_with(root()));
+    (!is_example || line.lines().count() != 1).then(|| format!("{path}: not a workspace example that exists"))
 }
 
 #[test]
@@ -245,9 +280,16 @@ fn every_rust_block_is_a_doctest_and_every_block_is_tagged() {
     let lib = include_str!("../src/lib.rs");
     let mut problems = Vec::new();
     let mut rust = 0;
-    for (lang, file, line, _) in blocks() {
-        match lang.as_str() {
+    for (file, block) in book_blocks() {
+        let line = block.line;
+        match block.lang.as_str() {
             "" => problems.push(format!("docs/src/{file}:{line}: an untagged block (say what it is: rust, toml, sh…)")),
+            "rust" if block.info.split(',').any(|a| a.trim() == "ignore") => {
+                rust += 1;
+                if let Some(problem) = included_example(&file, &block.text) {
+                    problems.push(format!("docs/src/{file}:{line}: {problem}"));
+                }
+            }
             "rust" => {
                 rust += 1;
                 if !lib.contains(&format!("include_str!(\"../../docs/src/{file}\")")) {
@@ -617,6 +659,31 @@ fn the_references_name_everything_the_code_has() {
     for variable in variables {
         if !configuration.contains(&format!("`{variable}`")) {
             problems.push(format!("reference/configuration.md: `{variable}` is not documented"));
+        }
+    }
+
+    // Every key of the TOML file (the fields of config.rs's `File…` structs).
+    let mut keys = BTreeSet::new();
+    let mut in_file_struct = false;
+    for line in source.lines() {
+        if line.starts_with("struct File") {
+            in_file_struct = true;
+        } else if line.starts_with('}') {
+            in_file_struct = false;
+        } else if in_file_struct
+            && !line.trim_start().starts_with(['/', '#'])
+            && let Some((name, _)) = line.trim().split_once(": ")
+        {
+            keys.insert(name.trim_start_matches("pub ").to_owned());
+        }
+    }
+    assert!(keys.len() >= 20 && keys.contains("public_supported"), "{keys:?}");
+    for key in keys {
+        if ![format!("{key}`"), format!("[{key}"), format!(".{key}]")]
+            .iter()
+            .any(|shown| configuration.contains(shown.as_str()))
+        {
+            problems.push(format!("reference/configuration.md: the file key `{key}` is not documented"));
         }
     }
 

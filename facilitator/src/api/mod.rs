@@ -86,7 +86,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(openapi::openapi))
-        .route("/docs", get(reference::page))
+        .route("/docs", get(openapi::docs))
         .route("/metrics", get(system::metrics))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)

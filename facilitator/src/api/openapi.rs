@@ -7,6 +7,8 @@ use std::sync::LazyLock;
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{Html, IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tollgate_protocol::address::PATTERN as ADDRESS_PATTERN;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -26,7 +28,7 @@ use crate::app::AppState;
         x402::verify, x402::settle, x402::supported,
         events::ws,
         webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries,
-        system::healthz, system::readyz, openapi, reference::page,
+        system::healthz, system::readyz, openapi, docs,
         dev::airdrop,
     ),
     components(schemas(tollgate_protocol::ErrorEnvelope, tollgate_protocol::ErrorBody, tollgate_protocol::ErrorCode)),
@@ -278,6 +280,21 @@ fn parameters(document: &mut Value) {
 #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
 pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
     Json(document(&state))
+}
+
+/// The API reference of this daemon: its `/openapi.json`, rendered ([`reference::render`]).
+#[utoipa::path(get, path = "/docs", tag = "system",
+    responses((status = 200, description = "The API reference as one HTML page, rendered from `/openapi.json`", content_type = "text/html")))]
+pub async fn docs(State(state): State<AppState>) -> Response {
+    let mut response = Html(reference::render(&document(&state))).into_response();
+    let headers = response.headers_mut();
+    // Nothing but this page and its inline style: no script, no font, no image from anywhere.
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
 }
 
 /// The document as this daemon serves it (`/openapi.json`, rendered at `/docs`): the generated

@@ -1,38 +1,19 @@
-//! `GET /docs`: the API reference, rendered from this daemon's own `/openapi.json` document into
-//! one self-contained HTML page (inline style, no script, nothing fetched from elsewhere), so it
-//! never disagrees with the contract and works on a machine with no network.
+//! The API reference served at `GET /docs` ([`super::openapi::docs`]): this daemon's own
+//! `/openapi.json` document rendered into one self-contained HTML page (inline style, no script,
+//! nothing fetched from elsewhere), so it never disagrees with the contract and works on a machine
+//! with no network.
 //!
 //! Each operation is a `<section class="operation" data-method="GET" data-path="/…">`, each
 //! schema a `<section class="schema" id="schema-Name">`; a `$ref` is a link to its schema.
 
 use std::fmt::Write as _;
 
-use axum::extract::State;
-use axum::http::{HeaderValue, header};
-use axum::response::{Html, IntoResponse, Response};
 use serde_json::{Map, Value};
 
 use super::dashboard::escape;
-use super::openapi::document;
-use crate::app::AppState;
 
 /// The methods an OpenAPI path item may hold, in the order they are shown.
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
-
-/// The API reference of this daemon (its `/openapi.json`, rendered).
-#[utoipa::path(get, path = "/docs", tag = "system",
-    responses((status = 200, description = "The API reference as one HTML page, rendered from `/openapi.json`", content_type = "text/html")))]
-pub async fn page(State(state): State<AppState>) -> Response {
-    let mut response = Html(render(&document(&state))).into_response();
-    let headers = response.headers_mut();
-    // Nothing but this page and its inline style: no script, no font, no image from anywhere.
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
-    );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    response
-}
 
 /// The whole page for an OpenAPI 3.1 `document`.
 pub fn render(document: &Value) -> String {
