@@ -245,11 +245,6 @@ fn the_readme_is_a_landing_page() {
     }
 }
 
-/// `(lang, file, line, text)` of every block of the book.
-fn blocks() -> Vec<(String, String, usize, String)> {
-    book_blocks().into_iter().map(|(file, b)| (b.lang, file, b.line, b.text)).collect()
-}
-
 /// Every block of the book, with its chapter (relative to `docs/src`).
 fn book_blocks() -> Vec<(String, Block)> {
     let mut all = Vec::new();
@@ -311,7 +306,7 @@ fn every_toml_and_json_block_loads() {
     let dir = tempfile::tempdir().unwrap();
     let mut problems = Vec::new();
     let mut checked = BTreeMap::<&str, usize>::new();
-    for (lang, file, line, text) in blocks() {
+    for (file, Block { lang, text, line, .. }) in book_blocks() {
         let at = format!("docs/src/{file}:{line}");
         match lang.as_str() {
             "toml" => {
@@ -430,15 +425,34 @@ fn commands(lang: &str, text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A package of the workspace, as its `Cargo.toml` declares it.
+struct Package {
+    name: String,
+    dir: PathBuf,
+    /// Its `[[bin]]` names.
+    binaries: Vec<String>,
+}
+
+/// The workspace's packages: the root `Cargo.toml`'s members.
+fn workspace() -> Vec<Package> {
+    let read = |path: PathBuf| toml::from_str::<toml::Value>(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let members = read(root().join("Cargo.toml"))["workspace"]["members"].as_array().unwrap().clone();
+    members
+        .iter()
+        .map(|member| {
+            let dir = root().join(member.as_str().unwrap());
+            let manifest = read(dir.join("Cargo.toml"));
+            let name = manifest["package"]["name"].as_str().unwrap().to_owned();
+            let bins = manifest.get("bin").and_then(toml::Value::as_array).cloned().unwrap_or_default();
+            let binaries = bins.iter().filter_map(|b| b["name"].as_str().map(str::to_owned)).collect();
+            Package { name, dir, binaries }
+        })
+        .collect()
+}
+
 /// The workspace's binaries: name → package.
-fn binaries() -> BTreeMap<&'static str, &'static str> {
-    BTreeMap::from([
-        ("tollgate-facilitator", "tollgate-facilitator"),
-        ("tollgate-pay", "tollgate-client"),
-        ("tollgate-proxy", "tollgate-proxy"),
-        ("tollgate-demo", "tollgate-demo"),
-        ("tollgate-demo-mcp", "tollgate-demo"),
-    ])
+fn binaries() -> BTreeMap<String, String> {
+    workspace().into_iter().flat_map(|p| p.binaries.into_iter().map(move |b| (b, p.name.clone()))).collect()
 }
 
 /// Where cargo put this test's sibling binaries (`target/debug`).
@@ -497,7 +511,7 @@ fn check_command(command: &str, problems: &mut Vec<String>, at: &str) {
             return;
         }
         let binary = value("--bin").unwrap_or_else(|| package.clone());
-        if bins.get(binary.as_str()) != Some(&package.as_str()) {
+        if bins.get(&binary) != Some(&package) {
             problems.push(format!("{at}: `{command}`: the package {package} has no binary {binary}"));
             return;
         }
@@ -555,29 +569,14 @@ fn check_command(command: &str, problems: &mut Vec<String>, at: &str) {
 
 /// A workspace package's folder.
 fn package_dir(package: &str) -> Option<PathBuf> {
-    let folders = [
-        "protocol",
-        "encoding",
-        "middleware",
-        "facilitator",
-        "client",
-        "mcp",
-        "demo-server",
-        "proxy",
-        "tests",
-        "bench",
-    ];
-    folders.iter().map(|f| root().join(f)).find(|dir| {
-        std::fs::read_to_string(dir.join("Cargo.toml"))
-            .is_ok_and(|toml| toml.lines().any(|l| l.trim() == format!("name = \"{package}\"")))
-    })
+    workspace().into_iter().find(|p| p.name == package).map(|p| p.dir)
 }
 
 #[test]
 fn every_command_line_names_what_exists() {
     let mut problems = Vec::new();
     let mut checked = 0;
-    for (lang, file, line, text) in blocks() {
+    for (file, Block { lang, text, line, .. }) in book_blocks() {
         if lang == "sh" || lang == "console" {
             for command in commands(&lang, &text) {
                 check_command(&command, &mut problems, &format!("docs/src/{file}:{line}"));

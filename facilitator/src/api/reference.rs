@@ -35,8 +35,10 @@ pub fn render(document: &Value) -> String {
     let operations = operations(document);
     let schemas = document.pointer("/components/schemas").and_then(Value::as_object);
 
+    let groups = by_tag(&operations);
+
     out.push_str("<nav><h2>Operations</h2>");
-    for (tag, group) in by_tag(&operations) {
+    for (tag, group) in &groups {
         let _ = write!(out, "<h3>{}</h3><ul>", escape(tag));
         for op in group {
             let _ = write!(
@@ -59,7 +61,7 @@ pub fn render(document: &Value) -> String {
     }
     out.push_str("</nav><main>");
 
-    for (tag, group) in by_tag(&operations) {
+    for (tag, group) in &groups {
         let _ = write!(out, "<h2>{}</h2>", escape(tag));
         for op in group {
             operation(&mut out, document, op);
