@@ -184,6 +184,11 @@ impl Budget {
             .map_err(|e| PayError::Budget(format!("the budget's task failed: {e}")))?
     }
 
+    /// Whether one of the limits is counted in `requirement`'s asset (the budget then caps it).
+    pub(crate) fn counts(&self, requirement: &PaymentRequirements) -> bool {
+        self.limits.iter().any(|l| l.cap.counts(requirement))
+    }
+
     /// Reserves `requirement`'s amount for `url` if it fits every limit counted in its asset.
     pub(crate) async fn reserve(
         &self,

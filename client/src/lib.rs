@@ -123,6 +123,23 @@ pub enum PayError {
     /// The request's body cannot be sent again with the payment (it streams).
     #[error("{0}")]
     Body(String),
+    /// No cap or budget limits what this offer would take, and the buyer was not told to pay
+    /// without one ([`Buyer::without_cap`], `tollgate-pay --no-cap`). Nothing was signed.
+    #[error(
+        "refusing to pay {price} on {network} to {pay_to} without a spending cap: give one (tollgate-pay --max \
+         {suggested}, Buyer::with_cap), a budget limit in this asset, or pay uncapped on purpose (--no-cap, \
+         Buyer::without_cap)"
+    )]
+    Uncapped {
+        /// What was asked, whole units.
+        price: String,
+        /// The network it is asked on.
+        network: String,
+        /// Who would be paid.
+        pay_to: String,
+        /// A `--max` that would take it.
+        suggested: String,
+    },
 }
 
 /// What a [`Cap`] is counted in.
@@ -474,6 +491,8 @@ pub struct Buyer {
     solana: Option<std::sync::Arc<dyn Wallet>>,
     evm: Option<std::sync::Arc<dyn Wallet>>,
     cap: Option<Cap>,
+    /// Pays offers that no cap or budget limit counts (told so: [`Buyer::without_cap`]).
+    uncapped: bool,
     budget: Option<Budget>,
     max_pending_retries: u32,
 }
@@ -490,7 +509,7 @@ impl Buyer {
     #[must_use]
     pub fn new() -> Self {
         let http = reqwest::Client::builder().redirect(same_origin_redirects()).build().unwrap_or_default();
-        Self { http, solana: None, evm: None, cap: None, budget: None, max_pending_retries: 5 }
+        Self { http, solana: None, evm: None, cap: None, uncapped: false, budget: None, max_pending_retries: 5 }
     }
 
     /// Pays on Solana with `keypair`, reading the cluster, recent blockhashes and token mints
@@ -530,10 +549,21 @@ impl Buyer {
         }
     }
 
-    /// Never pays more than `cap` for one request.
+    /// Never pays more than `cap` for one request. A buyer pays nothing without a cap, or a
+    /// budget limit in the offer's asset ([`Self::with_budget`]), unless told to
+    /// ([`Self::without_cap`]): an offer no limit counts is refused with [`PayError::Uncapped`]
+    /// before anything is signed.
     #[must_use]
     pub fn with_cap(mut self, cap: Cap) -> Self {
         self.cap = Some(cap);
+        self
+    }
+
+    /// Pays whatever a seller asks, within a budget if one is given: without a cap, every offer
+    /// its keys can pay is taken at any price. Say so only where the prices are trusted.
+    #[must_use]
+    pub const fn without_cap(mut self) -> Self {
+        self.uncapped = true;
         self
     }
 
@@ -794,6 +824,7 @@ impl Buyer {
     async fn choices(&self, challenge: &PaymentRequired, first: bool) -> Result<Vec<Choice>, PayError> {
         let offers = challenge.requirements();
         let mut over_cap = None;
+        let mut uncapped = None;
         let mut choices = Vec::new();
         for (requirement, resource) in &offers {
             // An offer in another asset than the cap's is not taken: 1 SOL is no cap on ETH.
@@ -812,6 +843,23 @@ impl Buyer {
                 });
                 continue;
             }
+            // Nothing limits what it takes: not paid unless the buyer said so.
+            if self.cap.is_none() && !self.uncapped && !self.budget.as_ref().is_some_and(|b| b.counts(requirement)) {
+                uncapped.get_or_insert_with(|| {
+                    let whole = DecimalAmount::from_atomic(requirement.amount, decimals);
+                    let suggested = match requirement.asset {
+                        Asset::Native => format!("{whole}{}", requirement.network.family().native_symbol()),
+                        Asset::Token(token) => format!("{whole}@{token}"),
+                    };
+                    PayError::Uncapped {
+                        price: priced(&whole, requirement),
+                        network: requirement.network.to_string(),
+                        pay_to: requirement.pay_to.to_string(),
+                        suggested,
+                    }
+                });
+                continue;
+            }
             choices.push(Choice { requirement: requirement.clone(), resource: resource.clone(), decimals });
             if first {
                 break;
@@ -820,7 +868,7 @@ impl Buyer {
         if !choices.is_empty() {
             return Ok(choices);
         }
-        Err(over_cap.unwrap_or_else(|| {
+        Err(over_cap.or(uncapped).unwrap_or_else(|| {
             let offered: Vec<String> = offers.iter().map(|(r, _)| describe(r)).collect();
             match &self.cap {
                 Some(cap) if cap.asset != CapAsset::Any => {

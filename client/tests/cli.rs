@@ -73,6 +73,27 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     }
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 
+    // No cap at all: refused before anything is signed (exit 3), the offer and the flag to add
+    // on stderr; `--no-cap` says to pay whatever is asked.
+    let mut uncapped = args.clone();
+    uncapped.drain(max..max + 2);
+    let out = run(uncapped.clone(), vec![]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("refusing to pay 0.001 SOL"), "{stderr}");
+    assert!(stderr.contains("--max 0.001SOL") && stderr.contains("--no-cap"), "{stderr}");
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2, "nothing paid");
+    let mut dry = uncapped.clone();
+    dry.insert(0, "--dry-run".into());
+    let out = run(dry, vec![]).await;
+    assert_eq!(out.status.code(), Some(3), "a dry run says the same");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would pay nothing: refusing to pay"));
+    uncapped.insert(0, "--no-cap".into());
+    let out = run(uncapped, vec![]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
+
     // No key at all: exit 3 with what was offered.
     let out = run(vec![format!("{}/quote", demo.shop_url)], vec![]).await;
     assert_eq!(out.status.code(), Some(3));
@@ -89,7 +110,7 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["city"], "Lisbon");
     assert_eq!(body["paid_by"]["payer"], demo.buyer, "{body}");
-    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 4);
 }
 
 /// The demo with a fresh anvil (kept alive with its data folder by the caller).

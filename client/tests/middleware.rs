@@ -51,10 +51,16 @@ async fn a_reqwest_client_pays_a_paid_post_within_its_budget() {
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 2);
 
     // An offer over the budget gives way to the seller's next one: /report's 0.05 TUSD is over a
-    // TUSD budget of 0.01, its 0.01 SOL is paid.
+    // TUSD budget of 0.01, its 0.01 SOL (within the SOL budget) is paid.
     let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
     let tusd = Limit::parse(&format!("0.01@{}", demo.spl_token), false).unwrap();
-    let budget = Budget::open(&dir.path().join("tusd.db"), vec![tusd]).unwrap();
+    let sol = Limit::parse("1SOL/day", false).unwrap();
+    let budget = Budget::open(&dir.path().join("tusd.db"), vec![tusd.clone()]).unwrap();
+    // With the TUSD limit alone, nothing caps the SOL offer: nothing is paid.
+    let buyer = Buyer::new().with_solana(key.insecure_clone(), &demo.solana_rpc_url).with_budget(budget);
+    let refused = PaymentMiddleware::client(Arc::new(buyer)).get(format!("{}/report", demo.shop_url)).send().await;
+    assert!(refused.unwrap_err().to_string().contains("does not fit the budget"), "the budget's refusal is named");
+    let budget = Budget::open(&dir.path().join("tusd.db"), vec![tusd, sol]).unwrap();
     let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).with_budget(budget);
     let answer =
         PaymentMiddleware::client(Arc::new(buyer)).get(format!("{}/report", demo.shop_url)).send().await.unwrap();
@@ -71,7 +77,7 @@ async fn a_reqwest_client_pays_a_paid_post_in_eth_on_anvil() {
     let key: tollgate_client::PrivateKeySigner =
         std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().parse().unwrap();
     // Only ETH: the SOL offer is not this buyer's (it has no Solana key).
-    let buyer = Buyer::new().with_evm(key, &anvil.endpoint()).unwrap();
+    let buyer = Buyer::new().with_evm(key, &anvil.endpoint()).unwrap().without_cap();
     let http = PaymentMiddleware::client(Arc::new(buyer));
     let answer = http.post(format!("{}/summarize", demo.shop_url)).body("paid in ether").send().await.unwrap();
     assert_eq!(answer.status(), 200);
@@ -125,7 +131,7 @@ async fn a_wallet_of_the_programs_own_signs_what_the_buyer_pays() {
         inner: tollgate_client::wallet::SolanaWallet::new(key, demo.solana_rpc_url.clone()),
         signed: std::sync::Mutex::default(),
     });
-    let buyer = Buyer::new().with_wallet(signer.clone());
+    let buyer = Buyer::new().with_wallet(signer.clone()).without_cap();
     assert_eq!(buyer.solana_address().as_deref(), Some(demo.buyer.as_str()));
     let http = PaymentMiddleware::client(Arc::new(buyer));
     let answer = http.get(format!("{}/quote", demo.shop_url)).send().await.unwrap();

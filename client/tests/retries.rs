@@ -72,7 +72,7 @@ async fn a_lost_answer_is_asked_again_with_the_same_payment_only_when_that_canno
         .route("/plain-order", order(runs.clone()).route_layer(layer(false)));
     let front = losing_front(serve(seller).await).await;
     let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
-    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url);
+    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).without_cap();
     let sent = || async { demo.history(&demo.buyer, "sent").await.unwrap()["total"].as_u64().unwrap() };
 
     // The seller takes payment identifiers: the POST is sent again, answered as it was.

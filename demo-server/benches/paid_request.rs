@@ -53,7 +53,9 @@ fn bench(c: &mut Criterion) {
     let demo = runtime.block_on(tollgate_demo::start(&tollgate_demo::Options::new(dir.path()))).unwrap();
     let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
     let signer = key.insecure_clone();
-    let buyer = tollgate_client::Buyer::new().with_solana(key, &demo.solana_rpc_url);
+    let buyer = tollgate_client::Buyer::new()
+        .with_solana(key, &demo.solana_rpc_url)
+        .with_cap(tollgate_client::Cap::parse("0.01SOL").expect("a cap"));
     let quote = format!("{}/quote", demo.shop_url);
     let http = reqwest::Client::new();
     let backend = demo.state.chains.embedded_solana().unwrap();

@@ -121,6 +121,14 @@ pub struct Demo {
 }
 
 impl Demo {
+    /// Stops what runs outside this process (the proxied service's Python process) and waits for
+    /// it; the rest stops with the runtime.
+    pub async fn stop(self) {
+        if let Some(proxied) = self.proxied {
+            proxied.stop().await;
+        }
+    }
+
     /// The shop's MCP tools over streamable HTTP.
     #[must_use]
     pub fn mcp_url(&self) -> String {

@@ -99,6 +99,9 @@ async fn main() -> anyhow::Result<()> {
     }
     println!();
     println!("Ctrl-C to stop.");
-    tokio::signal::ctrl_c().await?;
+    // Ctrl-C, or SIGTERM (what `docker stop` and service managers send): the proxied service's
+    // Python process stops with the demo, never left behind.
+    tollgate_facilitator::shutdown_signal().await;
+    demo.stop().await;
     Ok(())
 }

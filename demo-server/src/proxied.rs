@@ -23,8 +23,8 @@ pub struct Proxied {
     pub url: String,
     /// The configuration it runs (in the data folder).
     pub config: std::path::PathBuf,
-    /// The Python process (stopped with the demo).
-    _upstream: tokio::process::Child,
+    /// The Python process (stopped with the demo: [`Proxied::stop`], or when dropped).
+    upstream: tokio::process::Child,
 }
 
 /// Starts the upstream and the proxy in front of it on `addr`, paid to `seller` (and the EVM
@@ -74,7 +74,16 @@ pub(crate) async fn start(
         std::time::Duration::from_secs(1),
     ));
     tokio::spawn(tollgate_proxy::server::watch(proxy, config.clone(), std::time::Duration::from_secs(1)));
-    Ok(Proxied { url, config, _upstream: upstream })
+    Ok(Proxied { url, config, upstream })
+}
+
+impl Proxied {
+    /// Stops the Python process and waits for it to end.
+    pub async fn stop(mut self) {
+        if let Err(e) = self.upstream.kill().await {
+            tracing::warn!(error = %e, "the proxied service could not be stopped");
+        }
+    }
 }
 
 /// Randomness for the shared secret, from the OS (through std's hasher seeds).

@@ -140,6 +140,63 @@ async fn paid_tools_are_paid_once_over_http_and_stdio_within_the_budget() {
     http.cancel().await.unwrap();
 }
 
+/// `call` with `payment` in its `_meta`.
+fn with_payment(mut params: CallToolRequestParams, payment: &Value) -> CallToolRequestParams {
+    params.meta.get_or_insert_with(RequestMetaObject::default).insert(PAYMENT_META.into(), payment.clone());
+    params
+}
+
+/// The demo's MCP tools over stdio: a new `tollgate-demo-mcp` process, paid to the demo seller.
+async fn stdio_server(demo: &Demo) -> RunningService<RoleClient, ()> {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate-demo-mcp"));
+    command
+        .arg("--facilitator")
+        .arg(&demo.facilitator_url)
+        .arg("--api-key-file")
+        .arg(&demo.seller_api_key_file)
+        .arg("--pay-to")
+        .arg(&demo.seller);
+    ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap()
+}
+
+/// One payment presented to three `tollgate-demo-mcp` processes started one after another (each
+/// remembering nothing of the last): the call, its retry, then "pay again" — the facilitator
+/// counts the answers, not the process. The same payment with other arguments is another request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_payment_over_three_stdio_processes_serves_its_call_and_one_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&tollgate_demo::Options::new(dir.path())).await.unwrap();
+    let before = received(&demo).await;
+    let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
+    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).without_cap();
+    let first = stdio_server(&demo).await;
+    let asked = first.peer().call_tool(text_call("summarize", "one paid summary")).await.unwrap();
+    let authorization = buyer.authorize(&payment_required(&asked).unwrap(), "mcp+stdio://demo").await.unwrap();
+    let payment = serde_json::to_value(authorization.payload()).unwrap();
+    first.cancel().await.unwrap();
+
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let stdio = stdio_server(&demo).await;
+        let peer = stdio.peer().clone();
+        let answer = peer.call_tool(with_payment(text_call("summarize", "one paid summary"), &payment)).await.unwrap();
+        let other = peer.call_tool(with_payment(text_call("summarize", "another text"), &payment)).await.unwrap();
+        assert_eq!(other.is_error, Some(true), "other arguments are another request: {other:?}");
+        outcomes.push(if answer.is_error == Some(true) {
+            let required = payment_required(&answer).expect("asked to pay again");
+            assert!(format!("{answer:?}").contains("served the 2 answers"), "{answer:?}");
+            assert!(!required.requirements().is_empty());
+            "pay again"
+        } else {
+            assert_eq!(answer.structured_content.as_ref().unwrap()["words"], 3);
+            "served"
+        });
+        stdio.cancel().await.unwrap();
+    }
+    assert_eq!(outcomes, ["served", "served", "pay again"]);
+    assert_eq!(received(&demo).await, before + 1, "paid once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sellers_and_buyers_that_cheat_get_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,19 +223,15 @@ async fn sellers_and_buyers_that_cheat_get_nothing() {
     // tool does not run.
     let peer = http.peer().clone();
     let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
-    let raw_buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url);
+    let raw_buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).without_cap();
     let first = peer.call_tool(text_call("summarize", "a b c")).await.unwrap();
     let challenge = payment_required(&first).expect("payment required");
     let authorization = raw_buyer.authorize(&challenge, &greedy).await.unwrap();
     let payment = serde_json::to_value(authorization.payload()).unwrap();
-    let with_payment = |mut params: CallToolRequestParams, payment: Value| {
-        params.meta.get_or_insert_with(RequestMetaObject::default).insert(PAYMENT_META.into(), payment);
-        params
-    };
-    let paid = peer.call_tool(with_payment(text_call("summarize", "a b c"), payment.clone())).await.unwrap();
+    let paid = peer.call_tool(with_payment(text_call("summarize", "a b c"), &payment)).await.unwrap();
     assert_ne!(paid.is_error, Some(true), "{paid:?}");
     assert_eq!(received(&demo).await, before + 1);
-    let elsewhere = peer.call_tool(with_payment(text_call("count_words", "a b c d"), payment.clone())).await.unwrap();
+    let elsewhere = peer.call_tool(with_payment(text_call("count_words", "a b c d"), &payment)).await.unwrap();
     let again = payment_required(&elsewhere).expect("the proof pays summarize, not count_words");
     assert!(!again.requirements().is_empty());
     assert!(elsewhere.structured_content.as_ref().unwrap().get("words").is_none(), "the tool did not run");
@@ -186,7 +239,7 @@ async fn sellers_and_buyers_that_cheat_get_nothing() {
 
     // Payments that are no payment: an error result naming why, never a server error.
     for junk in [json!("not a payment"), json!({}), json!({"x402Version": 2, "accepted": 5}), json!([1, 2])] {
-        let answer = peer.call_tool(with_payment(text_call("summarize", "x"), junk.clone())).await.unwrap();
+        let answer = peer.call_tool(with_payment(text_call("summarize", "x"), &junk)).await.unwrap();
         assert_eq!(answer.is_error, Some(true), "{junk}: {answer:?}");
         assert!(answer.structured_content.as_ref().unwrap().get("words").is_none(), "{junk}");
     }
@@ -323,7 +376,7 @@ async fn the_official_mcp_sdk_sees_the_payment_request_of_the_transport_and_pays
     let before = received(&demo).await;
     let challenge: tollgate_protocol::x402::PaymentRequired = serde_json::from_value(required.clone()).unwrap();
     let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
-    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url);
+    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).without_cap();
     let authorization = buyer.authorize(&challenge, &demo.mcp_url()).await.unwrap();
     let payment = serde_json::to_value(authorization.payload()).unwrap();
     let paid = official_client(&demo.mcp_url(), "summarize", &text, Some(&payment)).await;
@@ -359,5 +412,31 @@ async fn a_metered_tool_is_paid_through_permit2_for_what_it_used() {
     assert_eq!(paid.settlement.unwrap().amount.map(|a| a.get()), Some(12_000));
     let history = demo.history(&evm.buyer, "sent").await.unwrap();
     assert_eq!(history["payments"][0]["amountAtomic"], "12000", "{history}");
+
+    // A payment for 1 word, presented again for 50 (attacker finding): another request, refused,
+    // and nothing more settled; presented again for the same word, its retry, charged nothing more
+    // (the receipt names the 1 word settled); a third time, refused.
+    let key: tollgate_client::PrivateKeySigner =
+        std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().parse().unwrap();
+    let cap = tollgate_client::Cap::parse(&format!("0.05@{pusd}")).unwrap();
+    let raw = Buyer::new().with_evm(key, &anvil.endpoint()).unwrap().with_cap(cap);
+    let peer = http.peer().clone();
+    let asked = peer.call_tool(call("tell_story", json!({"words": 1}))).await.unwrap();
+    let authorization = raw.authorize(&payment_required(&asked).unwrap(), &demo.mcp_url()).await.unwrap();
+    let payment = serde_json::to_value(authorization.payload()).unwrap();
+    let one = peer.call_tool(with_payment(call("tell_story", json!({"words": 1})), &payment)).await.unwrap();
+    assert_ne!(one.is_error, Some(true), "{one:?}");
+    assert_eq!(one.meta.as_ref().unwrap()[tollgate_mcp::PAYMENT_RESPONSE_META]["amount"], "1000");
+    let fifty = peer.call_tool(with_payment(call("tell_story", json!({"words": 50})), &payment)).await.unwrap();
+    assert_eq!(fifty.is_error, Some(true), "{fifty:?}");
+    assert!(fifty.structured_content.as_ref().unwrap().get("words").is_none(), "the tool did not run");
+    let again = peer.call_tool(with_payment(call("tell_story", json!({"words": 1})), &payment)).await.unwrap();
+    assert_ne!(again.is_error, Some(true), "{again:?}");
+    assert_eq!(again.meta.as_ref().unwrap()[tollgate_mcp::PAYMENT_RESPONSE_META]["amount"], "1000");
+    let third = peer.call_tool(with_payment(call("tell_story", json!({"words": 1})), &payment)).await.unwrap();
+    assert_eq!(third.is_error, Some(true), "{third:?}");
+    let history = demo.history(&evm.buyer, "sent").await.unwrap();
+    assert_eq!(history["total"], 2, "{history}");
+    assert_eq!(history["payments"][0]["amountAtomic"], "1000", "settled once, for the 1 word: {history}");
     http.cancel().await.unwrap();
 }

@@ -90,6 +90,8 @@ pub enum Endpoint {
     PaymentSend,
     /// `POST /payment/receive`.
     PaymentReceive,
+    /// `POST /payment/answer/release`.
+    PaymentAnswerRelease,
     /// `GET /payment/status/{paymentId}`.
     PaymentStatus,
     /// `GET /payment/history/{walletAddress}`.
@@ -123,6 +125,7 @@ impl Endpoint {
         match self {
             Self::PaymentSend
             | Self::PaymentReceive
+            | Self::PaymentAnswerRelease
             | Self::PaymentStatus
             | Self::PaymentHistory
             | Self::DevAirdrop => EndpointGroup::Payment,
@@ -239,6 +242,7 @@ mod tests {
         let enterprise = plans.get(Plan::Enterprise);
         for e in [
             Endpoint::PaymentSend,
+            Endpoint::PaymentAnswerRelease,
             Endpoint::PaymentHistory,
             Endpoint::TransactionConfirm,
             Endpoint::Verify,

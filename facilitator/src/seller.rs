@@ -5,8 +5,8 @@
 //! same jobs ([`Payments::verify`], [`Payments::receive`]).
 //!
 //! A proof is bound to the resource and method the layer names, is settled once, and a repeat
-//! of it by the same seller for the same request is answered with that settlement for the
-//! layer's ticket lifetime, as over HTTP.
+//! of it by the same seller for the same request claims one more answer of its ticket in the
+//! database (as over HTTP), so several seller processes on one database share one count.
 
 use async_trait::async_trait;
 use tollgate::facilitator::{Claim, Facilitator, Payment, Verdict};
@@ -52,23 +52,25 @@ impl InProcess {
     /// and method — which must pass what the HTTP API asks of them (a resource URL of at most
     /// 2,048 characters without control characters, a method in capitals); `None` when they do
     /// not ([`unbound`]).
-    fn job(&self, claim: Claim<'_>, repeat: Repeat) -> Option<Receive> {
+    fn job(&self, claim: Claim<'_>) -> Option<Receive> {
         let url = claim.resource.url.as_str();
         validate::x402_resource(Some(url)).ok()?;
         let method = validate::method(claim.resource.method.as_deref()).ok()?;
+        claim.ticket.check().ok()?;
+        let repeat = Repeat::Counted(claim.ticket.clone());
         let (payload, requirement) = (claim.payload.clone(), claim.requirement.clone());
         let bound = (Some(url.to_owned()), method);
         Some(Receive::x402(self.account.clone(), payload, requirement, bound, repeat, self.sponsorship))
     }
 }
 
-/// A request whose resource or method cannot be bound to a payment: nothing settles, and the
-/// layer answers as it does when the HTTP API refuses the request (unavailable).
+/// A request whose resource, method or ticket cannot be bound to a payment: nothing settles,
+/// and the layer answers as it does when the HTTP API refuses the request (unavailable).
 fn unbound() -> Verdict {
     Verdict::Unavailable {
         timed_out: false,
-        reason: "the request's resource URL (at most 2,048 characters, no control characters) or method (in \
-                 capitals) cannot be bound to a payment"
+        reason: "the request's resource URL (at most 2,048 characters, no control characters), method (in \
+                 capitals) or ticket terms cannot be bound to a payment"
             .into(),
     }
 }
@@ -87,7 +89,7 @@ impl Facilitator for InProcess {
     /// Would it settle? A proof this seller settled already is answered with that settlement
     /// (for the same request: else it is used).
     async fn verify(&self, claim: Claim<'_>) -> Verdict {
-        let Some(job) = self.job(claim, Repeat::Used) else { return unbound() };
+        let Some(job) = self.job(claim) else { return unbound() };
         match self.payments.verify(job).await {
             Ok(payer) => {
                 let r = claim.requirement;
@@ -100,13 +102,12 @@ impl Facilitator for InProcess {
         }
     }
 
-    /// Settles, or answers the settlement made before for the same request (x402 `/settle` is
-    /// idempotent for one seller).
+    /// Settles, or answers the settlement made before for the same request with one more answer
+    /// claimed (or refuses it once its ticket is used up).
     async fn settle(&self, claim: Claim<'_>) -> Verdict {
-        let Some(job) = self.job(claim, Repeat::Confirmed) else { return unbound() };
-        let asked = chrono::Utc::now();
+        let Some(job) = self.job(claim) else { return unbound() };
         match self.payments.settle_x402(job).await {
-            Ok(Settlement::Settled(stored)) => verdict(*stored, claim, asked),
+            Ok(Settlement::Settled(stored)) => verdict(*stored, claim),
             Ok(Settlement::NothingCharged { payer }) => {
                 let r = claim.requirement;
                 let nothing = Payment::new(r.network.clone(), r.asset, AtomicAmount(0), r.pay_to);
@@ -116,29 +117,27 @@ impl Facilitator for InProcess {
         }
     }
 
-    /// Settling again follows the payment: an unfinished one is pushed on and answered.
+    /// Settling again follows the payment: an unfinished one is pushed on and answered, a
+    /// confirmed one claims one more answer.
     async fn follow(&self, _payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
         self.settle(claim).await
     }
+
+    /// One answer of the payment given back in the database.
+    async fn release(&self, payment: &Payment) {
+        let Some(id) = &payment.payment_id else { return };
+        if let Err(e) = self.payments.release_answer(&self.account, id).await {
+            tracing::warn!(payment_id = %id, error = %e, "an answer could not be given back");
+        }
+    }
 }
 
-/// A settlement as the layer's verdict, asked for at `asked`: paid only when it pays the
-/// claim's requirement, and — a settlement made before, answered again — was confirmed within
-/// the ticket's lifetime (whole seconds, as the gateway's records are read over HTTP). One
-/// confirmed since it was asked for is this request's own, whatever the lifetime.
-fn verdict(stored: StoredPayment, claim: Claim<'_>, asked: chrono::DateTime<chrono::Utc>) -> Verdict {
+/// A settlement as the layer's verdict: paid only when it pays the claim's requirement, with
+/// the answers it has served (the core claimed this one).
+fn verdict(stored: StoredPayment, claim: Claim<'_>) -> Verdict {
     let p = &stored.payment;
     match p.status {
         PaymentStatus::Confirmed => {
-            let lifetime = i64::try_from(claim.lifetime.as_secs()).unwrap_or(i64::MAX);
-            let now = chrono::Utc::now().timestamp();
-            let serves =
-                |at: chrono::DateTime<chrono::Utc>| at >= asked || now.saturating_sub(at.timestamp()) <= lifetime;
-            if !stored.confirmed_at.is_some_and(serves) {
-                return Verdict::Refused {
-                    reason: "this payment was confirmed longer ago than a paid request is served again".into(),
-                };
-            }
             let paid = match (p.asset.parse(), p.to.parse()) {
                 (Ok(asset), Ok(pay_to)) => Payment::new(p.network.clone(), asset, p.amount_atomic, pay_to)
                     .with_payer(p.from.clone())
@@ -147,6 +146,10 @@ fn verdict(stored: StoredPayment, claim: Claim<'_>, asked: chrono::DateTime<chro
             };
             let paid = match &p.transaction {
                 Some(tx) => paid.with_transaction(tx.clone()),
+                None => paid,
+            };
+            let paid = match stored.answers {
+                Some(answers) => paid.with_answers(answers),
                 None => paid,
             };
             if paid.covers(claim.requirement) {
@@ -217,11 +220,12 @@ mod tests {
             confirmed_at: Some(at),
             error: None,
             checks: 0,
+            answers: None,
         }
     }
 
     #[test]
-    fn a_settlement_serves_within_the_ticket_lifetime_in_whole_seconds_and_pays_the_requirement() {
+    fn a_settlement_pays_the_requirement_with_the_answers_counted() {
         let payload = tollgate_protocol::x402::PaymentPayload::exact_native_v1(
             &Network::solana_devnet(),
             &tollgate_protocol::x402::schemes::ExactNativePayload::Transaction("AQID".into()),
@@ -233,24 +237,22 @@ mod tests {
             method: Some("GET".into()),
         };
         let requirement = requirement();
-        let claim = |lifetime: u64| Claim {
+        let ticket = tollgate_protocol::ticket::Ticket { uses: 2, seconds: 60, request: None };
+        let claim = Claim {
             header: "",
             payload: &payload,
             requirement: &requirement,
             decimals: ChainFamily::Solana.native_decimals(),
             resource: &resource,
-            lifetime: std::time::Duration::from_secs(lifetime),
+            ticket: &ticket,
         };
-        let now = chrono::Utc::now();
-        let paid = |stored, lifetime, asked| matches!(verdict(stored, claim(lifetime), asked), Verdict::Paid(_));
-        let settled_now = confirmed(chrono::Duration::milliseconds(800));
-        let asked_before = now - chrono::Duration::seconds(2);
-        assert!(paid(settled_now, 0, asked_before), "settled for this request: served, even with no ticket lifetime");
-        assert!(paid(confirmed(chrono::Duration::seconds(600)), 600, now), "answered again within the lifetime");
-        assert!(!paid(confirmed(chrono::Duration::seconds(601)), 600, now), "confirmed before the ticket's lifetime");
+        let answered = tollgate_protocol::ticket::Answered { served: 2, uses: 2 };
+        let counted = StoredPayment { answers: Some(answered), ..confirmed(chrono::Duration::seconds(1)) };
+        let Verdict::Paid(paid) = verdict(counted, claim) else { panic!("paid") };
+        assert_eq!((paid.answers, paid.payment_id.as_deref()), (Some(answered), Some("pay_1")));
         let mut cheaper = confirmed(chrono::Duration::seconds(1));
         cheaper.payment.amount_atomic = AtomicAmount(999);
-        assert!(!paid(cheaper, 600, asked_before), "a payment of less than the requirement");
+        assert!(!matches!(verdict(cheaper, claim), Verdict::Paid(_)), "a payment of less than the requirement");
     }
 
     #[test]

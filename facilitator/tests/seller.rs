@@ -127,12 +127,18 @@ async fn one_proof_buys_one_request_once_and_nothing_it_did_not_pay_for() {
     let (status, body) = call(&shop, "DELETE", "/report", Some(&paid)).await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{body}");
 
-    // Another instance of the shop (its own cache) over the same core: the proof is a ticket for
-    // its request for a while, answered by the settlement made — not a second transfer.
+    // Another instance of the shop (its own cache) over the same core: the proof's retry, the
+    // second answer it buys, answered by the settlement made — not a second transfer; a third
+    // answer, at either instance, is refused: the database counts them for every instance.
     let other_instance = shop_again(&t, &seller).await;
     let (status, body) = call(&other_instance, "GET", "/report", Some(&paid)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "settled once");
+    for instance in [&shop, &other_instance] {
+        let (status, body) = call(instance, "GET", "/report", Some(&paid)).await;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{body}");
+        assert!(body.contains("served the 2 answers"), "{body}");
+    }
     let (status, _) = call(&other_instance, "GET", "/other", Some(&paid)).await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
     // An instance that prices the request dearer: the cheaper proof does not buy it.
@@ -154,8 +160,10 @@ async fn shop_again(t: &SolanaApp, seller: &Pubkey) -> Router {
     shop(t, seller, SettlementOrder::SettleBefore, Arc::new(AtomicUsize::new(0))).await
 }
 
+/// Eight requests at once with one proof: one transfer, and the payment serves what it buys (its
+/// answer and one retry, counted in the database), the rest refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_requests_with_one_proof_settle_it_once() {
+async fn concurrent_requests_with_one_proof_settle_it_once_and_serve_what_it_buys() {
     let t = SolanaApp::start().await;
     let seller = Keypair::new().pubkey();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -163,8 +171,13 @@ async fn concurrent_requests_with_one_proof_settle_it_once() {
     let buyer = buyer(&t).await;
     let paid = proof(&t, &buyer, &seller, PRICE).await;
     let answers = futures_util::future::join_all((0..8).map(|_| call(&shop, "GET", "/report", Some(&paid)))).await;
-    assert!(answers.iter().all(|(status, _)| *status == StatusCode::OK), "{answers:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "one handler run, shared");
+    let served = answers.iter().filter(|(status, _)| *status == StatusCode::OK).count();
+    let refused = answers
+        .iter()
+        .filter(|(status, body)| *status == StatusCode::PAYMENT_REQUIRED && body.contains("answers_used"))
+        .count();
+    assert_eq!((served, refused), (2, 6), "{answers:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "a handler run per answer");
     assert_eq!(t.lamports(&seller.to_string()).await, PRICE, "one transfer");
 }
 

@@ -417,8 +417,11 @@ impl<S: ServerHandler> PaidServer<S> {
             let (name, value) = payment_header(&payment);
             request = request.header(name, value);
         }
+        // The call's arguments are the request's body: a repeat of a paid call is served only for
+        // the same arguments (the layer tells requests apart by method, resource and body).
+        let arguments = canonical(&Value::Object(call.arguments.clone().unwrap_or_default())).to_string();
         let request = request
-            .body(Full::new(Bytes::new()))
+            .body(Full::new(Bytes::from(arguments)))
             .map_err(|e| ErrorData::internal_error(format!("cannot make the payment request: {e}"), None))?;
         let tool = RunTool { inner: self.inner.clone(), call: Arc::new(Mutex::new(Some((call, context)))) };
         let answer = match layer.layer(tool).oneshot(request).await {
@@ -428,6 +431,24 @@ impl<S: ServerHandler> PaidServer<S> {
         let (head, body) = answer.into_parts();
         let body = body.collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
         translate(&head, &body)
+    }
+}
+
+/// `value` with every object's keys in order: one text for the same arguments, however they were
+/// written.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut sorted = serde_json::Map::new();
+            for key in keys {
+                sorted.insert(key.clone(), canonical(&map[key]));
+            }
+            Value::Object(sorted)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! The layer on plain hyper (no axum): a tower service with hyper's own body type, made
-//! payable, served over HTTP/1.
+//! The layer on plain hyper (no axum): a tower service made payable, served over HTTP/1. hyper's
+//! own request body is wrapped in the layer's `RequestBody`, which the layer can read (to tell a
+//! repeat of a paid request from another) and hand on.
 //!
 //! ```sh
 //! TOLLGATE_API_KEY=tg_test_… SELLER_EVM=0x… cargo run -p tollgate --example hyper_seller
@@ -14,8 +15,8 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
+use tollgate::body::RequestBody;
 use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
-use tower::Layer as _;
 
 fn setting(name: &str) -> Result<String, String> {
     std::env::var(name).map_err(|_| format!("set {name} (see the example's documentation)"))
@@ -32,11 +33,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
 
     // The handler finds what was paid in the request's extensions.
-    let handler = tower::service_fn(|request: Request<hyper::body::Incoming>| async move {
+    let handler = tower::service_fn(|request: Request<RequestBody>| async move {
         let paid = request.extensions().get::<Payment>().map_or(0, |p| p.amount.get());
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!("42 (paid {paid} wei)\n")))))
     });
-    let service = paywall.layer(handler);
+    let service = tower::ServiceBuilder::new()
+        .map_request(|request: Request<hyper::body::Incoming>| request.map(RequestBody::new))
+        .layer(paywall)
+        .service(handler);
 
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:8081".into());
     let listener = tokio::net::TcpListener::bind(&listen).await?;

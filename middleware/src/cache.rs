@@ -1,16 +1,17 @@
 //! What the layer remembers about proofs: a moka cache of verdicts (key: SHA-256 of the decoded
 //! payload), and the proofs being settled right now, so concurrent requests with one new proof
-//! make one facilitator call and share one handler run.
+//! make one settlement: they share its answer when it paid nothing (a refusal, pending), and each
+//! claims an answer of its own once it paid.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use http::HeaderValue;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 use tollgate_protocol::x402::PaymentPayload;
 
+use crate::answer::LocalCount;
 use crate::challenge::Buffered;
 use crate::facilitator::Payment;
 
@@ -40,33 +41,27 @@ impl Ticket {
     }
 }
 
-/// A verdict remembered for a proof.
+/// A verdict remembered for a proof: only what serves the next request faster, never what decides
+/// how many answers it buys (the facilitator counts those, unless it does not count at all).
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant, reason = "kept behind an Arc in the cache, never moved around")]
 pub(crate) enum Known {
-    /// Settled for `ticket`: a retry of it is served without the facilitator. `headers` are
-    /// its settlement header values for v1 and v2 requests, made once; `repeats` counts the
-    /// requests served again with it.
-    Accepted {
-        ticket: Ticket,
-        payment: Payment,
-        headers: (Option<HeaderValue>, Option<HeaderValue>),
-        repeats: Arc<std::sync::atomic::AtomicU32>,
-    },
-    /// Refused for `ticket`: a repeat of it is answered again without the facilitator while
-    /// remembered. (A refusal can be the ticket's: "made for another resource".)
-    Refused { ticket: Ticket, reason: String },
+    /// Settled for `ticket`: a repeat of it is claimed from the facilitator without verifying
+    /// again, or — when the facilitator does not count answers (`local`) — counted here.
+    Accepted { ticket: Ticket, payment: Payment, local: Option<Arc<LocalCount>> },
+    /// Refused for `ticket` and the request whose digest is `request`: that request is refused
+    /// again without the facilitator while remembered. (A refusal can be the ticket's: "made for
+    /// another resource", or the request's: "made for another request".)
+    Refused { ticket: Ticket, request: Option<String>, reason: String },
     /// Paid, not yet confirmed: a retry of `ticket` asks the facilitator how it ended (for a
     /// metered price, how its settlement of `charged` ended).
     Pending { ticket: Ticket, payment_id: Option<String>, charged: Option<tollgate_protocol::AtomicAmount> },
 }
 
 impl Known {
-    /// An accepted proof, with its settlement headers.
-    pub(crate) fn accepted(ticket: &Ticket, payment: &Payment) -> Self {
-        let headers =
-            (crate::challenge::settlement_header(payment, true), crate::challenge::settlement_header(payment, false));
-        Self::Accepted { ticket: ticket.clone(), payment: payment.clone(), headers, repeats: Arc::default() }
+    /// An accepted proof, and its answers counted here when the facilitator does not.
+    pub(crate) fn accepted(ticket: &Ticket, payment: &Payment, local: Option<Arc<LocalCount>>) -> Self {
+        Self::Accepted { ticket: ticket.clone(), payment: payment.clone(), local }
     }
 }
 
@@ -94,7 +89,9 @@ impl moka::Expiry<String, Arc<Known>> for Ttl {
     }
 }
 
-/// The outcome of one settlement, shared with the requests that waited for it.
+/// The outcome of one settlement, shared with the requests that waited for it when it paid
+/// nothing (a refusal, pending, unavailable); `None` when it paid: each waiting request then
+/// claims an answer of its own (or is refused once the payment has served what it buys).
 pub(crate) type Shared = Option<Arc<Buffered>>;
 
 /// Proof verdicts and in-flight settlements.

@@ -24,7 +24,12 @@ pub(crate) struct Buffered {
 
 impl Buffered {
     pub(crate) fn into_response(self) -> Response<PaymentBody> {
-        let mut response = Response::new(PaymentBody::full(self.body));
+        self.into_counted_response(None)
+    }
+
+    /// A paid answer, its count given back if it reaches no buyer.
+    pub(crate) fn into_counted_response(self, counted: Option<crate::answer::Counted>) -> Response<PaymentBody> {
+        let mut response = Response::new(PaymentBody::full(self.body).counting(counted));
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
         response

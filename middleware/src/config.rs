@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::cache::{Decoded, ProofCache};
 use crate::challenge::Buffered;
@@ -52,10 +51,10 @@ pub(crate) struct Config {
     pub max_timeout_seconds: u64,
     pub max_buffered_body: usize,
     pub retry_after_secs: u64,
-    /// How long after its confirmation a payment serves its request again.
-    pub ticket_lifetime: Duration,
-    /// How many requests a payment serves at most (the first included), when bounded.
-    pub ticket_uses: Option<u32>,
+    /// What one payment buys: how many answers, for how long after the first.
+    pub answers: crate::answer::Terms,
+    /// The largest request body read to tell a repeat of the request from another.
+    pub request_digest_limit: usize,
     pub cache: Arc<ProofCache>,
     /// The requirements when they are the same for every request (fixed prices on named
     /// networks, nothing asked of `/supported`): built once.

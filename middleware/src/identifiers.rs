@@ -37,7 +37,7 @@ pub(crate) enum Claimed {
     Ours,
 }
 
-/// Ids claimed, with their answers, for the ticket lifetime.
+/// Ids claimed, with their answers, for the layer's `accepted_ttl`.
 pub(crate) struct Identifiers {
     claims: moka::future::Cache<String, Arc<Claim>>,
 }

@@ -97,9 +97,18 @@ pub struct PaymentLayerBuilder {
     extensions: serde_json::Map<String, serde_json::Value>,
     payment_identifier: Option<bool>,
     stream_upfront: bool,
-    ticket_uses: Option<u32>,
+    ticket_uses: u32,
+    ticket_secs: u64,
+    request_digest_limit: usize,
     tasks: Option<TaskTracker>,
 }
+
+/// What one payment buys by default: its answer, and one retry of it when it was lost.
+pub const DEFAULT_TICKET_USES: u32 = 2;
+/// How long after its first answer a payment serves a retry by default, in seconds.
+pub const DEFAULT_TICKET_SECS: u64 = 60;
+/// The largest request body read by default to tell a repeat of a paid request (1 MiB).
+pub const DEFAULT_REQUEST_DIGEST_LIMIT: usize = 1024 * 1024;
 
 impl Default for PaymentLayerBuilder {
     fn default() -> Self {
@@ -120,7 +129,9 @@ impl Default for PaymentLayerBuilder {
             extensions: serde_json::Map::new(),
             payment_identifier: None,
             stream_upfront: false,
-            ticket_uses: None,
+            ticket_uses: DEFAULT_TICKET_USES,
+            ticket_secs: DEFAULT_TICKET_SECS,
+            request_digest_limit: DEFAULT_REQUEST_DIGEST_LIMIT,
             tasks: None,
         }
     }
@@ -174,7 +185,8 @@ impl PaymentLayerBuilder {
     /// an id with the same proof gets the paid answer given before (the handler does not run
     /// again: a paid `POST` is not done twice); the same id with another proof, or for another
     /// resource or method, is answered 409 Conflict. With `required`, a payment without an id
-    /// is refused with 400. Answers are kept for the ticket lifetime ([`Self::cache`]).
+    /// is refused with 400. Answers are kept `accepted_ttl` ([`Self::cache`]), each repeat
+    /// counted as an answer of the payment ([`Self::ticket_uses`]).
     pub fn payment_identifier(mut self, required: bool) -> Self {
         use tollgate_protocol::x402::payment_identifier;
         self.extensions.insert(payment_identifier::KEY.into(), payment_identifier::declaration(required));
@@ -229,7 +241,7 @@ impl PaymentLayerBuilder {
     }
 
     /// Largest paid response held in memory (default 16 MiB); paid responses are buffered so
-    /// concurrent requests with one proof share one handler run.
+    /// concurrent requests with one new proof share one settlement.
     pub fn max_buffered_body(mut self, bytes: usize) -> Self {
         self.max_buffered_body = bytes;
         self
@@ -249,13 +261,34 @@ impl PaymentLayerBuilder {
         self
     }
 
-    /// Bounds what one payment serves: at most `uses` requests (the first included) for its
-    /// ticket — the same resource and method — within the ticket lifetime ([`Self::cache`]),
-    /// e.g. `2`: the answer and one retry of a buyer whose answer was lost. Later repeats are
-    /// answered 402 ("pay again"). Unbounded by default. Each instance (and each layer built
-    /// anew) counts apart.
+    /// What one payment buys: at most `uses` answers (the first included) to its request — the
+    /// same resource, method and body — within [`Self::ticket_secs`] of its first answer.
+    /// Default [`DEFAULT_TICKET_USES`] (2): the answer and one retry of a buyer whose answer was
+    /// lost. Later repeats are answered 402 ("pay again"). Tollgate's facilitator counts them in
+    /// its database, so every instance, process and restart of the seller shares one count; an
+    /// answer that reached no buyer (the handler failed, or the buyer hung up before the first
+    /// byte) is given back. With another x402 facilitator, which settles a proof once and
+    /// refuses it afterwards, the layer that settled it counts alone.
+    ///
+    /// Selling access for a period to whoever paid is a pass, not more uses of one payment.
     pub fn ticket_uses(mut self, uses: u32) -> Self {
-        self.ticket_uses = Some(uses);
+        self.ticket_uses = uses;
+        self
+    }
+
+    /// How long after its first answer a payment serves a repeat of its request (default
+    /// [`DEFAULT_TICKET_SECS`]: a retry of an answer that was lost comes soon).
+    pub fn ticket_secs(mut self, seconds: u64) -> Self {
+        self.ticket_secs = seconds;
+        self
+    }
+
+    /// The largest request body (default [`DEFAULT_REQUEST_DIGEST_LIMIT`]) the layer reads, when
+    /// its size is known, to tell a repeat of a paid request from another: a repeat is served
+    /// only for the same method, resource and body. A larger or unsized body is passed on unread,
+    /// and its payment serves that request once.
+    pub fn request_digest_limit(mut self, bytes: usize) -> Self {
+        self.request_digest_limit = bytes;
         self
     }
 
@@ -271,13 +304,11 @@ impl PaymentLayerBuilder {
     }
 
     /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
-    /// min), refused ones `refused_ttl` (default 10 s).
-    ///
-    /// `accepted_ttl` is also a paid request's **ticket lifetime**: a proof serves its request
-    /// again (the same resource and method, at a price it covers) for that long after its
-    /// payment was confirmed, whether this layer remembers it or the gateway names the seller's
-    /// own payment holding it (a buyer who hung up before the first answer, another instance).
-    /// After that, the proof is refused as used.
+    /// min), refused ones `refused_ttl` (default 10 s). What is remembered only saves work (a
+    /// repeat is claimed without verifying the proof again, a refusal is not asked again): how
+    /// many answers a payment serves is counted by the facilitator ([`Self::ticket_uses`]), so
+    /// a small cache, or none kept across a restart, never adds any. `payment-identifier`
+    /// answers are kept `accepted_ttl` too.
     pub fn cache(mut self, capacity: u64, accepted_ttl: Duration, refused_ttl: Duration) -> Self {
         self.cache_capacity = capacity;
         self.accepted_ttl = accepted_ttl;
@@ -291,8 +322,15 @@ impl PaymentLayerBuilder {
     /// [`BuildError`] for missing or inconsistent settings.
     pub fn build(self) -> Result<PaymentLayer, BuildError> {
         let facilitator = self.facilitator.ok_or(BuildError::NoFacilitator)?;
-        if self.ticket_uses == Some(0) {
+        if self.ticket_uses == 0 {
             return Err(BuildError::Zero("ticket_uses"));
+        }
+        if self.ticket_uses > tollgate_protocol::ticket::MAX_USES
+            || self.ticket_secs > tollgate_protocol::ticket::MAX_SECONDS
+        {
+            return Err(BuildError::Incompatible(
+                "ticket_uses is at most 10,000 and ticket_secs at most 30 days (sell longer access as a pass)",
+            ));
         }
         if self.stream_upfront && self.payment_identifier.is_some() {
             return Err(BuildError::Incompatible(
@@ -353,8 +391,8 @@ impl PaymentLayerBuilder {
                 max_timeout_seconds: self.max_timeout_seconds,
                 max_buffered_body: self.max_buffered_body,
                 retry_after_secs: self.retry_after_secs,
-                ticket_lifetime: self.accepted_ttl,
-                ticket_uses: self.ticket_uses,
+                answers: crate::answer::Terms { uses: self.ticket_uses, window: Duration::from_secs(self.ticket_secs) },
+                request_digest_limit: self.request_digest_limit,
                 cache,
                 static_offers,
                 challenges: moka::sync::Cache::new(1_000),

@@ -20,10 +20,17 @@
 //! * A payment broadcast but not yet confirmed answers **503** with `Retry-After`: the buyer
 //!   retries with the same proof and is not asked to pay again. A facilitator that cannot be
 //!   reached answers **502** (or **504**), and the handler does not run.
-//! * Verdicts are cached by proof (moka, bounded, with TTLs): a retry of an accepted proof for
-//!   the same resource is served without the facilitator; for another resource it is refused;
-//!   a refused proof is refused again without asking. Concurrent requests with one new proof
-//!   make one facilitator call and share one handler run.
+//! * **One payment buys one answer and one retry of it** (when it was lost), for the same
+//!   request — method, resource and body ([`PaymentLayerBuilder::ticket_uses`],
+//!   [`PaymentLayerBuilder::ticket_secs`]). Tollgate's facilitator counts the answers in its
+//!   database, so instances, restarts and stdio processes never add any; an answer that reached no
+//!   buyer (a failed handler, a buyer who hung up before the first byte) is given back.
+//! * Verdicts are cached by proof (moka, bounded, with TTLs), only to save work: a settled
+//!   proof's repeat is claimed without verifying it again; a proof for another resource is
+//!   refused; a refused proof is refused again without asking. Concurrent requests with one new
+//!   proof make one settlement.
+//! * A server whose request body cannot be made from bytes (hyper's `Incoming`) wraps it in
+//!   [`body::RequestBody`]: the layer reads a small paid body to tell a repeat of the request.
 //!
 //! The layer never returns an error of its own: every refusal is a response.
 //!
@@ -58,9 +65,11 @@
 //! | `offers` | what a request is offered, its resource, and which offer a payment pays |
 //! | [`facilitator`] | the [`Facilitator`] trait the layer asks ([`Claim`] in, [`Verdict`] out) and [`FacilitatorClient`], its HTTP implementation |
 //! | `cache`, `challenge`, `offline` | verdicts remembered per proof and the proofs in flight; the answers the layer writes itself; refusals decided without the facilitator |
-//! | [`price`], [`Charge`], [`future`], [`body`] | prices and quotes; what a metered request used; the service's future; its response body |
+//! | `answer` | what one payment buys: the ticket terms, the answers counted here when the facilitator does not, an answer given back when it reaches no buyer |
+//! | [`price`], [`Charge`], [`future`], [`body`] | prices and quotes; what a metered request used; the service's future; its response body, and a request body it can read and hand on |
 //! | `identifiers` | the `payment-identifier` extension: ids claimed by proofs, and their paid answers |
 
+mod answer;
 pub mod body;
 mod cache;
 mod challenge;
@@ -78,7 +87,10 @@ pub mod service;
 
 pub use charge::{Charge, DeferredCharge};
 pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, Verdict};
-pub use layer::{BuildError, PaymentLayer, PaymentLayerBuilder, SettlementOrder};
+pub use layer::{
+    BuildError, DEFAULT_REQUEST_DIGEST_LIMIT, DEFAULT_TICKET_SECS, DEFAULT_TICKET_USES, PaymentLayer,
+    PaymentLayerBuilder, SettlementOrder,
+};
 pub use price::{Price, PriceError, Quote};
 pub use service::PaymentService;
 /// Where settlements that outlive their request run ([`PaymentLayerBuilder::tasks`]).

@@ -6,7 +6,6 @@ use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -17,6 +16,7 @@ use tollgate_protocol::AtomicAmount;
 use tollgate_protocol::x402::header::{PAYMENT_RESPONSE, X_PAYMENT_RESPONSE};
 use tollgate_protocol::x402::{PaymentPayload, PaymentRequirements, ResourceInfo};
 
+use crate::answer::{Counted, LocalCount};
 use crate::body::BoxError;
 use crate::cache::{Known, Ticket};
 use crate::challenge;
@@ -24,7 +24,23 @@ use crate::charge::DeferredCharge;
 use crate::config::Config;
 use crate::facilitator::{Claim, Payment, Verdict};
 
-/// A claim owned whole, to be settled for a charge once its handler has served.
+/// What the facilitator is asked about a claim ([`Settlement::ask`]).
+pub(crate) enum Ask {
+    /// Settle before the handler runs.
+    SettleBefore,
+    /// Whether it would settle; a proof this seller settled before is answered with that
+    /// settlement, one more answer claimed.
+    Verify,
+    /// Settle this charge, once the handler served.
+    Settle(AtomicAmount),
+    /// Follow a settlement seen pending (for a metered price, of this charge).
+    Pending { payment_id: Option<String>, charged: Option<AtomicAmount> },
+    /// Claim one more answer of a payment settled for this ticket (for a metered price, for the
+    /// charge settled).
+    Repeat { payment_id: Option<String>, charged: Option<AtomicAmount> },
+}
+
+/// A claim owned whole: what the facilitator is asked about it runs on a task of its own.
 pub(crate) struct Settlement {
     pub config: Arc<Config>,
     /// The proof's cache key.
@@ -36,50 +52,78 @@ pub(crate) struct Settlement {
     pub requirement: PaymentRequirements,
     pub resource: ResourceInfo,
     pub decimals: u8,
-    pub lifetime: Duration,
+    /// What the payment buys, with the request's digest.
+    pub terms: tollgate_protocol::ticket::Ticket,
     /// Whether the price is metered (`upto`).
     pub metered: bool,
 }
 
 impl Settlement {
-    /// Settles `charged`, and remembers the outcome for the proof (a retry follows a pending
-    /// one; for a metered price, for this charge).
-    pub(crate) async fn run(self, charged: AtomicAmount) -> Verdict {
-        let requirement = PaymentRequirements { amount: charged, ..self.requirement.clone() };
+    /// Asks the facilitator `ask`; remembers for the proof what it settled (its first answer,
+    /// counted here when the facilitator does not count: a retry claims the next) or left
+    /// pending after the handler (a retry follows it; for a metered price, for this charge); and
+    /// the count of the answer it claimed, given back if dropped before it is delivered.
+    pub(crate) async fn ask(&self, ask: Ask) -> (Verdict, Option<Counted>) {
+        let charged = match &ask {
+            Ask::Settle(charged) => Some(*charged),
+            Ask::Pending { charged, .. } | Ask::Repeat { charged, .. } => *charged,
+            Ask::SettleBefore | Ask::Verify => None,
+        };
+        let requirement =
+            PaymentRequirements { amount: charged.unwrap_or(self.requirement.amount), ..self.requirement.clone() };
         let claim = Claim {
             header: &self.header,
             payload: &self.payload,
             requirement: &requirement,
             decimals: self.decimals,
             resource: &self.resource,
-            lifetime: self.lifetime,
+            ticket: &self.terms,
         };
-        let maximum = self.metered.then_some(self.requirement.amount);
-        let verdict = match (self.config.facilitator.settle(claim).await, maximum) {
+        let facilitator = &self.config.facilitator;
+        let verdict = match &ask {
+            Ask::SettleBefore => facilitator.settle_before(claim).await,
+            Ask::Verify => facilitator.verify(claim).await,
+            Ask::Settle(_) => facilitator.settle(claim).await,
+            Ask::Pending { payment_id, .. } | Ask::Repeat { payment_id, .. } => {
+                facilitator.follow(payment_id.as_deref(), claim).await
+            }
+        };
+        // A metered payment keeps the most authorized beside what was charged.
+        let most = self.metered.then_some(self.requirement.amount);
+        let verdict = match (verdict, most) {
             (Verdict::Paid(payment), Some(most)) => Verdict::Paid(payment.with_maximum(most)),
             (verdict, _) => verdict,
         };
-        match &verdict {
-            Verdict::Paid(payment) => self.config.cache.put(&self.key, Known::accepted(&self.ticket, payment)).await,
-            Verdict::Pending { payment_id, .. } => {
+        let tasks = &self.config.tasks;
+        let counted = match (&verdict, &ask) {
+            (Verdict::Paid(payment), Ask::Repeat { .. }) => Counted::new(facilitator, payment, None, tasks),
+            // Verified only: nothing settled, nothing counted.
+            (Verdict::Paid(payment), Ask::Verify) if payment.transaction.is_none() => None,
+            (Verdict::Paid(payment), _) => {
+                // Its first answer: counted by the facilitator, or here when it does not count.
+                let local = payment.answers.is_none().then(|| LocalCount::first(self.terms.request.clone()));
+                let counted = Counted::new(facilitator, payment, local.as_ref(), tasks);
+                self.config.cache.put(&self.key, Known::accepted(&self.ticket, payment, local)).await;
+                counted
+            }
+            (Verdict::Pending { payment_id, .. }, Ask::Settle(charged)) => {
                 let known = Known::Pending {
                     ticket: self.ticket.clone(),
                     payment_id: payment_id.clone(),
-                    charged: maximum.map(|_| charged),
+                    charged: most.map(|_| *charged),
                 };
                 self.config.cache.put(&self.key, known).await;
+                None
             }
-            _ => {}
-        }
-        verdict
+            _ => None,
+        };
+        (verdict, counted)
     }
 
-    /// Nothing used: nothing is settled, the authorization is not spent, and the proof serves
-    /// its ticket as paid nothing.
-    pub(crate) async fn nothing(self, verified: Payment) -> Payment {
-        let nothing = Payment { amount: AtomicAmount(0), ..verified };
-        self.config.cache.put(&self.key, Known::accepted(&self.ticket, &nothing)).await;
-        nothing
+    /// Nothing used: nothing is settled, the authorization is not spent (the buyer may present
+    /// it again: each run is charged what it uses), and nothing is remembered.
+    pub(crate) fn nothing(verified: Payment) -> Payment {
+        Payment { amount: AtomicAmount(0), ..verified }
     }
 
     /// Settles what `deferred` reported (capped at the most), in a task of its own; nothing
@@ -90,8 +134,15 @@ impl Settlement {
         let tasks = self.config.tasks.clone();
         tasks.spawn(async move {
             match reported {
-                Some(Ok(charge)) if charge.capped(most).get() > 0 => Some(self.run(charge.capped(most)).await),
-                Some(Ok(_)) => Some(Verdict::Paid(self.nothing(verified).await)),
+                Some(Ok(charge)) if charge.capped(most).get() > 0 => {
+                    let (verdict, counted) = self.ask(Ask::Settle(charge.capped(most))).await;
+                    // Settled at the end of an answer its buyer received.
+                    if let Some(counted) = counted {
+                        counted.delivered();
+                    }
+                    Some(verdict)
+                }
+                Some(Ok(_)) => Some(Verdict::Paid(Self::nothing(verified))),
                 Some(Err(why)) => {
                     tracing::error!(%why, resource = %self.ticket.resource, "a streamed answer reported no usable charge; nothing is settled");
                     None

@@ -8,12 +8,12 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt as _;
 use tollgate_protocol::AtomicAmount;
+use tollgate_protocol::ticket::request_digest;
 use tollgate_protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
-use tollgate_protocol::x402::{
-    PaymentFlow, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_UPTO, payment_identifier,
-};
+use tollgate_protocol::x402::{PaymentFlow, PaymentPayload, ResourceInfo, SCHEME_UPTO, payment_identifier};
 use tower::Service;
 
+use crate::answer::{Counted, LocalCount};
 use crate::body::{BoxError, PaymentBody};
 use crate::cache::{Decoded, Flight, Known, ProofCache, Ticket};
 use crate::challenge::{self, Buffered};
@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::facilitator::{Claim, Payment, Verdict};
 use crate::future::ResponseFuture;
 use crate::identifiers::Claimed;
-use crate::metered::{MeteredStream, Settlement};
+use crate::metered::{Ask, MeteredStream, Settlement};
 use crate::offers::{matching, offers, resource_info};
 use crate::price::{Offer, Quote};
 
@@ -65,7 +65,8 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    ReqBody: Send + 'static,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
@@ -88,8 +89,8 @@ where
 /// The challenge's message when no payment header came.
 const NO_PAYMENT: &str = "payment required: send an X-PAYMENT or PAYMENT-SIGNATURE header";
 
-/// The whole flow for one request: offers → resource → the payment read → known or in flight →
-/// settled in the layer's order.
+/// The whole flow for one request: offers → resource → the payment read → the request told
+/// apart → known or in flight → settled in the layer's order, or a repeat claimed.
 async fn handle<S, ReqBody, ResBody>(
     config: Arc<Config>,
     mut inner: S,
@@ -98,6 +99,8 @@ async fn handle<S, ReqBody, ResBody>(
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
     S::Future: Send,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
@@ -119,13 +122,19 @@ where
     let ticket = Ticket { resource: resource.url.clone(), method: parts.method.clone() };
     // What the facilitator binds the payment to: the resource and the request's method.
     let bound = ResourceInfo { method: Some(ticket.method.as_str().to_owned()), ..resource.clone() };
+    // The request as a repeat of it must be: its body read (when small) for its digest.
+    let (digest, body) = match digested(&config, &parts, &ticket, body).await {
+        Ok(digested) => digested,
+        Err(answer) => return Ok(answer.into_response()),
+    };
+    let terms = config.answers.ticket(digest);
     let claim = Claim {
         header: presented.text(),
         payload: &presented.decoded.payload,
         requirement,
         decimals: *decimals,
         resource: &bound,
-        lifetime: config.ticket_lifetime,
+        ticket: &terms,
     };
     let paid = Paid { config: &config, claim, resource: &resource, ticket: &ticket, v1: presented.v1 };
     let key = &presented.decoded.key;
@@ -135,7 +144,7 @@ where
     };
     if let Some(id) = identified {
         match config.identifiers.claim(id, key, &ticket).await {
-            Claimed::Answered(answer) => return Ok(answer.into_response()),
+            Claimed::Answered(answer) => return Ok(paid.answer_again(key, answer, &offers, &parts.headers).await),
             Claimed::Conflict => return Ok(challenge::conflict(id).into_response()),
             Claimed::Ours => {}
         }
@@ -143,29 +152,23 @@ where
     // Requests for other tickets settle apart: the facilitator decides which one the proof pays.
     let flight = format!("{key} {} {}", ticket.method, ticket.resource);
     loop {
-        let pending = match paid.remembered(key, &offers, &parts.headers).await {
+        let prior = match paid.remembered(key, &offers, &parts.headers).await {
             Remembered::Answer(answer) => return Ok(answer),
-            Remembered::Serve(payment, header) => {
-                let request = Request::from_parts(parts, body);
-                return serve(&config, inner, request, payment, (presented.v1, header)).await;
-            }
-            Remembered::Settle { pending } => pending,
+            Remembered::Settle(prior) => prior,
         };
         match config.cache.fly(&flight) {
             Flight::Follower(mut receiver) => {
-                // Another request is settling this proof: share its outcome.
-                if receiver.changed().await.is_ok() {
-                    let shared = receiver.borrow().clone();
-                    return Ok(match shared {
-                        Some(buffered) => (*buffered).clone().into_response(),
-                        None => challenge::unavailable(false).into_response(),
-                    });
+                // Another request is settling this proof: share its outcome when it paid nothing;
+                // once it paid, start over (this request claims an answer of its own).
+                if receiver.changed().await.is_ok()
+                    && let Some(buffered) = receiver.borrow().clone()
+                {
+                    return Ok((*buffered).clone().into_response());
                 }
-                // Its request went away before finishing: start over.
             }
             Flight::Leader(leader) => {
                 let request = Request::from_parts(parts, body);
-                let outcome = paid.settle_in_order(key, inner, request, pending, &offers).await?;
+                let outcome = paid.settle_in_order(key, inner, request, prior, &offers).await?;
                 let answer = match outcome.answer {
                     Answer::Held(answer) => answer,
                     // Streaming: the followers start over once it is settled (before it, with
@@ -182,6 +185,7 @@ where
                             })),
                             None => drop(leader),
                         }
+                        // A streamed answer's count travels in its body already (`serve`).
                         return Ok(response);
                     }
                 };
@@ -192,9 +196,44 @@ where
                         config.identifiers.release(id, key).await;
                     }
                 }
-                leader.finish(Some(Arc::new(answer.clone())));
-                return Ok(answer.into_response());
+                leader.finish((!outcome.paid).then(|| Arc::new(answer.clone())));
+                return Ok(answer.into_counted_response(outcome.counted));
             }
+        }
+    }
+}
+
+/// Step 3½: the digest that tells this request again ([`tollgate_protocol::ticket::request_digest`]:
+/// its method, resource and body) and the body to hand on. A body is read when its size is
+/// known and at most the layer's limit; a larger or unsized one is passed on unread, and the
+/// request has no digest (its payment serves it once). A body that cannot be read is a 400.
+#[allow(clippy::result_large_err, reason = "the answer is returned at once, never carried")]
+async fn digested<B>(
+    config: &Config,
+    parts: &http::request::Parts,
+    ticket: &Ticket,
+    body: B,
+) -> Result<(Option<String>, B), Buffered>
+where
+    B: Body<Data = Bytes> + From<Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let digest = |bytes: &[u8]| request_digest(ticket.method.as_str(), &ticket.resource, bytes);
+    if body.is_end_stream() {
+        return Ok((Some(digest(&[])), body));
+    }
+    let limit = config.request_digest_limit;
+    if body.size_hint().upper().is_none_or(|most| most > limit as u64) {
+        return Ok((None, body));
+    }
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            Ok((Some(digest(&bytes)), B::from(bytes)))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, method = %parts.method, "a paid request's body could not be read");
+            Err(challenge::bad_request("the request body could not be read"))
         }
     }
 }
@@ -315,53 +354,38 @@ fn read_payment(
 enum Remembered {
     /// Answered from memory: another ticket's proof, a cheaper request's, or a refusal.
     Answer(Response<PaymentBody>),
-    /// Accepted for this ticket: served again, with its settlement header.
-    Serve(Payment, Option<http::HeaderValue>),
-    /// To settle (or to follow, when a settlement was seen pending: its payment id, and for a
-    /// metered price the charge it settles).
-    Settle { pending: Option<(Option<String>, Option<AtomicAmount>)> },
+    /// To settle, follow, or claim a repeat of.
+    Settle(Prior),
 }
 
-/// A settled proof: remembered as accepted for its resource, then the handler's answer with the
-/// settlement header.
-async fn serve_settled<S, ReqBody, ResBody>(
-    (config, key, ticket): (&Config, &str, &Ticket),
-    inner: S,
-    request: Request<ReqBody>,
-    payment: &Payment,
-    v1: bool,
-) -> Result<Outcome, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
-    S::Future: Send,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
-    config.cache.put(key, Known::accepted(ticket, payment)).await;
-    if config.stream_upfront {
-        let header = challenge::settlement_header(payment, v1);
-        let response = serve(config, inner, request, payment.clone(), (v1, header)).await?;
-        return Ok(Outcome { answer: Answer::Streamed(response, None), paid: true });
-    }
-    Ok(match run_buffered(config, inner, request, payment.clone()).await? {
-        Some((mut buffered, _)) => {
-            add_settlement_header(&mut buffered, payment, v1);
-            Outcome { answer: Answer::Held(buffered), paid: true }
-        }
-        None => Outcome::not_paid(challenge::unread(true)),
-    })
+/// What the facilitator is asked about a proof.
+enum Prior {
+    /// Nothing known: settle it (or find it settled for this seller before).
+    New,
+    /// Seen pending: follow it (its payment id, and for a metered price the charge it settles).
+    Pending { payment_id: Option<String>, charged: Option<AtomicAmount> },
+    /// Settled for this ticket: claim one more answer — from the facilitator, or from the count
+    /// kept here when it does not count.
+    Repeat(Payment, Option<Arc<LocalCount>>),
 }
 
-/// The answer to a paid request, and whether it was paid (its `payment-identifier` id, if any,
-/// keeps a paid answer).
+/// The answer to a paid request, whether it was paid (its `payment-identifier` id, if any,
+/// keeps a paid answer; requests waiting on the same proof share an answer that was not paid),
+/// and the answer's count (given back if it reaches no buyer).
 struct Outcome {
     answer: Answer,
     paid: bool,
+    counted: Option<Counted>,
 }
 
 impl Outcome {
     const fn not_paid(answer: Buffered) -> Self {
-        Self { answer: Answer::Held(answer), paid: false }
+        Self { answer: Answer::Held(answer), paid: false, counted: None }
+    }
+
+    /// A paid answer held in memory, counted.
+    const fn paid(answer: Buffered, counted: Option<Counted>) -> Self {
+        Self { answer: Answer::Held(answer), paid: true, counted }
     }
 }
 
@@ -446,7 +470,8 @@ struct Paid<'a> {
 
 impl Paid<'_> {
     /// Step 4: a proof known already serves only the resource and method it paid for, and only
-    /// a price it covers (one route can price each request differently: a query, a body).
+    /// a price it covers (one route can price each request differently: a query, a body); a
+    /// repeat of it is counted by the facilitator (or here, when it does not count).
     async fn remembered(&self, key: &str, offers: &[Offer], headers: &http::HeaderMap) -> Remembered {
         let known = self.config.cache.get(key).await;
         let challenge = |why: &str| Remembered::Answer(challenge_for(self.config, self.resource, offers, headers, why));
@@ -461,36 +486,30 @@ impl Paid<'_> {
             Some(Known::Accepted { payment, .. }) if !payment.covers(self.claim.requirement) => {
                 challenge("this payment was made for a cheaper request")
             }
-            Some(Known::Accepted { repeats, .. })
-                if self.config.ticket_uses.is_some_and(|uses| {
-                    repeats.fetch_add(1, std::sync::atomic::Ordering::SeqCst).saturating_add(1) >= uses
-                }) =>
+            Some(Known::Accepted { payment, local, .. }) => {
+                Remembered::Settle(Prior::Repeat(payment.clone(), local.clone()))
+            }
+            Some(Known::Refused { ticket, request, reason })
+                if ticket == self.ticket && *request == self.claim.ticket.request =>
             {
-                challenge("this payment has already served the requests it pays for; pay again")
-            }
-            Some(Known::Accepted { payment, headers: settled, .. }) => {
-                let header = if self.v1 { settled.0.clone() } else { settled.1.clone() };
-                Remembered::Serve(payment.clone(), header)
-            }
-            Some(Known::Refused { ticket, reason }) if ticket == self.ticket => {
                 Remembered::Answer(self.refused(reason, offers, headers).into_response())
             }
             Some(Known::Pending { payment_id, charged, .. }) => {
-                Remembered::Settle { pending: Some((payment_id.clone(), *charged)) }
+                Remembered::Settle(Prior::Pending { payment_id: payment_id.clone(), charged: *charged })
             }
-            Some(Known::Refused { .. }) | None => Remembered::Settle { pending: None },
+            Some(Known::Refused { .. }) | None => Remembered::Settle(Prior::New),
         }
     }
 
     /// Step 5: settled in the requirement's flow — `upfront`: settle then serve (or follow the
     /// settlement seen pending); `authorization`: verify, serve, and settle only a success, for
-    /// what a metered request used — and the answer to share.
+    /// what a metered request used — or a repeat of a settled proof claimed; and the answer.
     async fn settle_in_order<S, ReqBody, ResBody>(
         &self,
         key: &str,
         inner: S,
         request: Request<ReqBody>,
-        pending: Option<(Option<String>, Option<AtomicAmount>)>,
+        prior: Prior,
         offers: &[Offer],
     ) -> Result<Outcome, S::Error>
     where
@@ -499,47 +518,41 @@ impl Paid<'_> {
         ResBody: Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Into<BoxError>,
     {
-        let facilitator = &self.config.facilitator;
         let requirement = self.claim.requirement;
         let headers = request.headers().clone();
-        let settled = (&**self.config, key, self.ticket);
-        if let Some(reason) = pending.is_none().then(|| self.offline()).flatten() {
+        if let Some(reason) = matches!(prior, Prior::New).then(|| self.offline()).flatten() {
             // Refused without asking the facilitator.
             let refused = Verdict::Refused { reason };
             return Ok(Outcome::not_paid(self.not_paid(key, (refused, None), offers, &headers).await));
         }
         let flow = PaymentFlow::of(requirement.extra.as_ref()).unwrap_or(PaymentFlow::Authorization);
         let metered = requirement.scheme == SCHEME_UPTO;
+        let pending = match prior {
+            Prior::Repeat(payment, local) => return self.repeat(key, inner, request, (payment, local), offers).await,
+            Prior::Pending { payment_id, charged } => Some((payment_id, charged)),
+            Prior::New => None,
+        };
         if pending.is_some() || flow == PaymentFlow::Upfront {
-            let verdict = match &pending {
+            let ask = match &pending {
                 // A metered settlement is followed for the charge it settles.
-                Some((payment_id, Some(charged))) => {
-                    let charged_requirement = PaymentRequirements { amount: *charged, ..requirement.clone() };
-                    let claim = Claim { requirement: &charged_requirement, ..self.claim };
-                    match facilitator.follow(payment_id.as_deref(), claim).await {
-                        Verdict::Paid(payment) => Verdict::Paid(payment.with_maximum(requirement.amount)),
-                        other => other,
-                    }
-                }
-                Some((payment_id, None)) => facilitator.follow(payment_id.as_deref(), self.claim).await,
-                None => facilitator.settle_before(self.claim).await,
+                Some((payment_id, charged)) => Ask::Pending { payment_id: payment_id.clone(), charged: *charged },
+                None => Ask::SettleBefore,
             };
-            return Ok(match verdict {
-                Verdict::Paid(payment) => serve_settled(settled, inner, request, &payment, self.v1).await?,
-                other => {
+            return Ok(match self.ask(key, ask).await {
+                (Verdict::Paid(payment), counted) => self.serve_settled(inner, request, &payment, counted).await?,
+                (other, _) => {
                     let charged = pending.and_then(|(_, charged)| charged);
                     Outcome::not_paid(self.not_paid(key, (other, charged), offers, &headers).await)
                 }
             });
         }
-        let verified = match facilitator.verify(self.claim).await {
-            // Settled already for this seller (its first answer was lost): paid.
-            Verdict::Paid(payment) if payment.transaction.is_some() => {
-                return serve_settled(settled, inner, request, &payment, self.v1).await;
+        let verified = match self.ask(key, Ask::Verify).await {
+            // Settled already for this seller (its first answer was lost): paid, one more answer.
+            (Verdict::Paid(payment), counted) if payment.transaction.is_some() => {
+                return self.serve_settled(inner, request, &payment, counted).await;
             }
-            Verdict::Paid(verified) if metered => verified.with_maximum(requirement.amount),
-            Verdict::Paid(verified) => verified,
-            other => return Ok(Outcome::not_paid(self.not_paid(key, (other, None), offers, &headers).await)),
+            (Verdict::Paid(verified), _) => verified,
+            (other, _) => return Ok(Outcome::not_paid(self.not_paid(key, (other, None), offers, &headers).await)),
         };
         let (head, body) = run_handler(inner, request, verified.clone()).await?;
         let deferred = head.extensions.get::<DeferredCharge>().cloned();
@@ -558,22 +571,176 @@ impl Paid<'_> {
         } else {
             requirement.amount
         };
-        let payment = if charged.get() == 0 {
-            // Nothing used: nothing is settled, and the authorization is not spent.
-            let nothing = Payment { amount: charged, ..verified };
-            self.config.cache.put(key, Known::accepted(self.ticket, &nothing)).await;
-            nothing
+        let (payment, counted) = if charged.get() == 0 {
+            // Nothing used: nothing is settled, and the authorization is not spent (the buyer may
+            // present it again: each run is charged what it uses). Nothing is remembered.
+            (Payment { amount: charged, ..verified }, None)
         } else {
-            match self.settle_after(key, charged).await {
-                Verdict::Paid(payment) => payment,
-                other => {
+            // Settled in a task of its own: a buyer who hangs up now stops neither the seller
+            // being paid for what it served nor the payment being remembered for the proof (a
+            // retry of it follows it when pending — for a metered price, for this charge).
+            match self.ask(key, Ask::Settle(charged)).await {
+                (Verdict::Paid(payment), counted) => (payment, counted),
+                (other, _) => {
                     let charged = metered.then_some(charged);
                     return Ok(Outcome::not_paid(self.not_paid(key, (other, charged), offers, &headers).await));
                 }
             }
         };
         add_settlement_header(&mut buffered, &payment, self.v1);
-        Ok(Outcome { answer: Answer::Held(buffered), paid: true })
+        Ok(Outcome::paid(buffered, counted))
+    }
+
+    /// Asks the facilitator `ask` on a task of its own ([`Settlement::ask`]), so that a buyer
+    /// who hangs up cannot cut a claim in two: what it settles is remembered for the proof, and
+    /// an answer it claimed for a request no longer there to take it is given back.
+    async fn ask(&self, key: &str, ask: Ask) -> (Verdict, Option<Counted>) {
+        let settlement = self.settlement(key);
+        let (answer, asked) = tokio::sync::oneshot::channel();
+        // A send that fails drops what it carried: the answer's count is given back.
+        self.config.tasks.spawn(async move { drop(answer.send(settlement.ask(ask).await)) });
+        asked.await.unwrap_or_else(|_| {
+            let reason = "the facilitator's task ended without an answer".to_owned();
+            (Verdict::Unavailable { timed_out: false, reason }, None)
+        })
+    }
+
+    /// A settled proof, its answer claimed: the handler's answer with the settlement header. An
+    /// answer of 400 or more gives its answer back (the buyer may retry with the same proof).
+    async fn serve_settled<S, ReqBody, ResBody>(
+        &self,
+        inner: S,
+        request: Request<ReqBody>,
+        payment: &Payment,
+        counted: Option<Counted>,
+    ) -> Result<Outcome, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+        S::Future: Send,
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
+        let config = self.config;
+        if config.stream_upfront {
+            let header = challenge::settlement_header(payment, self.v1);
+            let response = serve(config, inner, request, payment.clone(), (self.v1, header), counted).await?;
+            return Ok(Outcome { answer: Answer::Streamed(response, None), paid: true, counted: None });
+        }
+        Ok(match run_buffered(config, inner, request, payment.clone()).await? {
+            Some((mut buffered, _)) => {
+                add_settlement_header(&mut buffered, payment, self.v1);
+                if buffered.status.as_u16() >= 400 {
+                    // The handler failed after the payment: its answer is given back.
+                    drop(counted);
+                    Outcome { answer: Answer::Held(buffered), paid: false, counted: None }
+                } else {
+                    Outcome::paid(buffered, counted)
+                }
+            }
+            None => Outcome::not_paid(challenge::unread(true)),
+        })
+    }
+
+    /// A repeat of a proof settled for this ticket: one more answer claimed (for the same
+    /// request, while the ticket has answers left) — from the facilitator, or from `local` when
+    /// it does not count — then the handler runs again. A metered price is claimed for the charge
+    /// settled before, and its new run is served only if it costs no more than that (the
+    /// authorization is spent: nothing more can be settled); a dearer run is withheld and its
+    /// answer given back.
+    async fn repeat<S, ReqBody, ResBody>(
+        &self,
+        key: &str,
+        inner: S,
+        request: Request<ReqBody>,
+        (settled, local): (Payment, Option<Arc<LocalCount>>),
+        offers: &[Offer],
+    ) -> Result<Outcome, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+        S::Future: Send,
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
+        let headers = request.headers().clone();
+        let charged = settled.maximum.map(|_| settled.amount);
+        let claimed = match &local {
+            Some(local) => local.claim(self.claim.ticket).map_err(|reason| Verdict::Refused { reason }).map(|()| {
+                let counted = Counted::new(&self.config.facilitator, &settled, Some(local), &self.config.tasks);
+                (settled.clone(), counted)
+            }),
+            None => self.claim_repeat(key, settled.payment_id.as_deref(), charged).await,
+        };
+        let (payment, counted) = match claimed {
+            Ok(claimed) => claimed,
+            Err(verdict) => return Ok(Outcome::not_paid(self.not_paid(key, (verdict, None), offers, &headers).await)),
+        };
+        let Some(most) = settled.maximum else {
+            return self.serve_settled(inner, request, &payment, counted).await;
+        };
+        let (mut buffered, charge) = match run_buffered(self.config, inner, request, payment.clone()).await? {
+            Some(answer) => answer,
+            None => return Ok(Outcome::not_paid(challenge::unread(true))),
+        };
+        let costs = charge.map_or(most, |c| c.capped(most));
+        if buffered.status.as_u16() >= 400 || costs.get() > payment.amount.get() {
+            drop(counted);
+            if buffered.status.as_u16() >= 400 {
+                return Ok(Outcome::not_paid(buffered));
+            }
+            let why = format!(
+                "answers_used: this run costs {costs}, more than the {} this payment settled (its authorization is \
+                 spent): pay again",
+                payment.amount
+            );
+            return Ok(Outcome::not_paid(self.refused(&why, offers, &headers)));
+        }
+        add_settlement_header(&mut buffered, &payment, self.v1);
+        Ok(Outcome::paid(buffered, counted))
+    }
+
+    /// One more answer of the payment `payment_id` claimed from the facilitator (for a metered
+    /// price, for the charge settled), with its count; else the verdict.
+    async fn claim_repeat(
+        &self,
+        key: &str,
+        payment_id: Option<&str>,
+        charged: Option<AtomicAmount>,
+    ) -> Result<(Payment, Option<Counted>), Verdict> {
+        match self.ask(key, Ask::Repeat { payment_id: payment_id.map(str::to_owned), charged }).await {
+            (Verdict::Paid(payment), counted) => Ok((payment, counted)),
+            (other, _) => Err(other),
+        }
+    }
+
+    /// A repeat of a paid request by its `payment-identifier` id: the answer given before
+    /// (the handler does not run again), once one more answer is claimed like any repeat's.
+    async fn answer_again(
+        &self,
+        key: &str,
+        answer: Buffered,
+        offers: &[Offer],
+        headers: &http::HeaderMap,
+    ) -> Response<PaymentBody> {
+        let known = self.config.cache.get(key).await;
+        let (settled, local) = match known.as_deref() {
+            Some(Known::Accepted { payment, local, .. }) => (Some(payment.clone()), local.clone()),
+            _ => (None, None),
+        };
+        if let (Some(payment), Some(local)) = (&settled, &local) {
+            return match local.claim(self.claim.ticket) {
+                Ok(()) => {
+                    let counted = Counted::new(&self.config.facilitator, payment, Some(local), &self.config.tasks);
+                    answer.into_counted_response(counted)
+                }
+                Err(why) => self.refused(&why, offers, headers).into_response(),
+            };
+        }
+        let charged = settled.as_ref().filter(|p| p.maximum.is_some()).map(|p| p.amount);
+        let payment_id = settled.as_ref().and_then(|p| p.payment_id.as_deref());
+        match self.claim_repeat(key, payment_id, charged).await {
+            Ok((_, counted)) => answer.into_counted_response(counted),
+            Err(verdict) => self.not_paid(key, (verdict, None), offers, headers).await.into_response(),
+        }
     }
 
     /// The claim, owned, to settle after its handler served.
@@ -587,20 +754,9 @@ impl Paid<'_> {
             requirement: self.claim.requirement.clone(),
             resource: self.claim.resource.clone(),
             decimals: self.claim.decimals,
-            lifetime: self.claim.lifetime,
+            terms: self.claim.ticket.clone(),
             metered: self.claim.requirement.scheme == SCHEME_UPTO,
         }
-    }
-
-    /// Settles `charged` of the claim's requirement once its handler has served, in a task of
-    /// its own: a buyer who hangs up now stops neither the seller being paid for what it served
-    /// nor the payment being remembered for the proof (a retry of it is served from memory, or
-    /// follows it when pending — for a metered price, for this charge), never settled twice.
-    async fn settle_after(&self, key: &str, charged: AtomicAmount) -> Verdict {
-        self.config.tasks.spawn(self.settlement(key).run(charged)).await.unwrap_or_else(|e| Verdict::Unavailable {
-            timed_out: false,
-            reason: format!("the settlement task ended without an answer: {e}"),
-        })
     }
 
     /// A metered answer whose body reports its charge ([`DeferredCharge`]): streamed, settled
@@ -623,7 +779,7 @@ impl Paid<'_> {
         head.headers.remove(http::header::CONTENT_LENGTH);
         challenge::make_private(&mut head.headers);
         let response = Response::from_parts(head, PaymentBody::stream(stream));
-        Outcome { answer: Answer::Streamed(response, Some(over)), paid: true }
+        Outcome { answer: Answer::Streamed(response, Some(over)), paid: true, counted: None }
     }
 
     /// Why the proof cannot pay, when the layer can tell alone.
@@ -647,7 +803,8 @@ impl Paid<'_> {
     }
 
     /// The answer, and what is remembered, for anything but a definite success (a metered
-    /// settlement left pending: with the charge it settles, to be followed for).
+    /// settlement left pending: with the charge it settles, to be followed for). A refusal is
+    /// remembered for this request; one of a repeat keeps the settled proof remembered.
     async fn not_paid(
         &self,
         key: &str,
@@ -664,7 +821,12 @@ impl Paid<'_> {
             }
             Verdict::Refused { reason } => {
                 let answer = self.refused(&reason, offers, headers);
-                self.config.cache.put(key, Known::Refused { ticket: self.ticket.clone(), reason }).await;
+                let settled = matches!(self.config.cache.get(key).await.as_deref(), Some(Known::Accepted { .. }));
+                if !settled {
+                    let request = self.claim.ticket.request.clone();
+                    let known = Known::Refused { ticket: self.ticket.clone(), request, reason };
+                    self.config.cache.put(key, known).await;
+                }
                 answer
             }
             Verdict::Unavailable { timed_out, reason } => {
@@ -676,13 +838,14 @@ impl Paid<'_> {
 }
 
 /// Runs the handler for a paid request: `Payment` in its extensions, the settlement header on
-/// its answer.
+/// its answer, streamed, its count given back if it fails or reaches no buyer.
 async fn serve<S, ReqBody, ResBody>(
     config: &Config,
     mut inner: S,
     mut request: Request<ReqBody>,
     payment: Payment,
     (v1, header): (bool, Option<http::HeaderValue>),
+    counted: Option<Counted>,
 ) -> Result<Response<PaymentBody>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
@@ -697,9 +860,11 @@ where
         response.headers_mut().insert(name, value);
     }
     challenge::make_private(response.headers_mut());
+    // A failed handler's answer is given back: the buyer may retry with the same proof.
+    let counted = counted.filter(|_| response.status().as_u16() < 400);
     if config.stream_upfront {
-        return Ok(response.map(PaymentBody::stream));
+        return Ok(response.map(|b| PaymentBody::stream(b).counting(counted)));
     }
     let limit = config.max_buffered_body;
-    Ok(response.map(|b| PaymentBody::stream(http_body_util::Limited::new(b, limit))))
+    Ok(response.map(|b| PaymentBody::stream(http_body_util::Limited::new(b, limit)).counting(counted)))
 }

@@ -179,10 +179,10 @@ fn impatient_layer(url: String, margin: Duration) -> PaymentLayer {
 /// Counts handler runs; answers with the payer and amount it was told were paid.
 fn handler(
     runs: Arc<AtomicUsize>,
-) -> impl tower::Service<Request<String>, Response = Response<Full<Bytes>>, Error = Infallible, Future = impl Send>
+) -> impl tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible, Future = impl Send>
 + Clone
 + Send {
-    tower::service_fn(move |request: Request<String>| {
+    tower::service_fn(move |request: Request<Full<Bytes>>| {
         let runs = runs.clone();
         async move {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -227,7 +227,7 @@ trait Shop {
 
 impl<S> Shop for S
 where
-    S: tower::Service<Request<String>, Response = Response<tollgate::body::PaymentBody>, Error = Infallible>
+    S: tower::Service<Request<Full<Bytes>>, Response = Response<tollgate::body::PaymentBody>, Error = Infallible>
         + Clone
         + Send,
     S::Future: Send,
@@ -237,7 +237,7 @@ where
         if let Some((name, value)) = proof {
             request = request.header(name, value);
         }
-        self.clone().oneshot(request.body(String::new()).unwrap()).await.unwrap()
+        self.clone().oneshot(request.body(Full::default()).unwrap()).await.unwrap()
     }
 }
 
@@ -303,7 +303,7 @@ async fn a_named_resource_binds_the_price_it_was_paid_at() {
     let request = Request::get("http://anything.example/x")
         .header("X-PAYMENT", v1_proof())
         .header("x-dear", "1")
-        .body(String::new())
+        .body(Full::default())
         .unwrap();
     let dear = shop.clone().oneshot(request).await.unwrap();
     assert_eq!(dear.status(), StatusCode::PAYMENT_REQUIRED);
@@ -372,17 +372,20 @@ async fn an_x402_settlement_pending_is_followed_by_settling_again() {
     );
 }
 
+/// A confirmed record whose answer counted one answer of two (Tollgate's gateway with a ticket).
+fn counted(served: u32) -> Value {
+    let mut record = record("confirmed", PER_WORD, "native", PAY_TO);
+    record["answers"] = json!({"served": served, "uses": 2});
+    record
+}
+
 /// The gateway takes longer than the layer waits: the layer answers 503 and remembers the proof;
-/// the retry sends it again, the gateway names the caller's payment that holds it, and the
-/// layer serves once that payment is confirmed. One settlement, one handler run.
+/// the retry sends it again, and the gateway answers with the caller's payment that holds it, one
+/// answer counted. One settlement, one handler run, no status poll.
 #[tokio::test]
 async fn a_gateway_slower_than_the_layer_is_followed_on_retry() {
-    let used = used_by_pay_1();
     let receive = Arc::new(Stand {
-        script: std::sync::Mutex::new(vec![
-            (StatusCode::OK, record("confirmed", PER_WORD, "native", PAY_TO)),
-            (StatusCode::PAYMENT_REQUIRED, used),
-        ]),
+        script: std::sync::Mutex::new(vec![(StatusCode::OK, counted(1)), (StatusCode::OK, counted(1))]),
         first_delay: Some(Duration::from_millis(2_500)),
         ..Stand::default()
     });
@@ -401,28 +404,26 @@ async fn a_gateway_slower_than_the_layer_is_followed_on_retry() {
     assert_eq!(text(retry).await, format!("{BUYER} paid {PER_WORD} of native"));
     assert_eq!(
         (receive.calls.load(Ordering::SeqCst), status.calls.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)),
-        (2, 1, 1)
+        (2, 0, 1)
     );
 }
 
 /// The buyer hung up after paying (attacker finding): the layer never saw the answer and
-/// remembers nothing, and the retry is "proof already used" by the seller's own payment. That
-/// payment, made for this resource at this price, serves the retry: the buyer is not refused
-/// after paying, and nothing is settled again.
+/// remembers nothing. The retry sends the proof again, and the gateway answers with the seller's
+/// own payment holding it, one more answer counted: the buyer is not refused after paying, and
+/// nothing is settled again. The same proof on a dearer request is the gateway's to refuse.
 #[tokio::test]
 async fn a_retry_after_the_buyer_hung_up_is_served_by_the_sellers_own_payment() {
-    let used = used_by_pay_1();
-    let receive = Stand::scripted(vec![(StatusCode::PAYMENT_REQUIRED, used)]);
-    let status = Stand::scripted(vec![(StatusCode::OK, record("confirmed", PER_WORD, "native", PAY_TO))]);
+    let receive = Stand::scripted(vec![(StatusCode::OK, counted(2)), (StatusCode::PAYMENT_REQUIRED, used_by_pay_1())]);
+    let status = Stand::scripted(vec![]);
     let url = gateway(receive.clone(), status.clone()).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let shop = words_layer(FacilitatorClient::new(url, "tg_test_key")).layer(handler(runs.clone()));
     let retry = shop.get("http://shop.example/words?a", Some(("X-PAYMENT", &v1_proof()))).await;
     assert_eq!(retry.status(), StatusCode::OK);
-    // The same proof on a dearer request: the payment holding it was made for another resource.
     let dear = shop.get("http://shop.example/words?a+b", Some(("X-PAYMENT", &v1_proof()))).await;
     assert_eq!(dear.status(), StatusCode::PAYMENT_REQUIRED);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!((runs.load(Ordering::SeqCst), status.calls.load(Ordering::SeqCst)), (1, 0));
 }
 
 /// The same with an x402 facilitator, in verify-then-settle order: `/verify` says the proof was
@@ -453,20 +454,21 @@ async fn an_x402_retry_after_the_buyer_hung_up_is_served_by_the_settlement_made(
     );
 }
 
-/// The same, but the payment the gateway names was made for another resource (the proof was
-/// used before, elsewhere on this shop): it does not pay this one.
+/// The same, but the payment the gateway answers with was made for another resource (a gateway
+/// that binds badly, or a proof used elsewhere on this shop): it does not pay this one.
 #[tokio::test]
 async fn a_followed_payment_made_for_another_resource_is_refused() {
-    let used = used_by_pay_1();
+    let mut elsewhere = record("confirmed", PER_WORD, "native", PAY_TO);
+    elsewhere["resource"] = json!("http://shop.example/cheap");
     let receive = Arc::new(Stand {
-        script: std::sync::Mutex::new(vec![(StatusCode::PAYMENT_REQUIRED, used)]),
+        script: std::sync::Mutex::new(vec![
+            (StatusCode::PAYMENT_REQUIRED, used_by_pay_1()),
+            (StatusCode::OK, elsewhere),
+        ]),
         first_delay: Some(Duration::from_millis(3_000)),
         ..Stand::default()
     });
-    let mut elsewhere = record("confirmed", PER_WORD, "native", PAY_TO);
-    elsewhere["resource"] = json!("http://shop.example/cheap");
-    let status = Stand::scripted(vec![(StatusCode::OK, elsewhere)]);
-    let url = gateway(receive, status).await;
+    let url = gateway(receive, Stand::scripted(vec![])).await;
     let layer = impatient_layer(url, Duration::from_millis(100));
     let runs = Arc::new(AtomicUsize::new(0));
     let shop = layer.layer(handler(runs.clone()));
@@ -478,7 +480,6 @@ async fn a_followed_payment_made_for_another_resource_is_refused() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
-/// A refused settlement answers a new challenge that carries the failed settlement header.
 #[tokio::test]
 async fn a_refused_settlement_carries_the_failure_header() {
     let stand = Stand::scripted(vec![(
@@ -612,7 +613,7 @@ async fn the_resource_url_follows_the_proxy_and_extensions_are_declared() {
         for (k, v) in &headers {
             request = request.header(*k, *v);
         }
-        let answer = shop.clone().oneshot(request.body(String::new()).unwrap()).await.unwrap();
+        let answer = shop.clone().oneshot(request.body(Full::default()).unwrap()).await.unwrap();
         let required = decode(answer.headers()["payment-required"].to_str().unwrap());
         assert_eq!(required["resource"]["url"], url, "{headers:?}");
         assert_eq!(required["extensions"]["bazaar"]["info"]["input"]["method"], "GET");

@@ -68,6 +68,8 @@ impl Facilitator for Scripted {
             _ => Verdict::Refused { reason: "the payment failed".into() },
         }
     }
+
+    async fn release(&self, _payment: &Payment) {}
 }
 
 fn layer(facilitator: impl Facilitator + 'static) -> PaymentLayer {
@@ -89,10 +91,10 @@ fn proof() -> String {
 /// A plain tower service (no axum): `String` request bodies, `Full<Bytes>` responses.
 fn plain(
     runs: Arc<AtomicUsize>,
-) -> impl tower::Service<Request<String>, Response = Response<Full<Bytes>>, Error = Infallible, Future = impl Send>
+) -> impl tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible, Future = impl Send>
 + Clone
 + Send {
-    tower::service_fn(move |request: Request<String>| {
+    tower::service_fn(move |request: Request<Full<Bytes>>| {
         let runs = runs.clone();
         async move {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -102,8 +104,8 @@ fn plain(
     })
 }
 
-fn paid_request() -> Request<String> {
-    Request::get("http://shop.example/report").header("X-PAYMENT", proof()).body(String::new()).unwrap()
+fn paid_request() -> Request<Full<Bytes>> {
+    Request::get("http://shop.example/report").header("X-PAYMENT", proof()).body(Full::default()).unwrap()
 }
 
 #[tokio::test]
@@ -143,7 +145,7 @@ async fn a_plain_service_answers_402_without_payment() {
     let runs = Arc::new(AtomicUsize::new(0));
     let service = layer(scripted("confirmed")).layer(plain(runs.clone()));
     let response =
-        service.oneshot(Request::get("http://shop.example/report").body(String::new()).unwrap()).await.unwrap();
+        service.oneshot(Request::get("http://shop.example/report").body(Full::default()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
     assert!(response.headers().contains_key("payment-required"));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -182,12 +184,16 @@ fn invalid_configuration_fails_at_build() {
 async fn plain_hyper_serves_the_layer_over_http() {
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
-    // A hyper service with hyper's own request body type; no axum anywhere.
-    let handler = tower::service_fn(move |_request: Request<hyper::body::Incoming>| {
+    // A hyper service; no axum anywhere. hyper's own request body is wrapped in the layer's
+    // `RequestBody`, which it can read and hand on.
+    let handler = tower::service_fn(move |_request: Request<tollgate::body::RequestBody>| {
         counted.fetch_add(1, Ordering::SeqCst);
         async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"paid content")))) }
     });
-    let service = layer(scripted("confirmed")).layer(handler);
+    let service = tower::ServiceBuilder::new()
+        .map_request(|request: Request<hyper::body::Incoming>| request.map(tollgate::body::RequestBody::new))
+        .layer(layer(scripted("confirmed")))
+        .service(handler);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let shop = format!("http://{}/report", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -233,7 +239,7 @@ async fn dynamic_pricing_can_let_a_request_through_or_price_it() {
         .build()
         .unwrap();
     let service = layer.layer(plain(runs.clone()));
-    let get = |uri: &str| Request::get(uri).body(String::new()).unwrap();
+    let get = |uri: &str| Request::get(uri).body(Full::default()).unwrap();
     let free = service.clone().oneshot(get("http://shop.example/free")).await.unwrap();
     assert_eq!(free.status(), StatusCode::OK);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -266,7 +272,7 @@ async fn a_proof_for_a_cheap_request_does_not_buy_a_dear_one() {
         .build()
         .unwrap();
     let service = layer.layer(plain(runs.clone()));
-    let paid = |uri: &str| Request::get(uri).header("X-PAYMENT", proof()).body(String::new()).unwrap();
+    let paid = |uri: &str| Request::get(uri).header("X-PAYMENT", proof()).body(Full::default()).unwrap();
     let pending = service.clone().oneshot(paid("http://shop.example/report")).await.unwrap();
     assert_eq!(pending.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Confirmed and remembered for the cheap request: served there, refused for the dear one.

@@ -78,6 +78,35 @@ pub struct ReceivePaymentRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{1,16}$"))]
     pub method: Option<String>,
+    /// What the payment buys (extension, sent by Tollgate's seller layer): its answers are
+    /// counted. The first is claimed with the payment; the same proof presented again by the
+    /// same account claims another, or is refused once the ticket is used up, expired, or
+    /// presented for another request. Without it, a proof presented again is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<crate::ticket::Ticket>,
+}
+
+/// Body of `POST /payment/answer/release` (extension): gives back one answer of a payment
+/// received with a ticket, which reached no buyer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReleaseAnswerRequest {
+    /// The payment (`pay_…`), the caller's received one.
+    pub payment_id: String,
+}
+
+/// Answer of `POST /payment/answer/release`: what the payment's ticket still counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReleasedAnswer {
+    /// The payment.
+    pub payment_id: String,
+    /// Answers still counted as served.
+    pub served: u32,
+    /// Answers the payment buys.
+    pub uses: u32,
 }
 
 /// Body of `POST /transaction/receive`.
@@ -269,6 +298,9 @@ pub struct PaymentRecord {
     /// `/payment/receive`, `/transaction/receive`: who paid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
+    /// A receive with a `ticket`: the answers its payment has served, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<crate::ticket::Answered>,
 }
 
 /// `type` of a history query.
@@ -455,6 +487,7 @@ mod tests {
             direction: None,
             payment_proof: None,
             payer: None,
+            answers: None,
         };
         let text = serde_json::to_string(&record).unwrap();
         assert!(text.contains(r#""amount":0.01,"amountAtomic":"10000000""#), "{text}");

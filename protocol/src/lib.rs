@@ -12,6 +12,8 @@
 //! * [`redact`]: endpoint URLs shown without the credentials they carry.
 //! * [`seconds`]: whole numbers of seconds, written `60` or `60.0`.
 //! * [`webhook`]: signing webhook deliveries and checking their signature.
+//! * [`ticket`]: what one payment buys — the answers a seller serves for it, counted by the
+//!   facilitator.
 
 pub mod address;
 pub mod amount;
@@ -22,6 +24,7 @@ pub mod network;
 mod openapi;
 pub mod redact;
 pub mod seconds;
+pub mod ticket;
 pub mod webhook;
 pub mod x402;
 

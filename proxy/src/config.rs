@@ -201,12 +201,12 @@ pub struct RouteFile {
     /// larger answers are refused with 502 and nothing is settled).
     #[serde(default)]
     pub max_held_bytes: Option<usize>,
-    /// How many requests one payment serves (the first included) for the same URL and method:
-    /// default 2, the answer and one retry of a buyer whose answer was lost. Later repeats are
-    /// answered 402.
+    /// How many answers one payment buys (the first included), for the same URL, method and
+    /// body: default 2, the answer and one retry of a buyer whose answer was lost. Later repeats
+    /// are answered 402. The facilitator counts them, so every proxy instance shares one count.
     #[serde(default)]
     pub ticket_uses: Option<u32>,
-    /// For how long after its payment (seconds, default 60) a payment's repeats are served.
+    /// For how long after its first answer (seconds, default 60) a payment's repeats are served.
     #[serde(default)]
     pub ticket_secs: Option<u64>,
     /// For metered prices (`max`): where the upstream reports what the request used.

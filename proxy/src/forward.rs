@@ -23,6 +23,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use tollgate::body::RequestBody;
 use tollgate::protocol::AtomicAmount;
 use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
 use tollgate::{Charge, DeferredCharge, Payment};
@@ -35,15 +36,23 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every answer the proxy gives.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// The pooled client every route shares.
-pub type UpstreamClient = Client<HttpConnector, IdleBody>;
+pub type UpstreamClient = Client<HttpConnector, RequestBody>;
 
-/// A client's request body on its way up, failing when none of it arrives for `idle` (a client
-/// stalling mid-upload would hold an upstream connection and its worker for ever).
+/// A client's request body, failing when none of it arrives for `idle` (a client stalling
+/// mid-upload would hold an upstream connection and its worker for ever, or the layer reading a
+/// paid request's body to tell a repeat of it). Every request's body is wrapped in it first.
 #[derive(Debug)]
 pub struct IdleBody {
     inner: Incoming,
     idle: Duration,
     timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl IdleBody {
+    /// `inner`, failing after `idle` without data, as the body the layer and forwarder take.
+    pub fn wrap(inner: Incoming, idle: Duration) -> RequestBody {
+        RequestBody::new(Self { inner, idle, timer: None })
+    }
 }
 
 impl hyper::body::Body for IdleBody {
@@ -94,7 +103,7 @@ thread_local! {
 }
 
 /// Sends `request` on this thread's pooled client (made anew when `connect` changed on reload).
-fn send_upstream(connect: Duration, request: Request<IdleBody>) -> hyper_util::client::legacy::ResponseFuture {
+fn send_upstream(connect: Duration, request: Request<RequestBody>) -> hyper_util::client::legacy::ResponseFuture {
     CLIENT.with(|slot| {
         let mut slot = slot.borrow_mut();
         match slot.as_ref() {
@@ -208,7 +217,7 @@ pub struct Forward {
 #[derive(Debug, Clone)]
 pub struct Forwarder(pub Arc<Forward>);
 
-impl tower::Service<Request<Incoming>> for Forwarder {
+impl tower::Service<Request<RequestBody>> for Forwarder {
     type Response = Response<ProxyBody>;
     type Error = std::convert::Infallible;
     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
@@ -217,7 +226,7 @@ impl tower::Service<Request<Incoming>> for Forwarder {
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, request: Request<RequestBody>) -> Self::Future {
         let forward = self.0.clone();
         Box::pin(async move { Ok(forward.send(request).await) })
     }
@@ -274,7 +283,7 @@ impl Forward {
     }
 
     /// The request as the upstream gets it.
-    fn upstream_request(&self, request: Request<Incoming>) -> Result<Request<IdleBody>, String> {
+    fn upstream_request(&self, request: Request<RequestBody>) -> Result<Request<RequestBody>, String> {
         let (mut parts, body) = request.into_parts();
         // Taken, not copied: nothing after the upstream needs it.
         let inbound = parts.extensions.remove::<Inbound>();
@@ -338,11 +347,11 @@ impl Forward {
             let now = chrono_now();
             identity.add(headers, parts.method.as_str(), &target, payment, now);
         }
-        Ok(Request::from_parts(parts, IdleBody { inner: body, idle: self.body_idle, timer: None }))
+        Ok(Request::from_parts(parts, body))
     }
 
     /// Forwards `request`, and gives the upstream's answer (or the proxy's 502/504).
-    pub async fn send(&self, request: Request<Incoming>) -> Response<ProxyBody> {
+    pub async fn send(&self, request: Request<RequestBody>) -> Response<ProxyBody> {
         let metered = request.extensions().get::<Payment>().is_some_and(|p| p.maximum.is_some());
         let request = match self.upstream_request(request) {
             Ok(r) => r,

@@ -9,11 +9,12 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
+use tollgate::body::RequestBody;
 use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
 use tower::ServiceExt as _;
 
 use crate::config::{ConfigError, ProxyFile};
-use crate::forward::{Inbound, ProxyBody, error, full};
+use crate::forward::{IdleBody, Inbound, ProxyBody, error, full};
 use crate::route::{RequestError, canonical_host, canonical_path, query_matches, query_pairs};
 use crate::routes::{Action, Route, Routes};
 
@@ -243,7 +244,7 @@ fn route<'r>(
     request: Request<Incoming>,
     client: SocketAddr,
     scheme: &'static str,
-) -> Result<(&'r Route, Request<Incoming>), RequestError> {
+) -> Result<(&'r Route, Request<RequestBody>), RequestError> {
     let (mut parts, body) = request.into_parts();
     let authority = match parts.uri.authority() {
         Some(a) => a.as_str().to_owned(),
@@ -303,7 +304,7 @@ fn route<'r>(
         identity.strip(&mut parts.headers);
     }
     parts.extensions.insert(Inbound { client, scheme, host: authority, captures });
-    Ok((route, Request::from_parts(parts, body)))
+    Ok((route, Request::from_parts(parts, IdleBody::wrap(body, routes.body_idle()))))
 }
 
 /// What happened to a request, for `tollgate_proxy_requests_total`.

@@ -17,12 +17,10 @@ use crate::route::{HostPattern, PathPattern, QueryValue};
 
 /// The default largest answer held while it is settled.
 const MAX_HELD_BYTES: usize = 16 * 1024 * 1024;
-/// How many requests a payment serves by default: the answer and one retry.
-const TICKET_USES: u32 = 2;
-/// For how long a payment's repeats are served by default.
-const TICKET_SECS: u64 = 60;
 /// Proofs a route remembers at most.
 const PROOFS_REMEMBERED: u64 = 100_000;
+/// How long a route remembers a settled proof (to claim its repeats without verifying again).
+const PROOFS_KEPT: Duration = Duration::from_secs(600);
 /// How long a refused proof is refused again without asking the facilitator.
 const REFUSED_FOR: Duration = Duration::from_secs(10);
 
@@ -204,8 +202,9 @@ impl Shared<'_> {
             .settlement_order(order)
             .stream_upfront(true)
             .max_buffered_body(max_held.unwrap_or(MAX_HELD_BYTES))
-            .ticket_uses(uses.unwrap_or(TICKET_USES))
-            .cache(PROOFS_REMEMBERED, Duration::from_secs(secs.unwrap_or(TICKET_SECS)), REFUSED_FOR)
+            .ticket_uses(uses.unwrap_or(tollgate::DEFAULT_TICKET_USES))
+            .ticket_secs(secs.unwrap_or(tollgate::DEFAULT_TICKET_SECS))
+            .cache(PROOFS_REMEMBERED, PROOFS_KEPT, REFUSED_FOR)
             .description(description);
         if let Some(mime) = mime {
             builder = builder.mime_type(mime);
@@ -315,6 +314,11 @@ impl Shared<'_> {
 }
 
 impl Routes {
+    /// How long a request body may send nothing before it fails.
+    pub(crate) fn body_idle(&self) -> Duration {
+        Duration::from_millis(self.shared.timeouts.body_idle_ms)
+    }
+
     /// Builds every route of `file`, their settlements run on `tasks`; routes unchanged since
     /// `previous` keep
     /// their layer (and the proofs it remembers).

@@ -217,19 +217,27 @@ async fn a_paid_route_is_served_once_paid_and_its_proof_serves_only_its_request(
     assert_eq!(w.earned().await, 4 * CENT);
 }
 
-/// Two proxies on one facilitator (instances behind a load balancer), one proof sent to both at
-/// once, three times: the money moves once, nothing fails, and the proof serves at most its uses
-/// at each instance (each remembers its own tickets).
+/// Two proxy processes on one facilitator (instances behind a load balancer). One proof sent to
+/// both at once, three times: the money moves once, nothing fails, and the proof serves at most
+/// its uses (2) in all. Another proof alternated between them twenty times: its answer and one
+/// retry, then "pay again". Sixteen requests with a third proof at once over both: at most two
+/// served, the rest refused with a reason (or told to retry while it settles). The facilitator
+/// counts the answers for every instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_proxies_on_one_facilitator_settle_a_proof_once() {
+async fn two_proxies_on_one_facilitator_settle_a_proof_once_and_serve_its_uses_in_all() {
     let w = World::start().await;
-    let second = common::proxy(&w.dir.path().join("proxy.toml"), &w.f.key);
+    // Behind one load balancer, the instances name the resources by its public URL.
+    let dir = tempfile::tempdir().unwrap();
+    let shared =
+        format!("public_url = \"https://shop.example\"\n{}", config(&w.upstream.url, &w.f.url, &w.seller, "0.01"));
+    let path = common::write_config(dir.path(), &shared);
+    let (first, second) = (common::proxy(&path, &w.f.key), common::proxy(&path, &w.f.key));
     let buyer = w.buyer().await;
     let proof = w.proof(&buyer, CENT).await;
-    let (first_url, second_url) = (w.url("/forecast"), format!("{}/forecast", second.url));
+    let urls = [format!("{}/forecast", first.url), format!("{}/forecast", second.url)];
     let mut served = 0;
     for _ in 0..3 {
-        let (a, b) = tokio::join!(send("GET", &first_url, Some(&proof)), send("GET", &second_url, Some(&proof)));
+        let (a, b) = tokio::join!(send("GET", &urls[0], Some(&proof)), send("GET", &urls[1], Some(&proof)));
         for (status, _, body) in [a, b] {
             // 503: the other instance's settlement of it is still under way (retry later).
             assert!([200, 402, 503].contains(&status), "{status}: {body}");
@@ -237,7 +245,40 @@ async fn two_proxies_on_one_facilitator_settle_a_proof_once() {
         }
     }
     assert_eq!(w.earned().await, CENT, "settled once");
-    assert!((1..=4).contains(&served), "served {served} times: at most 2 uses at each of 2 instances");
+    assert!((1..=2).contains(&served), "served {served} times: at most 2 uses in all");
+
+    let proof = w.proof(&buyer, CENT).await;
+    let mut statuses = Vec::new();
+    for i in 0..20 {
+        let (status, _, body) = send("GET", &urls[i % 2], Some(&proof)).await;
+        if status == 402 {
+            assert!(body.contains("served the 2 answers"), "{body}");
+        }
+        statuses.push(status);
+    }
+    assert_eq!(statuses[..2], [200, 200], "the answer, then its retry at the other instance");
+    assert!(statuses[2..].iter().all(|s| *s == 402), "{statuses:?}");
+    assert_eq!(w.earned().await, 2 * CENT);
+
+    let proof = w.proof(&buyer, CENT).await;
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let (url, proof) = (urls[i % 2].clone(), proof.clone());
+            tokio::spawn(async move { send("GET", &url, Some(&proof)).await })
+        })
+        .collect();
+    let mut served = 0;
+    for racer in racers {
+        let (status, _, body) = racer.await.unwrap();
+        match status {
+            200 => served += 1,
+            402 => assert!(body.contains("pay again") || body.contains("already used"), "{body}"),
+            503 => {}
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!((1..=2).contains(&served), "served {served} times");
+    assert_eq!(w.earned().await, 3 * CENT, "each proof settled once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -431,6 +431,24 @@ struct Package {
     dir: PathBuf,
     /// Its `[[bin]]` names.
     binaries: Vec<String>,
+    /// Its `default-run`, if any.
+    default_run: Option<String>,
+}
+
+impl Package {
+    /// The binary `cargo run -p <package>` runs without `--bin`: the only one, or `default-run`;
+    /// else why cargo would stop ("could not determine which binary to run").
+    fn run_default(&self) -> Result<&str, String> {
+        match (&self.default_run, self.binaries.as_slice()) {
+            (Some(binary), _) => Ok(binary),
+            (None, [only]) => Ok(only),
+            (None, []) => Err(format!("the package {} has no binary", self.name)),
+            (None, _) => Err(format!(
+                "the package {} has several binaries and no default-run: cargo cannot tell which to run (add --bin)",
+                self.name
+            )),
+        }
+    }
 }
 
 /// The workspace's packages: the root `Cargo.toml`'s members.
@@ -445,7 +463,8 @@ fn workspace() -> Vec<Package> {
             let name = manifest["package"]["name"].as_str().unwrap().to_owned();
             let bins = manifest.get("bin").and_then(toml::Value::as_array).cloned().unwrap_or_default();
             let binaries = bins.iter().filter_map(|b| b["name"].as_str().map(str::to_owned)).collect();
-            Package { name, dir, binaries }
+            let default_run = manifest["package"].get("default-run").and_then(|d| d.as_str()).map(str::to_owned);
+            Package { name, dir, binaries, default_run }
         })
         .collect()
 }
@@ -510,7 +529,22 @@ fn check_command(command: &str, problems: &mut Vec<String>, at: &str) {
             }
             return;
         }
-        let binary = value("--bin").unwrap_or_else(|| package.clone());
+        let binary = match value("--bin") {
+            Some(binary) => binary,
+            None => {
+                match workspace().into_iter().find(|p| p.name == package).map(|p| p.run_default().map(str::to_owned)) {
+                    Some(Ok(binary)) => binary,
+                    Some(Err(why)) => {
+                        problems.push(format!("{at}: `{command}`: {why}"));
+                        return;
+                    }
+                    None => {
+                        problems.push(format!("{at}: `{command}`: no package {package} in the workspace"));
+                        return;
+                    }
+                }
+            }
+        };
         if bins.get(&binary) != Some(&package) {
             problems.push(format!("{at}: `{command}`: the package {package} has no binary {binary}"));
             return;
@@ -619,6 +653,17 @@ fn the_command_checker_finds_what_is_wrong() {
         check_command(command, &mut fine, "t");
     }
     assert!(fine.is_empty(), "{fine:#?}");
+    // A package of several binaries runs one only when it names its default.
+    let package = |default_run: Option<&str>, binaries: &[&str]| Package {
+        name: "p".into(),
+        dir: PathBuf::new(),
+        binaries: binaries.iter().map(|b| (*b).to_owned()).collect(),
+        default_run: default_run.map(str::to_owned),
+    };
+    assert_eq!(package(None, &["a"]).run_default(), Ok("a"));
+    assert_eq!(package(Some("b"), &["a", "b"]).run_default(), Ok("b"));
+    assert!(package(None, &["a", "b"]).run_default().unwrap_err().contains("several binaries"));
+    assert!(package(None, &[]).run_default().is_err());
     let lines = commands("console", "$ a \\\n  --b c\nout\n$ d && e # note\n");
     assert_eq!(lines.iter().map(|l| words(l)).collect::<Vec<_>>(), [vec!["a", "--b", "c"], vec!["d"], vec!["e"]]);
     assert_eq!(words("K=$(cat f) x --d 'a b' \"c\""), ["K=X", "x", "--d", "a b", "c"]);

@@ -16,7 +16,8 @@ const EXIT_CODES: &str = "Exit codes:
   0  answered 2xx or 3xx (paid, or free)
   1  answered 4xx or 5xx other than a refused payment, or the request could not be sent
   2  the command line is wrong (unknown flag, bad header, unreadable --data file)
-  3  nothing to pay with: no offer fits this buyer's keys, or the price is above --max or a budget
+  3  nothing to pay with: no offer fits this buyer's keys, the price is above --max or a budget,
+     or nothing caps it (give --max, a budget in its asset, or --no-cap)
   4  the seller refused the payment
   5  the payment is still pending after the retries (retry later: the same proof is reused)
   6  the payment could not be built (chain unreachable, bad key)";
@@ -40,8 +41,13 @@ struct Args {
     /// Most to pay for this request, naming its asset: `0.01SOL`, `0.001ETH`, `0.05USDC` (an
     /// ERC-20 by its `symbol()`), or `1.5@<token address>` (whole tokens; SPL tokens by address).
     /// Offers in other assets are not taken.
+    /// Without it (or a budget in the offer's asset), nothing is paid: the offer and the flag to
+    /// add are printed, and the exit code is 3.
     #[arg(long)]
     max: Option<String>,
+    /// Pay whatever the seller asks (within a budget, if one is given): no cap.
+    #[arg(long, conflicts_with = "max")]
+    no_cap: bool,
     /// A file that remembers what was spent (SQLite; made if missing): the budgets count it, so
     /// they hold across runs and concurrent runs; it is also the spend log.
     #[arg(long, env = "TOLLGATE_BUDGET_FILE")]
@@ -84,7 +90,10 @@ struct Failed(u8, String);
 impl From<PayError> for Failed {
     fn from(e: PayError) -> Self {
         let code = match &e {
-            PayError::NoOption(_) | PayError::OverCap { .. } | PayError::OverBudget { .. } => 3,
+            PayError::NoOption(_)
+            | PayError::OverCap { .. }
+            | PayError::OverBudget { .. }
+            | PayError::Uncapped { .. } => 3,
             PayError::Refused { .. } => 4,
             PayError::StillPending(_) => 5,
             PayError::Build(_) => 6,
@@ -154,6 +163,9 @@ async fn run(args: Args) -> Result<ExitCode, Failed> {
     }
     if let Some(max) = &args.max {
         buyer = buyer.with_cap(Cap::parse(max)?);
+    }
+    if args.no_cap {
+        buyer = buyer.without_cap();
     }
     let limits = args
         .budgets

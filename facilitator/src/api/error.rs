@@ -241,6 +241,10 @@ impl ApiError {
                 payment_id: holder.map(|h| h.payment.id),
                 ..Self::new(ErrorCode::InvalidPaymentProof, format!("proof already used (payment {payment_id})"))
             },
+            PaymentError::AnswersUsed { payment_id, message } => Self {
+                payment_id: Some(payment_id),
+                ..Self::new(ErrorCode::InvalidPaymentProof, message).with_remedy("Pay again with a new proof")
+            },
             PaymentError::InsufficientBalance(m) => Self::new(ErrorCode::InsufficientBalance, m),
             PaymentError::Forbidden(m) => {
                 Self::forbidden(m).with_remedy("Create one with `tollgate-facilitator wallets create`")

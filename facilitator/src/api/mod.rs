@@ -62,6 +62,7 @@ pub fn router(state: AppState) -> Router {
     }
     app.route("/payment/send", guard_post(Endpoint::PaymentSend, post(payments::send)))
         .route("/payment/receive", guard_post(Endpoint::PaymentReceive, post(payments::receive)))
+        .route("/payment/answer/release", guard_post(Endpoint::PaymentAnswerRelease, post(payments::release_answer)))
         .route("/payment/status/{payment_id}", guard(Endpoint::PaymentStatus, get(payments::status)))
         .route("/payment/history/{wallet_address}", guard(Endpoint::PaymentHistory, get(payments::history)))
         .route("/transaction/send", guard_post(Endpoint::TransactionSend, post(transactions::send)))

@@ -22,7 +22,7 @@ use crate::app::AppState;
 #[openapi(
     info(title = "Tollgate facilitator", description = "Payment gateway API (hosted and local modes) and x402 facilitator API. Errors: `{\"error\": {\"code\", \"message\", \"remedy\"}}`."),
     paths(
-        payments::send, payments::receive, payments::status, payments::history,
+        payments::send, payments::receive, payments::release_answer, payments::status, payments::history,
         transactions::send, transactions::receive, transactions::confirm,
         tokens::info,
         x402::verify, x402::settle, x402::supported,

@@ -12,8 +12,9 @@ use axum::{Extension, Json};
 use http::StatusCode;
 use tollgate_protocol::gateway::{
     HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT, HistoryQuery, HistoryResponse, LocalReceiveRequest, PaymentRecord,
-    PaymentStatus, ReceivePaymentRequest, SendPaymentRequest,
+    PaymentStatus, ReceivePaymentRequest, ReleaseAnswerRequest, ReleasedAnswer, SendPaymentRequest,
 };
+use tollgate_protocol::ticket::Ticket;
 use tollgate_protocol::x402::Asset;
 use tollgate_protocol::{AtomicAmount, DecimalAmount, ErrorCode, Network};
 
@@ -169,6 +170,7 @@ pub(crate) struct ReceiveFields<'a> {
     asset: Option<Asset>,
     priority_fee: Option<&'a DecimalAmount>,
     method: Option<&'a str>,
+    ticket: Option<&'a Ticket>,
 }
 
 impl<'a> ReceiveFields<'a> {
@@ -183,6 +185,7 @@ impl<'a> ReceiveFields<'a> {
             asset: r.asset,
             priority_fee: None,
             method: r.method.as_deref(),
+            ticket: r.ticket.as_ref(),
         }
     }
 
@@ -197,6 +200,7 @@ impl<'a> ReceiveFields<'a> {
             asset: r.asset,
             priority_fee: r.priority_fee.as_ref(),
             method: None,
+            ticket: None,
         }
     }
 }
@@ -249,8 +253,36 @@ pub(crate) fn receive_of(
         requirement: None,
         fee_cap,
     };
+    let repeat = match r.ticket {
+        Some(ticket) => {
+            ticket.check().map_err(ApiError::invalid_params)?;
+            Repeat::Counted(ticket.clone())
+        }
+        None => Repeat::Used,
+    };
     let sponsorship = state.config.plans.get(caller.plan).sponsorship;
-    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat: Repeat::Used, sponsorship })
+    Ok(Receive { account: caller.account_id.clone(), payload, terms, wait, repeat, sponsorship })
+}
+
+/// Give back one answer of a payment received with a `ticket`: the seller's layer served
+/// nothing of it (its handler failed, or the buyer hung up before the first byte), so the
+/// buyer's retry with the same proof is served.
+#[utoipa::path(post, path = "/payment/answer/release", tag = "payments", request_body = ReleaseAnswerRequest,
+    responses(
+        (status = 200, description = "The answers still counted", body = ReleasedAnswer),
+        (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
+        (status = 404, description = "NOT_FOUND (unknown, not the caller's received payment, or bought no answers)", body = tollgate_protocol::ErrorEnvelope),
+    ), security(("bearer" = [])))]
+pub async fn release_answer(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Caller>>,
+    ApiJson(req): ApiJson<ReleaseAnswerRequest>,
+) -> Result<Json<ReleasedAnswer>, ApiError> {
+    if !validate::is_identifier(&req.payment_id) {
+        return Err(ApiError::invalid_params("paymentId is not a payment id"));
+    }
+    let answered = state.payments().release_answer(&caller.account_id, &req.payment_id).await?;
+    Ok(Json(ReleasedAnswer { payment_id: req.payment_id, served: answered.served, uses: answered.uses }))
 }
 
 /// The status and details of a payment of the caller's account.

@@ -28,7 +28,16 @@ fn network_name(v1: bool, network: &Network) -> String {
 
 /// The request as the payment core's job: its requirement as the terms, the resource the
 /// seller's request names (a seller's layer writes its own into the payload).
+/// A request with the seller's ticket counts what the payment buys (`Repeat::Counted`), whatever
+/// `repeat` says.
 fn receive_of(state: &AppState, caller: &Caller, req: FacilitatorRequest, repeat: Repeat) -> Result<Receive, ApiError> {
+    let repeat = match req.ticket() {
+        Some(ticket) => {
+            ticket.check().map_err(ApiError::invalid_params)?;
+            Repeat::Counted(ticket.clone())
+        }
+        None => repeat,
+    };
     let (payload, requirement, resource) = req.into_parts();
     crate::api::validate::x402_resource(resource.as_ref().map(|r| r.url.as_str()))?;
     let method = crate::api::validate::method(resource.as_ref().and_then(|r| r.method.as_deref()))?;
@@ -118,6 +127,8 @@ pub async fn settle(
             transaction,
             network: network.clone(),
             amount: None,
+            payment_id: None,
+            answers: None,
         };
     let stored = match state.payments().settle_x402(receive).await {
         Ok(Settlement::Settled(stored)) => *stored,
@@ -140,16 +151,20 @@ pub async fn settle(
             };
         }
     };
-    let error = stored.error;
+    let (error, answers) = (stored.error, stored.answers);
     let p = stored.payment;
+    let payment_id = Some(p.id.clone());
     let transaction = p.transaction.unwrap_or_default();
     let payer = Some(p.from);
     Ok((
         None,
         Json(match p.status {
-            PaymentStatus::Confirmed => {
-                SettleResponse { amount: Some(p.amount_atomic), ..answer(true, None, transaction, payer) }
-            }
+            PaymentStatus::Confirmed => SettleResponse {
+                amount: Some(p.amount_atomic),
+                payment_id,
+                answers,
+                ..answer(true, None, transaction, payer)
+            },
             PaymentStatus::Failed | PaymentStatus::Expired => {
                 let message = error.unwrap_or_else(|| format!("the payment {}", p.status.as_str()));
                 answer(false, Some((Reason::FailedOnChain.as_str(), message)), transaction, payer)

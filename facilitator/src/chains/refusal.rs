@@ -20,6 +20,8 @@ pub enum Reason {
     PaymentExpired,
     /// The proof was settled (or is being settled) already.
     AlreadyUsed,
+    /// The payment has served the answers its seller's ticket says it buys (Tollgate).
+    AnswersUsed,
     SvmTransaction,
     SvmInstructions,
     SvmInstructionsLength,
@@ -88,6 +90,7 @@ impl Reason {
             Self::InvalidPaymentRequirements => "invalid_payment_requirements",
             Self::PaymentExpired => "payment_expired",
             Self::AlreadyUsed => "duplicate_settlement",
+            Self::AnswersUsed => "answers_used",
             Self::SvmTransaction => "invalid_exact_svm_payload_transaction",
             Self::SvmInstructions => "invalid_exact_svm_payload_transaction_instructions",
             Self::SvmInstructionsLength => "invalid_exact_svm_payload_transaction_instructions_length",

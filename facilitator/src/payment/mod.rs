@@ -85,6 +85,15 @@ pub enum PaymentError {
         /// Seconds until the budget renews (00:00 UTC).
         renews_in_secs: u64,
     },
+    /// The payment has served what it buys: every answer, its window after the first, or the
+    /// request it was made for (a repeat must be the same request).
+    #[error("{message}")]
+    AnswersUsed {
+        /// The payment.
+        payment_id: String,
+        /// Why, for the buyer.
+        message: String,
+    },
     /// Storage failed or a bug: logged, never shown.
     #[error("{0}")]
     Internal(String),
@@ -105,6 +114,7 @@ impl PaymentError {
                 Refusal::new(crate::chains::Reason::AlreadyUsed, format!("proof already used (payment {payment_id})")),
                 holder,
             )),
+            Self::AnswersUsed { message, .. } => Ok((Refusal::new(crate::chains::Reason::AnswersUsed, message), None)),
             Self::Unserved(u @ Unserved::Unavailable(_)) => Ok((
                 Refusal::new(crate::chains::Reason::InvalidNetwork, format!("this facilitator does not settle: {u}")),
                 None,
@@ -228,8 +238,13 @@ impl Receive {
 /// The answer to a proof presented again by the account that claimed it, for the same terms,
 /// once its payment is confirmed. (An unfinished payment is always pushed on and answered; any
 /// other caller, and other terms, always get [`PaymentError::ProofUsed`].)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Repeat {
+    /// The seller counts what the payment buys (Tollgate's layer sends its ticket): the payment
+    /// claims its first answer when it is recorded (given back when it does not end confirmed in
+    /// this job), and each repeat claims one more in the database, or is refused with
+    /// [`PaymentError::AnswersUsed`].
+    Counted(tollgate_protocol::ticket::Ticket),
     /// [`PaymentError::ProofUsed`]: one verdict per proof. The gateway's one-call receive: a
     /// seller that serves on every success would otherwise serve a replayed proof again.
     Used,
@@ -314,7 +329,7 @@ impl Payments {
         account: &str,
         terms: &Terms,
         checked: &Checked,
-        (proof_id, payload): (String, &PaymentPayload),
+        (proof_id, payload, repeat): (String, &PaymentPayload, &Repeat),
     ) -> Result<NewPayment, PaymentError> {
         let payer = checked.payer.to_string();
         let mut metadata = serde_json::Map::new();
@@ -345,6 +360,10 @@ impl Payments {
             last_valid_block_height: None,
             next_check_at: None,
             created_at: self.now(),
+            ticket: match repeat {
+                Repeat::Counted(ticket) => Some(ticket.clone()),
+                Repeat::Used | Repeat::Confirmed => None,
+            },
         })
     }
 }

@@ -10,7 +10,8 @@ use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 use super::pipeline::Source;
 use super::{PaymentError, Payments, Receive, Repeat, covers, detached};
 use crate::chains::{Chain, Checked, Intent, ProofError, Settle, Settler};
-use crate::store::{NewPayment, StoredPayment};
+use crate::store::{AnswerClaim, NewPayment, StoredPayment};
+use tollgate_protocol::ticket::{Answered, Ticket};
 
 /// How long a local-mode transaction is offered for (Solana's own limit, ~150 blocks, is about
 /// as long).
@@ -64,7 +65,8 @@ impl Payments {
             Err(holder) => return self.answer_claimed(&*chain, holder, &r).await,
         };
         let sponsored = self.sponsor(&r, &checked).await?;
-        let payment = self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload)).await?;
+        let payment = self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload, &r.repeat)).await?;
+        let ticket = payment.ticket.clone();
         let settled = match checked.settle {
             Settle::Recorded { tx_id } => self.record_confirmed(&*chain, payment, tx_id).await,
             Settle::Broadcast(outgoing) => self.settle_new(&*chain, payment, Source::Ready(outgoing), r.wait).await,
@@ -74,6 +76,13 @@ impl Payments {
             }
         };
         match settled {
+            // Recorded with its first answer, and not confirmed within this job's wait: that
+            // answer is not this request's to serve. The one that finds it confirmed claims it.
+            Ok(stored) if ticket.is_some() && stored.payment.status != PaymentStatus::Confirmed => {
+                self.store().release_answer(&stored.payment.id).await?;
+                Ok(stored)
+            }
+            Ok(stored) => Ok(Self::with_answers(stored, ticket.as_ref())),
             // A twin request claimed it between our look and our insert: this one sent nothing,
             // and gives back what it reserved of the account's budget.
             Err(PaymentError::ProofUsed { payment_id, .. }) => {
@@ -111,8 +120,12 @@ impl Payments {
                 return Ok(holder);
             }
         }
+        let confirmed = holder.payment.status == PaymentStatus::Confirmed;
+        if let (true, true, Repeat::Counted(ticket)) = (own, confirmed, &r.repeat) {
+            return self.answer_again(holder, ticket).await;
+        }
         let recent = holder.confirmed_at.is_some_and(|at| self.now() - at <= super::REPEAT_WINDOW);
-        if own && r.repeat == Repeat::Confirmed && holder.payment.status == PaymentStatus::Confirmed && recent {
+        if own && r.repeat == Repeat::Confirmed && confirmed && recent {
             return Ok(holder);
         }
         let p = &holder.payment;
@@ -120,6 +133,53 @@ impl Payments {
         // payment it names).
         let visible = holder.visible_to(&r.account) && same_proof;
         Err(PaymentError::ProofUsed { payment_id: p.id.clone(), holder: visible.then(|| Box::new(holder)) })
+    }
+
+    /// Gives back one answer of `account`'s received payment `payment_id`: its seller's layer
+    /// served nothing of it (its handler failed, or the buyer hung up before the first byte).
+    /// What its ticket still counts.
+    ///
+    /// # Errors
+    /// [`PaymentError::NotFound`] for a payment that is not `account`'s received one, or that
+    /// bought no counted answers.
+    pub async fn release_answer(&self, account: &str, payment_id: &str) -> Result<Answered, PaymentError> {
+        let not_found = || PaymentError::NotFound(format!("no received payment {payment_id} with a ticket"));
+        let stored = self.store().get_payment(payment_id).await?.ok_or_else(not_found)?;
+        let p = &stored.payment;
+        if p.owner_account != account || p.owner_side != tollgate_protocol::gateway::Direction::Received {
+            return Err(not_found());
+        }
+        self.store().release_answer(payment_id).await?.ok_or_else(not_found)
+    }
+
+    /// A payment recorded with its first answer (`ticket`), as the answer that claimed it says.
+    fn with_answers(stored: StoredPayment, ticket: Option<&Ticket>) -> StoredPayment {
+        let answers = ticket.map(|t| Answered { served: 1, uses: t.uses });
+        StoredPayment { answers, ..stored }
+    }
+
+    /// A confirmed payment of the caller's, presented again with its proof: one more answer
+    /// claimed in the database, or why the payment buys no more.
+    async fn answer_again(&self, holder: StoredPayment, ticket: &Ticket) -> Result<StoredPayment, PaymentError> {
+        let payment_id = holder.payment.id.clone();
+        let used = |message: String| PaymentError::AnswersUsed { payment_id: payment_id.clone(), message };
+        match self.store().claim_answer(&payment_id, ticket, self.now()).await? {
+            AnswerClaim::Claimed(answered) => Ok(StoredPayment { answers: Some(answered), ..holder }),
+            AnswerClaim::UsedUp(answered) => Err(used(format!(
+                "this payment has served the {} answer{} it buys: pay again",
+                answered.uses,
+                if answered.uses == 1 { "" } else { "s" }
+            ))),
+            AnswerClaim::Expired { seconds } => Err(used(format!(
+                "this payment serves its request again for {seconds} s after its first answer, and that has passed: \
+                 pay again"
+            ))),
+            AnswerClaim::OtherRequest => Err(used(
+                "this payment was made for another request (a repeat is served only for the same request: method, \
+                 resource and body): pay for this one"
+                    .to_owned(),
+            )),
+        }
     }
 
     /// Steps 1 to 3: the payload admitted, no claim on it, checked on chain, what it pays
@@ -290,7 +350,7 @@ impl Payments {
             expires_at: Some(expires_at),
             last_valid_block_height: Some(horizon),
             tx_raw: Some(transaction.clone()),
-            ..self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload)).await?
+            ..self.received(&r.account, &r.terms, &checked, (proof_id, &r.payload, &r.repeat)).await?
         };
         let payment = self.store().insert_payment(&payment).await?;
         Ok(Handed { payment, transaction, fee, horizon, expires_at })

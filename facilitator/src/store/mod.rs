@@ -1,11 +1,12 @@
-//! Storage: three traits split by concern, one SQL implementation for two engines.
+//! Storage: traits split by concern, one SQL implementation for two engines.
 //!
 //! * [`AccountStore`]: accounts, API keys (hashed), custodial wallets (sealed).
 //! * [`PaymentStore`]: payments with their per-wallet history index and the reconciler's schedule.
+//! * [`AnswerStore`]: the answers each payment has served (what one payment buys).
 //! * [`IdempotencyStore`]: answers remembered per `Idempotency-Key`.
 //! * [`WebhookStore`]: webhook endpoints and the outbox of their deliveries.
 //!
-//! [`Store`] is all four. [`SqlStore`] implements them once over sqlx's `Any` driver for SQLite
+//! [`Store`] is all of them. [`SqlStore`] implements them once over sqlx's `Any` driver for SQLite
 //! (the embedded default: a file in WAL mode) and PostgreSQL (several instances sharing one
 //! database). Each engine has its own migrations folder because their DDL differs; the queries are
 //! shared.
@@ -27,6 +28,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentRecord, PaymentStatus};
+use tollgate_protocol::ticket::{Answered, Ticket};
 use tollgate_protocol::{AtomicAmount, ChainFamily, DecimalAmount, Network};
 
 pub use sql::SqlStore;
@@ -177,6 +179,10 @@ pub struct NewPayment {
     pub next_check_at: Option<DateTime<Utc>>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// What a received payment buys, when its seller said: inserting the payment claims its
+    /// first answer with it (`answers`, in the same transaction). Written there, never read back
+    /// with the payment: [`AnswerStore::claim_answer`] reads and counts the ticket.
+    pub ticket: Option<Ticket>,
 }
 
 impl NewPayment {
@@ -215,6 +221,7 @@ impl NewPayment {
             last_valid_block_height: None,
             next_check_at: None,
             created_at: at,
+            ticket: None,
         }
     }
 }
@@ -234,6 +241,9 @@ pub struct StoredPayment {
     pub error: Option<String>,
     /// How many times the reconciler found no verdict yet.
     pub checks: u32,
+    /// The answers the payment has served, when this read claimed one (a receive with a ticket):
+    /// never read with the payment itself.
+    pub answers: Option<Answered>,
 }
 
 impl StoredPayment {
@@ -269,6 +279,7 @@ impl StoredPayment {
             direction: None,
             payment_proof: None,
             payer: None,
+            answers: self.answers,
         }
     }
 }
@@ -457,6 +468,37 @@ pub trait PaymentStore: Send + Sync + 'static {
     ) -> StoreResult<HistoryPage>;
 }
 
+/// The answers payments have served (`tollgate_protocol::ticket`): counted in the database, so
+/// that seller instances, processes and restarts never add answers to a payment.
+#[async_trait]
+pub trait AnswerStore: Send + Sync + 'static {
+    /// Claims one more answer of payment `payment_id`'s ticket at `at`, in one guarded upsert:
+    /// counted only while it has answers left and, once one is served, within its window and for
+    /// the request answered first. A payment with no ticket yet gets one, on `ticket`'s terms,
+    /// with this answer its first; an existing ticket keeps its first terms.
+    async fn claim_answer(&self, payment_id: &str, ticket: &Ticket, at: DateTime<Utc>) -> StoreResult<AnswerClaim>;
+    /// Gives back one answer of payment `payment_id`'s ticket (it never reached its buyer); the
+    /// answers still counted, or `None` when it has no ticket.
+    async fn release_answer(&self, payment_id: &str) -> StoreResult<Option<Answered>>;
+}
+
+/// The outcome of [`AnswerStore::claim_answer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerClaim {
+    /// Counted: this answer may be served.
+    Claimed(Answered),
+    /// Every answer the payment buys has been served.
+    UsedUp(Answered),
+    /// The ticket's window after its first answer has passed.
+    Expired {
+        /// Its length in seconds.
+        seconds: u64,
+    },
+    /// A repeat for another request than the one answered first (or one that cannot be told
+    /// again).
+    OtherRequest,
+}
+
 /// Answers remembered per API key and `Idempotency-Key`.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + 'static {
@@ -479,7 +521,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 
 /// Everything Tollgate persists.
 #[async_trait]
-pub trait Store: AccountStore + PaymentStore + IdempotencyStore + WebhookStore {
+pub trait Store: AccountStore + PaymentStore + AnswerStore + IdempotencyStore + WebhookStore {
     /// Checks the database answers.
     async fn ping(&self) -> StoreResult<()>;
 

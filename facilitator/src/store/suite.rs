@@ -836,26 +836,7 @@ async fn a_change_whose_webhooks_cannot_be_queued_is_not_recorded(store: Arc<Sql
     // One connection makes and drops the fault: SQLite may prepare DDL against a connection's
     // cached schema, which another connection's change leaves stale.
     let mut ddl = store.pool.acquire().await.unwrap();
-    let (fault, heal) = if store.announces_changes() {
-        sqlx::query(
-            "CREATE FUNCTION refuse_delivery() RETURNS trigger AS $$ BEGIN \
-             RAISE EXCEPTION 'disk full (injected)'; END; $$ LANGUAGE plpgsql",
-        )
-        .execute(&store.pool)
-        .await
-        .unwrap();
-        (
-            "CREATE TRIGGER refuse_delivery BEFORE INSERT ON webhook_deliveries FOR EACH ROW \
-             EXECUTE FUNCTION refuse_delivery()",
-            "DROP TRIGGER refuse_delivery ON webhook_deliveries",
-        )
-    } else {
-        (
-            "CREATE TRIGGER refuse_delivery BEFORE INSERT ON webhook_deliveries \
-             BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END",
-            "DROP TRIGGER refuse_delivery",
-        )
-    };
+    let (fault, heal) = &failing_inserts(&store, "webhook_deliveries").await;
     sqlx::query(fault).execute(&mut *ddl).await.unwrap();
     let p = NewPayment { proof_id: Some("proof_1".into()), ..payment("pay_1", "acct", "f", "t", t0()) };
     assert!(store.insert_payment(&p).await.is_err());
@@ -873,6 +854,120 @@ async fn a_change_whose_webhooks_cannot_be_queued_is_not_recorded(store: Arc<Sql
     let log = store.webhook_deliveries(Some("whe_1"), 10).await.unwrap();
     let events: Vec<_> = log.iter().map(|d| d.event_type.as_str()).collect();
     assert_eq!(events, ["payment.submitted", "payment.verified"], "each recorded change once, nothing of the failures");
+}
+
+fn ticket(uses: u32, seconds: u64, request: &str) -> tollgate_protocol::ticket::Ticket {
+    tollgate_protocol::ticket::Ticket { uses, seconds, request: Some(request.into()) }
+}
+
+/// A payment inserted with its ticket has its first answer counted; repeats are counted for the
+/// same request within the window, up to its uses; an answer given back may be served again,
+/// and with nothing served any request opens the ticket anew; the first terms hold.
+async fn a_payments_answers_are_counted_by_its_ticket(store: Arc<SqlStore>) {
+    use super::{AnswerClaim, AnswerStore as _};
+    use tollgate_protocol::ticket::Answered;
+    let p = NewPayment { ticket: Some(ticket(2, 60, "a")), ..payment("pay_1", "acct", "f", "t", t0()) };
+    store.insert_payment(&p).await.unwrap();
+    let at = |secs: i64| t0() + Duration::seconds(secs);
+    let answered = |served| AnswerClaim::Claimed(Answered { served, uses: 2 });
+    assert_eq!(store.claim_answer("pay_1", &ticket(2, 60, "b"), at(1)).await.unwrap(), AnswerClaim::OtherRequest);
+    // Another seller setting (more uses) does not change the ticket.
+    assert_eq!(store.claim_answer("pay_1", &ticket(9, 600, "a"), at(1)).await.unwrap(), answered(2));
+    assert_eq!(
+        store.claim_answer("pay_1", &ticket(2, 60, "a"), at(2)).await.unwrap(),
+        AnswerClaim::UsedUp(Answered { served: 2, uses: 2 })
+    );
+    assert_eq!(store.release_answer("pay_1").await.unwrap(), Some(Answered { served: 1, uses: 2 }));
+    assert_eq!(
+        store.claim_answer("pay_1", &ticket(2, 60, "a"), at(61)).await.unwrap(),
+        AnswerClaim::Expired { seconds: 60 }
+    );
+    assert_eq!(store.claim_answer("pay_1", &ticket(2, 60, "a"), at(59)).await.unwrap(), answered(2));
+    // Both given back: nothing reached the buyer; the next request opens the ticket, whatever it is.
+    store.release_answer("pay_1").await.unwrap();
+    assert_eq!(store.release_answer("pay_1").await.unwrap(), Some(Answered { served: 0, uses: 2 }));
+    assert_eq!(store.release_answer("pay_1").await.unwrap(), Some(Answered { served: 0, uses: 2 }), "never below none");
+    assert_eq!(store.claim_answer("pay_1", &ticket(2, 60, "b"), at(500)).await.unwrap(), answered(1));
+    assert_eq!(store.claim_answer("pay_1", &ticket(2, 60, "b"), at(520)).await.unwrap(), answered(2));
+    // A payment recorded without a ticket gets one at its first claim; a request that cannot be
+    // told again is served once.
+    store.insert_payment(&payment("pay_2", "acct", "f", "t", t0())).await.unwrap();
+    assert_eq!(store.release_answer("pay_2").await.unwrap(), None);
+    let once = tollgate_protocol::ticket::Ticket { uses: 3, seconds: 60, request: None };
+    assert_eq!(
+        store.claim_answer("pay_2", &once, at(1)).await.unwrap(),
+        AnswerClaim::Claimed(Answered { served: 1, uses: 3 })
+    );
+    assert_eq!(store.claim_answer("pay_2", &once, at(2)).await.unwrap(), AnswerClaim::OtherRequest);
+}
+
+/// Sixty-four claims of one payment's answers at once: exactly its uses are counted.
+async fn racing_claims_count_a_tickets_answers_once(store: Arc<SqlStore>) {
+    use super::{AnswerClaim, AnswerStore as _};
+    let p = NewPayment { ticket: Some(ticket(5, 60, "a")), ..payment("pay_1", "acct", "f", "t", t0()) };
+    store.insert_payment(&p).await.unwrap();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim_answer("pay_1", &ticket(5, 60, "a"), t0()).await.unwrap() })
+        })
+        .collect();
+    let mut claimed = Vec::new();
+    for t in tasks {
+        if let AnswerClaim::Claimed(answered) = t.await.unwrap() {
+            claimed.push(answered.served);
+        }
+    }
+    claimed.sort_unstable();
+    assert_eq!(claimed, [2, 3, 4, 5], "the first answer came with the payment; four more, each once");
+}
+
+/// A payment whose ticket cannot be written is not recorded either (one transaction): its proof
+/// stays free, and nothing is counted.
+async fn a_payment_whose_first_answer_cannot_be_counted_is_not_recorded(store: Arc<SqlStore>) {
+    use super::AnswerStore as _;
+    let mut ddl = store.pool.acquire().await.unwrap();
+    let (fault, heal) = &failing_inserts(&store, "answers").await;
+    sqlx::query(fault).execute(&mut *ddl).await.unwrap();
+    let p = NewPayment {
+        proof_id: Some("proof_1".into()),
+        ticket: Some(ticket(2, 60, "a")),
+        ..payment("pay_1", "acct", "f", "t", t0())
+    };
+    assert!(store.insert_payment(&p).await.is_err());
+    assert!(store.get_payment("pay_1").await.unwrap().is_none(), "no payment without its first answer");
+    assert!(store.payment_by_proof("proof_1").await.unwrap().is_none(), "the proof is not held");
+    sqlx::query(heal).execute(&mut *ddl).await.unwrap();
+    store.insert_payment(&p).await.unwrap();
+    assert_eq!(
+        store.release_answer("pay_1").await.unwrap(),
+        Some(tollgate_protocol::ticket::Answered { served: 0, uses: 2 })
+    );
+}
+
+/// The statements that make inserts into `table` fail ("disk full", injected with a trigger) and
+/// that heal it, for the store's engine.
+async fn failing_inserts(store: &SqlStore, table: &str) -> (String, String) {
+    if store.announces_changes() {
+        let function = format!(
+            "CREATE OR REPLACE FUNCTION refuse_{table}() RETURNS trigger AS $$ BEGIN \
+             RAISE EXCEPTION 'disk full (injected)'; END; $$ LANGUAGE plpgsql"
+        );
+        sqlx::query(&function).execute(&store.pool).await.unwrap();
+        (
+            format!(
+                "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION refuse_{table}()"
+            ),
+            format!("DROP TRIGGER refuse_{table} ON {table}"),
+        )
+    } else {
+        (
+            format!(
+                "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END"
+            ),
+            format!("DROP TRIGGER refuse_{table}"),
+        )
+    }
 }
 
 macro_rules! suite {
@@ -923,6 +1018,9 @@ suite!(
     payment_changes_queue_webhook_deliveries,
     a_change_whose_webhooks_cannot_be_queued_is_not_recorded,
     racing_registrations_respect_the_endpoint_limit,
+    a_payments_answers_are_counted_by_its_ticket,
+    racing_claims_count_a_tickets_answers_once,
+    a_payment_whose_first_answer_cannot_be_counted_is_not_recorded,
 );
 
 #[tokio::test]

@@ -17,20 +17,19 @@ use tollgate_protocol::{ErrorEnvelope, Network};
 use super::{Claim, Facilitator, Payment, Verdict};
 
 /// What a payment must have been made for to serve this request: the resource the seller names
-/// (never the buyer's copy of it), and how long after its confirmation it still serves.
+/// (never the buyer's copy of it), and its method.
 #[derive(Debug, Clone, Copy)]
 struct Wanted<'a> {
     /// The resource URL of this request, as the layer makes it.
     pub resource: &'a str,
     /// This request's method.
     pub method: &'a str,
-    /// How long a confirmed payment serves its resource again (the layer's ticket lifetime).
-    pub lifetime: Duration,
 }
 
-/// A confirmed gateway payment as what it paid — which, for a payment followed by its id, may be
-/// a cheaper request's price, someone else's wallet, another resource, or a payment too old to
-/// be a ticket still.
+/// A confirmed gateway payment as what it paid: the gateway binds a payment to the resource,
+/// method and price it was made for, and this checks its answer says so (a cheaper request's
+/// price, someone else's wallet or another resource is not this request's payment). How many
+/// answers it serves is the gateway's to count.
 fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wanted<'_>) -> Verdict {
     // A payment made for another resource (followed by its id) pays that one, not this.
     if record.resource.as_deref() != Some(wanted.resource) {
@@ -40,14 +39,6 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wa
     if method != Some(wanted.method) {
         let made_for = method.map_or_else(|| "a request of no named method".to_owned(), |m| format!("a {m} request"));
         return Verdict::Refused { reason: format!("this payment was made for {made_for}") };
-    }
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let lifetime = i64::try_from(wanted.lifetime.as_secs()).unwrap_or(i64::MAX);
-    let now = i64::try_from(now).unwrap_or(i64::MAX);
-    if record.confirmed_at.is_none_or(|at| now.saturating_sub(at.timestamp()) > lifetime) {
-        return Verdict::Refused {
-            reason: "this payment was confirmed longer ago than a paid request is served again".into(),
-        };
     }
     let payment = match (record.asset.parse(), record.to.parse()) {
         (Ok(asset), Ok(pay_to)) => Some(Payment {
@@ -59,6 +50,7 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wa
             transaction: record.transaction,
             payment_id: Some(record.payment_id),
             maximum: None,
+            answers: record.answers,
         }),
         _ => None,
     };
@@ -186,42 +178,25 @@ impl FacilitatorClient {
     }
 
     /// Verifies and settles through the gateway's `POST /payment/receive`, for the asset the
-    /// requirement names. A call that times out may have settled: it is [`Verdict::Pending`],
-    /// to be followed with [`Self::follow`]. A proof the gateway says the caller's own payment
-    /// holds (its answer was lost: the buyer hung up, the call timed out) is that payment, when
-    /// it pays `requirement` for this `resource`: the buyer is not refused after paying.
-    async fn receive(
-        &self,
-        requirement: &PaymentRequirements,
-        decimals: u8,
-        proof: &str,
-        wanted: Wanted<'_>,
-    ) -> Verdict {
-        match self.receive_once(requirement, decimals, proof, wanted).await {
-            (_, Some(held_by)) => self.status(&held_by, requirement, wanted).await,
-            (verdict, None) => verdict,
-        }
-    }
-
-    /// `POST /payment/receive`: the verdict, and the caller's payment that holds the proof when
-    /// the gateway says it is used.
-    async fn receive_once(
-        &self,
-        requirement: &PaymentRequirements,
-        decimals: u8,
-        proof: &str,
-        wanted: Wanted<'_>,
-    ) -> (Verdict, Option<String>) {
+    /// requirement names, with the layer's ticket: the gateway claims the payment's first answer
+    /// with it. A call that times out may have settled: it is [`Verdict::Pending`], followed by
+    /// sending the same proof again ([`Self::follow`]). The same proof sent again (a pending
+    /// payment followed, a buyer's retry, another instance) is answered with the caller's
+    /// payment holding it and one more answer claimed, or refused once its ticket is used up.
+    async fn receive(&self, claim: Claim<'_>) -> Verdict {
+        let requirement = claim.requirement;
+        let wanted = wanted(&claim);
         let body = ReceivePaymentRequest {
             wallet_address: requirement.pay_to.to_string(),
-            payment_proof: proof.to_owned(),
-            expected_amount: tollgate_protocol::DecimalAmount::from_atomic(requirement.amount, decimals),
+            payment_proof: claim.header.to_owned(),
+            expected_amount: tollgate_protocol::DecimalAmount::from_atomic(requirement.amount, claim.decimals),
             resource: Some(wanted.resource.to_owned()),
             method: Some(wanted.method.to_owned()),
             facilitator_url: None,
             timeout: Some(settle_wait(requirement)),
             network: Some(requirement.network.clone()),
             asset: Some(requirement.asset),
+            ticket: Some(claim.ticket.clone()),
         };
         let sent = self
             .request(reqwest::Method::POST, "/payment/receive")
@@ -230,16 +205,9 @@ impl FacilitatorClient {
             .send()
             .await;
         match sent {
-            Err(e) if e.is_timeout() => (Verdict::Pending { payment_id: None, transaction: None }, None),
+            Err(e) if e.is_timeout() => Verdict::Pending { payment_id: None, transaction: None },
             sent => self.gateway_verdict(sent, requirement, wanted).await,
         }
-    }
-
-    /// Follows a pending gateway payment (`GET /payment/status/{id}`): paid only when it pays
-    /// `requirement` for the ticket's resource, confirmed within its lifetime.
-    async fn status(&self, payment_id: &str, requirement: &PaymentRequirements, wanted: Wanted<'_>) -> Verdict {
-        let sent = self.request(reqwest::Method::GET, &format!("/payment/status/{payment_id}")).send().await;
-        self.gateway_verdict(sent, requirement, wanted).await.0
     }
 
     async fn gateway_verdict(
@@ -247,16 +215,16 @@ impl FacilitatorClient {
         sent: Result<reqwest::Response, reqwest::Error>,
         requirement: &PaymentRequirements,
         wanted: Wanted<'_>,
-    ) -> (Verdict, Option<String>) {
+    ) -> Verdict {
         let answer = match sent {
             Ok(a) => a,
-            Err(e) => return (unavailable(e), None),
+            Err(e) => return unavailable(e),
         };
         let status = answer.status();
         if status.is_success() {
             let record: PaymentRecord = match answer.json().await {
                 Ok(r) => r,
-                Err(e) => return (unavailable(e), None),
+                Err(e) => return unavailable(e),
             };
             let verdict = match record.status {
                 PaymentStatus::Confirmed => paid_for(record, requirement, wanted),
@@ -269,11 +237,10 @@ impl FacilitatorClient {
                 }
                 _ => Verdict::Pending { payment_id: Some(record.payment_id), transaction: record.transaction },
             };
-            return (verdict, None);
+            return verdict;
         }
-        let (message, held_by) =
-            answer.json::<ErrorEnvelope>().await.map(|e| (e.error.message, e.error.payment_id)).unwrap_or_default();
-        let verdict = match status {
+        let message = answer.json::<ErrorEnvelope>().await.map(|e| e.error.message).unwrap_or_default();
+        match status {
             StatusCode::PAYMENT_REQUIRED | StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND => {
                 Verdict::Refused { reason: message }
             }
@@ -281,14 +248,25 @@ impl FacilitatorClient {
                 timed_out: false,
                 reason: format!("the facilitator answered {status}: {message}"),
             },
-        };
-        (verdict, held_by.filter(|_| status == StatusCode::PAYMENT_REQUIRED))
+        }
+    }
+
+    /// `POST /payment/answer/release`: one answer of a counted payment given back.
+    async fn release_answer(&self, payment_id: &str) {
+        let body = tollgate_protocol::gateway::ReleaseAnswerRequest { payment_id: payment_id.to_owned() };
+        match self.request(reqwest::Method::POST, "/payment/answer/release").json(&body).send().await {
+            Ok(answer) if answer.status().is_success() => {}
+            Ok(answer) => tracing::warn!(%payment_id, status = %answer.status(), "an answer could not be given back"),
+            Err(e) => {
+                tracing::warn!(%payment_id, error = %redact_urls(&e.to_string()), "an answer could not be given back")
+            }
+        }
     }
 
     /// x402 `POST /verify`: [`Verdict::Paid`] (without a transaction) when the payload would settle.
     async fn x402_verify(&self, claim: Claim<'_>) -> Verdict {
-        let (payload, requirement, resource) = (claim.payload, claim.requirement, claim.resource);
-        match self.post_x402::<VerifyResponse>("/verify", payload, requirement, resource, None).await {
+        let requirement = claim.requirement;
+        match self.post_x402::<VerifyResponse>("/verify", claim, None).await {
             Ok(v) if v.is_valid => Verdict::Paid(paid(requirement, v.payer, None)),
             Ok(v) => Verdict::Refused { reason: x402_reason(v.invalid_reason, v.invalid_message, "invalid payment") },
             Err(unavailable) => unavailable,
@@ -299,14 +277,20 @@ impl FacilitatorClient {
     /// times out (it may have settled), are [`Verdict::Pending`]: settling the same payload again
     /// follows it. A success on another network than required is not a payment of it.
     async fn x402_settle(&self, claim: Claim<'_>) -> Verdict {
-        let (payload, requirement, resource) = (claim.payload, claim.requirement, claim.resource);
+        let requirement = claim.requirement;
         let deadline = Some(self.settle_deadline(requirement));
-        match self.post_x402::<SettleResponse>("/settle", payload, requirement, resource, deadline).await {
+        match self.post_x402::<SettleResponse>("/settle", claim, deadline).await {
             Ok(s) if s.success && !names_network(&s.network, &requirement.network) => Verdict::Unavailable {
                 timed_out: false,
                 reason: format!("the facilitator settled on {}, not {}", s.network, requirement.network),
             },
-            Ok(s) if s.success => Verdict::Paid(paid(requirement, s.payer, Some(s.transaction))),
+            Ok(s) if s.success => {
+                let mut payment = paid(requirement, s.payer, Some(s.transaction));
+                // Tollgate's facilitator names its payment and counts its answers.
+                payment.payment_id = s.payment_id;
+                payment.answers = s.answers;
+                Verdict::Paid(payment)
+            }
             // Broadcast without a verdict yet: not a refusal.
             Ok(s) if s.error_reason.as_deref().is_some_and(is_pending_reason) => {
                 Verdict::Pending { payment_id: None, transaction: Some(s.transaction).filter(|t| !t.is_empty()) }
@@ -319,16 +303,20 @@ impl FacilitatorClient {
         }
     }
 
-    /// Posts an x402 request body (in the payload's version) and reads the answer.
+    /// Posts an x402 request body (in the payload's version, with the layer's ticket) and reads
+    /// the answer.
     async fn post_x402<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
-        payload: &PaymentPayload,
-        requirement: &PaymentRequirements,
-        resource: &ResourceInfo,
+        claim: Claim<'_>,
         deadline: Option<Duration>,
     ) -> Result<T, Verdict> {
-        let body = facilitator_request(payload, requirement, resource);
+        let mut body = facilitator_request(claim.payload, claim.requirement, claim.resource);
+        // Facilitators other than Tollgate's ignore what they do not know.
+        match &mut body {
+            FacilitatorRequest::V1(r) => r.ticket = Some(claim.ticket.clone()),
+            FacilitatorRequest::V2(r) => r.ticket = Some(claim.ticket.clone()),
+        }
         let mut request = self.request(reqwest::Method::POST, path).json(&body);
         if let Some(deadline) = deadline {
             request = request.timeout(deadline);
@@ -346,7 +334,7 @@ impl FacilitatorClient {
 
 /// What the layer binds a gateway payment to, from a claim.
 fn wanted<'a>(claim: &Claim<'a>) -> Wanted<'a> {
-    Wanted { resource: &claim.resource.url, method: claim.method(), lifetime: claim.lifetime }
+    Wanted { resource: &claim.resource.url, method: claim.method() }
 }
 
 #[async_trait]
@@ -376,9 +364,11 @@ impl Facilitator for FacilitatorClient {
     /// The gateway's one call, or x402 verify then settle.
     async fn settle_before(&self, claim: Claim<'_>) -> Verdict {
         if self.is_gateway() {
-            return self.receive(claim.requirement, claim.decimals, claim.header, wanted(&claim)).await;
+            return self.receive(claim).await;
         }
         match self.verify(claim).await {
+            // Settled before for this seller: that settlement, its repeat claimed already.
+            Verdict::Paid(payment) if payment.transaction.is_some() => Verdict::Paid(payment),
             Verdict::Paid(_) => self.settle(claim).await,
             other => other,
         }
@@ -399,17 +389,19 @@ impl Facilitator for FacilitatorClient {
         self.x402_settle(claim).await
     }
 
-    /// Follows a payment this layer saw pending (or whose answer it did not get): the gateway's
-    /// payment by its id, or the proof sent again, which the gateway answers with the caller's
-    /// payment holding it; an x402 facilitator's `/settle` again, which Tollgate's facilitator
-    /// answers with the settlement made before (x402 `/settle` is idempotent for one seller).
-    async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
-        if !self.is_gateway() {
-            return self.x402_settle(claim).await;
-        }
-        match payment_id {
-            Some(id) => self.status(id, claim.requirement, wanted(&claim)).await,
-            None => self.receive(claim.requirement, claim.decimals, claim.header, wanted(&claim)).await,
+    /// Follows a payment this layer saw pending, or claims a repeat of one it settled: the
+    /// proof sent again — to the gateway's receive, or x402's `/settle` — which Tollgate's
+    /// facilitator answers with the caller's payment holding it and one more answer counted
+    /// (or refuses, once its ticket is used up). Any other x402 facilitator refuses a settled
+    /// proof.
+    async fn follow(&self, _payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
+        if self.is_gateway() { self.receive(claim).await } else { self.x402_settle(claim).await }
+    }
+
+    /// `POST /payment/answer/release` (Tollgate's facilitator), for a payment it counted.
+    async fn release(&self, payment: &Payment) {
+        if let (Some(id), Some(_)) = (&payment.payment_id, payment.answers) {
+            self.release_answer(id).await;
         }
     }
 }
@@ -448,6 +440,7 @@ fn paid(requirement: &PaymentRequirements, payer: Option<String>, transaction: O
         transaction: transaction.filter(|t| !t.is_empty()),
         payment_id: None,
         maximum: None,
+        answers: None,
     }
 }
 
@@ -466,6 +459,7 @@ fn facilitator_request(
             x402_version: V1,
             payment_payload: p.clone(),
             payment_requirements: PaymentRequirementsV1::from_v2(requirement, resource),
+            ticket: None,
         }),
         // The buyer's copy of the resource is a claim: the seller names what is paid for, and
         // the facilitator binds (and answers a repeat for) the resource it is sent.
@@ -473,6 +467,7 @@ fn facilitator_request(
             x402_version: V2,
             payment_payload: PaymentPayloadV2 { resource: Some(resource.clone()), ..(**p).clone() },
             payment_requirements: requirement.clone(),
+            ticket: None,
         }),
     }
 }
@@ -504,8 +499,8 @@ mod tests {
     }
 
     #[test]
-    fn a_gateway_payment_serves_only_its_resource_within_the_ticket_lifetime() {
-        let wanted = Wanted { resource: "https://shop.example/a", method: "GET", lifetime: Duration::from_secs(600) };
+    fn a_gateway_payment_serves_only_its_resource_and_method() {
+        let wanted = Wanted { resource: "https://shop.example/a", method: "GET" };
         let paid = |r: PaymentRecord| matches!(paid_for(r, &requirement(), wanted), Verdict::Paid(_));
         assert!(paid(record(Some("https://shop.example/a"), 60)));
         let delete = Wanted { method: "DELETE", ..wanted };
@@ -518,7 +513,10 @@ mod tests {
         assert!(!paid(unnamed), "a payment of no named method");
         assert!(!paid(record(Some("https://shop.example/b"), 60)), "another resource");
         assert!(!paid(record(None, 60)), "no resource is not this one");
-        assert!(!paid(record(Some("https://shop.example/a"), 601)), "confirmed before the ticket's lifetime");
+        let mut answered = record(Some("https://shop.example/a"), 60);
+        answered.answers = Some(tollgate_protocol::ticket::Answered { served: 2, uses: 2 });
+        let Verdict::Paid(payment) = paid_for(answered, &requirement(), wanted) else { panic!("paid") };
+        assert_eq!(payment.answers, Some(tollgate_protocol::ticket::Answered { served: 2, uses: 2 }));
     }
 
     #[test]

@@ -9,9 +9,8 @@
 
 mod client;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
+use tollgate_protocol::ticket::{Answered, Ticket};
 use tollgate_protocol::x402::{Asset, PaymentPayload, PaymentRequirements, ResourceInfo, Supported};
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
@@ -38,6 +37,11 @@ pub struct Payment {
     /// For a metered price (`upto`): the most the buyer authorized. `amount` is then that most
     /// while the handler runs, and what was charged once settled.
     pub maximum: Option<AtomicAmount>,
+    /// The answers the payment has served, this one included, when the facilitator counts them
+    /// (Tollgate's does, in its database): the layer then asks it for every repeat, and gives
+    /// back with [`Facilitator::release`] an answer that reached no buyer. `None`: the
+    /// facilitator does not count (any other x402 facilitator), and the layer counts alone.
+    pub answers: Option<Answered>,
 }
 
 impl Payment {
@@ -46,7 +50,17 @@ impl Payment {
     /// [`Self::with_payment_id`] when it knows them).
     #[must_use]
     pub const fn new(network: Network, asset: Asset, amount: AtomicAmount, pay_to: Address) -> Self {
-        Self { payer: None, amount, asset, network, pay_to, transaction: None, payment_id: None, maximum: None }
+        Self {
+            payer: None,
+            amount,
+            asset,
+            network,
+            pay_to,
+            transaction: None,
+            payment_id: None,
+            maximum: None,
+            answers: None,
+        }
     }
 
     /// The same payment, paid by `payer`.
@@ -67,6 +81,13 @@ impl Payment {
     #[must_use]
     pub fn with_payment_id(mut self, id: impl Into<String>) -> Self {
         self.payment_id = Some(id.into());
+        self
+    }
+
+    /// The same payment, having served `answers` (counted by the facilitator).
+    #[must_use]
+    pub const fn with_answers(mut self, answers: Answered) -> Self {
+        self.answers = Some(answers);
         self
     }
 
@@ -131,9 +152,9 @@ pub struct Claim<'a> {
     /// The resource paid for, named by the seller (never the buyer's copy of it), with the
     /// request's method: what the payment is bound to.
     pub resource: &'a ResourceInfo,
-    /// How long after its confirmation a payment serves its request again (the layer's ticket
-    /// lifetime): a payment confirmed longer ago is not this request's.
-    pub lifetime: Duration,
+    /// What the payment buys: the layer's ticket terms, with this request's digest. A
+    /// facilitator that counts answers claims one for every verdict that pays.
+    pub ticket: &'a Ticket,
 }
 
 impl<'a> Claim<'a> {
@@ -161,8 +182,14 @@ pub trait Facilitator: Send + Sync + std::fmt::Debug {
     async fn verify(&self, claim: Claim<'_>) -> Verdict;
     /// Settles a verified claim (after the handler succeeded).
     async fn settle(&self, claim: Claim<'_>) -> Verdict;
-    /// Follows a settlement seen pending (by the payment id, when the facilitator gave one).
+    /// Follows a settlement seen pending, or claims a repeat of a settled proof (by the payment
+    /// id, when the facilitator gave one): paid when it is confirmed and its ticket has an answer
+    /// left for this request.
     async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict;
+    /// Gives back one answer of `payment` (a verdict of this facilitator's that counted it:
+    /// [`Payment::answers`]) which reached no buyer: the handler failed, or the buyer hung up
+    /// before the first byte. A failure is logged; the answer then stays counted.
+    async fn release(&self, payment: &Payment);
 }
 
 /// A shared facilitator (one core or client behind several layers, or kept by the caller).
@@ -182,5 +209,8 @@ impl<F: Facilitator + ?Sized> Facilitator for std::sync::Arc<F> {
     }
     async fn follow(&self, payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
         (**self).follow(payment_id, claim).await
+    }
+    async fn release(&self, payment: &Payment) {
+        (**self).release(payment).await;
     }
 }

@@ -556,6 +556,9 @@ pub struct FacilitatorRequestV1 {
     pub payment_payload: PaymentPayloadV1,
     /// What the seller asked for.
     pub payment_requirements: PaymentRequirementsV1,
+    /// What the payment buys (Tollgate extension): see [`crate::ticket`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<crate::ticket::Ticket>,
 }
 
 /// Body of `POST /verify` and `POST /settle`, v2 form.
@@ -569,6 +572,9 @@ pub struct FacilitatorRequestV2 {
     pub payment_payload: PaymentPayloadV2,
     /// What the seller asked for.
     pub payment_requirements: PaymentRequirements,
+    /// What the payment buys (Tollgate extension): see [`crate::ticket`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<crate::ticket::Ticket>,
 }
 
 /// `POST /verify` / `POST /settle` body in either version.
@@ -587,6 +593,15 @@ pub type VerifyRequest = FacilitatorRequest;
 pub type SettleRequest = FacilitatorRequest;
 
 impl FacilitatorRequest {
+    /// The seller's ticket terms, when it sent them (Tollgate extension).
+    #[must_use]
+    pub const fn ticket(&self) -> Option<&crate::ticket::Ticket> {
+        match self {
+            Self::V1(r) => r.ticket.as_ref(),
+            Self::V2(r) => r.ticket.as_ref(),
+        }
+    }
+
     /// Version-neutral view: (payload, requirement, resource when known), copied; see
     /// [`Self::into_parts`].
     #[must_use]
@@ -653,6 +668,13 @@ pub struct SettleResponse {
     /// amount charged, not the most authorized.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount: Option<AtomicAmount>,
+    /// The facilitator's payment id (Tollgate extension): an answer given back names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_id: Option<String>,
+    /// A settlement with a `ticket`: the answers its payment has served, this one included
+    /// (Tollgate extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<crate::ticket::Answered>,
 }
 
 /// One (version, scheme, network) the facilitator handles.

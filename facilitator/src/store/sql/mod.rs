@@ -1,5 +1,5 @@
 //! [`Store`] over SQLite and PostgreSQL through sqlx's `Any` driver, one file per trait:
-//! [`accounts`], [`payments`], [`idempotency`], [`webhooks`].
+//! [`accounts`], [`payments`], [`answers`], [`idempotency`], [`webhooks`].
 //!
 //! Queries are written once with `?` placeholders; for PostgreSQL they are rewritten to `$1, $2, …`
 //! ([`SqlStore::sql`]). Times are stored as milliseconds since the epoch (`BIGINT`), amounts as
@@ -7,6 +7,7 @@
 
 mod accounts;
 mod announce;
+mod answers;
 mod idempotency;
 mod nonces;
 mod payments;
@@ -287,12 +288,14 @@ fn payment_from_row(row: &AnyRow) -> StoreResult<StoredPayment> {
                 .transpose()?,
             next_check_at: row.try_get::<Option<i64>, _>("next_check_at")?.map(from_millis),
             created_at: from_millis(row.try_get("created_at")?),
+            ticket: None,
         },
         seq: row.try_get("seq")?,
         updated_at: from_millis(row.try_get("updated_at")?),
         confirmed_at: row.try_get::<Option<i64>, _>("confirmed_at")?.map(from_millis),
         error: row.try_get("error")?,
         checks: u32::try_from(checks).unwrap_or(u32::MAX),
+        answers: None,
     })
 }
 

@@ -130,6 +130,7 @@ impl PaymentStore for SqlStore {
             accounts.push(other);
         }
         self.index_history(&mut tx, &accounts, p, seq).await?;
+        self.insert_first_answer(&mut tx, p).await?;
         let stored = StoredPayment {
             payment: p.clone(),
             seq,
@@ -137,6 +138,7 @@ impl PaymentStore for SqlStore {
             confirmed_at: None,
             error: None,
             checks: 0,
+            answers: None,
         };
         self.announce(&mut tx, &stored).await?;
         self.queue_webhooks(&mut tx, &stored).await?;
