@@ -457,6 +457,13 @@ impl crate::Wallet for EvmWallet {
         self.pay(requirement, declared).await
     }
 
+    /// EIP-191 (`personal_sign`), `0x` and 65 bytes of hex.
+    async fn sign_message(&self, message: &str) -> Result<String, PayError> {
+        use alloy::signers::SignerSync as _;
+        let signature = self.signer.sign_message_sync(message.as_bytes()).map_err(build_error)?;
+        Ok(format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())))
+    }
+
     /// A token's own `symbol()` (ETH for the native currency).
     async fn symbol(&self, requirement: &PaymentRequirements) -> Option<String> {
         match requirement.asset {

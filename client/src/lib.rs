@@ -52,7 +52,7 @@ use tollgate_protocol::x402::{
     Asset, PaymentPayload, PaymentPayloadV1, PaymentPayloadV2, PaymentRequired, PaymentRequirements, ResourceInfo,
     SCHEME_UPTO, SettleResponse, V1, V2, payment_identifier,
 };
-use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network};
+use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network, siwx};
 
 mod budget;
 mod evm;
@@ -62,7 +62,7 @@ pub mod wallet;
 
 pub use alloy::signers::local::PrivateKeySigner;
 pub use budget::{Budget, Limit, Spend};
-pub use middleware::PaymentMiddleware;
+pub use middleware::{PaymentMiddleware, SignedIn};
 pub use tollgate_protocol as protocol;
 pub use wallet::{Proof, Wallet};
 
@@ -314,6 +314,9 @@ pub struct Paid {
     pub payment: Option<PaymentMade>,
     /// The decoded settlement header, when the seller sent one.
     pub settlement: Option<SettleResponse>,
+    /// The wallet that signed in instead of paying (a pass bought before: x402
+    /// `sign-in-with-x`), when one did.
+    pub signed_in: Option<String>,
 }
 
 impl Paid {
@@ -615,6 +618,23 @@ impl Buyer {
             Ok(challenge) => challenge,
             Err(free) => return Ok(free),
         };
+        // A pass bought before: its wallet signs in instead of paying again; refused (no pass
+        // yet), the seller's new payment request is paid.
+        let challenge = match self.sign_in(&challenge, request.url()).await {
+            Some((header, wallet)) => {
+                let answer = request.send_with(&self.http, Some((siwx::HEADER, &header))).send().await?;
+                let status = answer.status().as_u16();
+                if status != 402 {
+                    let headers = answer.headers().clone();
+                    let body = answer.bytes().await?.to_vec();
+                    let signed_in = (200..400).contains(&status).then_some(wallet);
+                    return Ok(Paid { status, headers, body, payment: None, settlement: None, signed_in });
+                }
+                let v2 = answer.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
+                read_challenge(v2.as_deref(), &answer.bytes().await?)?
+            }
+            None => challenge,
+        };
         let authorization = self.authorize(&challenge, request.url()).await?;
         // Sent again when its answer is lost: a request that is idempotent, or one the seller
         // answers again by its payment identifier.
@@ -622,7 +642,7 @@ impl Buyer {
         match self.send_paid(request, authorization.header(), resend).await {
             Ok((status, headers, body, settlement)) => {
                 let made = self.settled(authorization, settlement.as_ref()).await;
-                Ok(Paid { status, headers, body, payment: Some(made), settlement })
+                Ok(Paid { status, headers, body, payment: Some(made), settlement, signed_in: None })
             }
             Err(e) => {
                 self.unsettled(authorization).await;
@@ -655,6 +675,39 @@ impl Buyer {
                 Err(e)
             }
         }
+    }
+
+    /// A signed `sign-in-with-x` message for `challenge` (met at `url`), as the
+    /// `SIGN-IN-WITH-X` header, and the wallet that signed it: when the seller sells a pass and
+    /// declares the sign-in, for a chain this buyer holds a wallet of, bound to `url`'s own
+    /// origin (a message for another site is never signed). `None` otherwise: pay instead.
+    pub async fn sign_in(&self, challenge: &PaymentRequired, url: &str) -> Option<(String, String)> {
+        let PaymentRequired::V2(c) = challenge else { return None };
+        let declared: siwx::Declaration = serde_json::from_value(c.extensions.get(siwx::EXTENSION)?.clone()).ok()?;
+        let passes: Vec<&PaymentRequirements> =
+            c.accepts.iter().filter(|r| r.extra.as_ref().is_some_and(|e| e.get("pass").is_some())).collect();
+        if passes.is_empty() {
+            return None;
+        }
+        // Bound to the site asked (an MCP server over stdio has no web origin to compare).
+        if let Some(asked) = siwx::Origin::of_url(url) {
+            let bound = siwx::Origin::of_url(&declared.info.uri).is_some_and(|o| o == asked);
+            if !bound || declared.info.domain != asked.host {
+                return None;
+            }
+        }
+        // A chain a pass is sold on first, then any this buyer has a wallet of.
+        let mut chains: Vec<&siwx::SupportedChain> = declared.supported_chains.iter().collect();
+        chains.sort_by_key(|chain| !passes.iter().any(|r| r.network.to_string() == chain.chain_id));
+        for chain in chains {
+            let Some(network) = chain.chain_id.parse::<Network>().ok() else { continue };
+            let Some(wallet) = self.wallet(network.family()) else { continue };
+            let mut answer = siwx::SignIn::answer(&declared.info, chain, wallet.address(), String::new());
+            let message = siwx::message(&answer)?;
+            answer.signature = wallet.sign_message(&message).await.ok()?;
+            return Some((answer.to_header(), wallet.address()));
+        }
+        None
     }
 
     /// The seller served the request `authorization` paid, answering `settlement` (its
@@ -712,7 +765,7 @@ impl Buyer {
         if status != 402 {
             let headers = first.headers().clone();
             let body = first.bytes().await?.to_vec();
-            return Ok(Err(Paid { status, headers, body, payment: None, settlement: None }));
+            return Ok(Err(Paid { status, headers, body, payment: None, settlement: None, signed_in: None }));
         }
         let v2_header = first.headers().get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()).map(str::to_owned);
         let body = first.bytes().await?;

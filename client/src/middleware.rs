@@ -36,6 +36,8 @@ use crate::{Buyer, PayError, pending_wait, read_challenge};
 ///   request twice (an idempotent method, or the seller's `payment-identifier`); other answers
 ///   to the paid request are returned as they are (a refusal stays counted in the budget).
 /// - A request that carries a payment header already passes through.
+/// - A seller selling a pass this buyer's wallet bought signs it in (x402 `sign-in-with-x`)
+///   instead of paying: the answer then carries [`SignedIn`].
 ///
 /// Build the client with [`crate::same_origin_redirects`] (as [`Self::client`] does): a redirect
 /// to another origin must not carry the payment header there.
@@ -43,6 +45,11 @@ use crate::{Buyer, PayError, pending_wait, read_challenge};
 pub struct PaymentMiddleware {
     buyer: Arc<Buyer>,
 }
+
+/// In a response's extensions: the wallet that signed in with a pass it bought before (x402
+/// `sign-in-with-x`) instead of paying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedIn(pub String);
 
 impl PaymentMiddleware {
     /// Pays with `buyer`.
@@ -87,8 +94,25 @@ impl Middleware for PaymentMiddleware {
         };
         let v2 = header(&first, &[PAYMENT_REQUIRED]).map(str::to_owned);
         let body = first.bytes().await?;
-        let challenge = read_challenge(v2.as_deref(), &body).map_err(reqwest_middleware::Error::middleware)?;
+        let mut challenge = read_challenge(v2.as_deref(), &body).map_err(reqwest_middleware::Error::middleware)?;
         let url = again.url().to_string();
+        // A pass bought before: its wallet signs in instead of paying again (answered with a
+        // `SignedIn` in the response's extensions); refused, the new payment request is paid.
+        if let Some((value, wallet)) = self.buyer.sign_in(&challenge, &url).await
+            && let (Some(mut signed), Ok(value)) = (again.try_clone(), reqwest::header::HeaderValue::from_str(&value))
+        {
+            signed.headers_mut().insert(tollgate_protocol::siwx::HEADER, value);
+            let mut answer = next.clone().run(signed, extensions).await?;
+            if answer.status().as_u16() != 402 {
+                if answer.status().is_success() || answer.status().is_redirection() {
+                    answer.extensions_mut().insert(SignedIn(wallet));
+                }
+                return Ok(answer);
+            }
+            let v2 = header(&answer, &[PAYMENT_REQUIRED]).map(str::to_owned);
+            let body = answer.bytes().await?;
+            challenge = read_challenge(v2.as_deref(), &body).map_err(reqwest_middleware::Error::middleware)?;
+        }
         let authorization =
             self.buyer.authorize(&challenge, &url).await.map_err(reqwest_middleware::Error::middleware)?;
         // Sent again when its answer is lost (or its settlement timed out) only when that cannot

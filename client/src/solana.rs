@@ -191,6 +191,11 @@ impl crate::Wallet for SolanaWallet {
         self.read_decimals(requirement).await
     }
 
+    /// ed25519 over the message's bytes, base58.
+    async fn sign_message(&self, message: &str) -> Result<String, PayError> {
+        Ok(self.keypair.sign_message(message.as_bytes()).to_string())
+    }
+
     /// SOL for the native currency; an SPL mint keeps no symbol on chain (metadata programs
     /// are not read), so a cap by symbol never takes an SPL offer.
     async fn symbol(&self, requirement: &PaymentRequirements) -> Option<String> {

@@ -77,6 +77,17 @@ pub trait Wallet: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Signs `message` (a `sign-in-with-x` message) as its chain's wallets sign text: EIP-191
+    /// (`personal_sign`, `0x` hex) on EVM, ed25519 (base58) on Solana. A wallet that cannot
+    /// answers an error: its buyer then pays instead of signing in.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when it cannot sign.
+    async fn sign_message(&self, message: &str) -> Result<String, PayError> {
+        let _ = message;
+        Err(PayError::Build("this wallet does not sign messages".into()))
+    }
+
     /// A proof it made for `requirement` was sent and not settled as far as the buyer knows
     /// (refused, no answer): state kept for the next proof may be stale (an EVM nonce).
     async fn unsettled(&self, requirement: &PaymentRequirements) {

@@ -94,6 +94,23 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 3);
 
+    // A day pass: paid once, then the same wallet signs in instead of paying again.
+    let mut daily = args.clone();
+    let url = daily.len() - 1;
+    daily[url] = format!("{}/daily", demo.shop_url);
+    daily[max + 1] = "0.05SOL".into();
+    let out = run(daily.clone(), vec![]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.starts_with("paid 0.02 SOL"), "{stderr}");
+    let out = run(daily, vec![]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.trim(), format!("signed in as {} with a pass bought before: nothing paid", demo.buyer));
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["paidBy"], demo.buyer.as_str(), "{body}");
+    assert!(body["passUntil"].as_i64().is_some(), "{body}");
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 4, "the pass, paid once");
+
     // No key at all: exit 3 with what was offered.
     let out = run(vec![format!("{}/quote", demo.shop_url)], vec![]).await;
     assert_eq!(out.status.code(), Some(3));
@@ -110,7 +127,7 @@ async fn the_printed_command_pays_and_a_second_run_pays_again() {
     let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["city"], "Lisbon");
     assert_eq!(body["paid_by"]["payer"], demo.buyer, "{body}");
-    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 4);
+    assert_eq!(demo.history(&demo.buyer, "sent").await.unwrap()["total"], 5);
 }
 
 /// The demo with a fresh anvil (kept alive with its data folder by the caller).

@@ -330,7 +330,7 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         followed,
         live.clone(),
     ));
-    let app = shop::router(&catalog, &facilitator)?.merge(page::router(page, live));
+    let app = shop::router(&catalog, &facilitator, &shop_url)?.merge(page::router(page, live));
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let proxied = match proxied::start(

@@ -38,6 +38,8 @@ async fn main() -> anyhow::Result<()> {
         proxy_addr: args.proxy,
         evm_rpc_url: args.evm_rpc,
     };
+    // Listening from the start: a signal sent while it starts stops it once started.
+    let stopped = tollgate_facilitator::shutdown_signal();
     let demo = tollgate_demo::start(&options).await?;
     println!("Tollgate demo is running (offline, embedded Solana ledger).");
     println!();
@@ -101,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
     println!("Ctrl-C to stop.");
     // Ctrl-C, or SIGTERM (what `docker stop` and service managers send): the proxied service's
     // Python process stops with the demo, never left behind.
-    tollgate_facilitator::shutdown_signal().await;
+    stopped.await;
     demo.stop().await;
     Ok(())
 }

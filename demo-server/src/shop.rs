@@ -1,6 +1,7 @@
 //! The demo seller: paid routes behind [`PaymentLayer`], as any axum app would mount them —
-//! fixed prices, a paid `POST` (`/summarize`), a price per request (`/words`), and with EVM and Permit2 a metered route
-//! (`/story`, x402 `upto`) charged for the words it answers.
+//! fixed prices, a paid `POST` (`/summarize`), a price per request (`/words`), a day pass
+//! (`/daily`: its payer signs in for 24 h instead of paying again), and with EVM and Permit2 a
+//! metered route (`/story`, x402 `upto`) charged for the words it answers.
 
 use std::sync::Arc;
 
@@ -33,6 +34,8 @@ const STORY_MAX: &str = "0.05";
 const STORY_PER_WORD: AtomicAmount = AtomicAmount(1_000);
 /// The longest story told.
 const STORY_MAX_WORDS: u64 = 50;
+/// What the day pass to `/daily` costs, in SOL.
+const DAILY_PASS: &str = "0.02";
 
 /// One priced route, as the demo page lists it.
 #[derive(Debug, Clone)]
@@ -67,6 +70,8 @@ pub(crate) const SUMMARIZE_SAMPLE: &str =
 pub(crate) struct Catalog {
     quote: Vec<Price>,
     report: Vec<Price>,
+    /// The day pass to `/daily`.
+    daily: Vec<Price>,
     /// The metered story's price (with EVM and Permit2).
     story: Option<Price>,
     seller: Address,
@@ -144,6 +149,16 @@ impl Catalog {
                 labels: vec!["0.001 SOL a word (up to 9)".to_owned()],
                 note: None,
             },
+            Item {
+                method: "GET",
+                body: None,
+                path: "/daily",
+                title: "Today's figures, with a day pass",
+                labels: vec![format!("{DAILY_PASS} SOL for 24 h")],
+                note: Some(
+                    "A pass for the wallet that pays: pay once with the demo's printed tollgate-pay command (on /daily), and for 24 h it signs in instead of paying again.",
+                ),
+            },
         ];
         if story.is_some() {
             items.push(Item {
@@ -157,7 +172,8 @@ impl Catalog {
                 note: Some("Paid on EVM by a permit for the most, settled for the words told: pay it with the demo's printed tollgate-pay command."),
             });
         }
-        Ok(Self { quote, report, story, seller, items: Arc::new(items), symbols: Arc::new(symbols) })
+        let daily = vec![Price::native_sol(DAILY_PASS)?.pay_to(seller).pass(std::time::Duration::from_secs(86_400))];
+        Ok(Self { quote, report, daily, story, seller, items: Arc::new(items), symbols: Arc::new(symbols) })
     }
 
     /// What people call `asset` on `network` (the symbol of a native currency or of a demo
@@ -194,6 +210,14 @@ async fn summarize(Extension(payment): Extension<Payment>, text: String) -> Json
     }))
 }
 
+/// `/daily`: today's figures, for the holder of a day pass (or its payment).
+async fn daily(Extension(payment): Extension<Payment>) -> Json<serde_json::Value> {
+    Json(json!({
+        "figures": {"paidRequests": 1_284, "medianSettlementMs": 400},
+        "paidBy": payment.payer, "passUntil": payment.pass_until, "payment": payment.payment_id,
+    }))
+}
+
 async fn words(Extension(payment): Extension<Payment>, uri: axum::http::Uri) -> Json<serde_json::Value> {
     Json(json!({
         "words": uri.query().unwrap_or_default(),
@@ -218,8 +242,8 @@ async fn story(
     (Extension(charge), Json(body))
 }
 
-/// The paid routes.
-pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient) -> anyhow::Result<Router> {
+/// The paid routes; `origin` is the shop's public origin (a pass's sign-ins are bound to it).
+pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient, origin: &str) -> anyhow::Result<Router> {
     let priced = |prices: &[Price], description: &str| -> anyhow::Result<PaymentLayer> {
         let mut builder = PaymentLayer::builder().facilitator(facilitator.clone()).description(description);
         for price in prices {
@@ -243,6 +267,14 @@ pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient) -> anyh
         .route("/report", get(report).route_layer(priced(&catalog.report, "The daily report")?))
         .route("/summarize", post(summarize).route_layer(priced(&catalog.quote, "A summary of the text posted")?))
         .route("/words", get(words).route_layer(per_word));
+    let mut pass = PaymentLayer::builder()
+        .facilitator(facilitator.clone())
+        .description("Today's figures: a day pass for the wallet that pays")
+        .sign_in_origin(origin);
+    for price in &catalog.daily {
+        pass = pass.accept(price.clone());
+    }
+    router = router.route("/daily", get(daily).route_layer(pass.build()?));
     if let Some(price) = &catalog.story {
         let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";
         router = router.route("/story", get(story).route_layer(priced(std::slice::from_ref(price), told)?));

@@ -92,6 +92,8 @@ pub enum Endpoint {
     PaymentReceive,
     /// `POST /payment/answer/release`.
     PaymentAnswerRelease,
+    /// `POST /passes/sign-in`.
+    PassSignIn,
     /// `GET /payment/status/{paymentId}`.
     PaymentStatus,
     /// `GET /payment/history/{walletAddress}`.
@@ -126,6 +128,7 @@ impl Endpoint {
             Self::PaymentSend
             | Self::PaymentReceive
             | Self::PaymentAnswerRelease
+            | Self::PassSignIn
             | Self::PaymentStatus
             | Self::PaymentHistory
             | Self::DevAirdrop => EndpointGroup::Payment,
@@ -243,6 +246,7 @@ mod tests {
         for e in [
             Endpoint::PaymentSend,
             Endpoint::PaymentAnswerRelease,
+            Endpoint::PassSignIn,
             Endpoint::PaymentHistory,
             Endpoint::TransactionConfirm,
             Endpoint::Verify,

@@ -144,31 +144,41 @@ async fn purge_idempotency_keys(state: AppState, mut stop: tokio::sync::watch::R
     }
 }
 
-/// Completes on SIGTERM or ctrl-c.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Completes on SIGTERM or ctrl-c (SIGINT).
+///
+/// The handlers are installed when this is called, not when it is first awaited: call it before
+/// saying the process is ready, so that a signal sent at once stops it gracefully instead of
+/// killing it.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &'static str| {
+            signal(kind).inspect_err(|e| tracing::error!(error = %e, "cannot listen for {name}")).ok()
+        };
+        let (terminate, interrupt) =
+            (listen(SignalKind::terminate(), "SIGTERM"), listen(SignalKind::interrupt(), "ctrl-c"));
+        let received = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        async move {
+            tokio::select! {
+                () = received(terminate) => {}
+                () = received(interrupt) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for ctrl-c");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
     }
 }
 

@@ -123,6 +123,30 @@ impl Facilitator for InProcess {
         self.settle(claim).await
     }
 
+    /// A pass's holder signing in, checked by the core.
+    async fn sign_in(
+        &self,
+        sign_in: tollgate::SignInClaim<'_>,
+    ) -> Result<tollgate_protocol::gateway::PassHolder, Verdict> {
+        let origin = tollgate_protocol::siwx::Origin::parse(sign_in.origin)
+            .map_err(|reason| Verdict::Unavailable { timed_out: false, reason })?;
+        let request = crate::payment::SignInRequest {
+            account: self.account.clone(),
+            header: sign_in.header.to_owned(),
+            origin,
+            scope: sign_in.scope.to_owned(),
+        };
+        match self.payments.sign_in(request).await {
+            Ok(signed) => Ok(tollgate_protocol::gateway::PassHolder {
+                payer: signed.payer.to_string(),
+                network: signed.pass.network,
+                payment_id: signed.pass.payment_id,
+                valid_until: signed.pass.valid_until,
+            }),
+            Err(e) => Err(refusal(e)),
+        }
+    }
+
     /// One answer of the payment given back in the database.
     async fn release(&self, payment: &Payment) {
         let Some(id) = &payment.payment_id else { return };
@@ -237,7 +261,7 @@ mod tests {
             method: Some("GET".into()),
         };
         let requirement = requirement();
-        let ticket = tollgate_protocol::ticket::Ticket { uses: 2, seconds: 60, request: None };
+        let ticket = tollgate_protocol::ticket::Ticket { uses: 2, seconds: 60, request: None, pass: None };
         let claim = Claim {
             header: "",
             payload: &payload,

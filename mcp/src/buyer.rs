@@ -10,7 +10,7 @@ use rmcp::service::{Peer, ServiceError};
 use tollgate_client::{Buyer, PayError, PaymentMade};
 use tollgate_protocol::x402::SettleResponse;
 
-use crate::{PAYMENT_META, PAYMENT_RESPONSE_META, PENDING_KEY, payment_required};
+use crate::{PAYMENT_META, PAYMENT_RESPONSE_META, PENDING_KEY, SIGN_IN_META, payment_required};
 
 /// Why a paid tool call did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +39,9 @@ pub struct PaidCall {
     pub payment: Option<PaymentMade>,
     /// The seller's `x402/payment-response`, when it sent one.
     pub settlement: Option<SettleResponse>,
+    /// The wallet that signed in with a pass it bought before (`_meta["sign-in-with-x"]`)
+    /// instead of paying, when one did.
+    pub signed_in: Option<String>,
 }
 
 /// Calls tools through an `rmcp` client, paying those that answer payment-required: once per
@@ -83,12 +86,33 @@ impl PaidClient {
     pub async fn call_tool(&self, params: CallToolRequestParams) -> Result<PaidCall, McpPayError> {
         let first = self.peer.call_tool(params.clone()).await?;
         let Some(challenge) = payment_required(&first) else {
-            return Ok(PaidCall { result: first, payment: None, settlement: None });
+            return Ok(PaidCall { result: first, payment: None, settlement: None, signed_in: None });
         };
         let tool = params.name.to_string();
         if self.paying.as_ref().is_some_and(|paying| !paying.contains(&tool)) {
             return Err(McpPayError::NotPaid(tool));
         }
+        // A pass bought before: its wallet signs in instead of paying again; refused (no pass
+        // yet), the tool's new payment request is paid.
+        let challenge = match self.buyer.sign_in(&challenge, &self.server).await {
+            Some((header, wallet)) => {
+                let payload = tollgate_protocol::siwx::SignIn::from_header(&header)
+                    .ok()
+                    .and_then(|s| serde_json::to_value(s).ok())
+                    .unwrap_or_default();
+                let mut signed = params.clone();
+                signed.meta.get_or_insert_with(RequestMetaObject::default).insert(SIGN_IN_META.into(), payload);
+                let answer = self.peer.call_tool(signed).await?;
+                match payment_required(&answer) {
+                    Some(again) => again,
+                    None => {
+                        let signed_in = (answer.is_error != Some(true)).then_some(wallet);
+                        return Ok(PaidCall { result: answer, payment: None, settlement: None, signed_in });
+                    }
+                }
+            }
+            None => challenge,
+        };
         let authorization = self.buyer.authorize(&challenge, &format!("{}#{tool}", self.server)).await?;
         let payment = serde_json::to_value(authorization.payload()).map_err(|e| PayError::Build(e.to_string()))?;
         let mut paid = params;
@@ -127,7 +151,7 @@ impl PaidClient {
             return match settlement {
                 Some(settlement) if settlement.success => {
                     let made = self.buyer.settled(authorization, Some(&settlement)).await;
-                    Ok(PaidCall { result: answer, payment: Some(made), settlement: Some(settlement) })
+                    Ok(PaidCall { result: answer, payment: Some(made), settlement: Some(settlement), signed_in: None })
                 }
                 Some(settlement) => {
                     self.buyer.unsettled(authorization).await;
@@ -138,12 +162,12 @@ impl PaidClient {
                 // it stays counted.
                 None if answer.is_error == Some(true) => {
                     self.buyer.unsettled(authorization).await;
-                    Ok(PaidCall { result: answer, payment: None, settlement: None })
+                    Ok(PaidCall { result: answer, payment: None, settlement: None, signed_in: None })
                 }
                 // Served without a settlement message (a seller that sends none): paid.
                 None => {
                     let made = self.buyer.settled(authorization, None).await;
-                    Ok(PaidCall { result: answer, payment: Some(made), settlement: None })
+                    Ok(PaidCall { result: answer, payment: Some(made), settlement: None, signed_in: None })
                 }
             };
         }

@@ -38,6 +38,10 @@ use tollgate_protocol::x402::PaymentRequired;
 pub const PAYMENT_META: &str = "x402/payment";
 /// The result `_meta` key of a settlement (an x402 `SettleResponse`).
 pub const PAYMENT_RESPONSE_META: &str = "x402/payment-response";
+/// The request `_meta` key of a pass's sign-in: the x402 `sign-in-with-x` payload (the JSON the
+/// `SIGN-IN-WITH-X` header carries in base64), sent instead of a payment by the wallet that
+/// bought a pass.
+pub const SIGN_IN_META: &str = "sign-in-with-x";
 /// The wrapper of a payment-required error in `content[0].text` (`{code: 402, message, data}`).
 pub const ERROR_KEY: &str = "x402/error";
 /// Tollgate's key, in a tool result's `structuredContent`, of a payment broadcast but not yet

@@ -49,7 +49,7 @@ use tollgate_protocol::x402::header::{
 };
 use tower::{Layer as _, ServiceExt as _};
 
-use crate::{ERROR_KEY, PAYMENT_META, PAYMENT_RESPONSE_META, PENDING_KEY};
+use crate::{ERROR_KEY, PAYMENT_META, PAYMENT_RESPONSE_META, PENDING_KEY, SIGN_IN_META};
 
 /// The result `_meta` key in which a metered tool (`upto`) reports what its call used, in atomic
 /// units of the price's asset (a string of digits, or a number). It is charged that, capped at
@@ -416,6 +416,13 @@ impl<S: ServerHandler> PaidServer<S> {
         if let Some(payment) = payment {
             let (name, value) = payment_header(&payment);
             request = request.header(name, value);
+        }
+        // A pass's holder signing in: its payload, in the header the layer reads.
+        let sign_in =
+            context.meta.remove(SIGN_IN_META).or_else(|| call.meta.as_mut().and_then(|meta| meta.remove(SIGN_IN_META)));
+        if let Some(sign_in) = sign_in {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(sign_in.to_string());
+            request = request.header(tollgate_protocol::siwx::HEADER, encoded);
         }
         // The call's arguments are the request's body: a repeat of a paid call is served only for
         // the same arguments (the layer tells requests apart by method, resource and body).

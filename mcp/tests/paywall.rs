@@ -97,6 +97,40 @@ impl Facilitator for Scripted {
         paid(&claim, claim.requirement.amount.get())
     }
     async fn release(&self, _payment: &Payment) {}
+
+    /// A pass holder is whoever signs its message with the key it names, and is [`PASS_HOLDER`].
+    async fn sign_in(
+        &self,
+        sign_in: tollgate::SignInClaim<'_>,
+    ) -> Result<tollgate::protocol::gateway::PassHolder, Verdict> {
+        use tollgate::protocol::siwx;
+        let signed =
+            siwx::SignIn::from_header(sign_in.header).map_err(|e| Verdict::Refused { reason: e.to_string() })?;
+        let key: solana_sdk::pubkey::Pubkey = signed.address.parse().unwrap();
+        let signature: solana_sdk::signature::Signature = signed.signature.parse().unwrap();
+        let message = siwx::message(&signed).unwrap();
+        assert_eq!((sign_in.origin, signed.domain.as_str()), ("https://tools.example", "tools.example"));
+        if !signature.verify(key.as_ref(), message.as_bytes()) || signed.address != *PASS_HOLDER {
+            return Err(Verdict::Refused { reason: "no_pass: holds no pass".into() });
+        }
+        Ok(tollgate::protocol::gateway::PassHolder {
+            payer: signed.address,
+            network: NETWORK.parse().unwrap(),
+            payment_id: "pay_pass".into(),
+            valid_until: chrono::Utc::now() + chrono::Duration::hours(1),
+        })
+    }
+}
+
+/// The wallet that bought the pass to `pass`.
+static PASS_HOLDER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use solana_sdk::signer::Signer as _;
+    holder().pubkey().to_string()
+});
+
+/// Its key.
+fn holder() -> solana_sdk::signature::Keypair {
+    solana_sdk::signature::Keypair::new_from_array([7; 32])
 }
 
 /// Tools that count their runs: `echo` answers its text, `fail` fails, `meter` reports a
@@ -166,6 +200,13 @@ async fn setup(script: Script, order: SettlementOrder) -> Setup {
         .tool("fail", layer(order))
         .tool("ask", layer(order))
         .tool("meter", PaymentLayer::builder().facilitator(facilitator.clone()).accept(metered))
+        .tool(
+            "pass",
+            PaymentLayer::builder()
+                .facilitator(facilitator.clone())
+                .accept(price.clone().pass(std::time::Duration::from_secs(3_600)))
+                .sign_in_origin("https://tools.example"),
+        )
         .build()
         .unwrap();
     let tools = Tools::default();
@@ -319,6 +360,64 @@ async fn a_metered_tool_is_charged_what_it_reports_capped_and_the_report_is_not_
 
 /// Eight calls at once with one payment: one settlement, the call and one retry served (this
 /// facilitator does not count answers: the paywall's layer does), the rest asked to pay again.
+/// A tool sold with a pass: the buyer's wallet that holds it signs in through
+/// `_meta["sign-in-with-x"]` and is served without paying; another wallet is asked to pay, and pays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_holder_signs_in_to_a_tool_through_meta() {
+    let s = setup(Script::Settles, SettlementOrder::SettleBefore).await;
+    let offline = "http://127.0.0.1:9"; // never asked: signing needs no chain
+    let holder = tollgate_client::Buyer::new().with_solana(holder(), offline).without_cap();
+    let client =
+        tollgate_mcp::PaidClient::new(s.client.peer().clone(), std::sync::Arc::new(holder), "mcp+stdio://tools");
+    let answer = client.call_tool(call("pass", None)).await.unwrap();
+    assert_eq!(answer.signed_in.as_deref(), Some(PASS_HOLDER.as_str()), "{:?}", answer.result);
+    assert!(answer.payment.is_none());
+    assert_eq!(answer.result.structured_content.as_ref().unwrap()["payer"], PASS_HOLDER.as_str());
+    assert!(s.facilitator.settled.lock().unwrap().is_empty(), "nothing paid");
+    // A wallet without a pass: its sign-in is refused, and the new payment request is paid.
+    let stranger = tollgate_client::Buyer::new()
+        .with_wallet(std::sync::Arc::new(Signing(solana_sdk::signature::Keypair::new())))
+        .without_cap();
+    let client =
+        tollgate_mcp::PaidClient::new(s.client.peer().clone(), std::sync::Arc::new(stranger), "mcp+stdio://tools");
+    let answer = client.call_tool(call("pass", None)).await.unwrap();
+    assert_eq!(answer.signed_in, None);
+    assert!(answer.payment.is_some(), "paid instead");
+    assert_eq!(s.facilitator.settled.lock().unwrap().len(), 1);
+}
+
+/// A Solana wallet that signs messages and pays with a payload the scripted facilitator takes.
+#[derive(Debug)]
+struct Signing(solana_sdk::signature::Keypair);
+
+#[async_trait]
+impl tollgate_client::Wallet for Signing {
+    fn family(&self) -> tollgate::protocol::ChainFamily {
+        tollgate::protocol::ChainFamily::Solana
+    }
+    fn address(&self) -> String {
+        use solana_sdk::signer::Signer as _;
+        self.0.pubkey().to_string()
+    }
+    async fn decimals(
+        &self,
+        _: &tollgate::protocol::x402::PaymentRequirements,
+    ) -> Result<Option<u8>, tollgate_client::PayError> {
+        Ok(Some(9))
+    }
+    async fn prove(
+        &self,
+        _: &tollgate::protocol::x402::PaymentRequirements,
+        _: &serde_json::Map<String, Value>,
+    ) -> Result<tollgate_client::Proof, tollgate_client::PayError> {
+        Ok(tollgate_client::Proof::new(json!({"transaction": "AQID"})))
+    }
+    async fn sign_message(&self, message: &str) -> Result<String, tollgate_client::PayError> {
+        use solana_sdk::signer::Signer as _;
+        Ok(self.0.sign_message(message.as_bytes()).to_string())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_payment_sent_by_several_calls_at_once_is_settled_once() {
     let s = setup(Script::Settles, SettlementOrder::SettleBefore).await;

@@ -30,7 +30,7 @@ pub(crate) struct Terms {
 impl Terms {
     /// The terms with the request answered: what a claim sends.
     pub(crate) fn ticket(self, request: Option<String>) -> Ticket {
-        Ticket { uses: self.uses, seconds: self.window.as_secs(), request }
+        Ticket { uses: self.uses, seconds: self.window.as_secs(), request, pass: None }
     }
 }
 

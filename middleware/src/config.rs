@@ -55,6 +55,10 @@ pub(crate) struct Config {
     pub answers: crate::answer::Terms,
     /// The largest request body read to tell a repeat of the request from another.
     pub request_digest_limit: usize,
+    /// What a pass sold here opens (default: each resource without its query).
+    pub pass_scope: Option<String>,
+    /// The seller's public origin, which sign-in messages are bound to (passes).
+    pub sign_in_origin: Option<tollgate_protocol::siwx::Origin>,
     pub cache: Arc<ProofCache>,
     /// The requirements when they are the same for every request (fixed prices on named
     /// networks, nothing asked of `/supported`): built once.

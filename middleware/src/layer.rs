@@ -49,6 +49,9 @@ pub enum BuildError {
     /// Two settings that cannot go together.
     #[error("{0}")]
     Incompatible(&'static str),
+    /// The sign-in origin is not `http(s)://host[:port]`.
+    #[error("sign_in_origin: {0}")]
+    Origin(String),
 }
 
 /// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
@@ -100,6 +103,8 @@ pub struct PaymentLayerBuilder {
     ticket_uses: u32,
     ticket_secs: u64,
     request_digest_limit: usize,
+    pass_scope: Option<String>,
+    sign_in_origin: Option<String>,
     tasks: Option<TaskTracker>,
 }
 
@@ -132,6 +137,8 @@ impl Default for PaymentLayerBuilder {
             ticket_uses: DEFAULT_TICKET_USES,
             ticket_secs: DEFAULT_TICKET_SECS,
             request_digest_limit: DEFAULT_REQUEST_DIGEST_LIMIT,
+            pass_scope: None,
+            sign_in_origin: None,
             tasks: None,
         }
     }
@@ -292,6 +299,23 @@ impl PaymentLayerBuilder {
         self
     }
 
+    /// What a pass sold by this layer ([`Price::pass`]) opens: one name for every route the
+    /// layer guards (e.g. `"https://shop.example/api"`). By default each resource (its URL
+    /// without the query) is a scope of its own.
+    pub fn pass_scope(mut self, scope: impl Into<String>) -> Self {
+        self.pass_scope = Some(scope.into());
+        self
+    }
+
+    /// The seller's public origin (`https://host[:port]`) that a pass's sign-in messages are
+    /// bound to (x402 `sign-in-with-x`: a message signed for another site is refused). By
+    /// default the origin of [`Self::resource_base`] or of a fixed [`Self::resource`], never
+    /// a request's `Host`.
+    pub fn sign_in_origin(mut self, origin: impl Into<String>) -> Self {
+        self.sign_in_origin = Some(origin.into());
+        self
+    }
+
     /// Where settlements that outlive their request run: a settlement after the handler
     /// served, one whose buyer hung up, the rest of a metered answer read for its usage. A
     /// server shutting down calls [`TaskTracker::close`] then awaits [`TaskTracker::wait`]
@@ -316,11 +340,22 @@ impl PaymentLayerBuilder {
         self
     }
 
+    /// The origin sign-ins are bound to: the one given, else the resource's when it is a web URL.
+    fn origin_signed_for(&self) -> Result<Option<tollgate_protocol::siwx::Origin>, BuildError> {
+        use tollgate_protocol::siwx::Origin;
+        match (&self.sign_in_origin, &self.resource) {
+            (Some(given), _) => Origin::parse(given).map(Some).map_err(BuildError::Origin),
+            (None, ResourceUrl::Fixed(url) | ResourceUrl::FromRequest { base: Some(url) }) => Ok(Origin::of_url(url)),
+            (None, ResourceUrl::FromRequest { base: None }) => Ok(None),
+        }
+    }
+
     /// Checks the settings and builds the layer.
     ///
     /// # Errors
     /// [`BuildError`] for missing or inconsistent settings.
     pub fn build(self) -> Result<PaymentLayer, BuildError> {
+        let sign_in_origin = self.origin_signed_for()?;
         let facilitator = self.facilitator.ok_or(BuildError::NoFacilitator)?;
         if self.ticket_uses == 0 {
             return Err(BuildError::Zero("ticket_uses"));
@@ -339,6 +374,19 @@ impl PaymentLayerBuilder {
         }
         if self.prices.is_empty() && self.pricing.is_none() {
             return Err(BuildError::NoPrice);
+        }
+        for (i, price) in self.prices.iter().enumerate() {
+            match price.pass_seconds() {
+                Some(seconds) if !(1..=tollgate_protocol::ticket::MAX_PASS_SECONDS).contains(&seconds) => {
+                    return Err(BuildError::PaymentFlow(i, "a pass lasts 1 second to a year".into()));
+                }
+                Some(_) if sign_in_origin.is_none() => {
+                    return Err(BuildError::Incompatible(
+                        "a pass needs the seller's public origin its sign-ins are bound to: sign_in_origin (or resource_base)",
+                    ));
+                }
+                _ => {}
+            }
         }
         for (i, price) in self.prices.iter().enumerate() {
             let pay_to = price.pay_to.ok_or(BuildError::NoRecipient(i))?;
@@ -393,6 +441,8 @@ impl PaymentLayerBuilder {
                 retry_after_secs: self.retry_after_secs,
                 answers: crate::answer::Terms { uses: self.ticket_uses, window: Duration::from_secs(self.ticket_secs) },
                 request_digest_limit: self.request_digest_limit,
+                pass_scope: self.pass_scope,
+                sign_in_origin,
                 cache,
                 static_offers,
                 challenges: moka::sync::Cache::new(1_000),

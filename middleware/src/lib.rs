@@ -82,11 +82,12 @@ pub mod layer;
 mod metered;
 mod offers;
 mod offline;
+mod pass;
 pub mod price;
 pub mod service;
 
 pub use charge::{Charge, DeferredCharge};
-pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, Verdict};
+pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, SignInClaim, Verdict};
 pub use layer::{
     BuildError, DEFAULT_REQUEST_DIGEST_LIMIT, DEFAULT_TICKET_SECS, DEFAULT_TICKET_USES, PaymentLayer,
     PaymentLayerBuilder, SettlementOrder,

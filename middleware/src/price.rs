@@ -31,6 +31,15 @@ pub enum PriceError {
 /// A requirement offered for a request, with the decimals of its asset.
 pub(crate) type Offer = (PaymentRequirements, u8);
 
+/// The key of a requirement's `extra` that says it sells a pass ([`Price::pass`]):
+/// `{"seconds": N}`.
+pub(crate) const PASS: &str = "pass";
+
+/// The seconds of the pass a requirement's `extra` sells.
+pub(crate) fn pass_seconds(extra: Option<&Value>) -> Option<u64> {
+    extra?.get(PASS)?.get("seconds")?.as_u64()
+}
+
 /// One way to pay for a route: scheme, asset, amount, recipient and (optionally) network.
 ///
 /// Amounts are given in whole units as decimal text (`"0.01"` SOL) and kept in atomic units; no
@@ -193,6 +202,25 @@ impl Price {
             (_, extra) => Some(extra),
         };
         self
+    }
+
+    /// The same price buys a **pass**: access for `duration` (at most a year), from when the
+    /// payment is recorded, for the wallet that pays — its holder signs in (x402
+    /// `sign-in-with-x`) instead of paying again, for the layer's pass scope
+    /// ([`crate::PaymentLayerBuilder::pass_scope`]). The requirement says so in
+    /// `extra.pass.seconds`; the layer declares the sign-in in its 402 (it needs the seller's
+    /// public origin: [`crate::PaymentLayerBuilder::sign_in_origin`] or `resource_base`). Pay
+    /// in x402 v2 (its `accepted` names this offer) where a route also sells single answers
+    /// of the same scheme and network.
+    #[must_use]
+    pub fn pass(self, duration: std::time::Duration) -> Self {
+        self.extra(serde_json::json!({ PASS: { "seconds": duration.as_secs() } }))
+    }
+
+    /// The pass this price sells, in seconds ([`Self::pass`]).
+    #[must_use]
+    pub fn pass_seconds(&self) -> Option<u64> {
+        pass_seconds(self.extra.as_ref())
     }
 
     /// The amount in atomic units.

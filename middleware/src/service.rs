@@ -8,6 +8,7 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt as _;
 use tollgate_protocol::AtomicAmount;
+use tollgate_protocol::siwx;
 use tollgate_protocol::ticket::request_digest;
 use tollgate_protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
 use tollgate_protocol::x402::{PaymentFlow, PaymentPayload, ResourceInfo, SCHEME_UPTO, payment_identifier};
@@ -114,6 +115,15 @@ where
         Priced::Answer(buffered) => return Ok(buffered.into_response()),
     };
     let resource = resource_info(&config, &parts, named);
+    // A pass's holder signing in instead of paying.
+    let paying = parts.headers.contains_key(PAYMENT_SIGNATURE) || parts.headers.contains_key(X_PAYMENT);
+    if !paying && let Some(header) = parts.headers.get(siwx::HEADER).and_then(|h| h.to_str().ok()) {
+        let payment = match crate::pass::signed_in(&config, &parts, header, &offers, &resource).await {
+            Ok(payment) => payment,
+            Err(answer) => return Ok(answer),
+        };
+        return serve(&config, inner, Request::from_parts(parts, body), payment, (false, None), None).await;
+    }
     let presented = match read_payment(&config, &parts, &offers, &resource) {
         Ok(presented) => presented,
         Err(answer) => return Ok(answer),
@@ -127,7 +137,13 @@ where
         Ok(digested) => digested,
         Err(answer) => return Ok(answer.into_response()),
     };
-    let terms = config.answers.ticket(digest);
+    let mut terms = config.answers.ticket(digest);
+    terms.pass = crate::pass::terms(&config, requirement, &resource.url);
+    if terms.pass.is_some() {
+        // A pass's payment serves its own request once: the pass's requests are its payer's
+        // sign-ins, never a copy of its header.
+        terms.uses = 1;
+    }
     let claim = Claim {
         header: presented.text(),
         payload: &presented.decoded.payload,
@@ -304,7 +320,8 @@ fn challenge_for(
     headers: &http::HeaderMap,
     error: &str,
 ) -> Response<PaymentBody> {
-    challenge::payment_required(error, resource, offers, &config.extensions, headers).into_response()
+    let extensions = crate::pass::extensions(config, &resource.url, offers);
+    challenge::payment_required(error, resource, offers, &extensions, headers).into_response()
 }
 
 /// Step 3: the payment header read — `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1) — decoded
@@ -320,8 +337,9 @@ fn read_payment(
     let (header, v1) = match (parts.headers.get(PAYMENT_SIGNATURE), parts.headers.get(X_PAYMENT)) {
         (Some(v), _) => (v.clone(), false),
         (None, Some(v)) => (v.clone(), true),
-        (None, None) if config.static_offers.is_some() => {
-            // The same challenge for every request to this resource: built once.
+        // The same challenge for every request to this resource: built once (a route selling a
+        // pass declares a fresh sign-in each time).
+        (None, None) if config.static_offers.is_some() && !crate::pass::sold(offers) => {
             let html = challenge::wants_html(&parts.headers);
             let cached = config.challenges.get_with((resource.url.clone(), html), || {
                 Arc::new(challenge::payment_required(NO_PAYMENT, resource, offers, &config.extensions, &parts.headers))
@@ -792,7 +810,8 @@ impl Paid<'_> {
     /// the buyer must first let Permit2 spend its tokens (`permit2_allowance_required`, as
     /// x402's resource servers answer it).
     fn refused(&self, reason: &str, offers: &[Offer], headers: &http::HeaderMap) -> Buffered {
-        let mut out = challenge::payment_required(reason, self.resource, offers, &self.config.extensions, headers);
+        let extensions = crate::pass::extensions(self.config, &self.resource.url, offers);
+        let mut out = challenge::payment_required(reason, self.resource, offers, &extensions, headers);
         if reason.split(':').next() == Some("permit2_allowance_required") {
             out.status = http::StatusCode::PRECONDITION_FAILED;
         }
@@ -839,7 +858,7 @@ impl Paid<'_> {
 
 /// Runs the handler for a paid request: `Payment` in its extensions, the settlement header on
 /// its answer, streamed, its count given back if it fails or reaches no buyer.
-async fn serve<S, ReqBody, ResBody>(
+pub(crate) async fn serve<S, ReqBody, ResBody>(
     config: &Config,
     mut inner: S,
     mut request: Request<ReqBody>,

@@ -93,6 +93,7 @@ pub struct ReceivePaymentRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseAnswerRequest {
     /// The payment (`pay_…`), the caller's received one.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_]{1,64}$"))]
     pub payment_id: String,
 }
 
@@ -107,6 +108,43 @@ pub struct ReleasedAnswer {
     pub served: u32,
     /// Answers the payment buys.
     pub uses: u32,
+}
+
+/// Body of `POST /passes/sign-in` (extension): a buyer's `sign-in-with-x` message, checked for
+/// the seller's origin and a pass of the signer's for the seller's scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PassSignIn {
+    /// The buyer's `SIGN-IN-WITH-X` header, as sent (base64 JSON).
+    #[cfg_attr(feature = "openapi", schema(max_length = 8192))]
+    pub sign_in: String,
+    /// The seller's public origin (`https://host[:port]`), as the seller configured it: the
+    /// message must be bound to it.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[hH][tT][tT][pP][sS]?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$"))]
+    pub origin: String,
+    /// What the pass must open, as the seller names it (a pass bought with a ticket's `pass`).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 2048, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")
+    )]
+    pub scope: String,
+}
+
+/// Answer of `POST /passes/sign-in`: the wallet that signed in, and its pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PassHolder {
+    /// The wallet (canonical address).
+    pub payer: String,
+    /// The network the pass was paid on.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub network: Network,
+    /// The payment that bought the pass.
+    pub payment_id: String,
+    /// Until when it runs.
+    pub valid_until: DateTime<Utc>,
 }
 
 /// Body of `POST /transaction/receive`.

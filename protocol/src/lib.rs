@@ -13,7 +13,8 @@
 //! * [`seconds`]: whole numbers of seconds, written `60` or `60.0`.
 //! * [`webhook`]: signing webhook deliveries and checking their signature.
 //! * [`ticket`]: what one payment buys — the answers a seller serves for it, counted by the
-//!   facilitator.
+//!   facilitator, and a pass for a period.
+//! * [`siwx`]: the `sign-in-with-x` extension: a pass's payer signs in instead of paying again.
 
 pub mod address;
 pub mod amount;
@@ -24,6 +25,7 @@ pub mod network;
 mod openapi;
 pub mod redact;
 pub mod seconds;
+pub mod siwx;
 pub mod ticket;
 pub mod webhook;
 pub mod x402;

@@ -32,6 +32,17 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     whole(&number).ok_or_else(|| D::Error::custom(format!("expected a whole number of seconds, got {number}")))
 }
 
+/// A whole count that fits 32 bits (`3` or `3.0`), read as [`deserialize`] reads seconds.
+///
+/// # Errors
+/// For anything else.
+pub fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let number = serde_json::Number::deserialize(d)?;
+    whole(&number)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| D::Error::custom(format!("expected a whole number below 2^32, got {number}")))
+}
+
 /// As [`deserialize`], for an optional field (`null` or absent is `None`).
 pub mod option {
     use super::{Deserialize, Deserializer, whole};

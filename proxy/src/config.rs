@@ -266,6 +266,11 @@ pub struct AcceptFile {
     /// Scheme details (`extra`), e.g. an EVM token's EIP-712 `name` and `version`.
     #[serde(default)]
     pub extra: Option<toml::Table>,
+    /// This price buys a pass: for this many seconds (at most a year), the wallet that paid
+    /// signs in (x402 `sign-in-with-x`) instead of paying again, for the route's URL (without
+    /// its query). Needs `public_url`, which its sign-ins are bound to.
+    #[serde(default)]
+    pub pass_secs: Option<u64>,
 }
 
 /// `[route.usage]`: how a metered route learns what a request used (a header, a trailer, or

@@ -55,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
         Some(address) => Some(tokio::net::TcpListener::bind(address).await?),
         None => None,
     };
+    let stopped = shutdown_signal();
     let serving = server::serve_threads(file.listen, &proxy, threads, Duration::from_secs(args.drain_secs))?;
     tracing::info!(address = %serving.address, upstream = %file.upstream, threads, "tollgate-proxy listening");
     // Printed for scripts and tests that start the proxy on port 0.
@@ -65,26 +66,37 @@ async fn main() -> anyhow::Result<()> {
         tokio::spawn(server::serve_ops(ops, proxy.clone(), std::future::pending()));
     }
     tokio::spawn(server::watch(proxy.clone(), args.config.clone(), Duration::from_millis(args.watch_ms)));
-    shutdown_signal().await;
+    stopped.await;
     serving.stop();
     tokio::task::spawn_blocking(move || serving.join()).await?;
     Ok(())
 }
 
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+/// SIGTERM or Ctrl-C. The handlers are installed when this is called, before the proxy says it
+/// listens: a signal sent at once stops it gracefully instead of killing it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => return std::future::pending().await,
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    #[cfg(unix)]
+    let int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+    async move {
+        #[cfg(unix)]
+        {
+            let received = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = received(term.ok()) => {}
+                () = received(int.ok()) => {}
+            }
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: no new connections, finishing those in progress");
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    tracing::info!("shutting down: no new connections, finishing those in progress");
 }

@@ -148,6 +148,9 @@ fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
     if let Some(extra) = &accept.extra {
         price = price.extra(serde_json::to_value(extra).map_err(|e| bad(format!("extra: {e}")))?);
     }
+    if let Some(seconds) = accept.pass_secs {
+        price = price.pass(Duration::from_secs(seconds));
+    }
     Ok(price)
 }
 
@@ -211,6 +214,9 @@ impl Shared<'_> {
         }
         if let Some(base) = &self.file.public_url {
             builder = builder.resource_base(base.clone());
+        }
+        if accept.iter().any(|a| a.pass_secs.is_some()) && self.file.public_url.is_none() {
+            return Err(invalid(format!("{at}: pass_secs needs public_url, the origin its sign-ins are bound to")));
         }
         for (i, accept) in accept.iter().enumerate() {
             builder = builder.accept(price(accept, &format!("{at}, accept #{}", i + 1))?);

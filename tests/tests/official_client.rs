@@ -61,25 +61,89 @@ async fn official_buyer_with(
     rpc: &str,
     env: &[(&str, &str)],
 ) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/x402-buyer.cjs");
+    let mut envs = vec![("RPC_URL", rpc)];
+    envs.extend_from_slice(env);
+    let cap = cap.to_string();
+    run_node("x402-buyer.cjs", &[url, network, asset, &cap], key, &envs).await
+}
+
+/// Runs the official sign-in-with-x client (`@x402/extensions`) against `url` with `key`: its
+/// one-line JSON report.
+async fn official_sign_in(url: &str, key: &PrivateKeySigner) -> Value {
+    run_node("siwx-client.cjs", &[url], key, &[]).await
+}
+
+/// Runs `tests/js/<script>` on Node with `args`, `key` as `BUYER_KEY` and `env`: the one JSON
+/// line it prints.
+async fn run_node(script: &str, args: &[&str], key: &PrivateKeySigner, env: &[(&str, &str)]) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js").join(script);
     let output = tokio::process::Command::new("node")
-        .arg(script)
-        .args([url, network, asset, &cap.to_string()])
+        .arg(path)
+        .args(args)
         .envs(env.iter().copied())
         .env("NODE_PATH", node_modules())
         .env("BUYER_KEY", alloy::hex::encode_prefixed(key.to_bytes()))
-        .env("RPC_URL", rpc)
         .kill_on_drop(true)
         .output()
         .await
         .expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the official buyer failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{script} failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// The official buyer buys a pass (an EIP-3009 price with a day pass), then the official
+/// sign-in-with-x client signs the layer's challenge (EIP-4361) with the same key: Tollgate accepts
+/// it, and serves the pass's payer without a payment; another key's sign-in is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sign_in_with_x_client_signs_in_with_a_pass() {
+    assert!(
+        node_modules().join("@x402/extensions").exists(),
+        "the official x402 extensions are not installed: run scripts/test (it installs them)"
+    );
+    let (anvil, rpc, facilitator_url, key, _dir) = facilitator().await;
+    let minter = PrivateKeySigner::random();
+    devnet::set_evm_balance(&rpc, minter.address(), U256::from(10u128.pow(19))).await.unwrap();
+    let token = DevToken::deploy(&rpc, minter, TokenKind::Eip3009, (TOKEN_NAME, "TUSD", 6)).await.unwrap();
+    let buyer = PrivateKeySigner::random();
+    token.mint(&rpc, buyer.address(), U256::from(10_000_000u64)).await.unwrap();
+    let network = format!("eip155:{}", rpc.chain_id());
+    let seller_address = PrivateKeySigner::random().address();
+    let price = Price::token(token.address.to_string().parse().unwrap(), "1.5", 6)
+        .unwrap()
+        .extra(json!({"name": TOKEN_NAME, "version": "2"}))
+        .pay_to(seller_address.to_string().parse().unwrap())
+        .on(network.parse().unwrap())
+        .pass(std::time::Duration::from_secs(86_400));
+    // The seller's public origin is its own address here: the official client checks that the
+    // challenge is bound to the site it asked.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&facilitator_url, &key))
+        .accept(price)
+        .sign_in_origin(&origin)
+        .build()
+        .unwrap();
+    let handler = |Extension(payment): Extension<Payment>| async move {
+        axum::Json(json!({"payer": payment.payer, "passUntil": payment.pass_until}))
+    };
+    let app = Router::new().route("/report", get(handler)).route_layer(layer);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("{origin}/report");
+
+    let bought =
+        official_buyer(&url, &buyer, (&network, &token.address.to_string(), 2_000_000), &anvil.endpoint()).await;
+    assert_eq!(bought["status"], 200, "{bought}");
+    let signed = official_sign_in(&url, &buyer).await;
+    assert_eq!(signed["status"], 200, "{signed}");
+    let body: Value = serde_json::from_str(signed["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["payer"].as_str().unwrap().to_lowercase(), buyer.address().to_string().to_lowercase());
+    assert!(body["passUntil"].as_i64().is_some(), "{body}");
+    let stranger = official_sign_in(&url, &PrivateKeySigner::random()).await;
+    assert_eq!(stranger["status"], 402, "{stranger}");
+    assert!(stranger["body"].as_str().unwrap().contains("holds no pass"), "{stranger}");
+    assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(1_500_000u64), "paid once");
 }
 
 /// A seller selling `/report` for 1.5 tokens, through `facilitator`.

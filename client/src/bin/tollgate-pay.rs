@@ -183,6 +183,13 @@ async fn run(args: Args) -> Result<ExitCode, Failed> {
         return dry_run(&buyer, &request, args.json).await;
     }
     let paid = buyer.send(&request).await?;
+    if let Some(wallet) = &paid.signed_in {
+        if args.json {
+            eprintln!("{}", serde_json::json!({ "signedIn": wallet }));
+        } else {
+            eprintln!("signed in as {wallet} with a pass bought before: nothing paid");
+        }
+    }
     if let Some(p) = &paid.payment {
         if args.json {
             eprintln!("{}", payment_json(p));

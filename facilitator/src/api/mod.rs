@@ -14,6 +14,7 @@ pub mod extract;
 pub mod guard;
 pub mod idempotency;
 pub mod openapi;
+pub mod passes;
 pub mod payments;
 pub mod reference;
 pub mod system;
@@ -63,6 +64,7 @@ pub fn router(state: AppState) -> Router {
     app.route("/payment/send", guard_post(Endpoint::PaymentSend, post(payments::send)))
         .route("/payment/receive", guard_post(Endpoint::PaymentReceive, post(payments::receive)))
         .route("/payment/answer/release", guard_post(Endpoint::PaymentAnswerRelease, post(payments::release_answer)))
+        .route("/passes/sign-in", guard_post(Endpoint::PassSignIn, post(passes::sign_in)))
         .route("/payment/status/{payment_id}", guard(Endpoint::PaymentStatus, get(payments::status)))
         .route("/payment/history/{wallet_address}", guard(Endpoint::PaymentHistory, get(payments::history)))
         .route("/transaction/send", guard_post(Endpoint::TransactionSend, post(transactions::send)))

@@ -14,7 +14,7 @@ use tollgate_protocol::address::PATTERN as ADDRESS_PATTERN;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{dev, events, payments, reference, system, tokens, transactions, webhooks, x402};
+use super::{dev, events, passes, payments, reference, system, tokens, transactions, webhooks, x402};
 use crate::app::AppState;
 
 /// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
@@ -23,6 +23,7 @@ use crate::app::AppState;
     info(title = "Tollgate facilitator", description = "Payment gateway API (hosted and local modes) and x402 facilitator API. Errors: `{\"error\": {\"code\", \"message\", \"remedy\"}}`."),
     paths(
         payments::send, payments::receive, payments::release_answer, payments::status, payments::history,
+        passes::sign_in,
         transactions::send, transactions::receive, transactions::confirm,
         tokens::info,
         x402::verify, x402::settle, x402::supported,

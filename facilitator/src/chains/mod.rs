@@ -432,6 +432,23 @@ pub trait Chain: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`ChainError`].
     async fn token_info(&self, address: &Address) -> Result<Option<TokenInfo>, ChainError>;
+    /// Who signed `message` as `address` with `signature` (a `sign-in-with-x` message: EIP-191
+    /// on EVM, ed25519 on Solana): the address's own key, or on EVM its wallet contract
+    /// (EIP-1271, asked on this chain).
+    ///
+    /// # Errors
+    /// [`ProofError::Refused`] when neither did (or the signature cannot be read),
+    /// [`ProofError::Chain`] when the chain cannot be read.
+    async fn verify_message(&self, address: &Address, message: &str, signature: &str) -> Result<Signer, ProofError>;
+}
+
+/// Who signed a message ([`Chain::verify_message`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer {
+    /// The address's own key.
+    Key,
+    /// The wallet contract at the address (EIP-1271), on the chain that answered.
+    Contract,
 }
 
 #[cfg(test)]

@@ -22,6 +22,18 @@ pub enum Reason {
     AlreadyUsed,
     /// The payment has served the answers its seller's ticket says it buys (Tollgate).
     AnswersUsed,
+    /// A `sign-in-with-x` message is not bound to the seller's origin (domain or URI).
+    SignInDomain,
+    /// A `sign-in-with-x` message's times: too old, in the future, expired or not yet valid.
+    SignInTime,
+    /// A `sign-in-with-x` message whose nonce was used before.
+    SignInNonce,
+    /// A `sign-in-with-x` signature that is not the signer's, or cannot be read.
+    SignInSignature,
+    /// A `sign-in-with-x` message that cannot be read, or for a chain not served.
+    SignInMessage,
+    /// The wallet that signed in holds no pass for what is asked (none bought, or expired).
+    NoPass,
     SvmTransaction,
     SvmInstructions,
     SvmInstructionsLength,
@@ -91,6 +103,12 @@ impl Reason {
             Self::PaymentExpired => "payment_expired",
             Self::AlreadyUsed => "duplicate_settlement",
             Self::AnswersUsed => "answers_used",
+            Self::SignInDomain => "invalid_siwx_domain_mismatch",
+            Self::SignInTime => "invalid_siwx_time",
+            Self::SignInNonce => "invalid_siwx_nonce",
+            Self::SignInSignature => "invalid_siwx_signature",
+            Self::SignInMessage => "invalid_siwx_message",
+            Self::NoPass => "no_pass",
             Self::SvmTransaction => "invalid_exact_svm_payload_transaction",
             Self::SvmInstructions => "invalid_exact_svm_payload_transaction_instructions",
             Self::SvmInstructionsLength => "invalid_exact_svm_payload_transaction_instructions_length",

@@ -24,6 +24,7 @@
 mod pipeline;
 mod receive;
 mod send;
+mod sign_in;
 #[cfg(test)]
 mod tests;
 
@@ -36,6 +37,7 @@ use tollgate_protocol::{Address, AtomicAmount, Network};
 
 pub use self::receive::{Handed, Settlement};
 pub use self::send::{Built, SendOrder, Sent};
+pub use self::sign_in::{SignInRequest, SignedIn};
 use crate::chains::{Chain, ChainError, Chains, Checked, OrderError, ProofError, Refusal, Terms, Unserved};
 use crate::clock::SharedClock;
 use crate::plans::Sponsorship;

@@ -480,6 +480,29 @@ pub trait AnswerStore: Send + Sync + 'static {
     /// Gives back one answer of payment `payment_id`'s ticket (it never reached its buyer); the
     /// answers still counted, or `None` when it has no ticket.
     async fn release_answer(&self, payment_id: &str) -> StoreResult<Option<Answered>>;
+    /// The pass of `payer` (canonical address) for `account`'s `scope` that runs longest past
+    /// `at`, among those bought by a confirmed payment.
+    async fn find_pass(&self, account: &str, scope: &str, payer: &str, at: DateTime<Utc>) -> StoreResult<Option<Pass>>;
+    /// Claims a sign-in message's nonce for `account` (one insert): `false` when it was claimed
+    /// before. Claims that expired before `at` are purged on the way.
+    async fn claim_sign_in_nonce(
+        &self,
+        account: &str,
+        nonce: &str,
+        expires_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+}
+
+/// A pass a payment bought ([`AnswerStore::find_pass`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pass {
+    /// The payment that bought it.
+    pub payment_id: String,
+    /// The network it was paid on.
+    pub network: Network,
+    /// Until when it opens its scope.
+    pub valid_until: DateTime<Utc>,
 }
 
 /// The outcome of [`AnswerStore::claim_answer`].

@@ -857,7 +857,7 @@ async fn a_change_whose_webhooks_cannot_be_queued_is_not_recorded(store: Arc<Sql
 }
 
 fn ticket(uses: u32, seconds: u64, request: &str) -> tollgate_protocol::ticket::Ticket {
-    tollgate_protocol::ticket::Ticket { uses, seconds, request: Some(request.into()) }
+    tollgate_protocol::ticket::Ticket { uses, seconds, request: Some(request.into()), pass: None }
 }
 
 /// A payment inserted with its ticket has its first answer counted; repeats are counted for the
@@ -893,7 +893,7 @@ async fn a_payments_answers_are_counted_by_its_ticket(store: Arc<SqlStore>) {
     // told again is served once.
     store.insert_payment(&payment("pay_2", "acct", "f", "t", t0())).await.unwrap();
     assert_eq!(store.release_answer("pay_2").await.unwrap(), None);
-    let once = tollgate_protocol::ticket::Ticket { uses: 3, seconds: 60, request: None };
+    let once = tollgate_protocol::ticket::Ticket { uses: 3, seconds: 60, request: None, pass: None };
     assert_eq!(
         store.claim_answer("pay_2", &once, at(1)).await.unwrap(),
         AnswerClaim::Claimed(Answered { served: 1, uses: 3 })
@@ -943,6 +943,63 @@ async fn a_payment_whose_first_answer_cannot_be_counted_is_not_recorded(store: A
         store.release_answer("pay_1").await.unwrap(),
         Some(tollgate_protocol::ticket::Answered { served: 0, uses: 2 })
     );
+}
+
+/// A pass is recorded with the payment that buys it, and opens its scope to its payer while that
+/// payment is confirmed and the pass runs; the longest-running pass is found.
+async fn a_pass_opens_its_scope_to_its_payer_while_confirmed(store: Arc<SqlStore>) {
+    use super::AnswerStore as _;
+    use tollgate_protocol::ticket::PassTerms;
+    let scope = "https://seller.example/report";
+    let pass = |seconds| Some(PassTerms { scope: scope.into(), seconds });
+    let bought = |id: &str, seconds| NewPayment {
+        ticket: Some(tollgate_protocol::ticket::Ticket { pass: pass(seconds), ..ticket(2, 60, "a") }),
+        ..payment(id, "acct", "payer", "seller", t0())
+    };
+    store.insert_payment(&bought("pay_1", 3_600)).await.unwrap();
+    let at = |secs: i64| t0() + Duration::seconds(secs);
+    assert_eq!(store.find_pass("acct", scope, "payer", at(1)).await.unwrap(), None, "not confirmed yet");
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig1".into());
+    store.transition_payment("pay_1", PaymentStatus::Verified, &submit).await.unwrap();
+    store.transition_payment("pay_1", PaymentStatus::Submitted, &update(PaymentStatus::Confirmed)).await.unwrap();
+    let found = store.find_pass("acct", scope, "payer", at(1)).await.unwrap().unwrap();
+    assert_eq!((found.payment_id.as_str(), found.valid_until), ("pay_1", at(3_600)));
+    assert_eq!(found.network, Network::solana_devnet());
+    for (account, scope, payer) in
+        [("other", scope, "payer"), ("acct", "https://seller.example/x", "payer"), ("acct", scope, "x")]
+    {
+        assert_eq!(store.find_pass(account, scope, payer, at(1)).await.unwrap(), None, "{account} {scope} {payer}");
+    }
+    assert_eq!(store.find_pass("acct", scope, "payer", at(3_600)).await.unwrap(), None, "ended");
+    // A longer pass of the same payer, confirmed: found first.
+    store.insert_payment(&NewPayment { transaction: Some("sig2".into()), ..bought("pay_2", 7_200) }).await.unwrap();
+    let mut submit = update(PaymentStatus::Submitted);
+    submit.transaction = Some("sig2".into());
+    store.transition_payment("pay_2", PaymentStatus::Verified, &submit).await.unwrap();
+    store.transition_payment("pay_2", PaymentStatus::Submitted, &update(PaymentStatus::Confirmed)).await.unwrap();
+    assert_eq!(store.find_pass("acct", scope, "payer", at(10)).await.unwrap().unwrap().payment_id, "pay_2");
+}
+
+/// A sign-in message's nonce is claimed once per seller account, by one of racing claims;
+/// claims past their expiry are purged.
+async fn a_sign_in_nonce_is_used_once(store: Arc<SqlStore>) {
+    use super::AnswerStore as _;
+    let at = |secs: i64| t0() + Duration::seconds(secs);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim_sign_in_nonce("acct", "n0nce123", at(300), at(0)).await.unwrap() })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        won += usize::from(t.await.unwrap());
+    }
+    assert_eq!(won, 1);
+    assert!(store.claim_sign_in_nonce("other", "n0nce123", at(300), at(0)).await.unwrap(), "another seller's");
+    assert!(!store.claim_sign_in_nonce("acct", "n0nce123", at(300), at(299)).await.unwrap());
+    assert!(store.claim_sign_in_nonce("acct", "n0nce123", at(900), at(301)).await.unwrap(), "purged once expired");
 }
 
 /// The statements that make inserts into `table` fail ("disk full", injected with a trigger) and
@@ -1021,6 +1078,8 @@ suite!(
     a_payments_answers_are_counted_by_its_ticket,
     racing_claims_count_a_tickets_answers_once,
     a_payment_whose_first_answer_cannot_be_counted_is_not_recorded,
+    a_pass_opens_its_scope_to_its_payer_while_confirmed,
+    a_sign_in_nonce_is_used_once,
 );
 
 #[tokio::test]

@@ -174,4 +174,16 @@ impl Chain for FakeChain {
     async fn token_info(&self, _: &Address) -> Result<Option<TokenInfo>, ChainError> {
         Ok(None)
     }
+
+    async fn verify_message(
+        &self,
+        _: &Address,
+        _: &str,
+        _: &str,
+    ) -> Result<tollgate_facilitator::chains::Signer, ProofError> {
+        Err(ProofError::Refused(tollgate_facilitator::chains::Refusal::new(
+            tollgate_facilitator::chains::Reason::SignInSignature,
+            "the fake chain signs in nobody",
+        )))
+    }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use reqwest::StatusCode;
-use tollgate_protocol::gateway::{PaymentRecord, PaymentStatus, ReceivePaymentRequest};
+use tollgate_protocol::gateway::{PassHolder, PaymentRecord, PaymentStatus, ReceivePaymentRequest};
 use tollgate_protocol::redact::{redact_url, redact_urls};
 use tollgate_protocol::x402::{
     FacilitatorRequest, FacilitatorRequestV1, FacilitatorRequestV2, PaymentPayload, PaymentPayloadV2,
@@ -14,7 +14,7 @@ use tollgate_protocol::x402::{
 };
 use tollgate_protocol::{ErrorEnvelope, Network};
 
-use super::{Claim, Facilitator, Payment, Verdict};
+use super::{Claim, Facilitator, Payment, SignInClaim, Verdict};
 
 /// What a payment must have been made for to serve this request: the resource the seller names
 /// (never the buyer's copy of it), and its method.
@@ -51,6 +51,7 @@ fn paid_for(record: PaymentRecord, requirement: &PaymentRequirements, wanted: Wa
             payment_id: Some(record.payment_id),
             maximum: None,
             answers: record.answers,
+            pass_until: None,
         }),
         _ => None,
     };
@@ -398,6 +399,29 @@ impl Facilitator for FacilitatorClient {
         if self.is_gateway() { self.receive(claim).await } else { self.x402_settle(claim).await }
     }
 
+    /// `POST /passes/sign-in` (Tollgate's facilitator).
+    async fn sign_in(&self, sign_in: SignInClaim<'_>) -> Result<PassHolder, Verdict> {
+        let body = tollgate_protocol::gateway::PassSignIn {
+            sign_in: sign_in.header.to_owned(),
+            origin: sign_in.origin.to_owned(),
+            scope: sign_in.scope.to_owned(),
+        };
+        let answer =
+            self.request(reqwest::Method::POST, "/passes/sign-in").json(&body).send().await.map_err(unavailable)?;
+        let status = answer.status();
+        if status.is_success() {
+            return answer.json::<PassHolder>().await.map_err(unavailable);
+        }
+        let message = answer.json::<ErrorEnvelope>().await.map(|e| e.error.message).unwrap_or_default();
+        Err(match status {
+            StatusCode::PAYMENT_REQUIRED | StatusCode::BAD_REQUEST => Verdict::Refused { reason: message },
+            _ => Verdict::Unavailable {
+                timed_out: false,
+                reason: format!("POST /passes/sign-in answered {status}: {message}"),
+            },
+        })
+    }
+
     /// `POST /payment/answer/release` (Tollgate's facilitator), for a payment it counted.
     async fn release(&self, payment: &Payment) {
         if let (Some(id), Some(_)) = (&payment.payment_id, payment.answers) {
@@ -441,6 +465,7 @@ fn paid(requirement: &PaymentRequirements, payer: Option<String>, transaction: O
         payment_id: None,
         maximum: None,
         answers: None,
+        pass_until: None,
     }
 }
 

@@ -10,6 +10,7 @@
 mod client;
 
 use async_trait::async_trait;
+use tollgate_protocol::gateway::PassHolder;
 use tollgate_protocol::ticket::{Answered, Ticket};
 use tollgate_protocol::x402::{Asset, PaymentPayload, PaymentRequirements, ResourceInfo, Supported};
 use tollgate_protocol::{Address, AtomicAmount, Network};
@@ -42,6 +43,9 @@ pub struct Payment {
     /// back with [`Facilitator::release`] an answer that reached no buyer. `None`: the
     /// facilitator does not count (any other x402 facilitator), and the layer counts alone.
     pub answers: Option<Answered>,
+    /// A request served to a pass's holder who signed in (`sign-in-with-x`): until when its
+    /// pass runs (Unix seconds). The payment is the one that bought the pass.
+    pub pass_until: Option<i64>,
 }
 
 impl Payment {
@@ -60,6 +64,7 @@ impl Payment {
             payment_id: None,
             maximum: None,
             answers: None,
+            pass_until: None,
         }
     }
 
@@ -165,6 +170,17 @@ impl<'a> Claim<'a> {
     }
 }
 
+/// A pass's holder signing in, as the layer hands it to a facilitator.
+#[derive(Debug, Clone, Copy)]
+pub struct SignInClaim<'a> {
+    /// The buyer's `SIGN-IN-WITH-X` header, as sent.
+    pub header: &'a str,
+    /// The seller's public origin, as the seller configured it.
+    pub origin: &'a str,
+    /// What the pass must open, as the seller names it.
+    pub scope: &'a str,
+}
+
 /// A facilitator as the layer uses it: it says what it settles, and verifies, settles or
 /// follows a claim, always answering a [`Verdict`] (it never fails otherwise).
 #[async_trait]
@@ -190,6 +206,16 @@ pub trait Facilitator: Send + Sync + std::fmt::Debug {
     /// [`Payment::answers`]) which reached no buyer: the handler failed, or the buyer hung up
     /// before the first byte. A failure is logged; the answer then stays counted.
     async fn release(&self, payment: &Payment);
+    /// A pass's holder signing in (x402 `sign-in-with-x`): the message checked for the seller's
+    /// origin, its nonce used once, and the signer's pass for the scope.
+    ///
+    /// # Errors
+    /// [`Verdict::Refused`] (why), or [`Verdict::Unavailable`]; by default a facilitator checks
+    /// no sign-in.
+    async fn sign_in(&self, sign_in: SignInClaim<'_>) -> Result<PassHolder, Verdict> {
+        let _ = sign_in;
+        Err(Verdict::Unavailable { timed_out: false, reason: "this facilitator checks no sign-in-with-x".into() })
+    }
 }
 
 /// A shared facilitator (one core or client behind several layers, or kept by the caller).
@@ -212,5 +238,8 @@ impl<F: Facilitator + ?Sized> Facilitator for std::sync::Arc<F> {
     }
     async fn release(&self, payment: &Payment) {
         (**self).release(payment).await;
+    }
+    async fn sign_in(&self, sign_in: SignInClaim<'_>) -> Result<PassHolder, Verdict> {
+        (**self).sign_in(sign_in).await
     }
 }

@@ -326,4 +326,27 @@ impl Chain for EvmBackend {
             None => Ok(None),
         }
     }
+
+    async fn verify_message(
+        &self,
+        address: &tollgate_protocol::Address,
+        message: &str,
+        signature: &str,
+    ) -> Result<crate::chains::Signer, ProofError> {
+        let refused = |why: &str| ProofError::Refused(Refusal::new(Reason::SignInSignature, why.to_owned()));
+        let signer = self::address(address).ok_or_else(|| refused("the signer is not an EVM address"))?;
+        let bytes = signature
+            .strip_prefix("0x")
+            .and_then(|h| alloy::primitives::hex::decode(h).ok())
+            .ok_or_else(|| refused("the signature is not 0x-hex"))?;
+        // EIP-191 (`personal_sign`): the key's own signature, recovered here, or its wallet's.
+        let digest = alloy::primitives::eip191_hash_message(message.as_bytes());
+        if verify::recover_signer(&digest, &bytes) == Some(signer) {
+            return Ok(crate::chains::Signer::Key);
+        }
+        if erc20::wallet_accepts(&self.rpc, signer, digest, &bytes).await? {
+            return Ok(crate::chains::Signer::Contract);
+        }
+        Err(refused("the signature is neither the address's key's nor its wallet contract's (EIP-1271)"))
+    }
 }

@@ -281,6 +281,25 @@ impl Chain for SolanaBackend {
             None => Ok(None),
         }
     }
+
+    async fn verify_message(
+        &self,
+        address: &tollgate_protocol::Address,
+        message: &str,
+        signature: &str,
+    ) -> Result<crate::chains::Signer, ProofError> {
+        let refused = |why: &str| ProofError::Refused(Refusal::new(Reason::SignInSignature, why.to_owned()));
+        let tollgate_protocol::Address::Solana(key) = address else {
+            return Err(refused("the signer is not a Solana address"));
+        };
+        let signature: solana_sdk::signature::Signature =
+            signature.parse().map_err(|_| refused("the signature is not 64 bytes of base58"))?;
+        if signature.verify(key, message.as_bytes()) {
+            Ok(crate::chains::Signer::Key)
+        } else {
+            Err(refused("the signature is not the address's key's"))
+        }
+    }
 }
 
 impl SolanaBackend {

@@ -11,7 +11,7 @@ use sqlx::Row;
 use tollgate_protocol::ticket::{Answered, Ticket};
 
 use super::{SqlStore, to_i64};
-use crate::store::{AnswerClaim, AnswerStore, NewPayment, StoreError, StoreResult};
+use crate::store::{AnswerClaim, AnswerStore, NewPayment, Pass, StoreError, StoreResult};
 
 /// A ticket's window in milliseconds, as stored.
 fn window_ms(ticket: &Ticket) -> StoreResult<i64> {
@@ -25,13 +25,29 @@ fn count(row: &sqlx::any::AnyRow, column: &str) -> StoreResult<u32> {
 }
 
 impl SqlStore {
-    /// Claims the first answer of `p`'s ticket, inside the transaction that inserts `p`.
+    /// Claims the first answer of `p`'s ticket, and records the pass it buys, inside the
+    /// transaction that inserts `p`.
     pub(super) async fn insert_first_answer(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         p: &NewPayment,
     ) -> StoreResult<()> {
         let Some(ticket) = &p.ticket else { return Ok(()) };
+        if let Some(pass) = &ticket.pass {
+            let seconds = to_i64(pass.seconds.saturating_mul(1_000), "pass length")?;
+            let sql = self.sql(
+                "INSERT INTO passes (payment_id, account_id, scope, payer, network, valid_until) VALUES (?, ?, ?, ?, ?, ?)",
+            );
+            sqlx::query(&sql)
+                .bind(&p.id)
+                .bind(&p.owner_account)
+                .bind(&pass.scope)
+                .bind(&p.from)
+                .bind(p.network.to_string())
+                .bind(p.created_at.timestamp_millis().saturating_add(seconds))
+                .execute(&mut **tx)
+                .await?;
+        }
         let sql = self.sql(
             "INSERT INTO answers (payment_id, uses, served, request, window_ms, opened_at) VALUES (?, ?, 1, ?, ?, ?)",
         );
@@ -104,5 +120,50 @@ impl AnswerStore for SqlStore {
             }
         };
         Ok(Some(Answered { served: count(&row, "served")?, uses: count(&row, "uses")? }))
+    }
+
+    async fn find_pass(&self, account: &str, scope: &str, payer: &str, at: DateTime<Utc>) -> StoreResult<Option<Pass>> {
+        let sql = self.sql(
+            "SELECT passes.payment_id, passes.network, passes.valid_until FROM passes \
+             JOIN payments ON payments.id = passes.payment_id \
+             WHERE passes.account_id = ? AND passes.scope = ? AND passes.payer = ? AND passes.valid_until > ? \
+             AND payments.status = 'confirmed' ORDER BY passes.valid_until DESC LIMIT 1",
+        );
+        let row = sqlx::query(&sql)
+            .bind(account)
+            .bind(scope)
+            .bind(payer)
+            .bind(at.timestamp_millis())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let network: String = row.try_get("network")?;
+        Ok(Some(Pass {
+            payment_id: row.try_get("payment_id")?,
+            network: network.parse().map_err(|_| StoreError::Database(format!("passes.network holds {network}")))?,
+            valid_until: crate::clock::from_millis(row.try_get("valid_until")?),
+        }))
+    }
+
+    async fn claim_sign_in_nonce(
+        &self,
+        account: &str,
+        nonce: &str,
+        expires_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let purge = self.sql("DELETE FROM sign_in_nonces WHERE expires_at < ?");
+        sqlx::query(&purge).bind(at.timestamp_millis()).execute(&self.pool).await?;
+        let sql = self.sql(
+            "INSERT INTO sign_in_nonces (account_id, nonce, expires_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING \
+             RETURNING nonce",
+        );
+        let row = sqlx::query(&sql)
+            .bind(account)
+            .bind(nonce)
+            .bind(expires_at.timestamp_millis())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
     }
 }
