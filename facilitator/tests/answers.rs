@@ -3,7 +3,8 @@
 //! count of answers in the database — on a SQLite file with one daemon, and on PostgreSQL with
 //! two. A proof replayed to every instance, at once, after a restart of its seller, or past a
 //! cache of one proof serves its answer and one retry, no more; an answer that reached no buyer
-//! (a failed handler, a buyer who hung up before the first byte) is given back.
+//! (a failed handler, a buyer who hung up before the first byte) is given back. A pass bought at
+//! one instance opens every instance to its payer's signed message, once per message.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
@@ -123,10 +124,14 @@ impl World {
 
     /// A fresh proof: a new funded buyer pays `lamports` to the seller.
     async fn proof(&self, lamports: u64) -> String {
-        let buyer = Keypair::new();
+        self.proof_by(&Keypair::new(), lamports).await
+    }
+
+    /// A proof of `buyer` (funded now) paying `lamports` to the seller.
+    async fn proof_by(&self, buyer: &Keypair, lamports: u64) -> String {
         self.fund(&buyer.pubkey()).await;
         let (blockhash, _) = self.rpc.latest_blockhash().await.unwrap();
-        common::solana::signed_proof(&self.rpc.network().to_string(), &buyer, &self.seller, lamports, blockhash)
+        common::solana::signed_proof(&self.rpc.network().to_string(), buyer, &self.seller, lamports, blockhash)
     }
 
     async fn earned(&self) -> u64 {
@@ -339,6 +344,87 @@ async fn answers_that_reach_no_buyer_are_given_back(w: World) {
     w.finish().await;
 }
 
+/// An in-process shop selling an hour of `/report` for 0.001 SOL on `w`'s daemon `i`, on the
+/// public origin `https://shop.example`; its handler says whom it served.
+async fn pass_shop(w: &World, i: usize) -> String {
+    let price = Price::native_sol("0.001").unwrap().pay_to(w.seller.to_string().parse().unwrap());
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(w.facilitator(i), &w.key))
+        .accept(price.pass(Duration::from_secs(3_600)))
+        .sign_in_origin("https://shop.example")
+        .build()
+        .unwrap();
+    let handler = |axum::Extension(p): axum::Extension<tollgate::Payment>| async move { p.payer.unwrap_or_default() };
+    let app = Router::new().route("/report", routing::get(handler)).route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/report", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// `key`'s `SIGN-IN-WITH-X` answer to the challenge of `url`'s 402.
+async fn signed_in_by(url: &str, key: &Keypair) -> String {
+    use tollgate_protocol::siwx::{self, Declaration, SignIn};
+    let answer = reqwest::Client::new().get(url).header("host", "shop.example").send().await.unwrap();
+    assert_eq!(answer.status(), 402);
+    let required = tollgate_protocol::x402::header::decode(answer.headers()["payment-required"].to_str().unwrap());
+    let required: serde_json::Value = required.unwrap();
+    let declared: Declaration = serde_json::from_value(required["extensions"][siwx::EXTENSION].clone()).unwrap();
+    let mut signed =
+        SignIn::answer(&declared.info, &declared.supported_chains[0], key.pubkey().to_string(), String::new());
+    signed.signature = key.sign_message(siwx::message(&signed).unwrap().as_bytes()).to_string();
+    signed.to_header()
+}
+
+/// `GET url` with a `SIGN-IN-WITH-X` header.
+async fn sign_in(url: &str, header: &str) -> (u16, String) {
+    let request = reqwest::Client::new().get(url).header("host", "shop.example").header("SIGN-IN-WITH-X", header);
+    let answer = request.send().await.unwrap();
+    (answer.status().as_u16(), answer.text().await.unwrap())
+}
+
+/// A pass bought at one shop (on the first daemon) opens the other (on the second, when there
+/// are two) to its payer's sign-in; each signed message is used once over both, at once too; a
+/// stranger's wallet is refused; the money moved once.
+async fn a_pass_opens_every_shop_to_its_payer_once_per_message(w: World) {
+    let shops = [pass_shop(&w, 0).await, pass_shop(&w, 1).await];
+    let buyer = Keypair::new();
+    let proof = w.proof_by(&buyer, PRICE).await;
+    assert_eq!(get(&shops[0], &proof).await.0, 200, "bought");
+    assert_eq!(get(&shops[1], &proof).await.0, 402, "a pass's payment serves one answer");
+
+    let header = signed_in_by(&shops[1], &buyer).await;
+    assert_eq!(sign_in(&shops[1], &header).await, (200, buyer.pubkey().to_string()));
+    let (status, body) = sign_in(&shops[0], &header).await;
+    assert_eq!(status, 402, "the message was used at the other shop");
+    assert!(body.contains("used before"), "{body}");
+
+    // One fresh message sent to both shops at once, eight times each: served once.
+    let header = signed_in_by(&shops[0], &buyer).await;
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let (url, header) = (shops[i % 2].clone(), header.clone());
+            tokio::spawn(async move { sign_in(&url, &header).await })
+        })
+        .collect();
+    let mut served = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            (200, _) => served += 1,
+            (402, body) => assert!(body.contains("used before"), "{body}"),
+            (status, body) => panic!("{status}: {body}"),
+        }
+    }
+    assert_eq!(served, 1);
+
+    let stranger = Keypair::new();
+    let (status, body) = sign_in(&shops[1], &signed_in_by(&shops[1], &stranger).await).await;
+    assert_eq!(status, 402);
+    assert!(body.contains("holds no pass"), "{body}");
+    assert_eq!(w.earned().await, PRICE, "paid once");
+    w.finish().await;
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -366,4 +452,5 @@ on_both!(
     a_restarted_shop_regains_no_answer,
     a_cache_of_one_proof_regains_no_answer,
     answers_that_reach_no_buyer_are_given_back,
+    a_pass_opens_every_shop_to_its_payer_once_per_message,
 );
