@@ -13,6 +13,8 @@
 //!   RPC calls each makes through the proxy.
 //! - `upstream`, `stub-facilitator`: the fixtures of `scripts/bench-proxy` (`tollgate-proxy`
 //!   against the service it sells, directly).
+//! - `repeats`: a shop paid through the daemon, each payment answered, then repeated: the
+//!   latency of first answers and of repeats (`scripts/bench-answers`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +38,7 @@ const TOKEN_VERSION: &str = "2";
 const PRICE: u128 = 10_000;
 
 mod proxied;
+mod repeats;
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate-load", about = "Fixtures, RPC counting and verify/settle pairs for scripts/bench-load")]
@@ -88,6 +91,30 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         count: usize,
     },
+    /// A shop on the daemon: `--count` payments, each answered then repeated `--repeats` times.
+    Repeats {
+        /// anvil's RPC URL.
+        #[arg(long)]
+        rpc: String,
+        /// The daemon's base URL.
+        #[arg(long)]
+        daemon: String,
+        /// An API key of a plan with the gateway's receive.
+        #[arg(long)]
+        key: String,
+        /// The daemon's settling key (its account is funded with ETH for gas).
+        #[arg(long)]
+        facilitator_key: PrivateKeySigner,
+        /// How many payments.
+        #[arg(long, default_value_t = 500)]
+        count: usize,
+        /// Repeats of each payment's header after its first answer.
+        #[arg(long, default_value_t = 1)]
+        repeats: usize,
+        /// Answers one payment buys (the layer's `ticket_uses`).
+        #[arg(long, default_value_t = 2)]
+        uses: u32,
+    },
     /// For `scripts/bench-proxy`: an upstream answering `GET /hello` at once; prints `listening on URL`.
     Upstream,
     /// For `scripts/bench-proxy`: an x402 facilitator that accepts every proof; prints `listening on URL`.
@@ -102,6 +129,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Proxy { upstream } => proxy(upstream).await,
         Command::Pairs { daemon, key, proxy, bodies, count } => pairs(&daemon, &key, &proxy, &bodies, count).await,
+        Command::Repeats { rpc, daemon, key, facilitator_key, count, repeats, uses } => {
+            let facilitator = facilitator_key.address();
+            repeats::run(repeats::Repeats { rpc: &rpc, daemon: &daemon, key: &key, facilitator, count, repeats, uses })
+                .await
+        }
         Command::Upstream => proxied::upstream().await,
         Command::StubFacilitator => proxied::stub_facilitator().await,
     }

@@ -25,6 +25,11 @@
 //!   [`PaymentLayerBuilder::ticket_secs`]). Tollgate's facilitator counts the answers in its
 //!   database, so instances, restarts and stdio processes never add any; an answer that reached no
 //!   buyer (a failed handler, a buyer who hung up before the first byte) is given back.
+//! * A **pass** ([`Price::pass`]) sells a period to the wallet that pays: its 402 declares an
+//!   x402 `sign-in-with-x` challenge on the seller's public origin
+//!   ([`PaymentLayerBuilder::sign_in_origin`]), and that wallet's signed message
+//!   (`SIGN-IN-WITH-X`) is served during the pass without paying again; a copied header, another
+//!   wallet, a replayed message or another origin is refused.
 //! * Verdicts are cached by proof (moka, bounded, with TTLs), only to save work: a settled
 //!   proof's repeat is claimed without verifying it again; a proof for another resource is
 //!   refused; a refused proof is refused again without asking. Concurrent requests with one new
@@ -68,6 +73,8 @@
 //! | `answer` | what one payment buys: the ticket terms, the answers counted here when the facilitator does not, an answer given back when it reaches no buyer |
 //! | [`price`], [`Charge`], [`future`], [`body`] | prices and quotes; what a metered request used; the service's future; its response body, and a request body it can read and hand on |
 //! | `identifiers` | the `payment-identifier` extension: ids claimed by proofs, and their paid answers |
+//! | `pass` | passes: the terms a pass payment sends, the sign-in challenge a 402 declares, a holder's sign-in |
+//! | `metered` | the facilitator calls that may claim an answer, each on a task of its own (`Settlement`); a metered answer's body settled at its end |
 
 mod answer;
 pub mod body;
