@@ -1,6 +1,8 @@
-//! The fixtures of `scripts/bench-proxy`: an upstream that answers at once, and an x402
-//! facilitator stub that accepts every proof — only the first request with a proof reaches it
-//! (the proxy then serves the proof's ticket from memory), so the run measures the proxy.
+//! The fixtures of `scripts/bench-proxy`: an upstream that answers at once, and a facilitator
+//! stub that accepts every proof at once — as an x402 facilitator, and as Tollgate's gateway
+//! (`POST /payment/receive`), which counts a payment's answers: the stub says every claim is its
+//! payment's first of 10,000, so a proof presented again is a repeat the proxy claims with one
+//! call, as it would from a real gateway, and the run measures the proxy and that call.
 
 use axum::Json;
 use axum::routing::{get, post};
@@ -35,7 +37,24 @@ fn network(body: &Value) -> Value {
     body["paymentRequirements"]["network"].clone()
 }
 
-/// `/verify` and `/settle` that accept every proof, paid by "bench".
+/// Lamports per SOL: the benchmark's prices are native SOL.
+const SOL_DECIMALS: u8 = 9;
+
+/// Tollgate's `POST /payment/receive`, confirming every proof for what the request asks (native
+/// SOL), as its answer of 10,000.
+async fn receive(Json(r): Json<tollgate_protocol::gateway::ReceivePaymentRequest>) -> Json<Value> {
+    let atomic = r.expected_amount.to_atomic(SOL_DECIMALS).map(|a| a.to_string()).unwrap_or_default();
+    Json(json!({
+        "paymentId": "pay_bench", "status": "confirmed", "mode": "hosted", "network": r.network,
+        "from": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4", "to": r.wallet_address,
+        "amount": r.expected_amount, "amountAtomic": atomic, "asset": "native", "transaction": "bench-transaction",
+        "resource": r.resource, "metadata": {"method": r.method},
+        "createdAt": "2026-11-28T00:00:00Z", "updatedAt": "2026-11-28T00:00:00Z",
+        "answers": {"served": 1, "uses": 10_000},
+    }))
+}
+
+/// `/verify` and `/settle` that accept every proof, paid by "bench"; the gateway's receive.
 pub async fn stub_facilitator() -> anyhow::Result<()> {
     let verify = || async { Json(json!({"isValid": true, "payer": "bench"})) };
     let settle = |Json(body): Json<Value>| async move {
@@ -46,7 +65,8 @@ pub async fn stub_facilitator() -> anyhow::Result<()> {
         axum::Router::new()
             .route("/verify", post(verify))
             .route("/settle", post(settle))
-            .route("/supported", get(supported)),
+            .route("/supported", get(supported))
+            .route("/payment/receive", post(receive)),
     )
     .await
 }
