@@ -2,9 +2,9 @@
 //!
 //! On the way up: hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and the fields it names,
 //! `Keep-Alive`, `Proxy-*`, `TE` except `trailers`, `Transfer-Encoding`, `Upgrade`), `Expect`,
-//! the payment headers and any client-sent identity headers are removed; `Content-Length` is
-//! dropped when the client framed its body with `Transfer-Encoding` (one framing reaches the
-//! upstream, the one hyper writes); `Forwarded` and `X-Forwarded-For/-Host/-Proto` are added;
+//! the payment and sign-in (`SIGN-IN-WITH-X`) headers and any client-sent identity headers are
+//! removed; `Content-Length` is dropped when the client framed its body with `Transfer-Encoding`
+//! (one framing reaches the upstream, the one hyper writes); `Forwarded` and `X-Forwarded-For/-Host/-Proto` are added;
 //! `Host` names the upstream; a paid request gets its signed identity headers.
 //!
 //! On the way down: hop-by-hop headers and any payment headers of the upstream's own are
@@ -25,6 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tollgate::body::RequestBody;
 use tollgate::protocol::AtomicAmount;
+use tollgate::protocol::siwx::HEADER as SIGN_IN_WITH_X;
 use tollgate::protocol::x402::header::{PAYMENT_RESPONSE, PAYMENT_SIGNATURE, X_PAYMENT, X_PAYMENT_RESPONSE};
 use tollgate::{Charge, DeferredCharge, Payment};
 
@@ -316,7 +317,7 @@ impl Forward {
             // is not reused.
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        for name in [PAYMENT_SIGNATURE, X_PAYMENT] {
+        for name in [PAYMENT_SIGNATURE, X_PAYMENT, SIGN_IN_WITH_X] {
             headers.remove(name);
         }
         if let Some(identity) = &self.identity {

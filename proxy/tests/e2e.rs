@@ -281,6 +281,73 @@ async fn two_proxies_on_one_facilitator_settle_a_proof_once_and_serve_its_uses_i
     assert_eq!(w.earned().await, 3 * CENT, "each proof settled once");
 }
 
+/// `key`'s `SIGN-IN-WITH-X` answer to the sign-in challenge of a 402's `PAYMENT-REQUIRED`.
+fn signed_in(required: &http::HeaderMap, key: &Keypair) -> String {
+    use tollgate::protocol::siwx::{self, Declaration, SignIn};
+    let required: Value =
+        tollgate::protocol::x402::header::decode(required["payment-required"].to_str().unwrap()).unwrap();
+    let declared: Declaration = serde_json::from_value(required["extensions"][siwx::EXTENSION].clone()).unwrap();
+    let mut answer =
+        SignIn::answer(&declared.info, &declared.supported_chains[0], key.pubkey().to_string(), String::new());
+    answer.signature = key.sign_message(siwx::message(&answer).unwrap().as_bytes()).to_string();
+    answer.to_header()
+}
+
+/// `GET url` with a `SIGN-IN-WITH-X` header.
+async fn sign_in(url: &str, header: &str) -> (u16, String) {
+    let answer = reqwest::Client::new().get(url).header("SIGN-IN-WITH-X", header).send().await.unwrap();
+    (answer.status().as_u16(), answer.text().await.unwrap_or_default())
+}
+
+/// A day pass (`pass_secs`) sold by two proxies behind one public URL: bought at one, it opens
+/// the other to its payer's signed message, which reaches the upstream as the payer's identity
+/// (never the sign-in header); the message serves once over both; a copy of the payment header
+/// and a stranger's wallet are refused; paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_sold_by_two_proxies_opens_both_to_its_payer() {
+    let w = World::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daily = format!(
+        "\n[[route]]\nname = \"daily\"\npath = \"/daily/{{*rest}}\"\nrewrite = \"/echo/{{rest}}\"\n\
+         [[route.accept]]\nasset = \"SOL\"\namount = \"0.02\"\npay_to = \"{}\"\npass_secs = 86400\n",
+        w.seller
+    );
+    let shared = format!(
+        "public_url = \"https://shop.example\"\n{}{daily}",
+        config(&w.upstream.url, &w.f.url, &w.seller, "0.01")
+    );
+    let path = common::write_config(dir.path(), &shared);
+    let (first, second) = (common::proxy(&path, &w.f.key), common::proxy(&path, &w.f.key));
+    let urls = [format!("{}/daily/report", first.url), format!("{}/daily/report", second.url)];
+
+    let buyer = w.buyer().await;
+    let proof = w.proof(&buyer, 2 * CENT).await;
+    assert_eq!(send("GET", &urls[0], Some(&proof)).await.0, 200, "bought");
+    let (status, _, body) = send("GET", &urls[1], Some(&proof)).await;
+    assert_eq!(status, 402, "a pass's payment serves one answer: {body}");
+
+    let (status, required, _) = send("GET", &urls[1], None).await;
+    assert_eq!(status, 402);
+    let header = signed_in(&required, &buyer);
+    let (status, body) = sign_in(&urls[1], &header).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = json_of(&body);
+    let headers = seen["headers"].as_object().unwrap();
+    let named = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+    assert_eq!(named("x-tollgate-payer"), Some(Value::from(buyer.pubkey().to_string())));
+    assert_eq!(named("sign-in-with-x"), None, "the sign-in stays at the proxy");
+    let (status, body) = sign_in(&urls[0], &header).await;
+    assert_eq!(status, 402);
+    assert!(body.contains("used before"), "{body}");
+
+    let stranger = Keypair::new();
+    let (_, required, _) = send("GET", &urls[0], None).await;
+    let (status, body) = sign_in(&urls[0], &signed_in(&required, &stranger)).await;
+    assert_eq!(status, 402);
+    assert!(body.contains("holds no pass"), "{body}");
+    assert_eq!(w.earned().await, 2 * CENT, "paid once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_upstream_gets_clean_headers_and_crafted_requests_are_refused() {
     let w = World::start().await;
