@@ -267,8 +267,8 @@ pub struct AcceptFile {
     #[serde(default)]
     pub extra: Option<toml::Table>,
     /// This price buys a pass: for this many seconds (at most a year), the wallet that paid
-    /// signs in (x402 `sign-in-with-x`) instead of paying again, for the route's URL (without
-    /// its query). Needs `public_url`, which its sign-ins are bound to.
+    /// signs in (x402 `sign-in-with-x`) instead of paying again, on every path of the route.
+    /// Needs `public_url`, which its sign-ins are bound to.
     #[serde(default)]
     pub pass_secs: Option<u64>,
 }

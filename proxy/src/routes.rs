@@ -27,6 +27,8 @@ const REFUSED_FOR: Duration = Duration::from_secs(10);
 /// A route's settings for its payment layer.
 #[derive(Clone, Copy)]
 struct Layered<'a> {
+    /// The route's name: a pass bought on any of its paths opens all of them.
+    route: &'a str,
     settle: Settle,
     max_held: Option<usize>,
     ticket: (Option<u32>, Option<u64>),
@@ -194,7 +196,7 @@ impl Shared<'_> {
         settings: Layered<'_>,
         forwarder: Forwarder,
     ) -> Result<PaymentService<Forwarder>, ConfigError> {
-        let Layered { settle, max_held, ticket: (uses, secs), description, mime } = settings;
+        let Layered { route, settle, max_held, ticket: (uses, secs), description, mime } = settings;
         let order = match settle {
             Settle::Before => SettlementOrder::SettleBefore,
             Settle::After => SettlementOrder::VerifyThenSettle,
@@ -213,7 +215,9 @@ impl Shared<'_> {
             builder = builder.mime_type(mime);
         }
         if let Some(base) = &self.file.public_url {
-            builder = builder.resource_base(base.clone());
+            // A pass opens the route, whichever of its paths it was bought on: every instance
+            // behind the public URL names it alike.
+            builder = builder.resource_base(base.clone()).pass_scope(format!("{base}#route={route}"));
         }
         if accept.iter().any(|a| a.pass_secs.is_some()) && self.file.public_url.is_none() {
             return Err(invalid(format!("{at}: pass_secs needs public_url, the origin its sign-ins are bound to")));
@@ -272,6 +276,7 @@ impl Shared<'_> {
             let usage = self.usage(&at, definition)?;
             let forwarder = self.forwarder(&name, upstream, definition.rewrite.clone(), usage);
             let settings = Layered {
+                route: &name,
                 settle: definition.settle,
                 max_held: definition.max_held_bytes,
                 ticket: (definition.ticket_uses, definition.ticket_secs),
@@ -417,6 +422,7 @@ impl Shared<'_> {
                     "unmatched",
                     &u.accept,
                     Layered {
+                        route: &name,
                         settle: Settle::Before,
                         max_held: None,
                         ticket: (None, None),

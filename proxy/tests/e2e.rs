@@ -299,8 +299,8 @@ async fn sign_in(url: &str, header: &str) -> (u16, String) {
     (answer.status().as_u16(), answer.text().await.unwrap_or_default())
 }
 
-/// A day pass (`pass_secs`) sold by two proxies behind one public URL: bought at one, it opens
-/// the other to its payer's signed message, which reaches the upstream as the payer's identity
+/// A day pass (`pass_secs`) sold by two proxies behind one public URL: bought at one on one
+/// path of the route, it opens the other, on another path, to its payer's signed message, which reaches the upstream as the payer's identity
 /// (never the sign-in header); the message serves once over both; a copy of the payment header
 /// and a stranger's wallet are refused; paid once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -309,8 +309,10 @@ async fn a_pass_sold_by_two_proxies_opens_both_to_its_payer() {
     let dir = tempfile::tempdir().unwrap();
     let daily = format!(
         "\n[[route]]\nname = \"daily\"\npath = \"/daily/{{*rest}}\"\nrewrite = \"/echo/{{rest}}\"\n\
-         [[route.accept]]\nasset = \"SOL\"\namount = \"0.02\"\npay_to = \"{}\"\npass_secs = 86400\n",
-        w.seller
+         [[route.accept]]\nasset = \"SOL\"\namount = \"0.02\"\npay_to = \"{seller}\"\npass_secs = 86400\n\
+         \n[[route]]\nname = \"weekly\"\npath = \"/weekly\"\nrewrite = \"/echo/weekly\"\n\
+         [[route.accept]]\nasset = \"SOL\"\namount = \"0.05\"\npay_to = \"{seller}\"\npass_secs = 604800\n",
+        seller = w.seller
     );
     let shared = format!(
         "public_url = \"https://shop.example\"\n{}{daily}",
@@ -326,10 +328,12 @@ async fn a_pass_sold_by_two_proxies_opens_both_to_its_payer() {
     let (status, _, body) = send("GET", &urls[1], Some(&proof)).await;
     assert_eq!(status, 402, "a pass's payment serves one answer: {body}");
 
-    let (status, required, _) = send("GET", &urls[1], None).await;
+    // Another path of the route, at the other proxy: the pass opens the route.
+    let other = format!("{}/daily/other?page=2", second.url);
+    let (status, required, _) = send("GET", &other, None).await;
     assert_eq!(status, 402);
     let header = signed_in(&required, &buyer);
-    let (status, body) = sign_in(&urls[1], &header).await;
+    let (status, body) = sign_in(&other, &header).await;
     assert_eq!(status, 200, "{body}");
     let seen = json_of(&body);
     let headers = seen["headers"].as_object().unwrap();
@@ -339,6 +343,12 @@ async fn a_pass_sold_by_two_proxies_opens_both_to_its_payer() {
     let (status, body) = sign_in(&urls[0], &header).await;
     assert_eq!(status, 402);
     assert!(body.contains("used before"), "{body}");
+    // Another route's pass is not opened by it.
+    let weekly = format!("{}/weekly", first.url);
+    let (_, required, _) = send("GET", &weekly, None).await;
+    let (status, body) = sign_in(&weekly, &signed_in(&required, &buyer)).await;
+    assert_eq!(status, 402);
+    assert!(body.contains("holds no pass"), "{body}");
 
     let stranger = Keypair::new();
     let (_, required, _) = send("GET", &urls[0], None).await;
