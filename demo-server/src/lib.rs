@@ -169,6 +169,18 @@ impl Demo {
         )
     }
 
+    /// The `tollgate-pay` command that buys the shop's day pass (`/daily`): run again during the
+    /// day, it signs in with the buyer's wallet instead of paying.
+    #[must_use]
+    pub fn day_pass_command(&self) -> String {
+        format!(
+            "cargo run --release -p tollgate-client --bin tollgate-pay -- --solana-key {} --solana-rpc {} --max 0.02SOL {}/daily",
+            self.buyer_key_file.display(),
+            self.solana_rpc_url,
+            self.shop_url
+        )
+    }
+
     /// A page of `wallet`'s payments (`direction`: `sent`, `received` or `all`) as the shop's
     /// account sees them, from the facilitator's `GET /payment/history`.
     ///

@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
     println!("Tollgate demo is running (offline, embedded Solana ledger).");
     println!();
     println!("  demo page    {}/", demo.shop_url);
-    println!("  shop         {}   (/quote, /report, POST /summarize, /words?a+b)", demo.shop_url);
+    println!("  shop         {}   (/quote, /report, POST /summarize, /words?a+b, /daily day pass)", demo.shop_url);
     if let (Some(url), Some(proxied)) = (demo.proxy_url(), &demo.proxied) {
         println!(
             "  proxy        {url}   (a Python service sold by tollgate-proxy; config: {})",
@@ -82,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
     println!("Without paying:  curl -i {}/quote", demo.shop_url);
     println!("Paying:          {}", demo.pay_command());
     println!("Paying a POST:   {}", demo.post_pay_command());
+    println!("A day pass:      {}   (again: signs in, pays nothing)", demo.day_pass_command());
     println!("MCP tools:       {}  (streamable HTTP; summarize is paid, count_words free)", demo.mcp_url());
     println!("MCP over stdio:  {}", demo.mcp_stdio_command());
     if let Some(command) = demo.proxy_pay_command() {

@@ -115,9 +115,11 @@ where
         Priced::Answer(buffered) => return Ok(buffered.into_response()),
     };
     let resource = resource_info(&config, &parts, named);
-    // A pass's holder signing in instead of paying.
+    // A pass's holder signing in instead of paying (on a route that sells passes; elsewhere the
+    // header means nothing, and the request is answered as one without payment).
     let paying = parts.headers.contains_key(PAYMENT_SIGNATURE) || parts.headers.contains_key(X_PAYMENT);
-    if !paying && let Some(header) = parts.headers.get(siwx::HEADER).and_then(|h| h.to_str().ok()) {
+    let signing_in = !paying && config.sign_in_origin.is_some() && crate::pass::sold(&offers);
+    if signing_in && let Some(header) = parts.headers.get(siwx::HEADER).and_then(|h| h.to_str().ok()) {
         let payment = match crate::pass::signed_in(&config, &parts, header, &offers, &resource).await {
             Ok(payment) => payment,
             Err(answer) => return Ok(answer),

@@ -585,6 +585,31 @@ async fn a_strangers_junk_costs_the_seller_no_facilitator_call() {
     assert_eq!((stand.verifies.load(Ordering::SeqCst), stand.settles.load(Ordering::SeqCst)), (1, 1));
 }
 
+/// A `SIGN-IN-WITH-X` header on a route that sells no pass means nothing: the request is one
+/// without payment (402), and costs the seller no facilitator call (attacker finding: it was
+/// answered 502, "facilitator unavailable").
+#[tokio::test]
+async fn a_sign_in_where_no_pass_is_sold_is_a_request_without_payment() {
+    let (receive, status) = (Stand::scripted(vec![]), Stand::scripted(vec![]));
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&gateway(receive.clone(), status.clone()).await, "k"))
+        .accept(Price::native_sol("0.001").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+        .sign_in_origin("https://shop.example")
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let shop = layer.layer(handler(runs.clone()));
+    let signed = base64::engine::general_purpose::STANDARD.encode(br#"{"domain":"shop.example"}"#);
+    for header in ["!!!", signed.as_str()] {
+        let answer = shop.get("http://shop.example/report", Some(("SIGN-IN-WITH-X", header))).await;
+        assert_eq!(answer.status(), StatusCode::PAYMENT_REQUIRED, "{header}");
+        let body = text(answer).await;
+        assert!(!body.contains("sign-in"), "no sign-in is tried or declared where no pass is sold: {body}");
+    }
+    assert_eq!((receive.calls.load(Ordering::SeqCst), status.calls.load(Ordering::SeqCst)), (0, 0));
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
 /// Behind a TLS-terminating proxy, the resource URL says https (RFC 7239 `Forwarded`, or
 /// `X-Forwarded-Proto` / `X-Forwarded-Host`), with the query; declared extensions are in the 402.
 #[tokio::test]
