@@ -15,6 +15,9 @@ use crate::store::Pass;
 
 /// How far in the future a message's `issuedAt` may be (instances' clocks differ a little).
 const CLOCK_SKEW_SECS: i64 = 5;
+/// How long a used nonce is kept after its message expired: more than the clocks of several
+/// instances differ.
+const NONCE_KEPT_EXTRA_SECS: i64 = 300;
 
 /// A sign-in to check for a seller's account.
 #[derive(Debug, Clone)]
@@ -86,7 +89,10 @@ impl Payments {
             Err(ProofError::Refused(refusal)) => return Err(PaymentError::Refused(refusal)),
             Err(ProofError::Chain(e)) => return Err(e.into()),
         };
-        if !self.store().claim_sign_in_nonce(&r.account, &s.nonce, expires, now).await? {
+        // Claims are purged a while after they expire, not at once: an instance whose clock is
+        // behind this one's may still take the message.
+        let purge_before = now - chrono::Duration::seconds(NONCE_KEPT_EXTRA_SECS);
+        if !self.store().claim_sign_in_nonce(&r.account, &s.nonce, expires, purge_before).await? {
             return Err(refused(Reason::SignInNonce, "this signed message was used before: sign a new one"));
         }
         let pass = self.store().find_pass(&r.account, &r.scope, &payer.to_string(), now).await?;
