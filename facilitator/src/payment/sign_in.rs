@@ -73,7 +73,7 @@ impl Payments {
         if s.kind != siwx::signature_type(family) {
             return Err(refused(
                 Reason::SignInMessage,
-                format!("a {family} wallet signs {}", siwx::signature_type(family)),
+                format!("{family} wallets sign {}", siwx::signature_type(family)),
             ));
         }
         let payer: Address = s
@@ -81,7 +81,7 @@ impl Payments {
             .parse()
             .ok()
             .filter(|a: &Address| a.family() == family)
-            .ok_or_else(|| refused(Reason::SignInMessage, format!("address is not a {family} address")))?;
+            .ok_or_else(|| refused(Reason::SignInMessage, format!("address is not an address of {family}")))?;
         let message =
             siwx::message(&s).ok_or_else(|| refused(Reason::SignInMessage, "the message cannot be written"))?;
         let signer = match chain.verify_message(&payer, &message, &s.signature).await {
