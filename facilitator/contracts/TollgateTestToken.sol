@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity 0.8.37;
 
-/// @title A small ERC-20 with EIP-3009 transferWithAuthorization, for Tollgate's tests.
+import {Signatures} from "./Signatures.sol";
+
+/// @title A small ERC-20 with EIP-3009 transferWithAuthorization and receiveWithAuthorization,
+///        for Tollgate's tests.
 /// @notice Mintable by its deployer. EIP-712 domain: name, version "2", chain id, this contract.
 ///         Signatures from contract accounts are checked with EIP-1271.
 ///         For attack tests, its deployer can make it deliver less than it says: keep a fee on
@@ -22,6 +25,9 @@ contract TollgateTestToken {
 
     bytes32 public constant TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
         "TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)"
+    );
+    bytes32 public constant RECEIVE_WITH_AUTHORIZATION_TYPEHASH = keccak256(
+        "ReceiveWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)"
     );
     bytes32 private constant DOMAIN_TYPEHASH =
         keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)");
@@ -100,7 +106,9 @@ contract TollgateTestToken {
         bytes32 r,
         bytes32 s
     ) external {
-        _transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, abi.encodePacked(r, s, v));
+        _authorizedMove(
+            TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, abi.encodePacked(r, s, v)
+        );
     }
 
     /// EIP-3009 with a packed signature (65 bytes from an EOA; anything an EIP-1271 wallet accepts).
@@ -113,10 +121,44 @@ contract TollgateTestToken {
         bytes32 nonce,
         bytes memory signature
     ) external {
-        _transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, signature);
+        _authorizedMove(TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, signature);
     }
 
-    function _transferWithAuthorization(
+    /// EIP-3009's receive form: only the payee may submit it, so a signed authorization seen in
+    /// flight cannot be front-run into a transfer its payee did not make. (v, r, s) signature.
+    function receiveWithAuthorization(
+        address from,
+        address to,
+        uint256 value,
+        uint256 validAfter,
+        uint256 validBefore,
+        bytes32 nonce,
+        uint8 v,
+        bytes32 r,
+        bytes32 s
+    ) external {
+        require(msg.sender == to, "caller must be the payee");
+        _authorizedMove(
+            RECEIVE_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, abi.encodePacked(r, s, v)
+        );
+    }
+
+    /// EIP-3009's receive form with a packed signature.
+    function receiveWithAuthorization(
+        address from,
+        address to,
+        uint256 value,
+        uint256 validAfter,
+        uint256 validBefore,
+        bytes32 nonce,
+        bytes memory signature
+    ) external {
+        require(msg.sender == to, "caller must be the payee");
+        _authorizedMove(RECEIVE_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, signature);
+    }
+
+    function _authorizedMove(
+        bytes32 typehash,
         address from,
         address to,
         uint256 value,
@@ -129,37 +171,12 @@ contract TollgateTestToken {
         require(block.timestamp < validBefore, "authorization is expired");
         require(!usedAuthorizations[from][nonce], "authorization is used");
         bytes32 structHash =
-            keccak256(abi.encode(TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce));
+            keccak256(abi.encode(typehash, from, to, value, validAfter, validBefore, nonce));
         bytes32 digest = keccak256(abi.encodePacked("\x19\x01", DOMAIN_SEPARATOR(), structHash));
-        require(_validSignature(from, digest, signature), "invalid signature");
+        require(Signatures.valid(from, digest, signature), "invalid signature");
         usedAuthorizations[from][nonce] = true;
         emit AuthorizationUsed(from, nonce);
         _move(from, to, value);
-    }
-
-    function _validSignature(address signer, bytes32 digest, bytes memory signature) private view returns (bool) {
-        if (signer.code.length > 0) {
-            (bool ok, bytes memory answer) =
-                signer.staticcall(abi.encodeWithSelector(0x1626ba7e, digest, signature));
-            return ok && answer.length == 32 && abi.decode(answer, (bytes4)) == bytes4(0x1626ba7e);
-        }
-        if (signature.length != 65) {
-            return false;
-        }
-        bytes32 r;
-        bytes32 s;
-        uint8 v;
-        assembly {
-            r := mload(add(signature, 32))
-            s := mload(add(signature, 64))
-            v := byte(0, mload(add(signature, 96)))
-        }
-        // Refuse malleable (high-s) signatures, as EIP-2 does for transactions.
-        if (uint256(s) > 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0) {
-            return false;
-        }
-        address recovered = ecrecover(digest, v, r, s);
-        return recovered != address(0) && recovered == signer;
     }
 
     function _move(address from, address to, uint256 value) private {

@@ -6,7 +6,8 @@
 //! Account programs; on EVM the contracts of `contracts/` (an ERC-20 with EIP-3009, a plain one,
 //! one with EIP-2612; [`TokenKind`]) whose compiled bytecode is committed
 //! (`scripts/compile-contracts` rebuilds it). [`install_permit2`] puts the real Permit2 and the
-//! x402 Permit2 proxies at their canonical addresses on an anvil.
+//! x402 Permit2 proxies at their canonical addresses on an anvil, [`install_batch_settlement`]
+//! x402's `batch-settlement` contract and its deposit collectors.
 
 use std::time::Duration;
 
@@ -42,6 +43,15 @@ pub const EXACT_PROXY_BYTECODE: &str =
 /// The compiled x402 upto Permit2 proxy (constructor: Permit2's address).
 pub const UPTO_PROXY_BYTECODE: &str =
     include_str!("../contracts/build/X402Permit2Proxies_sol_X402UptoPermit2Proxy.bin");
+/// The compiled `x402BatchSettlement` (no constructor arguments, no immutables).
+pub const BATCH_SETTLEMENT_BYTECODE: &str =
+    include_str!("../contracts/build/X402BatchSettlement_sol_X402BatchSettlement.bin");
+/// The compiled ERC-3009 deposit collector of `batch-settlement` (no constructor arguments).
+pub const ERC3009_COLLECTOR_BYTECODE: &str =
+    include_str!("../contracts/build/X402BatchSettlement_sol_ERC3009DepositCollector.bin");
+/// The compiled Permit2 deposit collector of `batch-settlement` (no constructor arguments).
+pub const PERMIT2_COLLECTOR_BYTECODE: &str =
+    include_str!("../contracts/build/X402BatchSettlement_sol_Permit2DepositCollector.bin");
 /// The compiled `TollgateTestWallet` (an EIP-1271 contract wallet; constructor: owner).
 pub const TEST_WALLET_BYTECODE: &str = include_str!("../contracts/build/TollgateTestWallet_sol_TollgateTestWallet.bin");
 
@@ -380,6 +390,30 @@ pub async fn install_permit2(rpc: &EvmRpc, deployer: &PrivateKeySigner) -> Resul
         let deployed = send_evm(rpc, deployer, TxKind::Create, code)
             .await?
             .ok_or_else(|| ChainError("the proxy's deployment created no contract".into()))?;
+        set_code(rpc, at, &rpc.code(deployed).await?).await?;
+    }
+    Ok(())
+}
+
+/// Puts x402's `batch-settlement` contract and its ERC-3009 and Permit2 deposit collectors at
+/// their canonical addresses on an anvil: each is deployed by `deployer` (which must hold ETH)
+/// and its code moved to its address (they keep no immutables, and read their own and each
+/// other's addresses as constants). The Permit2 collector needs [`install_permit2`] too.
+///
+/// # Errors
+/// [`ChainError`] when a step fails.
+pub async fn install_batch_settlement(rpc: &EvmRpc, deployer: &PrivateKeySigner) -> Result<(), ChainError> {
+    use tollgate_encoding::batch::{BATCH_SETTLEMENT, ERC3009_COLLECTOR, PERMIT2_COLLECTOR};
+    for (bytecode, at) in [
+        (BATCH_SETTLEMENT_BYTECODE, BATCH_SETTLEMENT),
+        (ERC3009_COLLECTOR_BYTECODE, ERC3009_COLLECTOR),
+        (PERMIT2_COLLECTOR_BYTECODE, PERMIT2_COLLECTOR),
+    ] {
+        let code = alloy::primitives::hex::decode(bytecode.trim())
+            .map_err(|e| ChainError(format!("batch-settlement bytecode: {e}")))?;
+        let deployed = send_evm(rpc, deployer, TxKind::Create, code)
+            .await?
+            .ok_or_else(|| ChainError("the contract's deployment created no contract".into()))?;
         set_code(rpc, at, &rpc.code(deployed).await?).await?;
     }
     Ok(())

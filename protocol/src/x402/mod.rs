@@ -9,6 +9,7 @@
 //! Internally everything is version-neutral ([`PaymentRequirements`] in the v2 shape, with CAIP-2
 //! networks); the v1 forms are converted at the edge.
 
+pub mod batch;
 pub mod header;
 pub mod payment_identifier;
 pub mod schemes;

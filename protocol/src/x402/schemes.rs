@@ -296,7 +296,7 @@ impl Erc20ApprovalSponsoring {
 
 /// Whether `text` is a uint256 in decimal (at most 78 digits: range is checked where it is read)
 /// or `0x`-hex (at most 64 digits).
-fn is_uint256(text: &str) -> bool {
+pub(crate) fn is_uint256(text: &str) -> bool {
     match text.strip_prefix("0x") {
         Some(hex) => !hex.is_empty() && hex.len() <= 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
         None => !text.is_empty() && text.len() <= 78 && text.bytes().all(|b| b.is_ascii_digit()),
