@@ -103,6 +103,12 @@ impl AppState {
         payment::Payments::new(self.store.clone(), self.clock.clone(), self.chains.clone(), self.master_key.clone())
     }
 
+    /// The `batch-settlement` service over this state's chains.
+    #[must_use]
+    pub fn channels(&self) -> crate::channels::Channels {
+        crate::channels::Channels::new(self.chains.clone(), self.clock.clone())
+    }
+
     /// The same state with custodial wallets sealed under `key`.
     #[must_use]
     pub fn with_master_key(mut self, key: MasterKey) -> Self {

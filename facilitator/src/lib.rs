@@ -11,7 +11,7 @@
 //! | entry points | [`api`], [`seller`] | HTTP: routes, guard, idempotency, validation, the OpenAPI document, and the one place errors become HTTP statuses; in process: the core as a seller layer's facilitator |
 //! | operations | [`admin`], [`devnet`] | key, wallet and webhook management for the CLI and dashboard; development-chain helpers for the demo and tests |
 //! | application | [`app`] | [`AppState`]: what a handler reaches, assembled over a store and chains or from configuration |
-//! | payment core | [`payment`] | [`payment::Payments`]: receive, verify, hand over, send, build, confirm — claims, records and settles, detached from requests |
+//! | payment core | [`payment`], [`channels`] | [`payment::Payments`]: receive, verify, hand over, send, build, confirm — claims, records and settles, detached from requests; [`channels::Channels`]: x402 `batch-settlement` checked against its channels |
 //! | lifecycle | [`settlement`] | the state machine, applied with compare-and-set; the reconciler |
 //! | chains | [`chains`] | the [`chains::Chain`] trait (a proof decoded once, checked, settled, read back whole), terms and refusals; [`chains::solana`], [`chains::evm`] split by scheme |
 //! | access | [`auth`] | API keys, rate limits, dashboard sessions and CSRF |
@@ -30,6 +30,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod chains;
+pub mod channels;
 pub mod clock;
 pub mod config;
 pub mod devnet;

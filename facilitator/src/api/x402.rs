@@ -18,7 +18,8 @@ use crate::api::error::ProofRefused;
 use crate::api::extract::ApiJson;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::chains::{Reason, Refusal};
+use crate::chains::{ProofError, Reason, Refusal};
+use crate::channels::Channels;
 use crate::payment::{PaymentError, Receive, Repeat, Settlement};
 
 /// The network as the request's version writes it.
@@ -77,12 +78,18 @@ pub async fn verify(
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
 ) -> Result<(Option<Extension<ProofRefused>>, Json<VerifyResponse>), ApiError> {
+    if let FacilitatorRequest::V2(r) = &req
+        && Channels::handles(&r.payment_requirements)
+    {
+        return verify_batch(&state, req).await;
+    }
     let answer = match state.payments().verify(receive_of(&state, &caller, req, Repeat::Used)?).await {
         Ok(payer) => VerifyResponse {
             is_valid: true,
             invalid_reason: None,
             invalid_message: None,
             payer: Some(payer.to_string()),
+            extra: None,
         },
         Err(e) => match refused(e) {
             Refused::Reason(r, _) => {
@@ -92,12 +99,46 @@ pub async fn verify(
                     invalid_reason: Some(r.reason.as_str().to_owned()),
                     invalid_message: Some(r.message),
                     payer: None,
+                    extra: None,
                 }
             }
             Refused::Error(e) => return Err(e),
         },
     };
     Ok(((!answer.is_valid).then_some(Extension(ProofRefused)), Json(answer)))
+}
+
+/// `/verify` of x402 `batch-settlement` (v2 only, as the scheme is): the verdict, with the
+/// channel as the chain holds it in `extra`.
+async fn verify_batch(
+    state: &AppState,
+    req: FacilitatorRequest,
+) -> Result<(Option<Extension<ProofRefused>>, Json<VerifyResponse>), ApiError> {
+    let (payload, requirement, _) = req.into_parts();
+    match state.channels().verify(&payload, &requirement).await {
+        Ok(verdict) => Ok((
+            None,
+            Json(VerifyResponse {
+                is_valid: true,
+                invalid_reason: None,
+                invalid_message: None,
+                payer: Some(verdict.payer.to_string()),
+                extra: serde_json::to_value(&verdict.channel).ok(),
+            }),
+        )),
+        Err(ProofError::Refused(r)) => {
+            tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 batch verify refused");
+            let answer = VerifyResponse {
+                is_valid: false,
+                invalid_reason: Some(r.reason.as_str().to_owned()),
+                invalid_message: Some(r.message),
+                payer: None,
+                extra: None,
+            };
+            Ok((Some(Extension(ProofRefused)), Json(answer)))
+        }
+        Err(ProofError::Chain(e)) => Err(PaymentError::from(e).into()),
+    }
 }
 
 /// Settle this payload on chain.
@@ -129,6 +170,7 @@ pub async fn settle(
             amount: None,
             payment_id: None,
             answers: None,
+            extra: None,
         };
     let stored = match state.payments().settle_x402(receive).await {
         Ok(Settlement::Settled(stored)) => *stored,

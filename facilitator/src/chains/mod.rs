@@ -28,7 +28,7 @@ use tollgate_protocol::redact::redact_urls;
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
-pub use refusal::{ProofError, Reason, Refusal};
+pub use refusal::{BatchReason, ProofError, Reason, Refusal};
 pub use registry::{Chains, Unserved, schemes_with};
 pub use solana::{SolanaBackend, Sponsor};
 pub use terms::{Checked, Intent, Price, Settle, Settler, Terms};

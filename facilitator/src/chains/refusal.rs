@@ -87,6 +87,97 @@ pub enum Reason {
     Erc20ApprovalTarget,
     Erc20ApprovalCalldata,
     Erc20ApprovalTxFailed,
+    /// x402 `batch-settlement` on EVM: its own reasons.
+    Batch(BatchReason),
+}
+
+/// Why x402 `batch-settlement` refuses, as the scheme names it (`invalid_batch_settlement_evm_…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)] // each variant is its reason string
+pub enum BatchReason {
+    Scheme,
+    NetworkMismatch,
+    PayloadType,
+    DepositPayload,
+    VoucherPayload,
+    RefundPayload,
+    ClaimPayload,
+    SettlePayload,
+    ChannelIdMismatch,
+    TokenMismatch,
+    ReceiverMismatch,
+    ReceiverAuthorizerMismatch,
+    WithdrawDelayMismatch,
+    WithdrawDelayOutOfRange,
+    AuthorizerAddressMismatch,
+    VoucherSignature,
+    ChannelNotFound,
+    InsufficientBalance,
+    CumulativeExceedsBalance,
+    CumulativeBelowClaimed,
+    MissingEip712Domain,
+    ValidAfter,
+    ValidBefore,
+    ReceiveAuthorizationSignature,
+    Erc3009AuthorizationRequired,
+    Permit2AuthorizationRequired,
+    Permit2InvalidSpender,
+    Permit2AmountMismatch,
+    Permit2DeadlineExpired,
+    Permit2InvalidSignature,
+    Permit2AllowanceRequired,
+    DepositSimulationFailed,
+    DepositTransactionFailed,
+    RefundAmountInvalid,
+    RefundNoBalance,
+    NothingToSettle,
+    TransactionReverted,
+}
+
+impl BatchReason {
+    /// The scheme's reason string.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Scheme => "invalid_batch_settlement_evm_scheme",
+            Self::NetworkMismatch => "invalid_batch_settlement_evm_network_mismatch",
+            Self::PayloadType => "invalid_batch_settlement_evm_payload_type",
+            Self::DepositPayload => "invalid_batch_settlement_evm_deposit_payload",
+            Self::VoucherPayload => "invalid_batch_settlement_evm_voucher_payload",
+            Self::RefundPayload => "invalid_batch_settlement_evm_refund_payload",
+            Self::ClaimPayload => "invalid_batch_settlement_evm_claim_payload",
+            Self::SettlePayload => "invalid_batch_settlement_evm_settle_payload",
+            Self::ChannelIdMismatch => "invalid_batch_settlement_evm_channel_id_mismatch",
+            Self::TokenMismatch => "invalid_batch_settlement_evm_token_mismatch",
+            Self::ReceiverMismatch => "invalid_batch_settlement_evm_receiver_mismatch",
+            Self::ReceiverAuthorizerMismatch => "invalid_batch_settlement_evm_receiver_authorizer_mismatch",
+            Self::WithdrawDelayMismatch => "invalid_batch_settlement_evm_withdraw_delay_mismatch",
+            Self::WithdrawDelayOutOfRange => "invalid_batch_settlement_evm_withdraw_delay_out_of_range",
+            Self::AuthorizerAddressMismatch => "invalid_batch_settlement_evm_authorizer_address_mismatch",
+            Self::VoucherSignature => "invalid_batch_settlement_evm_voucher_signature",
+            Self::ChannelNotFound => "invalid_batch_settlement_evm_channel_not_found",
+            Self::InsufficientBalance => "invalid_batch_settlement_evm_insufficient_balance",
+            Self::CumulativeExceedsBalance => "invalid_batch_settlement_evm_cumulative_exceeds_balance",
+            Self::CumulativeBelowClaimed => "invalid_batch_settlement_evm_cumulative_below_claimed",
+            Self::MissingEip712Domain => "invalid_batch_settlement_evm_missing_eip712_domain",
+            Self::ValidAfter => "invalid_batch_settlement_evm_payload_authorization_valid_after",
+            Self::ValidBefore => "invalid_batch_settlement_evm_payload_authorization_valid_before",
+            Self::ReceiveAuthorizationSignature => "invalid_batch_settlement_evm_receive_authorization_signature",
+            Self::Erc3009AuthorizationRequired => "invalid_batch_settlement_evm_erc3009_authorization_required",
+            Self::Permit2AuthorizationRequired => "invalid_batch_settlement_evm_permit2_authorization_required",
+            Self::Permit2InvalidSpender => "invalid_batch_settlement_evm_permit2_invalid_spender",
+            Self::Permit2AmountMismatch => "invalid_batch_settlement_evm_permit2_amount_mismatch",
+            Self::Permit2DeadlineExpired => "invalid_batch_settlement_evm_permit2_deadline_expired",
+            Self::Permit2InvalidSignature => "invalid_batch_settlement_evm_permit2_invalid_signature",
+            Self::Permit2AllowanceRequired => "invalid_batch_settlement_evm_permit2_allowance_required",
+            Self::DepositSimulationFailed => "invalid_batch_settlement_evm_deposit_simulation_failed",
+            Self::DepositTransactionFailed => "invalid_batch_settlement_evm_deposit_transaction_failed",
+            Self::RefundAmountInvalid => "invalid_batch_settlement_evm_refund_amount_invalid",
+            Self::RefundNoBalance => "invalid_batch_settlement_evm_refund_no_balance",
+            Self::NothingToSettle => "invalid_batch_settlement_evm_nothing_to_settle",
+            Self::TransactionReverted => "invalid_batch_settlement_evm_transaction_reverted",
+        }
+    }
 }
 
 impl Reason {
@@ -168,6 +259,7 @@ impl Reason {
             Self::Erc20ApprovalTarget => "erc20_approval_tx_wrong_target",
             Self::Erc20ApprovalCalldata => "erc20_approval_tx_invalid_calldata",
             Self::Erc20ApprovalTxFailed => "erc20_approval_tx_failed",
+            Self::Batch(batch) => batch.as_str(),
         }
     }
 }

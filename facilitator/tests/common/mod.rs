@@ -1,6 +1,7 @@
 //! Helpers the chain tests share: an HTTP call, and a facilitator on each chain.
 #![allow(dead_code, unreachable_pub)] // each test binary uses a part
 
+pub mod batch;
 pub mod evm;
 pub mod fake;
 pub mod permit2;

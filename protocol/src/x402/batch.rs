@@ -377,9 +377,9 @@ fn check_deposit(d: &Deposit) -> Result<(), PayloadError> {
     }
     match (&d.authorization.erc3009_authorization, &d.authorization.permit2_authorization) {
         (Some(a), None) => {
-            hex(&a.salt, None, "erc3009Authorization.salt")?;
-            if a.salt.len() > 2 + 64 {
-                return Err(err("erc3009Authorization.salt must fit in 32 bytes"));
+            let digits = a.salt.strip_prefix("0x").unwrap_or_default();
+            if digits.is_empty() || digits.len() > 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(err("erc3009Authorization.salt must be a uint256 in 0x-hex"));
             }
             signature(&a.signature, "erc3009Authorization.signature")
         }

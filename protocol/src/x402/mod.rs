@@ -642,6 +642,10 @@ pub struct VerifyResponse {
     /// The paying address, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
+    /// Scheme details (`batch-settlement`: the channel as the chain holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub extra: Option<Value>,
 }
 
 /// `POST /settle` answer; also the `X-PAYMENT-RESPONSE` / `PAYMENT-RESPONSE` header content.
@@ -676,6 +680,10 @@ pub struct SettleResponse {
     /// (Tollgate extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<crate::ticket::Answered>,
+    /// Scheme details (`batch-settlement`: `channelState`, and the request's `chargedAmount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub extra: Option<Value>,
 }
 
 /// One (version, scheme, network) the facilitator handles.

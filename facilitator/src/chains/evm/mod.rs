@@ -6,11 +6,13 @@
 //! | [`exact_native`] | `exact-native` proofs: a signed EIP-1559 ETH transfer, or a receipt of a mined one |
 //! | [`exact`] | x402 `exact`: an EIP-3009 authorization, settled by `transferWithAuthorization` |
 //! | [`permit2`] | x402 `exact` through Permit2 and `upto`: a Permit2 witness transfer, settled by an x402 proxy |
+//! | [`batch`] | x402 `batch-settlement`: channels read from the contract, a buyer's deposit, voucher or refund checked against them |
 //! | `call` | a settling contract call: simulated for a verdict, signed by the facilitator or handed to the seller |
 //! | [`send`] | hosted sends from custodial wallets, local-mode builds, reported transactions |
 //! | [`verify`], [`build`], [`erc20`] | transfer rules without the chain; signing and receipts; token calls |
 //! | [`nonce`] | per-account nonces, held from signing until the broadcast's fate is known |
 
+pub mod batch;
 pub mod build;
 mod call;
 pub mod erc20;

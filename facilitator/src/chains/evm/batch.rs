@@ -1,0 +1,421 @@
+//! x402 `batch-settlement` on EVM, the chain's side: a channel as the contract holds it
+//! ([`Snapshot`], one call), the rules a buyer's payload must pass against the seller's
+//! requirement and the channel ([`check`]), and the deposit it may carry, checked and simulated.
+//!
+//! The seller names everything that binds: the requirement's token, receiver, receiver
+//! authorizer and withdrawal delay must be the channel's, and the channel id must be the hash of
+//! that configuration on this chain and contract. The chain says what is escrowed and claimed;
+//! a voucher's ceiling must fit in it.
+
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol_types::{SolCall as _, SolStruct as _};
+use tollgate_encoding::batch::{
+    self as wire, BATCH_SETTLEMENT, BatchSettlement as Contract, ERC3009_COLLECTOR, PERMIT2_COLLECTOR,
+};
+use tollgate_protocol::x402::batch::{self as proto, BatchExtra, BatchPayload, ChannelState};
+use tollgate_protocol::x402::{Asset, PaymentRequirements};
+
+use super::{EvmBackend, address, erc20, verify};
+use crate::chains::{BatchReason, ChainError, ProofError, Reason, Refusal};
+
+fn refuse(why: BatchReason, message: impl Into<String>) -> ProofError {
+    ProofError::Refused(Refusal::new(Reason::Batch(why), message))
+}
+
+/// A channel as the contract holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Its id.
+    pub channel_id: B256,
+    /// Escrowed.
+    pub balance: u128,
+    /// Claimed.
+    pub total_claimed: u128,
+    /// When a timed withdrawal started (unix seconds), 0 when none is pending.
+    pub withdraw_requested_at: u64,
+    /// The nonce the next refund must carry.
+    pub refund_nonce: U256,
+}
+
+impl Snapshot {
+    /// As the scheme's answers carry it.
+    #[must_use]
+    pub fn state(&self) -> ChannelState {
+        ChannelState {
+            channel_id: format!("{:#x}", self.channel_id),
+            balance: tollgate_protocol::AtomicAmount(self.balance),
+            total_claimed: tollgate_protocol::AtomicAmount(self.total_claimed),
+            withdraw_requested_at: self.withdraw_requested_at,
+            // A nonce past u128 cannot be reached by refunds one at a time.
+            refund_nonce: tollgate_protocol::AtomicAmount(u128::try_from(self.refund_nonce).unwrap_or(u128::MAX)),
+            charged_cumulative_amount: None,
+        }
+    }
+}
+
+/// Reads channel `id` in one call: its balance and claims, a pending withdrawal, its refund nonce.
+///
+/// # Errors
+/// [`ChainError`] when the node cannot be asked or the contract answers badly (not deployed).
+pub async fn read(backend: &EvmBackend, id: B256) -> Result<Snapshot, ChainError> {
+    let calls = Contract::multicallCall {
+        data: vec![
+            Contract::channelsCall { channelId: id }.abi_encode().into(),
+            Contract::pendingWithdrawalsCall { channelId: id }.abi_encode().into(),
+            Contract::refundNonceCall { channelId: id }.abi_encode().into(),
+        ],
+    };
+    let answers = erc20::view(&backend.rpc, BATCH_SETTLEMENT, &calls).await?;
+    let bad = |e: alloy::sol_types::Error| ChainError(format!("the batch-settlement contract answered badly: {e}"));
+    let [channel, withdrawal, nonce] = answers.as_slice() else {
+        return Err(ChainError("the batch-settlement contract's multicall answered badly".into()));
+    };
+    let channel = Contract::channelsCall::abi_decode_returns(channel).map_err(bad)?;
+    let withdrawal = Contract::pendingWithdrawalsCall::abi_decode_returns(withdrawal).map_err(bad)?;
+    let refund_nonce = Contract::refundNonceCall::abi_decode_returns(nonce).map_err(bad)?;
+    let pending = withdrawal.amount > 0;
+    Ok(Snapshot {
+        channel_id: id,
+        balance: channel.balance,
+        total_claimed: channel.totalClaimed,
+        withdraw_requested_at: if pending { withdrawal.initiatedAt.to::<u64>() } else { 0 },
+        refund_nonce,
+    })
+}
+
+/// What the seller's requirement binds a channel to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    /// This chain's id.
+    pub chain_id: u64,
+    /// The token.
+    pub token: Address,
+    /// Who is paid.
+    pub receiver: Address,
+    /// Who authorizes claims and refunds.
+    pub receiver_authorizer: Address,
+    /// The channel's withdrawal delay.
+    pub withdraw_delay: u64,
+    /// The price of one request (the most a voucher may add).
+    pub amount: u128,
+    /// The token's EIP-712 name and version (EIP-3009 deposits).
+    pub domain: (String, String),
+}
+
+impl Bound {
+    /// The binding a `batch-settlement` requirement states.
+    ///
+    /// # Errors
+    /// A refusal naming what the requirement lacks.
+    pub fn of(requirement: &PaymentRequirements, chain_id: u64) -> Result<Self, ProofError> {
+        let bad = |m: &str| ProofError::Refused(Refusal::new(Reason::InvalidPaymentRequirements, m.to_owned()));
+        if requirement.scheme != proto::SCHEME {
+            return Err(refuse(BatchReason::Scheme, format!("the scheme is {}, not batch-settlement", requirement.scheme)));
+        }
+        let Asset::Token(token) = &requirement.asset else {
+            return Err(bad("batch-settlement pays in a token, not the native currency"));
+        };
+        let token = address(token).ok_or_else(|| bad("the asset must be an EVM address"))?;
+        let receiver = address(&requirement.pay_to).ok_or_else(|| bad("payTo must be an EVM address"))?;
+        let extra: BatchExtra = requirement
+            .extra
+            .clone()
+            .and_then(|e| serde_json::from_value(e).ok())
+            .ok_or_else(|| refuse(BatchReason::MissingEip712Domain, "extra must name receiverAuthorizer, withdrawDelay, name and version"))?;
+        let receiver_authorizer =
+            address(&extra.receiver_authorizer).ok_or_else(|| bad("extra.receiverAuthorizer must be an EVM address"))?;
+        if receiver_authorizer == Address::ZERO {
+            return Err(bad("extra.receiverAuthorizer must not be the zero address"));
+        }
+        if !(proto::MIN_WITHDRAW_DELAY..=proto::MAX_WITHDRAW_DELAY).contains(&extra.withdraw_delay) {
+            return Err(refuse(BatchReason::WithdrawDelayOutOfRange, "extra.withdrawDelay must be 900 to 2592000 seconds"));
+        }
+        Ok(Self {
+            chain_id,
+            token,
+            receiver,
+            receiver_authorizer,
+            withdraw_delay: extra.withdraw_delay,
+            amount: requirement.amount.get(),
+            domain: (extra.name, extra.version),
+        })
+    }
+}
+
+/// A buyer's payload that passed: whose it is and the channel as the chain holds it.
+#[derive(Debug, Clone)]
+pub struct Passed {
+    /// The payer.
+    pub payer: Address,
+    /// The channel's configuration.
+    pub config: wire::ChannelConfig,
+    /// The channel, read once for this check (before any deposit it carries).
+    pub snapshot: Snapshot,
+    /// A deposit's `deposit(...)` call, simulated from the facilitator's account.
+    pub deposit_call: Option<Vec<u8>>,
+}
+
+fn parse_address(a: &tollgate_protocol::Address, what: &str, why: BatchReason) -> Result<Address, ProofError> {
+    address(a).ok_or_else(|| refuse(why, format!("{what} must be an EVM address")))
+}
+
+fn parse_b256(text: &str, what: &str, why: BatchReason) -> Result<B256, ProofError> {
+    text.parse().map_err(|_| refuse(why, format!("{what} must be 32 bytes of 0x-hex")))
+}
+
+fn parse_bytes(text: &str, what: &str, why: BatchReason) -> Result<Vec<u8>, ProofError> {
+    text.strip_prefix("0x")
+        .and_then(|h| alloy::primitives::hex::decode(h).ok())
+        .ok_or_else(|| refuse(why, format!("{what} must be 0x-hex")))
+}
+
+/// The channel configuration a payload states, bound to the requirement (rules 1-5): the
+/// token, receiver, receiver authorizer and delay the seller named, and an id that is the
+/// configuration's hash on this chain.
+///
+/// # Errors
+/// The scheme's refusal for the first rule broken.
+pub fn bind(
+    bound: &Bound,
+    config: &proto::ChannelConfig,
+    channel_id: &str,
+    why: BatchReason,
+) -> Result<(wire::ChannelConfig, B256), ProofError> {
+    let c = wire::ChannelConfig {
+        payer: parse_address(&config.payer, "channelConfig.payer", why)?,
+        payerAuthorizer: parse_address(&config.payer_authorizer, "channelConfig.payerAuthorizer", why)?,
+        receiver: parse_address(&config.receiver, "channelConfig.receiver", why)?,
+        receiverAuthorizer: parse_address(&config.receiver_authorizer, "channelConfig.receiverAuthorizer", why)?,
+        token: parse_address(&config.token, "channelConfig.token", why)?,
+        withdrawDelay: alloy::primitives::Uint::from(config.withdraw_delay),
+        salt: parse_b256(&config.salt, "channelConfig.salt", why)?,
+    };
+    let id = parse_b256(channel_id, "voucher.channelId", why)?;
+    if c.id(bound.chain_id) != id {
+        return Err(refuse(BatchReason::ChannelIdMismatch, "the channel id is not the hash of the channel's configuration on this chain"));
+    }
+    if c.token != bound.token {
+        return Err(refuse(BatchReason::TokenMismatch, format!("the channel is in {:#x}, not the asked {:#x}", c.token, bound.token)));
+    }
+    if c.receiver != bound.receiver {
+        return Err(refuse(BatchReason::ReceiverMismatch, format!("the channel pays {:#x}, not {:#x}", c.receiver, bound.receiver)));
+    }
+    if c.receiverAuthorizer != bound.receiver_authorizer {
+        return Err(refuse(
+            BatchReason::ReceiverAuthorizerMismatch,
+            format!("the channel's receiver authorizer is {:#x}, not {:#x}", c.receiverAuthorizer, bound.receiver_authorizer),
+        ));
+    }
+    if config.withdraw_delay != bound.withdraw_delay {
+        return Err(refuse(
+            BatchReason::WithdrawDelayMismatch,
+            format!("the channel's withdrawal delay is {} s, not {} s", config.withdraw_delay, bound.withdraw_delay),
+        ));
+    }
+    if c.payer == Address::ZERO {
+        return Err(refuse(why, "channelConfig.payer must not be the zero address"));
+    }
+    Ok((c, id))
+}
+
+/// Whether `signer` signed `digest`: ECDSA, or EIP-1271 when `contracts` allows and it has code.
+async fn signed_by(
+    backend: &EvmBackend,
+    signer: Address,
+    digest: B256,
+    signature: &[u8],
+    contracts: bool,
+) -> Result<bool, ChainError> {
+    if verify::recover_signer(&digest, signature) == Some(signer) {
+        return Ok(true);
+    }
+    // A contract wallet answers for itself (EIP-1271); a key's wrong signature is just wrong.
+    if !contracts || backend.rpc.code(signer).await?.is_empty() {
+        return Ok(false);
+    }
+    erc20::wallet_accepts(&backend.rpc, signer, digest, signature).await
+}
+
+/// Checks a buyer's payload (`deposit`, `voucher` or `refund`) against the seller's `bound`
+/// and the channel: rules 1-10 of the scheme, and a deposit's authorization and simulation.
+/// `sender` is the account a deposit would be sent from; `now` is unix seconds.
+///
+/// # Errors
+/// The scheme's refusal, or [`ChainError`] when the chain cannot be asked.
+pub async fn check(
+    backend: &EvmBackend,
+    bound: &Bound,
+    payload: &BatchPayload,
+    sender: Address,
+    now: u64,
+) -> Result<Passed, ProofError> {
+    let why = match payload {
+        BatchPayload::Deposit(_) => BatchReason::DepositPayload,
+        BatchPayload::Voucher(_) => BatchReason::VoucherPayload,
+        BatchPayload::Refund(_) => BatchReason::RefundPayload,
+        BatchPayload::Claim(_) | BatchPayload::Settle(_) => {
+            return Err(refuse(BatchReason::PayloadType, format!("a {} payload is the seller's, not a buyer's", payload.kind())));
+        }
+    };
+    let Some((config, voucher)) = payload.channel() else {
+        return Err(refuse(BatchReason::PayloadType, "the payload names no channel"));
+    };
+    let (config, id) = bind(bound, config, &voucher.channel_id, why)?;
+    let max = voucher.max_claimable_amount.get();
+
+    // Rule 6: the voucher is the payer's (its authorizer's key, ECDSA only; else the payer's,
+    // EIP-1271 allowed).
+    let signature = parse_bytes(&voucher.signature, "voucher.signature", why)?;
+    let digest = wire::voucher_digest(bound.chain_id, id, max);
+    let (signer, contracts) = if config.payerAuthorizer == Address::ZERO {
+        (config.payer, true)
+    } else {
+        (config.payerAuthorizer, false)
+    };
+    if !signed_by(backend, signer, digest, &signature, contracts).await? {
+        return Err(refuse(BatchReason::VoucherSignature, format!("the voucher is not signed by {signer:#x}")));
+    }
+
+    let snapshot = read(backend, id).await?;
+    let deposit = match payload {
+        BatchPayload::Deposit(p) => Some(&p.deposit),
+        _ => None,
+    };
+    let added = deposit.map_or(0, |d| d.amount.get());
+    // Rule 7: a channel to pay from (a deposit brings its own).
+    if deposit.is_none() && snapshot.balance == 0 {
+        return Err(refuse(BatchReason::ChannelNotFound, "the channel holds nothing: deposit first"));
+    }
+    // Rule 9: the voucher fits in what is (or will be) escrowed.
+    let effective = snapshot.balance.saturating_add(added);
+    if max > effective {
+        return Err(refuse(
+            BatchReason::CumulativeExceedsBalance,
+            format!("the voucher's {max} exceeds the channel's {effective}"),
+        ));
+    }
+    // Rule 10: a voucher adds to what is claimed (a refund's or a deposit's may equal it).
+    let at_least = matches!(payload, BatchPayload::Voucher(_));
+    if max < snapshot.total_claimed || (at_least && max == snapshot.total_claimed) {
+        return Err(refuse(
+            BatchReason::CumulativeBelowClaimed,
+            format!("the voucher's {max} is not above the {} claimed", snapshot.total_claimed),
+        ));
+    }
+    let deposit_call = match payload {
+        BatchPayload::Deposit(p) => Some(check_deposit(backend, bound, (&config, id), &p.deposit, (sender, now)).await?),
+        _ => None,
+    };
+    Ok(Passed { payer: config.payer, config, snapshot, deposit_call })
+}
+
+/// A deposit's authorization, checked as its collector will use it, then the whole `deposit`
+/// call simulated from `sender`. Answers the call.
+async fn check_deposit(
+    backend: &EvmBackend,
+    bound: &Bound,
+    (config, id): (&wire::ChannelConfig, B256),
+    deposit: &proto::Deposit,
+    (sender, now): (Address, u64),
+) -> Result<Vec<u8>, ProofError> {
+    let why = BatchReason::DepositPayload;
+    let amount = deposit.amount.get();
+    let payer = config.payer;
+    let balance = erc20::balance_of(&backend.rpc, bound.token, payer).await?;
+    if balance < U256::from(amount) {
+        return Err(refuse(BatchReason::InsufficientBalance, format!("{payer:#x} holds {balance}, less than the {amount} deposited")));
+    }
+    let (collector, data) = match (&deposit.authorization.erc3009_authorization, &deposit.authorization.permit2_authorization) {
+        (Some(a), None) => {
+            let (name, version) = &bound.domain;
+            if name.is_empty() || version.is_empty() {
+                return Err(refuse(BatchReason::MissingEip712Domain, "extra must name the token's EIP-712 name and version"));
+            }
+            let (after, before) = (a.valid_after.get(), a.valid_before.get());
+            if u128::from(now) <= after {
+                return Err(refuse(BatchReason::ValidAfter, "the deposit's authorization is not valid yet"));
+            }
+            if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= before {
+                return Err(refuse(BatchReason::ValidBefore, "the deposit's authorization expires too soon"));
+            }
+            let salt: U256 = a.salt.parse().map_err(|_| refuse(why, "erc3009Authorization.salt must be a uint256"))?;
+            let signature = parse_bytes(&a.signature, "erc3009Authorization.signature", why)?;
+            let message = wire::ReceiveWithAuthorization {
+                from: payer,
+                to: ERC3009_COLLECTOR,
+                value: U256::from(amount),
+                validAfter: U256::from(after),
+                validBefore: U256::from(before),
+                nonce: wire::erc3009_deposit_nonce(id, salt),
+            };
+            let domain = tollgate_encoding::evm::eip3009_domain(name.clone(), version.clone(), bound.chain_id, bound.token);
+            if !signed_by(backend, payer, message.eip712_signing_hash(&domain), &signature, true).await? {
+                return Err(refuse(BatchReason::ReceiveAuthorizationSignature, "the deposit's authorization is not the payer's"));
+            }
+            let data = wire::erc3009_collector_data(U256::from(after), U256::from(before), salt, &signature);
+            (ERC3009_COLLECTOR, data)
+        }
+        (None, Some(p)) => {
+            let spender = address(&p.spender);
+            if spender != Some(PERMIT2_COLLECTOR) {
+                return Err(refuse(BatchReason::Permit2InvalidSpender, "the permit's spender must be the Permit2 deposit collector"));
+            }
+            if address(&p.from) != Some(payer) || address(&p.permitted.token) != Some(bound.token) {
+                return Err(refuse(BatchReason::Permit2InvalidSignature, "the permit is not the payer's, in the channel's token"));
+            }
+            if p.permitted.amount.get() != amount {
+                return Err(refuse(BatchReason::Permit2AmountMismatch, "the permit's amount is not the deposit's"));
+            }
+            if parse_b256(&p.witness.channel_id, "permit2Authorization.witness.channelId", why)? != id {
+                return Err(refuse(BatchReason::ChannelIdMismatch, "the permit's witness names another channel"));
+            }
+            let deadline = p.deadline.get();
+            if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= deadline {
+                return Err(refuse(BatchReason::Permit2DeadlineExpired, "the permit expires too soon"));
+            }
+            let nonce = uint256(&p.nonce).ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
+            let signature = parse_bytes(&p.signature, "permit2Authorization.signature", why)?;
+            let message = wire::PermitWitnessTransferFrom {
+                permitted: wire::TokenPermissions { token: bound.token, amount: U256::from(amount) },
+                spender: PERMIT2_COLLECTOR,
+                nonce,
+                deadline: U256::from(deadline),
+                witness: wire::DepositWitness { channelId: id },
+            };
+            let digest = message.eip712_signing_hash(&tollgate_encoding::permit2::domain(bound.chain_id));
+            if !signed_by(backend, payer, digest, &signature, true).await? {
+                return Err(refuse(BatchReason::Permit2InvalidSignature, "the permit is not signed by the payer"));
+            }
+            let allowance = tollgate_encoding::permit2::Erc20::allowanceCall {
+                owner: payer,
+                spender: tollgate_encoding::permit2::PERMIT2,
+            };
+            if erc20::view(&backend.rpc, bound.token, &allowance).await? < U256::from(amount) {
+                return Err(refuse(BatchReason::Permit2AllowanceRequired, format!("{payer:#x} has not let Permit2 spend the deposit")));
+            }
+            (PERMIT2_COLLECTOR, wire::permit2_collector_data(nonce, U256::from(deadline), &signature, &[]))
+        }
+        (None, None) => {
+            return Err(refuse(BatchReason::Erc3009AuthorizationRequired, "the deposit carries no authorization"));
+        }
+        (Some(_), Some(_)) => return Err(refuse(why, "the deposit carries two authorizations")),
+    };
+    let call = Contract::depositCall { config: config.clone(), amount, collector, collectorData: data.into() }.abi_encode();
+    let request = TransactionRequest::default()
+        .from(sender)
+        .to(BATCH_SETTLEMENT)
+        .input(Bytes::from(call.clone()).into())
+        .gas_limit(backend.max_gas);
+    if let Err(failure) = backend.rpc.simulate(request).await? {
+        return Err(refuse(BatchReason::DepositSimulationFailed, format!("the deposit would fail: {failure}")));
+    }
+    Ok(call)
+}
+
+fn uint256(text: &str) -> Option<U256> {
+    match text.strip_prefix("0x") {
+        Some(hex) => U256::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}

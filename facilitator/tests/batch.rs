@@ -1,0 +1,165 @@
+//! x402 `batch-settlement` through the facilitator's `/verify`, on a real anvil with the
+//! contracts at their canonical addresses. The attacks come first: a channel for another
+//! receiver, token, authorizer or delay; an id that is not its configuration's; a voucher signed
+//! by another key, above the escrow, or not above what is claimed; another network; a payload
+//! made for a cheaper requirement; a deposit signed by someone else, too large or expired.
+//! Each is refused with the scheme's reason; the answers that pass carry the channel.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
+
+mod common;
+
+use alloy::primitives::{Address, B256};
+use alloy::signers::local::PrivateKeySigner;
+use common::batch::World;
+use common::evm::x402_v2;
+use http::StatusCode;
+use serde_json::{Value, json};
+use tollgate_encoding::batch::ChannelConfig;
+
+fn reason(v: &Value) -> &str {
+    v["invalidReason"].as_str().unwrap_or_default()
+}
+
+/// A facilitator on anvil with the contracts; a payer holding 1,000,000 of the token whose
+/// vouchers its own key signs; a receiver whose claims the facilitator authorizes.
+struct Shop {
+    w: World,
+    key: String,
+    payer: PrivateKeySigner,
+    receiver: Address,
+    authorizer: Address,
+    config: ChannelConfig,
+}
+
+async fn shop() -> Shop {
+    let w = World::start().await;
+    let (key, _) = w.t.customer().await;
+    let payer = PrivateKeySigner::random();
+    w.token.mint(&w.t, payer.address(), 1_000_000).await;
+    let receiver = Address::repeat_byte(0x61);
+    let authorizer = w.t.backend().signer.as_ref().unwrap().0.address();
+    let config = w.config(payer.address(), Address::ZERO, receiver, authorizer, 1);
+    Shop { w, key, payer, receiver, authorizer, config }
+}
+
+impl Shop {
+    async fn verify(&self, requirement: &Value, payload: Value) -> Value {
+        let (status, v) = self.w.t.call("POST", "/verify", &self.key, Some(x402_v2(requirement, payload))).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+
+    fn requirement(&self) -> Value {
+        self.w.requirement(self.receiver, self.authorizer, 1_000)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voucher_passes_only_for_its_sellers_channel_within_what_is_escrowed() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+
+    // Nothing escrowed yet: a voucher has nothing to pay from.
+    let v = s.verify(&req, w.voucher_payload(&s.config, &s.payer, 1_000)).await;
+    assert_eq!((v["isValid"].as_bool(), reason(&v)), (Some(false), "invalid_batch_settlement_evm_channel_not_found"), "{v}");
+
+    // The payer funds the channel on its own (the contract, sent by anyone).
+    let id = s.config.id(w.chain());
+    assert!(w.send(&w.relayer, &w.deposit_3009(&s.config, &s.payer, 10_000, id, 1)).await);
+
+    let other = |f: &dyn Fn(&mut ChannelConfig)| {
+        let mut c = s.config.clone();
+        f(&mut c);
+        c
+    };
+    let stranger = PrivateKeySigner::random();
+    let mut forged_id = w.voucher_payload(&s.config, &s.payer, 1_000);
+    forged_id["voucher"]["channelId"] = json!(B256::repeat_byte(7).to_string());
+    let mut other_network = x402_v2(&req, w.voucher_payload(&s.config, &s.payer, 1_000));
+    other_network["paymentPayload"]["accepted"]["network"] = json!("eip155:1");
+    for (payload, why) in [
+        (w.voucher_payload(&other(&|c| c.receiver = Address::repeat_byte(0x66)), &s.payer, 1_000), "receiver_mismatch"),
+        (w.voucher_payload(&other(&|c| c.token = Address::repeat_byte(0x67)), &s.payer, 1_000), "token_mismatch"),
+        (
+            w.voucher_payload(&other(&|c| c.receiverAuthorizer = stranger.address()), &s.payer, 1_000),
+            "receiver_authorizer_mismatch",
+        ),
+        (
+            w.voucher_payload(&other(&|c| c.withdrawDelay = alloy::primitives::Uint::from(901u64)), &s.payer, 1_000),
+            "withdraw_delay_mismatch",
+        ),
+        (forged_id, "channel_id_mismatch"),
+        (w.voucher_payload(&s.config, &stranger, 1_000), "voucher_signature"),
+        (w.voucher_payload(&s.config, &s.payer, 10_001), "cumulative_exceeds_balance"),
+        (json!({"type": "claim", "claims": []}), "claim_payload"),
+        (json!({"type": "steal"}), "payload_type"),
+        (json!({"type": "voucher", "channelConfig": {}, "voucher": {}}), "voucher_payload"),
+    ] {
+        let v = s.verify(&req, payload).await;
+        assert_eq!(
+            (v["isValid"].as_bool(), reason(&v)),
+            (Some(false), &*format!("invalid_batch_settlement_evm_{why}")),
+            "{why}: {v}"
+        );
+    }
+    let (_, v) = w.t.call("POST", "/verify", &s.key, Some(other_network)).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_network_mismatch", "{v}");
+    // A voucher made for a cheaper requirement, presented for this one.
+    let cheap = s.w.requirement(s.receiver, s.authorizer, 1);
+    let mut body = x402_v2(&cheap, w.voucher_payload(&s.config, &s.payer, 1_000));
+    body["paymentRequirements"] = req.clone();
+    let (_, v) = w.t.call("POST", "/verify", &s.key, Some(body)).await;
+    assert_eq!(reason(&v), "invalid_payment_requirements", "{v}");
+
+    // The voucher passes, with the channel as the chain holds it.
+    let v = s.verify(&req, w.voucher_payload(&s.config, &s.payer, 1_000)).await;
+    assert_eq!(v["isValid"], true, "{v}");
+    assert_eq!(v["payer"].as_str(), Some(&*s.payer.address().to_string()));
+    assert_eq!(v["extra"]["channelId"].as_str(), Some(&*id.to_string()));
+    assert_eq!((v["extra"]["balance"].as_str(), v["extra"]["totalClaimed"].as_str()), (Some("10000"), Some("0")));
+    assert_eq!((v["extra"]["withdrawRequestedAt"].as_u64(), v["extra"]["refundNonce"].as_str()), (Some(0), Some("0")));
+
+    // Once 4,000 are claimed, a voucher must reach past them.
+    let claim = common::batch::signed_claim(
+        w,
+        vec![common::batch::row(&s.config, 4_000, common::batch::voucher(w, &s.payer, id, 4_000), 4_000)],
+        &w.t.backend().signer.as_ref().unwrap().0,
+    );
+    assert!(w.send(&w.relayer, &claim).await);
+    let v = s.verify(&req, w.voucher_payload(&s.config, &s.payer, 4_000)).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_cumulative_below_claimed", "{v}");
+    let v = s.verify(&req, w.voucher_payload(&s.config, &s.payer, 5_000)).await;
+    assert_eq!((v["isValid"].as_bool(), v["extra"]["totalClaimed"].as_str()), (Some(true), Some("4000")), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposit_passes_only_when_the_payer_signed_it_holds_it_and_it_can_land() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let stranger = PrivateKeySigner::random();
+
+    // Signed by someone else than the payer, more than the payer holds, a voucher past it.
+    let v = s.verify(&req, w.deposit_payload(&s.config, &stranger, &s.payer, (5_000, 1_000), 1)).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_receive_authorization_signature", "{v}");
+    let v = s.verify(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (2_000_000, 1_000), 1)).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_insufficient_balance", "{v}");
+    let v = s.verify(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 5_001), 1)).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_cumulative_exceeds_balance", "{v}");
+    let mut expired = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
+    expired["deposit"]["authorization"]["erc3009Authorization"]["validBefore"] = json!("1");
+    let v = s.verify(&req, expired).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_payload_authorization_valid_before", "{v}");
+    // An authorization already used on chain: the simulation says so.
+    let used = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 9);
+    assert!(w.send(&w.relayer, &w.deposit_3009(&s.config, &s.payer, 5_000, s.config.id(w.chain()), 9)).await);
+    let v = s.verify(&req, used).await;
+    assert_eq!(reason(&v), "invalid_batch_settlement_evm_deposit_simulation_failed", "{v}");
+
+    // A good deposit passes; the channel is read as it is before it.
+    let v = s.verify(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 6_000), 2)).await;
+    assert_eq!((v["isValid"].as_bool(), v["extra"]["balance"].as_str()), (Some(true), Some("5000")), "{v}");
+    assert_eq!(w.channel(s.config.id(w.chain())).await, (5_000, 0), "a verify moves nothing");
+}
