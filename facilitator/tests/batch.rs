@@ -63,7 +63,11 @@ async fn a_voucher_passes_only_for_its_sellers_channel_within_what_is_escrowed()
 
     // Nothing escrowed yet: a voucher has nothing to pay from.
     let v = s.verify(&req, w.voucher_payload(&s.config, &s.payer, 1_000)).await;
-    assert_eq!((v["isValid"].as_bool(), reason(&v)), (Some(false), "invalid_batch_settlement_evm_channel_not_found"), "{v}");
+    assert_eq!(
+        (v["isValid"].as_bool(), reason(&v)),
+        (Some(false), "invalid_batch_settlement_evm_channel_not_found"),
+        "{v}"
+    );
 
     // The payer funds the channel on its own (the contract, sent by anyone).
     let id = s.config.id(w.chain());
@@ -162,4 +166,76 @@ async fn a_deposit_passes_only_when_the_payer_signed_it_holds_it_and_it_can_land
     let v = s.verify(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 6_000), 2)).await;
     assert_eq!((v["isValid"].as_bool(), v["extra"]["balance"].as_str()), (Some(true), Some("5000")), "{v}");
     assert_eq!(w.channel(s.config.id(w.chain())).await, (5_000, 0), "a verify moves nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposit_settles_once_whoever_asks_how_often_and_the_channel_is_read_back() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let payload = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 3);
+    let body = x402_v2(&req, payload.clone());
+
+    // Eight settlements of one deposit at once: one transaction, 5,000 moved once.
+    let calls = (0..8).map(|_| w.t.call("POST", "/settle", &s.key, Some(body.clone())));
+    let answers = futures_util::future::join_all(calls).await;
+    let transactions: std::collections::BTreeSet<_> =
+        answers.iter().filter(|(_, v)| v["success"] == true).map(|(_, v)| v["transaction"].to_string()).collect();
+    assert_eq!(transactions.len(), 1, "{answers:?}");
+    assert_eq!(w.channel(id).await, (5_000, 0));
+    assert_eq!(w.balance(s.payer.address()).await, 995_000);
+    let (_, v) = answers.iter().find(|(_, v)| v["success"] == true).unwrap();
+    assert_eq!(
+        (v["amount"].as_str(), v["payer"].as_str()),
+        (Some("5000"), Some(&*s.payer.address().to_string())),
+        "{v}"
+    );
+    assert_eq!(v["extra"]["channelState"]["balance"].as_str(), Some("5000"), "{v}");
+    assert_eq!(v["extra"]["channelState"]["channelId"].as_str(), Some(&*id.to_string()), "{v}");
+
+    // Settled again by its seller: the same settlement. The facilitator paid the gas once.
+    let (_, again) = w.t.call("POST", "/settle", &s.key, Some(body.clone())).await;
+    assert_eq!((again["success"].as_bool(), &again["transaction"]), (Some(true), &v["transaction"]), "{again}");
+    assert_eq!(w.channel(id).await, (5_000, 0), "paid once");
+
+    // The same authorization with another voucher, or presented by another seller: used.
+    let mut twin = payload.clone();
+    twin["voucher"] = w.voucher_payload(&s.config, &s.payer, 2_000)["voucher"].clone();
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, twin))).await;
+    assert_eq!((v["success"].as_bool(), v["errorReason"].as_str()), (Some(false), Some("duplicate_settlement")), "{v}");
+    let (other_key, _) = w.t.customer().await;
+    let (_, v) = w.t.call("POST", "/settle", &other_key, Some(body)).await;
+    assert_eq!((v["success"].as_bool(), v["errorReason"].as_str()), (Some(false), Some("duplicate_settlement")), "{v}");
+    assert_eq!(w.channel(id).await, (5_000, 0), "paid once");
+
+    // The deposit is the seller's received payment into the escrow, read back from the chain.
+    let payment_id = v_payment(&answers);
+    let (status, p) = w.t.call("GET", &format!("/payment/status/{payment_id}"), &s.key, None).await;
+    assert_eq!(status, StatusCode::OK, "{p}");
+    assert_eq!((p["status"].as_str(), p["amountAtomic"].as_str()), (Some("confirmed"), Some("5000")), "{p}");
+    assert_eq!(
+        p["to"].as_str().map(str::to_lowercase),
+        Some(format!("{:#x}", tollgate_encoding::batch::BATCH_SETTLEMENT)),
+        "{p}"
+    );
+
+    // A top-up of the same channel: a new authorization, added to it.
+    let top_up = w.deposit_payload(&s.config, &s.payer, &s.payer, (3_000, 2_000), 4);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, top_up))).await;
+    assert_eq!(
+        (v["success"].as_bool(), v["extra"]["channelState"]["balance"].as_str()),
+        (Some(true), Some("8000")),
+        "{v}"
+    );
+    assert_eq!(w.channel(id).await, (8_000, 0));
+
+    // What the facilitator does not settle for buyers: a voucher (the seller claims later).
+    let (_, v) =
+        w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, w.voucher_payload(&s.config, &s.payer, 3_000)))).await;
+    assert_eq!(v["errorReason"].as_str(), Some("invalid_batch_settlement_evm_payload_type"), "{v}");
+}
+
+fn v_payment(answers: &[(StatusCode, Value)]) -> String {
+    answers.iter().find_map(|(_, v)| v["paymentId"].as_str()).unwrap().to_owned()
 }

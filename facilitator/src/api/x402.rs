@@ -18,8 +18,8 @@ use crate::api::error::ProofRefused;
 use crate::api::extract::ApiJson;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::chains::{ProofError, Reason, Refusal};
-use crate::channels::Channels;
+use crate::chains::{BatchReason, ProofError, Reason, Refusal};
+use crate::channels::{Channels, Seller, Settled};
 use crate::payment::{PaymentError, Receive, Repeat, Settlement};
 
 /// The network as the request's version writes it.
@@ -153,6 +153,11 @@ pub async fn settle(
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
 ) -> Result<(Option<Extension<ProofRefused>>, Json<SettleResponse>), ApiError> {
+    if let FacilitatorRequest::V2(r) = &req
+        && Channels::handles(&r.payment_requirements)
+    {
+        return settle_batch(&state, &caller, req).await;
+    }
     // Settling a proof settled before for the caller, with the same terms, answers that
     // settlement again (a seller following a settlement it saw pending).
     let v1 = matches!(req, FacilitatorRequest::V1(_));
@@ -218,6 +223,80 @@ pub async fn settle(
             }
         }),
     ))
+}
+
+/// `/settle` of x402 `batch-settlement`: a deposit sent once into its channel, answered with
+/// the channel as the chain holds it after.
+async fn settle_batch(
+    state: &AppState,
+    caller: &Caller,
+    req: FacilitatorRequest,
+) -> Result<(Option<Extension<ProofRefused>>, Json<SettleResponse>), ApiError> {
+    let (payload, requirement, resource) = req.into_parts();
+    crate::api::validate::x402_resource(resource.as_ref().map(|r| r.url.as_str()))?;
+    let network = requirement.network.to_string();
+    let seller =
+        Seller { account: caller.account_id.clone(), sponsorship: state.config.plans.get(caller.plan).sponsorship };
+    let answer = |success: bool, reason: Option<(&str, String)>| SettleResponse {
+        success,
+        error_reason: reason.as_ref().map(|(r, _)| (*r).to_owned()),
+        error_message: reason.map(|(_, m)| m),
+        payer: None,
+        transaction: String::new(),
+        network: network.clone(),
+        amount: None,
+        payment_id: None,
+        answers: None,
+        extra: None,
+    };
+    let settled = state.channels().settle(&seller, &payload, &requirement, resource.map(|r| r.url)).await;
+    let (payment, channel) = match settled {
+        Ok(Settled::Deposit { payment, channel }) => (payment, channel),
+        Err(e) => {
+            return match refused(e) {
+                Refused::Reason(r, settled) => {
+                    tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 batch settle refused");
+                    let (transaction, payer) = settled.map_or((String::new(), None), |(tx, payer)| (tx, Some(payer)));
+                    let refusal =
+                        SettleResponse { transaction, payer, ..answer(false, Some((r.reason.as_str(), r.message))) };
+                    Ok((Some(Extension(ProofRefused)), Json(refusal)))
+                }
+                Refused::Error(e) => Err(e),
+            };
+        }
+    };
+    let error = payment.error.clone();
+    let p = payment.payment;
+    let done = SettleResponse {
+        payer: Some(p.from.clone()),
+        transaction: p.transaction.clone().unwrap_or_default(),
+        payment_id: Some(p.id.clone()),
+        ..answer(false, None)
+    };
+    let failed = |why: BatchReason, message: String| SettleResponse {
+        error_reason: Some(Reason::Batch(why).as_str().to_owned()),
+        error_message: Some(message),
+        ..done.clone()
+    };
+    Ok(match p.status {
+        PaymentStatus::Confirmed => (
+            None,
+            Json(SettleResponse {
+                success: true,
+                amount: Some(p.amount_atomic),
+                extra: channel.map(|c| serde_json::json!({ "channelState": c })),
+                ..done
+            }),
+        ),
+        PaymentStatus::Failed | PaymentStatus::Expired => {
+            let message = error.unwrap_or_else(|| format!("the deposit {}", p.status.as_str()));
+            (Some(Extension(ProofRefused)), Json(failed(BatchReason::DepositTransactionFailed, message)))
+        }
+        _ => {
+            let message = "broadcast; not confirmed within the wait: settle again to follow it".to_owned();
+            (None, Json(failed(BatchReason::WaitForReceiptFailed, message)))
+        }
+    })
 }
 
 /// The reason for a settlement broadcast but not confirmed within the wait (x402's on Solana,

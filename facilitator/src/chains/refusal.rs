@@ -132,6 +132,7 @@ pub enum BatchReason {
     RefundNoBalance,
     NothingToSettle,
     TransactionReverted,
+    WaitForReceiptFailed,
 }
 
 impl BatchReason {
@@ -176,6 +177,7 @@ impl BatchReason {
             Self::RefundNoBalance => "invalid_batch_settlement_evm_refund_no_balance",
             Self::NothingToSettle => "invalid_batch_settlement_evm_nothing_to_settle",
             Self::TransactionReverted => "invalid_batch_settlement_evm_transaction_reverted",
+            Self::WaitForReceiptFailed => "invalid_batch_settlement_evm_wait_for_receipt_failed",
         }
     }
 }

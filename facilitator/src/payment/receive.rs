@@ -257,7 +257,7 @@ impl Payments {
     }
 
     /// Today (days since the Unix epoch, UTC) and the seconds until tomorrow.
-    fn sponsorship_day(&self) -> (i64, u64) {
+    pub(super) fn sponsorship_day(&self) -> (i64, u64) {
         let now = self.now().timestamp();
         (now.div_euclid(86_400), u64::try_from(86_400 - now.rem_euclid(86_400)).unwrap_or(86_400))
     }

@@ -7,7 +7,9 @@ use alloy::signers::SignerSync as _;
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolStruct as _, SolValue as _};
 use serde_json::{Value, json};
-use tollgate_encoding::batch::{self as wire, BATCH_SETTLEMENT, BatchSettlement as Contract, ChannelConfig, ERC3009_COLLECTOR};
+use tollgate_encoding::batch::{
+    self as wire, BATCH_SETTLEMENT, BatchSettlement as Contract, ChannelConfig, ERC3009_COLLECTOR,
+};
 use tollgate_facilitator::chains::evm::erc20::view;
 use tollgate_facilitator::devnet;
 
@@ -172,7 +174,6 @@ pub fn signed_refund(
     }
 }
 
-
 impl World {
     /// The seller's `batch-settlement` requirement: `amount` per request to `receiver`, claims
     /// authorized by `authorizer`, a 900 s withdrawal delay.
@@ -191,7 +192,14 @@ impl World {
     }
 
     /// A `deposit` payload of `amount` (signed by `payer`) with a voucher for `max` signed by `key`.
-    pub fn deposit_payload(&self, config: &ChannelConfig, payer: &PrivateKeySigner, key: &PrivateKeySigner, (amount, max): (u128, u128), salt: u64) -> Value {
+    pub fn deposit_payload(
+        &self,
+        config: &ChannelConfig,
+        payer: &PrivateKeySigner,
+        key: &PrivateKeySigner,
+        (amount, max): (u128, u128),
+        salt: u64,
+    ) -> Value {
         let id = config.id(self.chain());
         let call = self.deposit_3009(config, payer, amount, id, salt);
         let (after, before, salt, signature) =

@@ -111,25 +111,33 @@ impl Bound {
     pub fn of(requirement: &PaymentRequirements, chain_id: u64) -> Result<Self, ProofError> {
         let bad = |m: &str| ProofError::Refused(Refusal::new(Reason::InvalidPaymentRequirements, m.to_owned()));
         if requirement.scheme != proto::SCHEME {
-            return Err(refuse(BatchReason::Scheme, format!("the scheme is {}, not batch-settlement", requirement.scheme)));
+            return Err(refuse(
+                BatchReason::Scheme,
+                format!("the scheme is {}, not batch-settlement", requirement.scheme),
+            ));
         }
         let Asset::Token(token) = &requirement.asset else {
             return Err(bad("batch-settlement pays in a token, not the native currency"));
         };
         let token = address(token).ok_or_else(|| bad("the asset must be an EVM address"))?;
         let receiver = address(&requirement.pay_to).ok_or_else(|| bad("payTo must be an EVM address"))?;
-        let extra: BatchExtra = requirement
-            .extra
-            .clone()
-            .and_then(|e| serde_json::from_value(e).ok())
-            .ok_or_else(|| refuse(BatchReason::MissingEip712Domain, "extra must name receiverAuthorizer, withdrawDelay, name and version"))?;
-        let receiver_authorizer =
-            address(&extra.receiver_authorizer).ok_or_else(|| bad("extra.receiverAuthorizer must be an EVM address"))?;
+        let extra: BatchExtra =
+            requirement.extra.clone().and_then(|e| serde_json::from_value(e).ok()).ok_or_else(|| {
+                refuse(
+                    BatchReason::MissingEip712Domain,
+                    "extra must name receiverAuthorizer, withdrawDelay, name and version",
+                )
+            })?;
+        let receiver_authorizer = address(&extra.receiver_authorizer)
+            .ok_or_else(|| bad("extra.receiverAuthorizer must be an EVM address"))?;
         if receiver_authorizer == Address::ZERO {
             return Err(bad("extra.receiverAuthorizer must not be the zero address"));
         }
         if !(proto::MIN_WITHDRAW_DELAY..=proto::MAX_WITHDRAW_DELAY).contains(&extra.withdraw_delay) {
-            return Err(refuse(BatchReason::WithdrawDelayOutOfRange, "extra.withdrawDelay must be 900 to 2592000 seconds"));
+            return Err(refuse(
+                BatchReason::WithdrawDelayOutOfRange,
+                "extra.withdrawDelay must be 900 to 2592000 seconds",
+            ));
         }
         Ok(Self {
             chain_id,
@@ -193,18 +201,30 @@ pub fn bind(
     };
     let id = parse_b256(channel_id, "voucher.channelId", why)?;
     if c.id(bound.chain_id) != id {
-        return Err(refuse(BatchReason::ChannelIdMismatch, "the channel id is not the hash of the channel's configuration on this chain"));
+        return Err(refuse(
+            BatchReason::ChannelIdMismatch,
+            "the channel id is not the hash of the channel's configuration on this chain",
+        ));
     }
     if c.token != bound.token {
-        return Err(refuse(BatchReason::TokenMismatch, format!("the channel is in {:#x}, not the asked {:#x}", c.token, bound.token)));
+        return Err(refuse(
+            BatchReason::TokenMismatch,
+            format!("the channel is in {:#x}, not the asked {:#x}", c.token, bound.token),
+        ));
     }
     if c.receiver != bound.receiver {
-        return Err(refuse(BatchReason::ReceiverMismatch, format!("the channel pays {:#x}, not {:#x}", c.receiver, bound.receiver)));
+        return Err(refuse(
+            BatchReason::ReceiverMismatch,
+            format!("the channel pays {:#x}, not {:#x}", c.receiver, bound.receiver),
+        ));
     }
     if c.receiverAuthorizer != bound.receiver_authorizer {
         return Err(refuse(
             BatchReason::ReceiverAuthorizerMismatch,
-            format!("the channel's receiver authorizer is {:#x}, not {:#x}", c.receiverAuthorizer, bound.receiver_authorizer),
+            format!(
+                "the channel's receiver authorizer is {:#x}, not {:#x}",
+                c.receiverAuthorizer, bound.receiver_authorizer
+            ),
         ));
     }
     if config.withdraw_delay != bound.withdraw_delay {
@@ -255,7 +275,10 @@ pub async fn check(
         BatchPayload::Voucher(_) => BatchReason::VoucherPayload,
         BatchPayload::Refund(_) => BatchReason::RefundPayload,
         BatchPayload::Claim(_) | BatchPayload::Settle(_) => {
-            return Err(refuse(BatchReason::PayloadType, format!("a {} payload is the seller's, not a buyer's", payload.kind())));
+            return Err(refuse(
+                BatchReason::PayloadType,
+                format!("a {} payload is the seller's, not a buyer's", payload.kind()),
+            ));
         }
     };
     let Some((config, voucher)) = payload.channel() else {
@@ -268,11 +291,8 @@ pub async fn check(
     // EIP-1271 allowed).
     let signature = parse_bytes(&voucher.signature, "voucher.signature", why)?;
     let digest = wire::voucher_digest(bound.chain_id, id, max);
-    let (signer, contracts) = if config.payerAuthorizer == Address::ZERO {
-        (config.payer, true)
-    } else {
-        (config.payerAuthorizer, false)
-    };
+    let (signer, contracts) =
+        if config.payerAuthorizer == Address::ZERO { (config.payer, true) } else { (config.payerAuthorizer, false) };
     if !signed_by(backend, signer, digest, &signature, contracts).await? {
         return Err(refuse(BatchReason::VoucherSignature, format!("the voucher is not signed by {signer:#x}")));
     }
@@ -304,7 +324,9 @@ pub async fn check(
         ));
     }
     let deposit_call = match payload {
-        BatchPayload::Deposit(p) => Some(check_deposit(backend, bound, (&config, id), &p.deposit, (sender, now)).await?),
+        BatchPayload::Deposit(p) => {
+            Some(check_deposit(backend, bound, (&config, id), &p.deposit, (sender, now)).await?)
+        }
         _ => None,
     };
     Ok(Passed { payer: config.payer, config, snapshot, deposit_call })
@@ -324,84 +346,107 @@ async fn check_deposit(
     let payer = config.payer;
     let balance = erc20::balance_of(&backend.rpc, bound.token, payer).await?;
     if balance < U256::from(amount) {
-        return Err(refuse(BatchReason::InsufficientBalance, format!("{payer:#x} holds {balance}, less than the {amount} deposited")));
+        return Err(refuse(
+            BatchReason::InsufficientBalance,
+            format!("{payer:#x} holds {balance}, less than the {amount} deposited"),
+        ));
     }
-    let (collector, data) = match (&deposit.authorization.erc3009_authorization, &deposit.authorization.permit2_authorization) {
-        (Some(a), None) => {
-            let (name, version) = &bound.domain;
-            if name.is_empty() || version.is_empty() {
-                return Err(refuse(BatchReason::MissingEip712Domain, "extra must name the token's EIP-712 name and version"));
+    let (collector, data) =
+        match (&deposit.authorization.erc3009_authorization, &deposit.authorization.permit2_authorization) {
+            (Some(a), None) => {
+                let (name, version) = &bound.domain;
+                if name.is_empty() || version.is_empty() {
+                    return Err(refuse(
+                        BatchReason::MissingEip712Domain,
+                        "extra must name the token's EIP-712 name and version",
+                    ));
+                }
+                let (after, before) = (a.valid_after.get(), a.valid_before.get());
+                if u128::from(now) <= after {
+                    return Err(refuse(BatchReason::ValidAfter, "the deposit's authorization is not valid yet"));
+                }
+                if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= before {
+                    return Err(refuse(BatchReason::ValidBefore, "the deposit's authorization expires too soon"));
+                }
+                let salt: U256 =
+                    a.salt.parse().map_err(|_| refuse(why, "erc3009Authorization.salt must be a uint256"))?;
+                let signature = parse_bytes(&a.signature, "erc3009Authorization.signature", why)?;
+                let message = wire::ReceiveWithAuthorization {
+                    from: payer,
+                    to: ERC3009_COLLECTOR,
+                    value: U256::from(amount),
+                    validAfter: U256::from(after),
+                    validBefore: U256::from(before),
+                    nonce: wire::erc3009_deposit_nonce(id, salt),
+                };
+                let domain =
+                    tollgate_encoding::evm::eip3009_domain(name.clone(), version.clone(), bound.chain_id, bound.token);
+                if !signed_by(backend, payer, message.eip712_signing_hash(&domain), &signature, true).await? {
+                    return Err(refuse(
+                        BatchReason::ReceiveAuthorizationSignature,
+                        "the deposit's authorization is not the payer's",
+                    ));
+                }
+                let data = wire::erc3009_collector_data(U256::from(after), U256::from(before), salt, &signature);
+                (ERC3009_COLLECTOR, data)
             }
-            let (after, before) = (a.valid_after.get(), a.valid_before.get());
-            if u128::from(now) <= after {
-                return Err(refuse(BatchReason::ValidAfter, "the deposit's authorization is not valid yet"));
+            (None, Some(p)) => {
+                let spender = address(&p.spender);
+                if spender != Some(PERMIT2_COLLECTOR) {
+                    return Err(refuse(
+                        BatchReason::Permit2InvalidSpender,
+                        "the permit's spender must be the Permit2 deposit collector",
+                    ));
+                }
+                if address(&p.from) != Some(payer) || address(&p.permitted.token) != Some(bound.token) {
+                    return Err(refuse(
+                        BatchReason::Permit2InvalidSignature,
+                        "the permit is not the payer's, in the channel's token",
+                    ));
+                }
+                if p.permitted.amount.get() != amount {
+                    return Err(refuse(BatchReason::Permit2AmountMismatch, "the permit's amount is not the deposit's"));
+                }
+                if parse_b256(&p.witness.channel_id, "permit2Authorization.witness.channelId", why)? != id {
+                    return Err(refuse(BatchReason::ChannelIdMismatch, "the permit's witness names another channel"));
+                }
+                let deadline = p.deadline.get();
+                if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= deadline {
+                    return Err(refuse(BatchReason::Permit2DeadlineExpired, "the permit expires too soon"));
+                }
+                let nonce =
+                    uint256(&p.nonce).ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
+                let signature = parse_bytes(&p.signature, "permit2Authorization.signature", why)?;
+                let message = wire::PermitWitnessTransferFrom {
+                    permitted: wire::TokenPermissions { token: bound.token, amount: U256::from(amount) },
+                    spender: PERMIT2_COLLECTOR,
+                    nonce,
+                    deadline: U256::from(deadline),
+                    witness: wire::DepositWitness { channelId: id },
+                };
+                let digest = message.eip712_signing_hash(&tollgate_encoding::permit2::domain(bound.chain_id));
+                if !signed_by(backend, payer, digest, &signature, true).await? {
+                    return Err(refuse(BatchReason::Permit2InvalidSignature, "the permit is not signed by the payer"));
+                }
+                let allowance = tollgate_encoding::permit2::Erc20::allowanceCall {
+                    owner: payer,
+                    spender: tollgate_encoding::permit2::PERMIT2,
+                };
+                if erc20::view(&backend.rpc, bound.token, &allowance).await? < U256::from(amount) {
+                    return Err(refuse(
+                        BatchReason::Permit2AllowanceRequired,
+                        format!("{payer:#x} has not let Permit2 spend the deposit"),
+                    ));
+                }
+                (PERMIT2_COLLECTOR, wire::permit2_collector_data(nonce, U256::from(deadline), &signature, &[]))
             }
-            if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= before {
-                return Err(refuse(BatchReason::ValidBefore, "the deposit's authorization expires too soon"));
+            (None, None) => {
+                return Err(refuse(BatchReason::Erc3009AuthorizationRequired, "the deposit carries no authorization"));
             }
-            let salt: U256 = a.salt.parse().map_err(|_| refuse(why, "erc3009Authorization.salt must be a uint256"))?;
-            let signature = parse_bytes(&a.signature, "erc3009Authorization.signature", why)?;
-            let message = wire::ReceiveWithAuthorization {
-                from: payer,
-                to: ERC3009_COLLECTOR,
-                value: U256::from(amount),
-                validAfter: U256::from(after),
-                validBefore: U256::from(before),
-                nonce: wire::erc3009_deposit_nonce(id, salt),
-            };
-            let domain = tollgate_encoding::evm::eip3009_domain(name.clone(), version.clone(), bound.chain_id, bound.token);
-            if !signed_by(backend, payer, message.eip712_signing_hash(&domain), &signature, true).await? {
-                return Err(refuse(BatchReason::ReceiveAuthorizationSignature, "the deposit's authorization is not the payer's"));
-            }
-            let data = wire::erc3009_collector_data(U256::from(after), U256::from(before), salt, &signature);
-            (ERC3009_COLLECTOR, data)
-        }
-        (None, Some(p)) => {
-            let spender = address(&p.spender);
-            if spender != Some(PERMIT2_COLLECTOR) {
-                return Err(refuse(BatchReason::Permit2InvalidSpender, "the permit's spender must be the Permit2 deposit collector"));
-            }
-            if address(&p.from) != Some(payer) || address(&p.permitted.token) != Some(bound.token) {
-                return Err(refuse(BatchReason::Permit2InvalidSignature, "the permit is not the payer's, in the channel's token"));
-            }
-            if p.permitted.amount.get() != amount {
-                return Err(refuse(BatchReason::Permit2AmountMismatch, "the permit's amount is not the deposit's"));
-            }
-            if parse_b256(&p.witness.channel_id, "permit2Authorization.witness.channelId", why)? != id {
-                return Err(refuse(BatchReason::ChannelIdMismatch, "the permit's witness names another channel"));
-            }
-            let deadline = p.deadline.get();
-            if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= deadline {
-                return Err(refuse(BatchReason::Permit2DeadlineExpired, "the permit expires too soon"));
-            }
-            let nonce = uint256(&p.nonce).ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
-            let signature = parse_bytes(&p.signature, "permit2Authorization.signature", why)?;
-            let message = wire::PermitWitnessTransferFrom {
-                permitted: wire::TokenPermissions { token: bound.token, amount: U256::from(amount) },
-                spender: PERMIT2_COLLECTOR,
-                nonce,
-                deadline: U256::from(deadline),
-                witness: wire::DepositWitness { channelId: id },
-            };
-            let digest = message.eip712_signing_hash(&tollgate_encoding::permit2::domain(bound.chain_id));
-            if !signed_by(backend, payer, digest, &signature, true).await? {
-                return Err(refuse(BatchReason::Permit2InvalidSignature, "the permit is not signed by the payer"));
-            }
-            let allowance = tollgate_encoding::permit2::Erc20::allowanceCall {
-                owner: payer,
-                spender: tollgate_encoding::permit2::PERMIT2,
-            };
-            if erc20::view(&backend.rpc, bound.token, &allowance).await? < U256::from(amount) {
-                return Err(refuse(BatchReason::Permit2AllowanceRequired, format!("{payer:#x} has not let Permit2 spend the deposit")));
-            }
-            (PERMIT2_COLLECTOR, wire::permit2_collector_data(nonce, U256::from(deadline), &signature, &[]))
-        }
-        (None, None) => {
-            return Err(refuse(BatchReason::Erc3009AuthorizationRequired, "the deposit carries no authorization"));
-        }
-        (Some(_), Some(_)) => return Err(refuse(why, "the deposit carries two authorizations")),
-    };
-    let call = Contract::depositCall { config: config.clone(), amount, collector, collectorData: data.into() }.abi_encode();
+            (Some(_), Some(_)) => return Err(refuse(why, "the deposit carries two authorizations")),
+        };
+    let call =
+        Contract::depositCall { config: config.clone(), amount, collector, collectorData: data.into() }.abi_encode();
     let request = TransactionRequest::default()
         .from(sender)
         .to(BATCH_SETTLEMENT)
@@ -418,4 +463,61 @@ fn uint256(text: &str) -> Option<U256> {
         Some(hex) => U256::from_str_radix(hex, 16).ok(),
         None => text.parse().ok(),
     }
+}
+
+/// A checked deposit's `deposit` call, simulated again and priced as it will be sent from the
+/// facilitator's account: what signs it on each attempt, and the most its gas can cost.
+///
+/// # Errors
+/// [`ProofError`] when it no longer passes, or the chain cannot be asked.
+pub async fn prepare_deposit(
+    backend: &EvmBackend,
+    sender: Address,
+    call: Vec<u8>,
+) -> Result<(Box<dyn crate::chains::Signable>, Option<u128>), ProofError> {
+    use crate::chains::{Intent, Settle, Settler};
+    match super::call::prepare(backend, (sender, BATCH_SETTLEMENT, call), (Settler::Facilitator, Intent::Settle))
+        .await?
+    {
+        super::call::Prepared::Passes(Settle::Sign(signable), fee) => Ok((signable, fee)),
+        super::call::Prepared::Passes(..) => {
+            Err(ProofError::Chain(ChainError("the deposit was not prepared to sign".into())))
+        }
+        super::call::Prepared::Fails(failure) => {
+            Err(refuse(BatchReason::DepositSimulationFailed, format!("the deposit would fail: {failure}")))
+        }
+    }
+}
+
+/// The identity a deposit's authorization is claimed under: the same as the token authorization
+/// or Permit2 nonce it spends in any other scheme, so one signature moves money once.
+///
+/// # Errors
+/// A refusal when the payload's nonce cannot be read.
+pub fn deposit_identity(
+    network: &tollgate_protocol::Network,
+    (config, id): (&wire::ChannelConfig, B256),
+    deposit: &proto::Deposit,
+) -> Result<String, ProofError> {
+    let why = BatchReason::DepositPayload;
+    match (&deposit.authorization.erc3009_authorization, &deposit.authorization.permit2_authorization) {
+        (Some(a), _) => {
+            let salt: U256 = a.salt.parse().map_err(|_| refuse(why, "erc3009Authorization.salt must be a uint256"))?;
+            let nonce = wire::erc3009_deposit_nonce(id, salt);
+            Ok(format!("{network}:{:#x}:{:#x}:{nonce:#x}", config.token, config.payer))
+        }
+        (None, Some(p)) => {
+            let nonce = uint256(&p.nonce).ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
+            Ok(format!("{network}:permit2:{:#x}:{nonce:#x}", config.payer))
+        }
+        (None, None) => Err(refuse(BatchReason::Erc3009AuthorizationRequired, "the deposit carries no authorization")),
+    }
+}
+
+/// The token's decimals (read once: remembered).
+///
+/// # Errors
+/// A refusal when it does not answer as an ERC-20 token.
+pub async fn decimals(backend: &EvmBackend, token: Address) -> Result<u8, ProofError> {
+    super::permit2::decimals(backend, token).await
 }

@@ -175,6 +175,11 @@ impl EvmBackend {
             alloy::primitives::U256::ZERO
         } else if tx.parties.asset == "native" {
             if mined.from == from && mined.to == Some(to) { mined.value } else { alloy::primitives::U256::ZERO }
+        } else if to == tollgate_encoding::batch::BATCH_SETTLEMENT {
+            // A batch-settlement deposit: what the contract credited to the payer's channel,
+            // which it does only once its own balance rose by as much.
+            let credited = mined.deposits.iter().filter(|(payer, _)| *payer == from).map(|(_, amount)| *amount);
+            alloy::primitives::U256::from(credited.fold(0u128, u128::saturating_add))
         } else {
             let token: alloy::primitives::Address = tx.parties.asset.parse().map_err(|_| unreadable())?;
             mined

@@ -538,7 +538,7 @@ async fn approved_first(
 /// The token's decimals (read once: remembered). An account without code answers nothing, so a
 /// permit of a token that does not exist is refused here: Permit2's transfer from an account
 /// without code would "succeed" and move nothing.
-async fn decimals(backend: &EvmBackend, token: Address) -> Result<u8, ProofError> {
+pub(super) async fn decimals(backend: &EvmBackend, token: Address) -> Result<u8, ProofError> {
     if let Some(decimals) = backend.token_decimals.get(&token) {
         return Ok(decimals);
     }

@@ -57,6 +57,9 @@ pub struct MinedTx {
     pub block: u64,
     /// ERC-20 `Transfer` events it emitted: (token, from, to, value).
     pub token_transfers: Vec<(Address, Address, Address, U256)>,
+    /// x402 `batch-settlement` deposits it made: the settlement contract's `Deposited` events
+    /// (payer, amount).
+    pub deposits: Vec<(Address, u128)>,
     /// What its sender signed (its signing hash).
     pub signed: B256,
 }
@@ -79,6 +82,21 @@ fn token_transfers(receipt: &TransactionReceipt) -> Vec<(Address, Address, Addre
                 (log.address(), Address::from_word(*from), Address::from_word(*to), U256::from_be_bytes(value))
             })
         })
+        .collect()
+}
+
+/// The x402 `batch-settlement` deposits among a receipt's logs: `Deposited` events emitted by
+/// the settlement contract itself (payer, amount).
+fn batch_deposits(receipt: &TransactionReceipt) -> Vec<(Address, u128)> {
+    use alloy::sol_types::SolEvent as _;
+    use tollgate_encoding::batch::{BATCH_SETTLEMENT, BatchSettlement::Deposited};
+    receipt
+        .inner
+        .logs()
+        .iter()
+        .filter(|log| log.address() == BATCH_SETTLEMENT)
+        .filter_map(|log| Deposited::decode_log(&log.inner).ok())
+        .map(|event| (event.payer, event.amount))
         .collect()
 }
 
@@ -263,6 +281,7 @@ impl EvmRpc {
             fee: receipt.cost(),
             block: receipt.block_number.unwrap_or_default(),
             token_transfers: token_transfers(&receipt),
+            deposits: batch_deposits(&receipt),
             signed: tx.inner.signature_hash(),
         }))
     }
