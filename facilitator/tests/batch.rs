@@ -239,3 +239,74 @@ async fn a_deposit_settles_once_whoever_asks_how_often_and_the_channel_is_read_b
 fn v_payment(answers: &[(StatusCode, Value)]) -> String {
     answers.iter().find_map(|(_, v)| v["paymentId"].as_str()).unwrap().to_owned()
 }
+
+/// Runs `tests/js/<script>` on Node (the official x402 packages `scripts/test` installs) with
+/// `args` and `key` as `BUYER_KEY`: the one JSON line it prints.
+async fn official(script: &str, args: &[&str], key: &PrivateKeySigner) -> Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let modules = root.join(".tools/x402/node_modules");
+    assert!(modules.join("@x402/evm").exists(), "the official x402 client is not installed: run scripts/test");
+    let output = tokio::process::Command::new("node")
+        .arg(root.join("tests/js").join(script))
+        .args(args)
+        .env("NODE_PATH", modules)
+        .env("BUYER_KEY", alloy::hex::encode_prefixed(key.to_bytes()))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{script} failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// What the official client signs — the channel id, the ERC-3009 deposit with its nonce derived
+/// from the channel, the vouchers, its JSON — is what Tollgate's facilitator checks and settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_batch_client_deposits_and_pays_vouchers_tollgate_accepts() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let made = official("batch-payloads.cjs", &[&req.to_string()], &s.payer).await;
+    let (deposit, voucher) = (&made["deposit"]["payload"], &made["voucher"]["payload"]);
+    assert_eq!((deposit["type"].as_str(), voucher["type"].as_str()), (Some("deposit"), Some("voucher")), "{made}");
+    let id = deposit["voucher"]["channelId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        deposit["channelConfig"]["payerAuthorizer"].as_str().map(str::to_lowercase),
+        Some(format!("{:#x}", s.payer.address())),
+        "the official client signs its vouchers with its own key"
+    );
+
+    let v = s.verify(&req, deposit.clone()).await;
+    assert_eq!((v["isValid"].as_bool(), v["extra"]["channelId"].as_str()), (Some(true), Some(&*id)), "{v}");
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit.clone()))).await;
+    assert_eq!(v["success"], true, "{v}");
+    let amount: u128 = deposit["deposit"]["amount"].as_str().unwrap().parse().unwrap();
+    assert_eq!(v["extra"]["channelState"]["balance"].as_str(), Some(&*amount.to_string()), "{v}");
+    assert_eq!(w.balance(s.payer.address()).await, 1_000_000 - amount);
+
+    let v = s.verify(&req, voucher.clone()).await;
+    assert_eq!(
+        (v["isValid"].as_bool(), voucher["voucher"]["maxClaimableAmount"].as_str()),
+        (Some(true), Some("2000")),
+        "{v}"
+    );
+}
+
+/// What arrives at the settlement contract is read as deposits into channels: no other payment
+/// may name it as its recipient (a seller would be "paid" by a payer funding its own channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_other_scheme_pays_the_settlement_contract() {
+    let s = shop().await;
+    let w = &s.w;
+    let escrow = tollgate_encoding::batch::BATCH_SETTLEMENT;
+    let req = w.token.requirement(&w.t, escrow, 1_000);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let payload = w.token.authorize(&w.t, &s.payer, escrow, 1_000, (0, now + 600), B256::repeat_byte(5));
+    for path in ["/verify", "/settle"] {
+        let (_, v) = w.t.call("POST", path, &s.key, Some(x402_v2(&req, payload.clone()))).await;
+        let reason = v["invalidReason"].as_str().or(v["errorReason"].as_str());
+        assert_eq!(reason, Some("invalid_payment_requirements"), "{path}: {v}");
+    }
+    assert_eq!(w.balance(escrow).await, 0);
+}

@@ -109,7 +109,6 @@ pub enum BatchReason {
     ReceiverAuthorizerMismatch,
     WithdrawDelayMismatch,
     WithdrawDelayOutOfRange,
-    AuthorizerAddressMismatch,
     VoucherSignature,
     ChannelNotFound,
     InsufficientBalance,
@@ -120,7 +119,6 @@ pub enum BatchReason {
     ValidBefore,
     ReceiveAuthorizationSignature,
     Erc3009AuthorizationRequired,
-    Permit2AuthorizationRequired,
     Permit2InvalidSpender,
     Permit2AmountMismatch,
     Permit2DeadlineExpired,
@@ -128,10 +126,6 @@ pub enum BatchReason {
     Permit2AllowanceRequired,
     DepositSimulationFailed,
     DepositTransactionFailed,
-    RefundAmountInvalid,
-    RefundNoBalance,
-    NothingToSettle,
-    TransactionReverted,
     WaitForReceiptFailed,
 }
 
@@ -154,7 +148,6 @@ impl BatchReason {
             Self::ReceiverAuthorizerMismatch => "invalid_batch_settlement_evm_receiver_authorizer_mismatch",
             Self::WithdrawDelayMismatch => "invalid_batch_settlement_evm_withdraw_delay_mismatch",
             Self::WithdrawDelayOutOfRange => "invalid_batch_settlement_evm_withdraw_delay_out_of_range",
-            Self::AuthorizerAddressMismatch => "invalid_batch_settlement_evm_authorizer_address_mismatch",
             Self::VoucherSignature => "invalid_batch_settlement_evm_voucher_signature",
             Self::ChannelNotFound => "invalid_batch_settlement_evm_channel_not_found",
             Self::InsufficientBalance => "invalid_batch_settlement_evm_insufficient_balance",
@@ -165,7 +158,6 @@ impl BatchReason {
             Self::ValidBefore => "invalid_batch_settlement_evm_payload_authorization_valid_before",
             Self::ReceiveAuthorizationSignature => "invalid_batch_settlement_evm_receive_authorization_signature",
             Self::Erc3009AuthorizationRequired => "invalid_batch_settlement_evm_erc3009_authorization_required",
-            Self::Permit2AuthorizationRequired => "invalid_batch_settlement_evm_permit2_authorization_required",
             Self::Permit2InvalidSpender => "invalid_batch_settlement_evm_permit2_invalid_spender",
             Self::Permit2AmountMismatch => "invalid_batch_settlement_evm_permit2_amount_mismatch",
             Self::Permit2DeadlineExpired => "invalid_batch_settlement_evm_permit2_deadline_expired",
@@ -173,10 +165,6 @@ impl BatchReason {
             Self::Permit2AllowanceRequired => "invalid_batch_settlement_evm_permit2_allowance_required",
             Self::DepositSimulationFailed => "invalid_batch_settlement_evm_deposit_simulation_failed",
             Self::DepositTransactionFailed => "invalid_batch_settlement_evm_deposit_transaction_failed",
-            Self::RefundAmountInvalid => "invalid_batch_settlement_evm_refund_amount_invalid",
-            Self::RefundNoBalance => "invalid_batch_settlement_evm_refund_no_balance",
-            Self::NothingToSettle => "invalid_batch_settlement_evm_nothing_to_settle",
-            Self::TransactionReverted => "invalid_batch_settlement_evm_transaction_reverted",
             Self::WaitForReceiptFailed => "invalid_batch_settlement_evm_wait_for_receipt_failed",
         }
     }

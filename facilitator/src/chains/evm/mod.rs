@@ -249,6 +249,13 @@ impl Chain for EvmBackend {
     ) -> Result<Checked, ProofError> {
         let pay_to = address(&terms.pay_to)
             .ok_or_else(|| refuse(Reason::InvalidPaymentRequirements, "payTo must be an EVM address"))?;
+        // Nobody's wallet: what arrives there is read as batch-settlement deposits (see `read`).
+        if pay_to == tollgate_encoding::batch::BATCH_SETTLEMENT {
+            return Err(refuse(
+                Reason::InvalidPaymentRequirements,
+                "payTo is the batch-settlement contract, which is nobody's wallet",
+            ));
+        }
         match proof.reading::<Reading>()? {
             Reading::Native(native) => exact_native::check(self, native, terms, &pay_to, settler).await,
             Reading::Authorization(a) => exact::check(self, a, terms, (&pay_to, now), (settler, intent)).await,
