@@ -106,7 +106,7 @@ impl AppState {
     /// The `batch-settlement` service over this state's chains.
     #[must_use]
     pub fn channels(&self) -> crate::channels::Channels {
-        crate::channels::Channels::new(self.chains.clone(), self.clock.clone(), self.payments())
+        crate::channels::Channels::new(self.chains.clone(), self.clock.clone(), self.payments(), self.store.clone())
     }
 
     /// The same state with custodial wallets sealed under `key`.

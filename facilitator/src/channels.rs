@@ -16,9 +16,9 @@ use crate::chains::evm::batch::{self, Bound};
 use crate::chains::evm::protocol_address;
 use crate::chains::{BatchReason, Chains, ProofError, Reason, Refusal};
 use crate::clock::Clock;
-use crate::payment::{Deposit, MAX_X402_WAIT, PaymentError, Payments};
+use crate::payment::{ContractPayment, MAX_X402_WAIT, PaymentError, Payments};
 use crate::plans::Sponsorship;
-use crate::store::StoredPayment;
+use crate::store::{Store, StoredPayment};
 
 /// A buyer's payload that would pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,21 @@ pub enum Settled {
         /// The channel after it.
         channel: Option<ChannelState>,
     },
+    /// A claim: its transaction, whether it was mined and succeeded (`None`: not within the
+    /// wait), and the channels after it.
+    Claimed {
+        /// Its hash.
+        transaction: String,
+        /// Its outcome.
+        succeeded: Option<bool>,
+        /// The claimed channels as the chain holds them after it (when it succeeded).
+        channels: Vec<ChannelState>,
+    },
+    /// A sweep: its payment from the escrow to the receiver.
+    Swept {
+        /// The payment.
+        payment: Box<StoredPayment>,
+    },
 }
 
 /// Who asks for a settlement.
@@ -56,6 +71,7 @@ pub struct Channels {
     chains: Arc<Chains>,
     clock: Arc<dyn Clock>,
     payments: Payments,
+    store: Arc<dyn Store>,
 }
 
 fn refusal(reason: Reason, message: impl Into<String>) -> ProofError {
@@ -65,8 +81,8 @@ fn refusal(reason: Reason, message: impl Into<String>) -> ProofError {
 impl Channels {
     /// The service over these chains.
     #[must_use]
-    pub fn new(chains: Arc<Chains>, clock: Arc<dyn Clock>, payments: Payments) -> Self {
-        Self { chains, clock, payments }
+    pub fn new(chains: Arc<Chains>, clock: Arc<dyn Clock>, payments: Payments, store: Arc<dyn Store>) -> Self {
+        Self { chains, clock, payments, store }
     }
 
     /// Whether a requirement is `batch-settlement`'s (answered here, not by the payment core).
@@ -111,26 +127,38 @@ impl Channels {
         resource: Option<String>,
     ) -> Result<Settled, PaymentError> {
         let (backend, bound, read) = self.admit(payload, requirement)?;
-        let BatchPayload::Deposit(deposit) = &read else {
-            return Err(refusal(
-                Reason::Batch(BatchReason::PayloadType),
-                format!("settling a {} payload is not served yet", read.kind()),
-            )
-            .into());
+        let signer = backend
+            .signer
+            .as_ref()
+            .map(|s| s.0.address())
+            .ok_or_else(|| PaymentError::Invalid("this facilitator has no EVM account to send from".into()))?;
+        let wait = std::time::Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_X402_WAIT.as_secs()));
+        let deposit = match &read {
+            BatchPayload::Deposit(deposit) => deposit,
+            BatchPayload::Claim(claim) => return self.claim(seller, (&backend, &bound, signer), claim, wait).await,
+            BatchPayload::Settle(sweep) => {
+                let job = (payload, requirement, resource);
+                return self.sweep(seller, (&backend, &bound, signer), sweep, job, wait).await;
+            }
+            BatchPayload::Voucher(_) | BatchPayload::Refund(_) => {
+                return Err(refusal(
+                    Reason::Batch(BatchReason::PayloadType),
+                    format!(
+                        "a {} payload is the seller's to keep (or, for a refund, to complete), not to settle",
+                        read.kind()
+                    ),
+                )
+                .into());
+            }
         };
-        let signer =
-            backend.signer.as_ref().map(|s| s.0.address()).ok_or_else(|| {
-                PaymentError::Invalid("this facilitator has no EVM account to send deposits from".into())
-            })?;
         let why = BatchReason::DepositPayload;
         let (config, id) = batch::bind(&bound, &deposit.channel_config, &deposit.voucher.channel_id, why)?;
-        let wait = std::time::Duration::from_secs(requirement.max_timeout_seconds.clamp(1, MAX_X402_WAIT.as_secs()));
-        let mut job = Deposit {
+        let mut job = ContractPayment {
             account: seller.account.clone(),
             sponsorship: seller.sponsorship,
             network: requirement.network.clone(),
-            payer: protocol_address(config.payer).to_string(),
-            escrow: protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string(),
+            from: protocol_address(config.payer).to_string(),
+            to: protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string(),
             token: (protocol_address(bound.token).to_string(), 0),
             amount: deposit.deposit.amount.get(),
             proof_id: batch::deposit_identity(&requirement.network, (&config, id), &deposit.deposit)?,
@@ -139,7 +167,7 @@ impl Channels {
             resource,
             wait,
         };
-        let payment = match self.payments.deposit_claimed(&job).await? {
+        let payment = match self.payments.contract_payment_claimed(&job).await? {
             Some(payment) => payment,
             None => {
                 let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
@@ -147,17 +175,159 @@ impl Channels {
                 let Some(call) = passed.deposit_call else {
                     return Err(PaymentError::Internal("a checked deposit has no call".into()));
                 };
-                let (call, fee) = batch::prepare_deposit(&backend, signer, call).await?;
+                let (call, fee) = batch::prepare(&backend, signer, call, BatchReason::DepositSimulationFailed).await?;
                 job.token.1 = batch::decimals(&backend, bound.token).await?;
                 job.fee = fee;
-                self.payments.deposit(job, call).await?
+                self.payments.contract_payment(job, call).await?
             }
         };
         let channel = match payment.payment.status {
-            tollgate_protocol::gateway::PaymentStatus::Confirmed => Some(batch::read(&backend, id).await?.state()),
+            tollgate_protocol::gateway::PaymentStatus::Confirmed => {
+                // The channel is its seller's to claim through this facilitator from now on.
+                let id_text = format!("{id:#x}");
+                self.store.record_channel(&requirement.network, &id_text, &seller.account, self.clock.now()).await?;
+                Some(batch::read(&backend, id).await?.state())
+            }
             _ => None,
         };
         Ok(Settled::Deposit { payment: Box::new(payment), channel })
+    }
+
+    /// A seller's claim: checked row by row, signed by this facilitator where it is the channels'
+    /// receiver authorizer (only for channels whose deposits this seller settled here: a claim
+    /// raises what a payer owes), else sent under the seller's own authorizer's signature.
+    async fn claim(
+        &self,
+        seller: &Seller,
+        (backend, bound, signer): (&crate::chains::evm::EvmBackend, &Bound, alloy::primitives::Address),
+        claim: &tollgate_protocol::x402::batch::ClaimPayload,
+        wait: std::time::Duration,
+    ) -> Result<Settled, PaymentError> {
+        let claims = batch::check_claims(backend, bound, &claim.claims).await?;
+        let digest = batch::claim_digest(bound.chain_id, &claims);
+        let mismatch =
+            |m: String| PaymentError::from(refusal(Reason::Batch(BatchReason::AuthorizerAddressMismatch), m));
+        let signature = match &claim.claim_authorizer_signature {
+            Some(text) => {
+                let bytes = text
+                    .strip_prefix("0x")
+                    .and_then(|h| alloy::primitives::hex::decode(h).ok())
+                    .ok_or_else(|| mismatch("claimAuthorizerSignature must be 0x-hex".into()))?;
+                if !batch::authorized(backend, bound.receiver_authorizer, digest, &bytes).await? {
+                    return Err(mismatch(format!(
+                        "the claim is not signed by the receiver authorizer {:#x}",
+                        bound.receiver_authorizer
+                    )));
+                }
+                bytes
+            }
+            None => {
+                if bound.receiver_authorizer != signer {
+                    return Err(mismatch(format!(
+                        "this facilitator ({signer:#x}) is not the channels' receiver authorizer: sign the claim"
+                    )));
+                }
+                let network = backend.rpc.network();
+                for c in &claims {
+                    let id = format!("{:#x}", c.channel_id);
+                    if self.store.channel_account(network, &id).await?.as_deref() != Some(seller.account.as_str()) {
+                        return Err(refusal(
+                            Reason::Batch(BatchReason::ClaimPayload),
+                            format!("channel {id} was not funded by a deposit this account settled here"),
+                        )
+                        .into());
+                    }
+                }
+                let key = backend.signer.as_ref().map(|s| &s.0).ok_or_else(|| mismatch("no signer".into()))?;
+                alloy::signers::SignerSync::sign_hash_sync(key, &digest)
+                    .map_err(|e| PaymentError::Internal(format!("cannot sign the claim: {e}")))?
+                    .as_bytes()
+                    .to_vec()
+            }
+        };
+        let call = batch::claim_call(&claims, &signature);
+        let (signable, fee) = batch::prepare(backend, signer, call, BatchReason::ClaimSimulationFailed).await?;
+        self.sponsor(seller, backend.rpc.network(), fee).await?;
+        let (hash, succeeded) = batch::send(backend, &*signable, wait).await?;
+        let mut channels = Vec::new();
+        if succeeded == Some(true) {
+            for c in &claims {
+                channels.push(batch::read(backend, c.channel_id).await?.state());
+            }
+        }
+        Ok(Settled::Claimed { transaction: format!("{hash:#x}"), succeeded, channels })
+    }
+
+    /// A sweep of what the requirement's receiver claimed in its token, recorded as its payment
+    /// from the escrow, once per claimed total.
+    async fn sweep(
+        &self,
+        seller: &Seller,
+        (backend, bound, signer): (&crate::chains::evm::EvmBackend, &Bound, alloy::primitives::Address),
+        sweep: &tollgate_protocol::x402::batch::SettlePayload,
+        (payload, requirement, resource): (&PaymentPayload, &PaymentRequirements, Option<String>),
+        wait: std::time::Duration,
+    ) -> Result<Settled, PaymentError> {
+        let why = Reason::Batch(BatchReason::SettlePayload);
+        let (receiver, token) =
+            (crate::chains::evm::address(&sweep.receiver), crate::chains::evm::address(&sweep.token));
+        if receiver != Some(bound.receiver) || token != Some(bound.token) {
+            return Err(refusal(why, "the sweep must name the requirement's payTo and asset").into());
+        }
+        let (claimed, pending) = batch::unsettled(backend, bound.receiver, bound.token).await?;
+        if pending == 0 {
+            return Err(refusal(
+                Reason::Batch(BatchReason::NothingToSettle),
+                format!("{:#x} has nothing claimed and not yet sent in {:#x}", bound.receiver, bound.token),
+            )
+            .into());
+        }
+        let job = ContractPayment {
+            account: seller.account.clone(),
+            sponsorship: seller.sponsorship,
+            network: requirement.network.clone(),
+            from: protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string(),
+            to: protocol_address(bound.receiver).to_string(),
+            token: (protocol_address(bound.token).to_string(), batch::decimals(backend, bound.token).await?),
+            amount: pending,
+            // Once per claimed total: two sweeps of the same claims are one.
+            proof_id: format!("{}:batch-sweep:{:#x}:{:#x}:{claimed}", requirement.network, bound.receiver, bound.token),
+            payload: payload.clone(),
+            fee: None,
+            resource,
+            wait,
+        };
+        if let Some(payment) = self.payments.contract_payment_claimed(&job).await? {
+            return Ok(Settled::Swept { payment: Box::new(payment) });
+        }
+        let call = batch::sweep_call(bound.receiver, bound.token);
+        let (call, fee) = batch::prepare(backend, signer, call, BatchReason::SettleSimulationFailed).await?;
+        let payment = self.payments.contract_payment(ContractPayment { fee, ..job }, call).await?;
+        Ok(Settled::Swept { payment: Box::new(payment) })
+    }
+
+    /// Counts a call's most fee against the seller's daily sponsorship budget.
+    async fn sponsor(
+        &self,
+        seller: &Seller,
+        network: &tollgate_protocol::Network,
+        fee: Option<u128>,
+    ) -> Result<(), PaymentError> {
+        let family = network.family();
+        let fee = u64::try_from(fee.unwrap_or(0)).unwrap_or(u64::MAX);
+        let now = self.clock.now().timestamp();
+        let budget = seller.sponsorship.per_day(family);
+        if self.store.reserve_sponsorship(&seller.account, family, now.div_euclid(86_400), fee, budget).await?.is_none()
+        {
+            return Err(PaymentError::SponsorshipSpent {
+                message: format!(
+                    "the network fees this facilitator pays for your account today would pass the plan's budget of \
+                     {budget} {family} base units (this claim may cost {fee}); it renews at 00:00 UTC"
+                ),
+                renews_in_secs: u64::try_from(86_400 - now.rem_euclid(86_400)).unwrap_or(86_400),
+            });
+        }
+        Ok(())
     }
 
     /// What a payload and its requirement say of themselves, before any chain is asked: the

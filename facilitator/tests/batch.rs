@@ -310,3 +310,131 @@ async fn no_other_scheme_pays_the_settlement_contract() {
     }
     assert_eq!(w.balance(escrow).await, 0);
 }
+
+/// A seller's claim row for `config`'s voucher of `ceiling`, claiming `total`.
+fn claim_row(w: &World, config: &ChannelConfig, key: &PrivateKeySigner, (ceiling, total): (u128, u128)) -> Value {
+    let id = config.id(w.chain());
+    json!({
+        "voucher": {"channel": common::batch::config_json(config), "maxClaimableAmount": ceiling.to_string()},
+        "signature": common::batch::voucher(w, key, id, ceiling).to_string(),
+        "totalClaimed": total.to_string(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_sweeps_once() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
+    assert_eq!(v["success"], true, "{v}");
+    let claim = |rows: Vec<Value>| json!({"type": "claim", "claims": rows});
+    let stranger = PrivateKeySigner::random();
+    let (other_key, _) = w.t.customer().await;
+
+    // Claims that must not be signed or sent: another account's channel, a voucher not the
+    // payer's, a total above it, a wrong authorizer signature, an authorizer that is not this
+    // facilitator without the seller's own signature.
+    let refused = |v: &Value, why: &str| {
+        assert_eq!(
+            (v["success"].as_bool(), v["errorReason"].as_str()),
+            (Some(false), Some(&*format!("invalid_batch_settlement_evm_{why}"))),
+            "{why}: {v}"
+        );
+    };
+    let good = claim_row(w, &s.config, &s.payer, (3_000, 3_000));
+    let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, claim(vec![good.clone()])))).await;
+    refused(&v, "claim_payload");
+    let (_, v) =
+        w.t.call(
+            "POST",
+            "/settle",
+            &s.key,
+            Some(x402_v2(&req, claim(vec![claim_row(w, &s.config, &stranger, (3_000, 3_000))]))),
+        )
+        .await;
+    refused(&v, "voucher_signature");
+    let mut above = good.clone();
+    above["totalClaimed"] = json!("3001");
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, claim(vec![above])))).await;
+    refused(&v, "claim_payload");
+    let mut forged = claim(vec![good.clone()]);
+    forged["claimAuthorizerSignature"] = json!(common::batch::voucher(w, &stranger, id, 1).to_string());
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, forged))).await;
+    refused(&v, "authorizer_address_mismatch");
+    assert_eq!(w.channel(id).await, (5_000, 0), "nothing claimed");
+
+    // The seller's claim, signed by the facilitator as the delegated authorizer; again, a no-op.
+    for _ in 0..2 {
+        let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, claim(vec![good.clone()])))).await;
+        assert_eq!(v["success"], true, "{v}");
+        assert_eq!(v["extra"]["channelStates"][0]["totalClaimed"].as_str(), Some("3000"), "{v}");
+        assert_eq!(w.channel(id).await, (5_000, 3_000));
+    }
+
+    // The sweep: another receiver refused; eight at once pay the receiver once; then nothing.
+    let sweep = |receiver: Address| json!({"type": "settle", "receiver": receiver.to_string(), "token": w.token.address.to_string()});
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, sweep(stranger.address())))).await;
+    refused(&v, "settle_payload");
+    let body = x402_v2(&req, sweep(s.receiver));
+    let calls = (0..8).map(|_| w.t.call("POST", "/settle", &s.key, Some(body.clone())));
+    let answers = futures_util::future::join_all(calls).await;
+    let transactions: std::collections::BTreeSet<_> =
+        answers.iter().filter(|(_, v)| v["success"] == true).map(|(_, v)| v["transaction"].to_string()).collect();
+    assert_eq!(transactions.len(), 1, "{answers:?}");
+    assert_eq!(w.balance(s.receiver).await, 3_000);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(body.clone())).await;
+    assert!(v["success"] == true || v["errorReason"] == "invalid_batch_settlement_evm_nothing_to_settle", "{v}");
+    assert_eq!(w.balance(s.receiver).await, 3_000, "swept once");
+
+    // A seller holding its own receiver authorizer: its signed claim is relayed.
+    let own = PrivateKeySigner::random();
+    let config = w.config(s.payer.address(), Address::ZERO, s.receiver, own.address(), 2);
+    let req = w.requirement(s.receiver, own.address(), 1_000);
+    let deposit = w.deposit_payload(&config, &s.payer, &s.payer, (2_000, 1_000), 2);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
+    assert_eq!(v["success"], true, "{v}");
+    let (_, v) =
+        w.t.call(
+            "POST",
+            "/settle",
+            &s.key,
+            Some(x402_v2(&req, claim(vec![claim_row(w, &config, &s.payer, (1_500, 1_500))]))),
+        )
+        .await;
+    refused(&v, "authorizer_address_mismatch");
+    let rows = vec![common::batch::row(
+        &config,
+        1_500,
+        common::batch::voucher(w, &s.payer, config.id(w.chain()), 1_500),
+        1_500,
+    )];
+    let signed = common::batch::signed_claim(w, rows, &own);
+    let mut relayed = claim(vec![claim_row(w, &config, &s.payer, (1_500, 1_500))]);
+    relayed["claimAuthorizerSignature"] = json!(signed.authorizerSignature.to_string());
+    let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, relayed))).await;
+    assert_eq!(v["success"], true, "anyone may relay a claim its authorizer signed: {v}");
+    assert_eq!(w.channel(config.id(w.chain())).await, (2_000, 1_500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supported_names_the_facilitator_as_the_receiver_authorizer_sellers_may_delegate_to() {
+    let s = shop().await;
+    let (_, v) = s.w.t.call("GET", "/supported", &s.key, None).await;
+    let kind = v["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["scheme"] == "batch-settlement" && k["x402Version"] == 2)
+        .unwrap_or_else(|| panic!("no batch-settlement kind: {v}"));
+    assert_eq!(kind["network"].as_str(), Some(&*s.w.t.network().to_string()));
+    assert_eq!(
+        kind["extra"]["receiverAuthorizer"].as_str().map(str::to_lowercase),
+        Some(format!("{:#x}", s.authorizer))
+    );
+    let v1 =
+        v["kinds"].as_array().unwrap().iter().filter(|k| k["scheme"] == "batch-settlement" && k["x402Version"] == 1);
+    assert_eq!(v1.count(), 0, "an x402 v2 scheme only");
+}

@@ -250,8 +250,29 @@ async fn settle_batch(
         extra: None,
     };
     let settled = state.channels().settle(&seller, &payload, &requirement, resource.map(|r| r.url)).await;
-    let (payment, channel) = match settled {
-        Ok(Settled::Deposit { payment, channel }) => (payment, channel),
+    let (payment, channel, failure) = match settled {
+        Ok(Settled::Deposit { payment, channel }) => (payment, channel, BatchReason::DepositTransactionFailed),
+        Ok(Settled::Swept { payment }) => (payment, None, BatchReason::SettleTransactionFailed),
+        Ok(Settled::Claimed { transaction, succeeded, channels }) => {
+            // A claim moves no money: `amount` stays empty.
+            let done = SettleResponse { transaction, ..answer(false, None) };
+            let failed = |why: BatchReason, message: &str| SettleResponse {
+                error_reason: Some(Reason::Batch(why).as_str().to_owned()),
+                error_message: Some(message.to_owned()),
+                ..done.clone()
+            };
+            return Ok(match succeeded {
+                Some(true) => {
+                    let extra = serde_json::json!({ "channelStates": channels });
+                    (None, Json(SettleResponse { success: true, extra: Some(extra), ..done }))
+                }
+                Some(false) => (
+                    Some(Extension(ProofRefused)),
+                    Json(failed(BatchReason::ClaimTransactionFailed, "the claim reverted on chain")),
+                ),
+                None => (None, Json(failed(BatchReason::WaitForReceiptFailed, "broadcast; not mined within the wait"))),
+            });
+        }
         Err(e) => {
             return match refused(e) {
                 Refused::Reason(r, settled) => {
@@ -289,8 +310,8 @@ async fn settle_batch(
             }),
         ),
         PaymentStatus::Failed | PaymentStatus::Expired => {
-            let message = error.unwrap_or_else(|| format!("the deposit {}", p.status.as_str()));
-            (Some(Extension(ProofRefused)), Json(failed(BatchReason::DepositTransactionFailed, message)))
+            let message = error.unwrap_or_else(|| format!("the transaction {}", p.status.as_str()));
+            (Some(Extension(ProofRefused)), Json(failed(failure, message)))
         }
         _ => {
             let message = "broadcast; not confirmed within the wait: settle again to follow it".to_owned();

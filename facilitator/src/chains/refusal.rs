@@ -127,6 +127,12 @@ pub enum BatchReason {
     DepositSimulationFailed,
     DepositTransactionFailed,
     WaitForReceiptFailed,
+    AuthorizerAddressMismatch,
+    ClaimSimulationFailed,
+    ClaimTransactionFailed,
+    SettleSimulationFailed,
+    SettleTransactionFailed,
+    NothingToSettle,
 }
 
 impl BatchReason {
@@ -166,6 +172,12 @@ impl BatchReason {
             Self::DepositSimulationFailed => "invalid_batch_settlement_evm_deposit_simulation_failed",
             Self::DepositTransactionFailed => "invalid_batch_settlement_evm_deposit_transaction_failed",
             Self::WaitForReceiptFailed => "invalid_batch_settlement_evm_wait_for_receipt_failed",
+            Self::AuthorizerAddressMismatch => "invalid_batch_settlement_evm_authorizer_address_mismatch",
+            Self::ClaimSimulationFailed => "invalid_batch_settlement_evm_claim_simulation_failed",
+            Self::ClaimTransactionFailed => "invalid_batch_settlement_evm_claim_transaction_failed",
+            Self::SettleSimulationFailed => "invalid_batch_settlement_evm_settle_simulation_failed",
+            Self::SettleTransactionFailed => "invalid_batch_settlement_evm_settle_transaction_failed",
+            Self::NothingToSettle => "invalid_batch_settlement_evm_nothing_to_settle",
         }
     }
 }

@@ -158,8 +158,9 @@ impl Chains {
                 }
             }
             for (version, name) in [(1, network.v1_name_or_caip2()), (2, network.to_string())] {
-                // `upto` is an x402 v2 scheme.
-                for (scheme, extra) in schemes.iter().filter(|(s, _)| version == 2 || *s != SCHEME_UPTO) {
+                // `upto` and `batch-settlement` are x402 v2 schemes.
+                let v2_only = |s: &str| s == SCHEME_UPTO || s == tollgate_protocol::x402::batch::SCHEME;
+                for (scheme, extra) in schemes.iter().filter(|(s, _)| version == 2 || !v2_only(s)) {
                     kinds.push(SupportedKind {
                         x402_version: version,
                         scheme: (*scheme).to_owned(),

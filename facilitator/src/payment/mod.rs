@@ -21,7 +21,7 @@
 //!
 //! The core returns domain values and [`PaymentError`]; the HTTP API makes statuses of them.
 
-mod deposit;
+mod contract;
 mod pipeline;
 mod receive;
 mod send;
@@ -36,7 +36,7 @@ use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
-pub use self::deposit::Deposit;
+pub use self::contract::ContractPayment;
 pub use self::receive::{Handed, Settlement};
 pub use self::send::{Built, SendOrder, Sent};
 pub use self::sign_in::{SignInRequest, SignedIn};

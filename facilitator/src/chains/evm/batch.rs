@@ -465,15 +465,17 @@ fn uint256(text: &str) -> Option<U256> {
     }
 }
 
-/// A checked deposit's `deposit` call, simulated again and priced as it will be sent from the
-/// facilitator's account: what signs it on each attempt, and the most its gas can cost.
+/// A call to the settlement contract (a checked deposit, a claim, a sweep), simulated again and
+/// priced as it will be sent from the facilitator's account `sender`: what signs it on each
+/// attempt, and the most its gas can cost. `fails` is the reason when the node says it fails.
 ///
 /// # Errors
-/// [`ProofError`] when it no longer passes, or the chain cannot be asked.
-pub async fn prepare_deposit(
+/// [`ProofError`] when it does not pass, or the chain cannot be asked.
+pub async fn prepare(
     backend: &EvmBackend,
     sender: Address,
     call: Vec<u8>,
+    fails: BatchReason,
 ) -> Result<(Box<dyn crate::chains::Signable>, Option<u128>), ProofError> {
     use crate::chains::{Intent, Settle, Settler};
     match super::call::prepare(backend, (sender, BATCH_SETTLEMENT, call), (Settler::Facilitator, Intent::Settle))
@@ -481,12 +483,154 @@ pub async fn prepare_deposit(
     {
         super::call::Prepared::Passes(Settle::Sign(signable), fee) => Ok((signable, fee)),
         super::call::Prepared::Passes(..) => {
-            Err(ProofError::Chain(ChainError("the deposit was not prepared to sign".into())))
+            Err(ProofError::Chain(ChainError("the call was not prepared to sign".into())))
         }
-        super::call::Prepared::Fails(failure) => {
-            Err(refuse(BatchReason::DepositSimulationFailed, format!("the deposit would fail: {failure}")))
+        super::call::Prepared::Fails(failure) => Err(refuse(fails, format!("the transaction would fail: {failure}"))),
+    }
+}
+
+/// One row of a seller's claim, checked: the channel is the requirement's, the voucher its
+/// payer's, the claimed total within the voucher and the escrow.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The channel's configuration.
+    pub config: wire::ChannelConfig,
+    /// Its id.
+    pub channel_id: B256,
+    /// The voucher's ceiling.
+    pub ceiling: u128,
+    /// The total claimed after this row.
+    pub total: u128,
+    /// The payer's voucher signature.
+    pub signature: Vec<u8>,
+}
+
+/// Checks a seller's claim rows against `bound` and the chain.
+///
+/// # Errors
+/// The scheme's refusal for the first row that does not pass, or [`ChainError`].
+pub async fn check_claims(
+    backend: &EvmBackend,
+    bound: &Bound,
+    rows: &[proto::ClaimRow],
+) -> Result<Vec<Claim>, ProofError> {
+    let why = BatchReason::ClaimPayload;
+    let mut claims = Vec::with_capacity(rows.len());
+    for row in rows {
+        let c = &row.voucher.channel;
+        let unbound = wire::ChannelConfig {
+            payer: parse_address(&c.payer, "channel.payer", why)?,
+            payerAuthorizer: parse_address(&c.payer_authorizer, "channel.payerAuthorizer", why)?,
+            receiver: parse_address(&c.receiver, "channel.receiver", why)?,
+            receiverAuthorizer: parse_address(&c.receiver_authorizer, "channel.receiverAuthorizer", why)?,
+            token: parse_address(&c.token, "channel.token", why)?,
+            withdrawDelay: alloy::primitives::Uint::from(c.withdraw_delay),
+            salt: parse_b256(&c.salt, "channel.salt", why)?,
+        };
+        let (config, id) = bind(bound, c, &format!("{:#x}", unbound.id(bound.chain_id)), why)?;
+        let (ceiling, total) = (row.voucher.max_claimable_amount.get(), row.total_claimed.get());
+        let signature = parse_bytes(&row.signature, "claims[].signature", why)?;
+        let digest = wire::voucher_digest(bound.chain_id, id, ceiling);
+        let (signer, contracts) = if config.payerAuthorizer == Address::ZERO {
+            (config.payer, true)
+        } else {
+            (config.payerAuthorizer, false)
+        };
+        if !signed_by(backend, signer, digest, &signature, contracts).await? {
+            return Err(refuse(
+                BatchReason::VoucherSignature,
+                format!("a claimed voucher of {id:#x} is not its payer's"),
+            ));
+        }
+        let snapshot = read(backend, id).await?;
+        if total > snapshot.balance {
+            return Err(refuse(
+                BatchReason::CumulativeExceedsBalance,
+                format!("the claim of {total} on {id:#x} exceeds its escrow of {}", snapshot.balance),
+            ));
+        }
+        claims.push(Claim { config, channel_id: id, ceiling, total, signature });
+    }
+    Ok(claims)
+}
+
+/// What the receiver authorizer signs to let anyone send `claims`.
+#[must_use]
+pub fn claim_digest(chain_id: u64, claims: &[Claim]) -> B256 {
+    let rows: Vec<_> = claims.iter().map(|c| (c.channel_id, c.ceiling, c.total)).collect();
+    wire::claim_batch_digest(chain_id, &rows)
+}
+
+/// The `claimWithSignature` call of `claims` under the receiver authorizer's `signature`.
+#[must_use]
+pub fn claim_call(claims: &[Claim], signature: &[u8]) -> Vec<u8> {
+    let rows = claims
+        .iter()
+        .map(|c| Contract::VoucherClaim {
+            voucher: Contract::VoucherBody { channel: c.config.clone(), maxClaimableAmount: c.ceiling },
+            signature: c.signature.clone().into(),
+            totalClaimed: c.total,
+        })
+        .collect();
+    Contract::claimWithSignatureCall { voucherClaims: rows, authorizerSignature: signature.to_vec().into() }
+        .abi_encode()
+}
+
+/// Whether `signature` over `digest` is `authorizer`'s (ECDSA, or EIP-1271 for a contract).
+///
+/// # Errors
+/// [`ChainError`] when a contract authorizer cannot be asked.
+pub async fn authorized(
+    backend: &EvmBackend,
+    authorizer: Address,
+    digest: B256,
+    signature: &[u8],
+) -> Result<bool, ChainError> {
+    signed_by(backend, authorizer, digest, signature, true).await
+}
+
+/// What a receiver has claimed in `token` in all, and what of it it has not been sent yet.
+///
+/// # Errors
+/// [`ChainError`] when the contract cannot be read.
+pub async fn unsettled(backend: &EvmBackend, receiver: Address, token: Address) -> Result<(u128, u128), ChainError> {
+    let account = erc20::view(&backend.rpc, BATCH_SETTLEMENT, &Contract::receiversCall { receiver, token }).await?;
+    Ok((account.totalClaimed, account.totalClaimed.saturating_sub(account.totalSettled)))
+}
+
+/// The `settle(receiver, token)` sweep call.
+#[must_use]
+pub fn sweep_call(receiver: Address, token: Address) -> Vec<u8> {
+    Contract::settleCall { receiver, token }.abi_encode()
+}
+
+/// Sends a prepared call from the facilitator's account and waits up to `wait` for it to be
+/// mined: its hash, and whether it succeeded (`None`: not mined within the wait).
+///
+/// # Errors
+/// [`ChainError`] when it cannot be signed or the node refuses it.
+pub async fn send(
+    backend: &EvmBackend,
+    signable: &dyn crate::chains::Signable,
+    wait: std::time::Duration,
+) -> Result<(B256, Option<bool>), ChainError> {
+    use crate::chains::{SendError, Sent, TxOutcome};
+    let mut outgoing = signable.sign().await?;
+    let hash: B256 =
+        outgoing.tx_id.parse().map_err(|_| ChainError(format!("not a transaction hash: {}", outgoing.tx_id)))?;
+    match backend.rpc.send_raw(&outgoing.raw).await {
+        Ok(_) => outgoing.release(Sent::Accepted).await,
+        Err(SendError::Uncertain(_)) => outgoing.release(Sent::Unknown).await,
+        Err(SendError::Rejected(reason)) => {
+            outgoing.release(Sent::Unknown).await;
+            return Err(ChainError(format!("the node refused the transaction: {reason}")));
         }
     }
+    Ok(match backend.rpc.wait_for_outcome(hash, wait).await? {
+        Some(TxOutcome::Confirmed { .. }) => (hash, Some(true)),
+        Some(TxOutcome::Failed { .. }) => (hash, Some(false)),
+        None => (hash, None),
+    })
 }
 
 /// The identity a deposit's authorization is claimed under: the same as the token authorization

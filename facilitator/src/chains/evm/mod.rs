@@ -214,6 +214,10 @@ impl Chain for EvmBackend {
         if let Some(signer) = signer {
             // `upto` is settled by the facilitator its witness names: this one's account.
             kinds.schemes.push((SCHEME_UPTO, Some(serde_json::json!({ "facilitatorAddress": signer }))));
+            // `batch-settlement`: this account signs claims as the channels' delegated receiver
+            // authorizer, and sends deposits, claims and sweeps.
+            let authorizer = serde_json::json!({ "receiverAuthorizer": signer });
+            kinds.schemes.push((tollgate_protocol::x402::batch::SCHEME, Some(authorizer)));
             kinds.extensions.push(tollgate_protocol::x402::schemes::EIP2612_GAS_SPONSORING);
             kinds.extensions.push(tollgate_protocol::x402::schemes::ERC20_APPROVAL_GAS_SPONSORING);
         }

@@ -8,6 +8,7 @@
 mod accounts;
 mod announce;
 mod answers;
+mod channels;
 mod idempotency;
 mod nonces;
 mod payments;

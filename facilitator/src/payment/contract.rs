@@ -1,9 +1,10 @@
-//! An x402 `batch-settlement` deposit as a payment: the payer's signed authorization, sent by
-//! the facilitator's account (its fees counted against the seller's sponsorship budget) into the
-//! channel's escrow, the settlement contract. It goes through the same steps as every payment:
-//! a claim on the authorization's identity in the payment's own row, write-ahead, broadcast,
-//! and the chain's verdict read from what landed (the contract's `Deposited` event for this
-//! payer), so an authorization moves money at most once, whoever asks how often.
+//! A payment made by a contract call the facilitator sends and pays the gas of (counted against
+//! the seller's sponsorship budget): an x402 `batch-settlement` deposit (the payer's signed
+//! authorization, into the channel's escrow, the settlement contract) or sweep (what a receiver
+//! claimed, from the escrow to it). It goes through the same steps as every payment: a claim on
+//! its identity in the payment's own row, write-ahead, broadcast, and the chain's verdict read
+//! from what landed (for a deposit the contract's `Deposited` event for this payer, for a sweep
+//! the token's transfer to the receiver), so it moves money at most once, whoever asks how often.
 
 use std::time::Duration;
 
@@ -17,26 +18,26 @@ use crate::chains::Signable;
 use crate::plans::Sponsorship;
 use crate::store::{NewPayment, StoredPayment};
 
-/// A deposit to settle (its `deposit` call, signed by the facilitator's account on each
-/// attempt, comes beside it).
-pub struct Deposit {
+/// A contract payment to settle (its call, signed by the facilitator's account on each attempt,
+/// comes beside it).
+pub struct ContractPayment {
     /// The seller's account (whose sponsorship budget pays the fees).
     pub account: String,
     /// Its plan's budget.
     pub sponsorship: Sponsorship,
     /// The chain.
     pub network: Network,
-    /// The payer (canonical address).
-    pub payer: String,
-    /// Where the money goes: the settlement contract (canonical address).
-    pub escrow: String,
+    /// Whose money moves (canonical address).
+    pub from: String,
+    /// Where it goes (canonical address).
+    pub to: String,
     /// The token (canonical address) and its decimals.
     pub token: (String, u8),
-    /// Base units deposited.
+    /// Base units moved.
     pub amount: u128,
-    /// The authorization's identity: the one claim on it.
+    /// Its identity (a deposit's authorization, a sweep's claimed total): the one claim on it.
     pub proof_id: String,
-    /// The buyer's payload.
+    /// The payload asking for it.
     pub payload: PaymentPayload,
     /// The most its gas can cost, native base units.
     pub fee: Option<u128>,
@@ -47,36 +48,44 @@ pub struct Deposit {
 }
 
 impl Payments {
-    /// Settles a deposit once. The same payload presented again by the same seller is answered
+    /// Settles a contract payment once. The same payload presented again by the same seller is answered
     /// with its payment (resumed when it was left unfinished); another payload claiming the
-    /// same authorization, or another seller, is refused as used.
+    /// same identity, or another seller, is refused as used.
     ///
     /// # Errors
     /// [`PaymentError::ProofUsed`], [`PaymentError::SponsorshipSpent`], and as
     /// [`Self::receive`].
-    pub async fn deposit(&self, d: Deposit, call: Box<dyn Signable>) -> Result<StoredPayment, PaymentError> {
+    pub async fn contract_payment(
+        &self,
+        d: ContractPayment,
+        call: Box<dyn Signable>,
+    ) -> Result<StoredPayment, PaymentError> {
         let this = self.clone();
-        detached(async move { this.deposit_now(d, call).await }).await
+        detached(async move { this.contract_payment_now(d, call).await }).await
     }
 
-    /// A deposit whose authorization is claimed already: answered as [`Self::deposit`] answers
+    /// A contract payment whose identity is claimed already: answered as [`Self::contract_payment`] answers
     /// it (`None` when it is not claimed). Asked before the chain is: a used authorization no
     /// longer simulates, and must still be answered as used, or with its own payment.
     ///
     /// # Errors
-    /// As [`Self::deposit`].
-    pub async fn deposit_claimed(&self, d: &Deposit) -> Result<Option<StoredPayment>, PaymentError> {
+    /// As [`Self::contract_payment`].
+    pub async fn contract_payment_claimed(&self, d: &ContractPayment) -> Result<Option<StoredPayment>, PaymentError> {
         let chain = self.chain(&d.network)?;
         match self.store().payment_by_proof(&d.proof_id).await? {
-            Some(holder) => self.answer_deposit(&*chain, holder, d).await.map(Some),
+            Some(holder) => self.answer_contract_payment(&*chain, holder, d).await.map(Some),
             None => Ok(None),
         }
     }
 
-    async fn deposit_now(&self, d: Deposit, call: Box<dyn Signable>) -> Result<StoredPayment, PaymentError> {
+    async fn contract_payment_now(
+        &self,
+        d: ContractPayment,
+        call: Box<dyn Signable>,
+    ) -> Result<StoredPayment, PaymentError> {
         let chain = self.chain(&d.network)?;
         if let Some(holder) = self.store().payment_by_proof(&d.proof_id).await? {
-            return self.answer_deposit(&*chain, holder, &d).await;
+            return self.answer_contract_payment(&*chain, holder, &d).await;
         }
         let family = d.network.family();
         let fee = u64::try_from(d.fee.unwrap_or(0)).unwrap_or(u64::MAX);
@@ -86,7 +95,7 @@ impl Payments {
             return Err(PaymentError::SponsorshipSpent {
                 message: format!(
                     "the network fees this facilitator pays for your account today would pass the plan's budget of \
-                     {budget} {family} base units (this deposit may cost {fee}); it renews at 00:00 UTC"
+                     {budget} {family} base units (this call may cost {fee}); it renews at 00:00 UTC"
                 ),
                 renews_in_secs,
             });
@@ -98,12 +107,12 @@ impl Payments {
             id: new_id(),
             owner_account: d.account.clone(),
             owner_side: Direction::Received,
-            counterparty_account: self.account_of(&d.payer).await?,
+            counterparty_account: self.account_of(&d.from).await?,
             status: PaymentStatus::Verified,
             mode: PaymentMode::Hosted,
             network: d.network.clone(),
-            from: d.payer.clone(),
-            to: d.escrow.clone(),
+            from: d.from.clone(),
+            to: d.to.clone(),
             amount_atomic: AtomicAmount(d.amount),
             asset: d.token.0.clone(),
             decimals: d.token.1,
@@ -124,7 +133,7 @@ impl Payments {
             Err(PaymentError::ProofUsed { payment_id, .. }) => {
                 self.store().release_sponsorship(&d.account, family, day, fee).await?;
                 match self.store().get_payment(&payment_id).await? {
-                    Some(holder) => self.answer_deposit(&*chain, holder, &d).await,
+                    Some(holder) => self.answer_contract_payment(&*chain, holder, &d).await,
                     None => Err(PaymentError::ProofUsed { payment_id, holder: None }),
                 }
             }
@@ -134,15 +143,15 @@ impl Payments {
 
     /// A claimed authorization presented again: its own seller with the very payload is
     /// answered with the payment (pushed on while unfinished); anyone else is refused.
-    async fn answer_deposit(
+    async fn answer_contract_payment(
         &self,
         chain: &dyn crate::chains::Chain,
         holder: StoredPayment,
-        d: &Deposit,
+        d: &ContractPayment,
     ) -> Result<StoredPayment, PaymentError> {
         let p = &holder.payment;
         let own = p.owner_account == d.account
-            && p.to == d.escrow
+            && p.to == d.to
             && p.amount_atomic.get() == d.amount
             && same_proof(p, &d.payload);
         if !own {
