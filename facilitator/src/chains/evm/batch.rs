@@ -190,15 +190,7 @@ pub fn bind(
     channel_id: &str,
     why: BatchReason,
 ) -> Result<(wire::ChannelConfig, B256), ProofError> {
-    let c = wire::ChannelConfig {
-        payer: parse_address(&config.payer, "channelConfig.payer", why)?,
-        payerAuthorizer: parse_address(&config.payer_authorizer, "channelConfig.payerAuthorizer", why)?,
-        receiver: parse_address(&config.receiver, "channelConfig.receiver", why)?,
-        receiverAuthorizer: parse_address(&config.receiver_authorizer, "channelConfig.receiverAuthorizer", why)?,
-        token: parse_address(&config.token, "channelConfig.token", why)?,
-        withdrawDelay: alloy::primitives::Uint::from(config.withdraw_delay),
-        salt: parse_b256(&config.salt, "channelConfig.salt", why)?,
-    };
+    let c = config_of(config, why)?;
     let id = parse_b256(channel_id, "voucher.channelId", why)?;
     if c.id(bound.chain_id) != id {
         return Err(refuse(
@@ -237,6 +229,19 @@ pub fn bind(
         return Err(refuse(why, "channelConfig.payer must not be the zero address"));
     }
     Ok((c, id))
+}
+
+/// A channel configuration as the contract reads it.
+fn config_of(config: &proto::ChannelConfig, why: BatchReason) -> Result<wire::ChannelConfig, ProofError> {
+    Ok(wire::ChannelConfig {
+        payer: parse_address(&config.payer, "channelConfig.payer", why)?,
+        payerAuthorizer: parse_address(&config.payer_authorizer, "channelConfig.payerAuthorizer", why)?,
+        receiver: parse_address(&config.receiver, "channelConfig.receiver", why)?,
+        receiverAuthorizer: parse_address(&config.receiver_authorizer, "channelConfig.receiverAuthorizer", why)?,
+        token: parse_address(&config.token, "channelConfig.token", why)?,
+        withdrawDelay: alloy::primitives::Uint::from(config.withdraw_delay),
+        salt: parse_b256(&config.salt, "channelConfig.salt", why)?,
+    })
 }
 
 /// Whether `signer` signed `digest`: ECDSA, or EIP-1271 when `contracts` allows and it has code.
@@ -518,15 +523,7 @@ pub async fn check_claims(
     let mut claims = Vec::with_capacity(rows.len());
     for row in rows {
         let c = &row.voucher.channel;
-        let unbound = wire::ChannelConfig {
-            payer: parse_address(&c.payer, "channel.payer", why)?,
-            payerAuthorizer: parse_address(&c.payer_authorizer, "channel.payerAuthorizer", why)?,
-            receiver: parse_address(&c.receiver, "channel.receiver", why)?,
-            receiverAuthorizer: parse_address(&c.receiver_authorizer, "channel.receiverAuthorizer", why)?,
-            token: parse_address(&c.token, "channel.token", why)?,
-            withdrawDelay: alloy::primitives::Uint::from(c.withdraw_delay),
-            salt: parse_b256(&c.salt, "channel.salt", why)?,
-        };
+        let unbound = config_of(c, why)?;
         let (config, id) = bind(bound, c, &format!("{:#x}", unbound.id(bound.chain_id)), why)?;
         let (ceiling, total) = (row.voucher.max_claimable_amount.get(), row.total_claimed.get());
         let signature = parse_bytes(&row.signature, "claims[].signature", why)?;
