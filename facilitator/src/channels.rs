@@ -50,6 +50,13 @@ pub enum Settled {
         /// The claimed channels as the chain holds them after it (when it succeeded).
         channels: Vec<ChannelState>,
     },
+    /// A refund: its payment from the escrow back to the payer, and the channel after it.
+    Refunded {
+        /// The payment.
+        payment: Box<StoredPayment>,
+        /// The channel after it.
+        channel: Option<ChannelState>,
+    },
     /// A sweep: its payment from the escrow to the receiver.
     Swept {
         /// The payment.
@@ -140,13 +147,14 @@ impl Channels {
                 let job = (payload, requirement, resource);
                 return self.sweep(seller, (&backend, &bound, signer), sweep, job, wait).await;
             }
-            BatchPayload::Voucher(_) | BatchPayload::Refund(_) => {
+            BatchPayload::Refund(refund) => {
+                let job = (payload, requirement, resource);
+                return self.refund(seller, (&backend, &bound, signer), (&read, refund), job, wait).await;
+            }
+            BatchPayload::Voucher(_) => {
                 return Err(refusal(
                     Reason::Batch(BatchReason::PayloadType),
-                    format!(
-                        "a {} payload is the seller's to keep (or, for a refund, to complete), not to settle",
-                        read.kind()
-                    ),
+                    "a voucher is the seller's to keep and claim, not to settle",
                 )
                 .into());
             }
@@ -208,19 +216,7 @@ impl Channels {
         let mismatch =
             |m: String| PaymentError::from(refusal(Reason::Batch(BatchReason::AuthorizerAddressMismatch), m));
         let signature = match &claim.claim_authorizer_signature {
-            Some(text) => {
-                let bytes = text
-                    .strip_prefix("0x")
-                    .and_then(|h| alloy::primitives::hex::decode(h).ok())
-                    .ok_or_else(|| mismatch("claimAuthorizerSignature must be 0x-hex".into()))?;
-                if !batch::authorized(backend, bound.receiver_authorizer, digest, &bytes).await? {
-                    return Err(mismatch(format!(
-                        "the claim is not signed by the receiver authorizer {:#x}",
-                        bound.receiver_authorizer
-                    )));
-                }
-                bytes
-            }
+            Some(text) => authorizer_signature(backend, bound, text, digest).await?,
             None => {
                 if bound.receiver_authorizer != signer {
                     return Err(mismatch(format!(
@@ -306,6 +302,129 @@ impl Channels {
         Ok(Settled::Swept { payment: Box::new(payment) })
     }
 
+    /// A cooperative refund the seller completed (refund nonce, claims of what it charged, its
+    /// authorizer's signatures, or none where it delegates to this facilitator): the claims and
+    /// `refundWithSignature` in one transaction, recorded as a payment from the escrow back to the
+    /// payer, once per refund nonce.
+    async fn refund(
+        &self,
+        seller: &Seller,
+        (backend, bound, signer): (&crate::chains::evm::EvmBackend, &Bound, alloy::primitives::Address),
+        (read, refund): (&BatchPayload, &tollgate_protocol::x402::batch::RefundPayload),
+        (payload, requirement, resource): (&PaymentPayload, &PaymentRequirements, Option<String>),
+        wait: std::time::Duration,
+    ) -> Result<Settled, PaymentError> {
+        let bad = |m: String| PaymentError::from(refusal(Reason::Batch(BatchReason::RefundPayload), m));
+        let (config, id) =
+            batch::bind(bound, &refund.channel_config, &refund.voucher.channel_id, BatchReason::RefundPayload)?;
+        let nonce = refund
+            .refund_nonce
+            .ok_or_else(|| bad("refundNonce is missing: the seller completes a refund before settling it".into()))?;
+        let escrow = protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string();
+        let mut job = ContractPayment {
+            account: seller.account.clone(),
+            sponsorship: seller.sponsorship,
+            network: requirement.network.clone(),
+            from: escrow,
+            to: protocol_address(config.payer).to_string(),
+            token: (protocol_address(bound.token).to_string(), 0),
+            amount: 0,
+            // Once per refund nonce: the contract takes each nonce once.
+            proof_id: format!("{}:batch-refund:{id:#x}:{}", requirement.network, nonce.get()),
+            payload: payload.clone(),
+            fee: None,
+            resource,
+            wait,
+        };
+        if let Some(payment) = self.payments.contract_payment_claimed(&job).await? {
+            let channel = batch::read(backend, id).await?.state();
+            return Ok(Settled::Refunded { payment: Box::new(payment), channel: Some(channel) });
+        }
+        let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
+        let passed = batch::check(backend, bound, read, signer, now).await?;
+        let snapshot = passed.snapshot;
+        if alloy::primitives::U256::from(nonce.get()) != snapshot.refund_nonce {
+            return Err(bad(format!(
+                "refundNonce {} is not the channel's next, {}",
+                nonce.get(),
+                snapshot.refund_nonce
+            )));
+        }
+        let claims = batch::check_claims(backend, bound, refund.claims.as_deref().unwrap_or_default()).await?;
+        if claims.iter().any(|c| c.channel_id != id) {
+            return Err(bad("a refund's claims are its own channel's".into()));
+        }
+        let claimed = claims.iter().map(|c| c.total).fold(snapshot.total_claimed, u128::max);
+        let available = snapshot.balance.saturating_sub(claimed);
+        if available == 0 {
+            return Err(refusal(
+                Reason::Batch(BatchReason::RefundNoBalance),
+                "the channel holds nothing unclaimed to return",
+            )
+            .into());
+        }
+        let asked = refund.amount.map_or(available, |a| a.get());
+        let delegated = |what: &str| -> Result<(), PaymentError> {
+            if bound.receiver_authorizer != signer {
+                return Err(PaymentError::from(refusal(
+                    Reason::Batch(BatchReason::AuthorizerAddressMismatch),
+                    format!("this facilitator ({signer:#x}) is not the channel's receiver authorizer: sign the {what}"),
+                )));
+            }
+            Ok(())
+        };
+        let key = backend.signer.as_ref().map(|s| &s.0);
+        let sign = |digest: alloy::primitives::B256| -> Result<Vec<u8>, PaymentError> {
+            let key = key.ok_or_else(|| PaymentError::Internal("no signer".into()))?;
+            Ok(alloy::signers::SignerSync::sign_hash_sync(key, &digest)
+                .map_err(|e| PaymentError::Internal(format!("cannot sign: {e}")))?
+                .as_bytes()
+                .to_vec())
+        };
+        let owned = self.store.channel_account(&requirement.network, &format!("{id:#x}")).await?;
+        let own = owned.as_deref() == Some(seller.account.as_str());
+        let digest = tollgate_encoding::batch::refund_digest(bound.chain_id, id, snapshot.refund_nonce, asked);
+        let refund_signature = match &refund.refund_authorizer_signature {
+            Some(text) => authorizer_signature(backend, bound, text, digest).await?,
+            None => {
+                delegated("refund")?;
+                if !own {
+                    return Err(bad(format!("channel {id:#x} was not funded by a deposit this account settled here")));
+                }
+                sign(digest)?
+            }
+        };
+        let mut calls = Vec::new();
+        if !claims.is_empty() {
+            let digest = batch::claim_digest(bound.chain_id, &claims);
+            let signature = match &refund.claim_authorizer_signature {
+                Some(text) => authorizer_signature(backend, bound, text, digest).await?,
+                None => {
+                    delegated("claim")?;
+                    if !own {
+                        return Err(bad(format!(
+                            "channel {id:#x} was not funded by a deposit this account settled here"
+                        )));
+                    }
+                    sign(digest)?
+                }
+            };
+            calls.push(batch::claim_call(&claims, &signature));
+        }
+        calls.push(batch::refund_call(&config, asked, snapshot.refund_nonce, &refund_signature));
+        let call = if calls.len() == 1 { calls.remove(0) } else { batch::multicall(calls) };
+        let (call, fee) = batch::prepare(backend, signer, call, BatchReason::RefundSimulationFailed).await?;
+        job.token.1 = batch::decimals(backend, bound.token).await?;
+        job.amount = asked.min(available);
+        job.fee = fee;
+        let payment = self.payments.contract_payment(job, call).await?;
+        let channel = match payment.payment.status {
+            tollgate_protocol::gateway::PaymentStatus::Confirmed => Some(batch::read(backend, id).await?.state()),
+            _ => None,
+        };
+        Ok(Settled::Refunded { payment: Box::new(payment), channel })
+    }
+
     /// Counts a call's most fee against the seller's daily sponsorship budget.
     async fn sponsor(
         &self,
@@ -381,4 +500,22 @@ impl Channels {
         })?;
         Ok((backend, bound, read))
     }
+}
+
+/// A receiver authorizer's `0x`-hex signature of `digest`, checked.
+async fn authorizer_signature(
+    backend: &crate::chains::evm::EvmBackend,
+    bound: &Bound,
+    text: &str,
+    digest: alloy::primitives::B256,
+) -> Result<Vec<u8>, PaymentError> {
+    let mismatch = |m: String| PaymentError::from(refusal(Reason::Batch(BatchReason::AuthorizerAddressMismatch), m));
+    let bytes = text
+        .strip_prefix("0x")
+        .and_then(|h| alloy::primitives::hex::decode(h).ok())
+        .ok_or_else(|| mismatch("an authorizer signature must be 0x-hex".into()))?;
+    if !batch::authorized(backend, bound.receiver_authorizer, digest, &bytes).await? {
+        return Err(mismatch(format!("not signed by the receiver authorizer {:#x}", bound.receiver_authorizer)));
+    }
+    Ok(bytes)
 }

@@ -438,3 +438,74 @@ async fn supported_names_the_facilitator_as_the_receiver_authorizer_sellers_may_
         v["kinds"].as_array().unwrap().iter().filter(|k| k["scheme"] == "batch-settlement" && k["x402Version"] == 1);
     assert_eq!(v1.count(), 0, "an x402 v2 scheme only");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_returns_only_what_was_not_charged_once_per_nonce_for_the_channels_seller() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
+    assert_eq!(v["success"], true, "{v}");
+    // The buyer asks for its money back after being charged 3,000: a zero-charge voucher.
+    let asked = json!({"type": "refund", "channelConfig": common::batch::config_json(&s.config),
+        "voucher": w.voucher_payload(&s.config, &s.payer, 3_000)["voucher"]});
+    // The seller completes it: the next refund nonce, and the claim of what it charged.
+    let completed = |nonce: u64| {
+        let mut p = asked.clone();
+        p["refundNonce"] = json!(nonce.to_string());
+        p["claims"] = json!([claim_row(w, &s.config, &s.payer, (3_000, 3_000))]);
+        p
+    };
+    let refused = |v: &Value, why: &str| {
+        assert_eq!(
+            (v["success"].as_bool(), v["errorReason"].as_str()),
+            (Some(false), Some(&*format!("invalid_batch_settlement_evm_{why}"))),
+            "{why}: {v}"
+        );
+    };
+    let (other_key, _) = w.t.customer().await;
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, asked.clone()))).await;
+    refused(&v, "refund_payload");
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, completed(1)))).await;
+    refused(&v, "refund_payload");
+    let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, completed(0)))).await;
+    refused(&v, "refund_payload");
+    let mut elsewhere = completed(0);
+    let other = w.config(s.payer.address(), Address::ZERO, s.receiver, s.authorizer, 9);
+    elsewhere["claims"] = json!([claim_row(w, &other, &s.payer, (3_000, 3_000))]);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, elsewhere))).await;
+    assert_eq!(v["success"], false, "another channel's claims: {v}");
+    assert_eq!((w.channel(id).await, w.balance(s.payer.address()).await), ((5_000, 0), 995_000));
+
+    // The refund: the 3,000 charged are claimed, the 2,000 left go back, in one transaction.
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, completed(0)))).await;
+    assert_eq!((v["success"].as_bool(), v["amount"].as_str()), (Some(true), Some("2000")), "{v}");
+    assert_eq!(v["extra"]["channelState"]["refundNonce"].as_str(), Some("1"), "{v}");
+    assert_eq!(w.channel(id).await, (3_000, 3_000));
+    assert_eq!(w.balance(s.payer.address()).await, 997_000);
+    // Settled again by its seller: the same refund; nothing more moves.
+    let (_, again) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, completed(0)))).await;
+    assert_eq!((again["success"].as_bool(), &again["transaction"]), (Some(true), &v["transaction"]), "{again}");
+    assert_eq!(w.balance(s.payer.address()).await, 997_000);
+    // Nothing unclaimed is left to return.
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, completed(1)))).await;
+    refused(&v, "refund_no_balance");
+    // The receiver's 3,000 are still its own to sweep.
+    let sweep = json!({"type": "settle", "receiver": s.receiver.to_string(), "token": w.token.address.to_string()});
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, sweep))).await;
+    assert_eq!((v["success"].as_bool(), v["amount"].as_str()), (Some(true), Some("3000")), "{v}");
+    assert_eq!(w.balance(s.receiver).await, 3_000);
+
+    // A top-up, then a partial refund of 500 of it.
+    let top_up = w.deposit_payload(&s.config, &s.payer, &s.payer, (1_000, 3_500), 2);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, top_up))).await;
+    assert_eq!(v["success"], true, "{v}");
+    let mut partial = completed(1);
+    partial["amount"] = json!("500");
+    partial["claims"] = json!([]);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, partial))).await;
+    assert_eq!((v["success"].as_bool(), v["amount"].as_str()), (Some(true), Some("500")), "{v}");
+    assert_eq!(w.channel(id).await, (3_500, 3_000));
+}

@@ -253,6 +253,7 @@ async fn settle_batch(
     let (payment, channel, failure) = match settled {
         Ok(Settled::Deposit { payment, channel }) => (payment, channel, BatchReason::DepositTransactionFailed),
         Ok(Settled::Swept { payment }) => (payment, None, BatchReason::SettleTransactionFailed),
+        Ok(Settled::Refunded { payment, channel }) => (payment, channel, BatchReason::RefundTransactionFailed),
         Ok(Settled::Claimed { transaction, succeeded, channels }) => {
             // A claim moves no money: `amount` stays empty.
             let done = SettleResponse { transaction, ..answer(false, None) };

@@ -133,6 +133,9 @@ pub enum BatchReason {
     SettleSimulationFailed,
     SettleTransactionFailed,
     NothingToSettle,
+    RefundNoBalance,
+    RefundSimulationFailed,
+    RefundTransactionFailed,
 }
 
 impl BatchReason {
@@ -178,6 +181,9 @@ impl BatchReason {
             Self::SettleSimulationFailed => "invalid_batch_settlement_evm_settle_simulation_failed",
             Self::SettleTransactionFailed => "invalid_batch_settlement_evm_settle_transaction_failed",
             Self::NothingToSettle => "invalid_batch_settlement_evm_nothing_to_settle",
+            Self::RefundNoBalance => "invalid_batch_settlement_evm_refund_no_balance",
+            Self::RefundSimulationFailed => "invalid_batch_settlement_evm_refund_simulation_failed",
+            Self::RefundTransactionFailed => "invalid_batch_settlement_evm_refund_transaction_failed",
         }
     }
 }

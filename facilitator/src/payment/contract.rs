@@ -150,10 +150,9 @@ impl Payments {
         d: &ContractPayment,
     ) -> Result<StoredPayment, PaymentError> {
         let p = &holder.payment;
-        let own = p.owner_account == d.account
-            && p.to == d.to
-            && p.amount_atomic.get() == d.amount
-            && same_proof(p, &d.payload);
+        // The very payload (its digest), from the same account, to the same party: what it moves
+        // is the payload's and the chain's, read when it was recorded.
+        let own = p.owner_account == d.account && p.to == d.to && same_proof(p, &d.payload);
         if !own {
             let visible = holder.visible_to(&d.account) && same_proof(p, &d.payload);
             return Err(PaymentError::ProofUsed {

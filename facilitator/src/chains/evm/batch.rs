@@ -595,6 +595,25 @@ pub async fn unsettled(backend: &EvmBackend, receiver: Address, token: Address) 
     Ok((account.totalClaimed, account.totalClaimed.saturating_sub(account.totalSettled)))
 }
 
+/// The `refundWithSignature` call returning up to `amount` of `config`'s unclaimed escrow at
+/// refund nonce `nonce`, under the receiver authorizer's `signature`.
+#[must_use]
+pub fn refund_call(config: &wire::ChannelConfig, amount: u128, nonce: U256, signature: &[u8]) -> Vec<u8> {
+    Contract::refundWithSignatureCall {
+        config: config.clone(),
+        amount,
+        nonce,
+        receiverAuthorizerSignature: signature.to_vec().into(),
+    }
+    .abi_encode()
+}
+
+/// Several calls to the settlement contract in one transaction (a claim, then a refund).
+#[must_use]
+pub fn multicall(calls: Vec<Vec<u8>>) -> Vec<u8> {
+    Contract::multicallCall { data: calls.into_iter().map(Into::into).collect() }.abi_encode()
+}
+
 /// The `settle(receiver, token)` sweep call.
 #[must_use]
 pub fn sweep_call(receiver: Address, token: Address) -> Vec<u8> {
