@@ -311,6 +311,15 @@ async fn no_other_scheme_pays_the_settlement_contract() {
     assert_eq!(w.balance(escrow).await, 0);
 }
 
+/// Asserts a settlement refused with the scheme's reason `why`.
+fn refused(v: &Value, why: &str) {
+    assert_eq!(
+        (v["success"].as_bool(), v["errorReason"].as_str()),
+        (Some(false), Some(&*format!("invalid_batch_settlement_evm_{why}"))),
+        "{why}: {v}"
+    );
+}
+
 /// A seller's claim row for `config`'s voucher of `ceiling`, claiming `total`.
 fn claim_row(w: &World, config: &ChannelConfig, key: &PrivateKeySigner, (ceiling, total): (u128, u128)) -> Value {
     let id = config.id(w.chain());
@@ -337,13 +346,6 @@ async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_
     // Claims that must not be signed or sent: another account's channel, a voucher not the
     // payer's, a total above it, a wrong authorizer signature, an authorizer that is not this
     // facilitator without the seller's own signature.
-    let refused = |v: &Value, why: &str| {
-        assert_eq!(
-            (v["success"].as_bool(), v["errorReason"].as_str()),
-            (Some(false), Some(&*format!("invalid_batch_settlement_evm_{why}"))),
-            "{why}: {v}"
-        );
-    };
     let good = claim_row(w, &s.config, &s.payer, (3_000, 3_000));
     let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, claim(vec![good.clone()])))).await;
     refused(&v, "claim_payload");
@@ -457,13 +459,6 @@ async fn a_refund_returns_only_what_was_not_charged_once_per_nonce_for_the_chann
         p["refundNonce"] = json!(nonce.to_string());
         p["claims"] = json!([claim_row(w, &s.config, &s.payer, (3_000, 3_000))]);
         p
-    };
-    let refused = |v: &Value, why: &str| {
-        assert_eq!(
-            (v["success"].as_bool(), v["errorReason"].as_str()),
-            (Some(false), Some(&*format!("invalid_batch_settlement_evm_{why}"))),
-            "{why}: {v}"
-        );
     };
     let (other_key, _) = w.t.customer().await;
     let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, asked.clone()))).await;
