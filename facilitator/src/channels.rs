@@ -190,20 +190,15 @@ impl Channels {
             }
         };
         let channel = match payment.payment.status {
-            tollgate_protocol::gateway::PaymentStatus::Confirmed => {
-                // The channel is its seller's to claim through this facilitator from now on.
-                let id_text = format!("{id:#x}");
-                self.store.record_channel(&requirement.network, &id_text, &seller.account, self.clock.now()).await?;
-                Some(batch::read(&backend, id).await?.state())
-            }
+            tollgate_protocol::gateway::PaymentStatus::Confirmed => Some(batch::read(&backend, id).await?.state()),
             _ => None,
         };
         Ok(Settled::Deposit { payment: Box::new(payment), channel })
     }
 
     /// A seller's claim: checked row by row, signed by this facilitator where it is the channels'
-    /// receiver authorizer (only for channels whose deposits this seller settled here: a claim
-    /// raises what a payer owes), else sent under the seller's own authorizer's signature.
+    /// receiver authorizer (only for a receiver that is one of the seller's own wallets here:
+    /// see [`Self::receives_for`]), else sent under the seller's own authorizer's signature.
     async fn claim(
         &self,
         seller: &Seller,
@@ -223,16 +218,9 @@ impl Channels {
                         "this facilitator ({signer:#x}) is not the channels' receiver authorizer: sign the claim"
                     )));
                 }
-                let network = backend.rpc.network();
-                for c in &claims {
-                    let id = format!("{:#x}", c.channel_id);
-                    if self.store.channel_account(network, &id).await?.as_deref() != Some(seller.account.as_str()) {
-                        return Err(refusal(
-                            Reason::Batch(BatchReason::ClaimPayload),
-                            format!("channel {id} was not funded by a deposit this account settled here"),
-                        )
-                        .into());
-                    }
+                // Every row's channel pays the requirement's receiver (checked above).
+                if !self.receives_for(seller, bound.receiver).await? {
+                    return Err(mismatch(not_receiver(bound.receiver)));
                 }
                 let key = backend.signer.as_ref().map(|s| &s.0).ok_or_else(|| mismatch("no signer".into()))?;
                 alloy::signers::SignerSync::sign_hash_sync(key, &digest)
@@ -381,15 +369,14 @@ impl Channels {
                 .as_bytes()
                 .to_vec())
         };
-        let owned = self.store.channel_account(&requirement.network, &format!("{id:#x}")).await?;
-        let own = owned.as_deref() == Some(seller.account.as_str());
+        let own = self.receives_for(seller, bound.receiver).await?;
         let digest = tollgate_encoding::batch::refund_digest(bound.chain_id, id, snapshot.refund_nonce, asked);
         let refund_signature = match &refund.refund_authorizer_signature {
             Some(text) => authorizer_signature(backend, bound, text, digest).await?,
             None => {
                 delegated("refund")?;
                 if !own {
-                    return Err(bad(format!("channel {id:#x} was not funded by a deposit this account settled here")));
+                    return Err(bad(not_receiver(bound.receiver)));
                 }
                 sign(digest)?
             }
@@ -402,9 +389,7 @@ impl Channels {
                 None => {
                     delegated("claim")?;
                     if !own {
-                        return Err(bad(format!(
-                            "channel {id:#x} was not funded by a deposit this account settled here"
-                        )));
+                        return Err(bad(not_receiver(bound.receiver)));
                     }
                     sign(digest)?
                 }
@@ -423,6 +408,16 @@ impl Channels {
             _ => None,
         };
         Ok(Settled::Refunded { payment: Box::new(payment), channel })
+    }
+
+    /// Whether this facilitator may sign for `seller` as the delegated receiver authorizer of
+    /// channels paying `receiver`: only when `receiver` is one of the seller account's own
+    /// wallets here. A claim raises what a payer owes, and a refund returns what a receiver
+    /// earned but has not claimed yet: nobody else's word may have them signed (not even the
+    /// account that settled the channel's deposit, which may be the payer's own).
+    async fn receives_for(&self, seller: &Seller, receiver: alloy::primitives::Address) -> Result<bool, PaymentError> {
+        let wallet = self.store.get_wallet(&protocol_address(receiver).to_string()).await?;
+        Ok(wallet.is_some_and(|w| w.account_id == seller.account))
     }
 
     /// Counts a call's most fee against the seller's daily sponsorship budget.
@@ -518,4 +513,12 @@ async fn authorizer_signature(
         return Err(mismatch(format!("not signed by the receiver authorizer {:#x}", bound.receiver_authorizer)));
     }
     Ok(bytes)
+}
+
+/// Why this facilitator does not sign for a receiver.
+fn not_receiver(receiver: alloy::primitives::Address) -> String {
+    format!(
+        "{receiver:#x} is not a wallet of this account here: this facilitator signs claims and refunds only for its \
+         sellers' own wallets; sign them with your receiver authorizer's key"
+    )
 }

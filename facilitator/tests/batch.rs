@@ -22,7 +22,8 @@ fn reason(v: &Value) -> &str {
 }
 
 /// A facilitator on anvil with the contracts; a payer holding 1,000,000 of the token whose
-/// vouchers its own key signs; a receiver whose claims the facilitator authorizes.
+/// vouchers its own key signs; a seller paid into its custodial wallet, whose claims the
+/// facilitator authorizes.
 struct Shop {
     w: World,
     key: String,
@@ -34,10 +35,11 @@ struct Shop {
 
 async fn shop() -> Shop {
     let w = World::start().await;
-    let (key, _) = w.t.customer().await;
+    // The seller is paid into its own custodial wallet here: the facilitator signs its claims.
+    let (key, wallet) = w.t.customer().await;
     let payer = PrivateKeySigner::random();
     w.token.mint(&w.t, payer.address(), 1_000_000).await;
-    let receiver = Address::repeat_byte(0x61);
+    let receiver: Address = wallet.parse().unwrap();
     let authorizer = w.t.backend().signer.as_ref().unwrap().0.address();
     let config = w.config(payer.address(), Address::ZERO, receiver, authorizer, 1);
     Shop { w, key, payer, receiver, authorizer, config }
@@ -343,12 +345,12 @@ async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_
     let stranger = PrivateKeySigner::random();
     let (other_key, _) = w.t.customer().await;
 
-    // Claims that must not be signed or sent: another account's channel, a voucher not the
+    // Claims that must not be signed or sent: another account's receiver, a voucher not the
     // payer's, a total above it, a wrong authorizer signature, an authorizer that is not this
     // facilitator without the seller's own signature.
     let good = claim_row(w, &s.config, &s.payer, (3_000, 3_000));
     let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, claim(vec![good.clone()])))).await;
-    refused(&v, "claim_payload");
+    refused(&v, "authorizer_address_mismatch");
     let (_, v) =
         w.t.call(
             "POST",
@@ -467,6 +469,10 @@ async fn a_refund_returns_only_what_was_not_charged_once_per_nonce_for_the_chann
     refused(&v, "refund_payload");
     let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, completed(0)))).await;
     refused(&v, "refund_payload");
+    let mut unclaimed = completed(0);
+    unclaimed["claims"] = json!([]);
+    let (_, v) = w.t.call("POST", "/settle", &other_key, Some(x402_v2(&req, unclaimed))).await;
+    refused(&v, "refund_payload");
     let mut elsewhere = completed(0);
     let other = w.config(s.payer.address(), Address::ZERO, s.receiver, s.authorizer, 9);
     elsewhere["claims"] = json!([claim_row(w, &other, &s.payer, (3_000, 3_000))]);
@@ -503,4 +509,34 @@ async fn a_refund_returns_only_what_was_not_charged_once_per_nonce_for_the_chann
     let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, partial))).await;
     assert_eq!((v["success"].as_bool(), v["amount"].as_str()), (Some(true), Some("500")), "{v}");
     assert_eq!(w.channel(id).await, (3_500, 3_000));
+}
+
+/// The payer, with an account of its own at the same facilitator, settles its own deposit first
+/// and then asks for everything unclaimed back, after being served on vouchers: the facilitator
+/// signs refunds and claims only for the receiver's own account, so the seller still claims what
+/// it charged and nothing goes back that was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payer_settling_its_own_deposit_cannot_take_back_what_it_was_charged() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let (payer_account, _) = w.t.customer().await;
+    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
+    let (_, v) = w.t.call("POST", "/settle", &payer_account, Some(x402_v2(&req, deposit))).await;
+    assert_eq!(v["success"], true, "anyone may send a payer's deposit: {v}");
+    // Served up to 3,000 on vouchers; then the payer asks for a full refund, claiming nothing.
+    let refund = json!({"type": "refund", "channelConfig": common::batch::config_json(&s.config),
+        "voucher": w.voucher_payload(&s.config, &s.payer, 3_000)["voucher"], "refundNonce": "0"});
+    let (_, v) = w.t.call("POST", "/settle", &payer_account, Some(x402_v2(&req, refund))).await;
+    refused(&v, "refund_payload");
+    let claim = json!({"type": "claim", "claims": [claim_row(w, &s.config, &s.payer, (1_000, 1_000))]});
+    let (_, v) = w.t.call("POST", "/settle", &payer_account, Some(x402_v2(&req, claim))).await;
+    refused(&v, "authorizer_address_mismatch");
+    assert_eq!(w.channel(id).await, (5_000, 0));
+    // The seller claims what it charged.
+    let claim = json!({"type": "claim", "claims": [claim_row(w, &s.config, &s.payer, (3_000, 3_000))]});
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, claim))).await;
+    assert_eq!(v["success"], true, "{v}");
+    assert_eq!(w.channel(id).await, (5_000, 3_000));
 }

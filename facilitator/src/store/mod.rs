@@ -542,25 +542,9 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     async fn idempotency_purge(&self, before: DateTime<Utc>) -> StoreResult<u64>;
 }
 
-/// x402 `batch-settlement` channels and the seller accounts whose deposits funded them.
-#[async_trait]
-pub trait ChannelStore: Send + Sync + 'static {
-    /// Records that `account` settled a deposit into channel `channel_id` on `network`, unless
-    /// another account did first; returns the channel's account (the first recorded).
-    async fn record_channel(
-        &self,
-        network: &Network,
-        channel_id: &str,
-        account: &str,
-        at: DateTime<Utc>,
-    ) -> StoreResult<String>;
-    /// The account a channel is recorded for.
-    async fn channel_account(&self, network: &Network, channel_id: &str) -> StoreResult<Option<String>>;
-}
-
 /// Everything Tollgate persists.
 #[async_trait]
-pub trait Store: AccountStore + PaymentStore + AnswerStore + ChannelStore + IdempotencyStore + WebhookStore {
+pub trait Store: AccountStore + PaymentStore + AnswerStore + IdempotencyStore + WebhookStore {
     /// Checks the database answers.
     async fn ping(&self) -> StoreResult<()>;
 

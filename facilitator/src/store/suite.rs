@@ -8,8 +8,8 @@ use tollgate_protocol::gateway::{Direction, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
 use super::{
-    AccountStore, ChannelStore, IdempotencyBegin, IdempotencyStore, NewPayment, PaymentStore, PaymentUpdate, SqlStore,
-    Store, StoreError, StoredApiKey, StoredPayment, StoredResponse,
+    AccountStore, IdempotencyBegin, IdempotencyStore, NewPayment, PaymentStore, PaymentUpdate, SqlStore, Store,
+    StoreError, StoredApiKey, StoredPayment, StoredResponse,
 };
 use crate::config::DatabaseUrl;
 use crate::plans::Plan;
@@ -1080,26 +1080,7 @@ suite!(
     a_payment_whose_first_answer_cannot_be_counted_is_not_recorded,
     a_pass_opens_its_scope_to_its_payer_while_confirmed,
     a_sign_in_nonce_is_used_once,
-    a_channel_stays_with_the_first_account_recorded,
 );
-
-async fn a_channel_stays_with_the_first_account_recorded(store: Arc<SqlStore>) {
-    let network = Network::eip155(8453);
-    let id = format!("0x{}", "ab".repeat(32));
-    assert_eq!(store.channel_account(&network, &id).await.unwrap(), None);
-    // Two accounts at once: one of them holds it, and both are told which.
-    let (a, b) = tokio::join!(
-        store.record_channel(&network, &id, "acct_a", t0()),
-        store.record_channel(&network, &id, "acct_b", t0())
-    );
-    let (a, b) = (a.unwrap(), b.unwrap());
-    assert_eq!(a, b);
-    assert!(a == "acct_a" || a == "acct_b");
-    assert_eq!(store.record_channel(&network, &id, "acct_c", t0()).await.unwrap(), a, "the first keeps it");
-    assert_eq!(store.channel_account(&network, &id).await.unwrap(), Some(a));
-    // The same id on another chain is another channel.
-    assert_eq!(store.record_channel(&Network::eip155(1), &id, "acct_c", t0()).await.unwrap(), "acct_c");
-}
 
 #[tokio::test]
 async fn sqlite_file_is_created_in_wal_mode_and_migrations_rerun_cleanly() {

@@ -8,7 +8,6 @@
 mod accounts;
 mod announce;
 mod answers;
-mod channels;
 mod idempotency;
 mod nonces;
 mod payments;
