@@ -22,6 +22,9 @@ pub const MAX_WITHDRAW_DELAY: u64 = 2_592_000;
 
 const WHAT: &str = "batch-settlement";
 
+/// Most rows one claim carries (each is read from the chain before it is signed).
+pub const MAX_CLAIMS: usize = 64;
+
 /// A channel's immutable configuration (its EIP-712 hash is the channel id).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -299,6 +302,9 @@ impl BatchPayload {
                 if p.amount.is_some_and(|a| a.get() == 0) {
                     return Err(err("amount must be positive"));
                 }
+                if p.claims.as_ref().is_some_and(|c| c.len() > MAX_CLAIMS) {
+                    return Err(err("claims must hold at most 64 rows"));
+                }
                 p.claims.iter().flatten().try_for_each(check_row)?;
                 [&p.refund_authorizer_signature, &p.claim_authorizer_signature]
                     .into_iter()
@@ -306,8 +312,8 @@ impl BatchPayload {
                     .try_for_each(|s| hex(s, None, "authorizer signatures"))
             }
             Self::Claim(p) => {
-                if p.claims.is_empty() {
-                    return Err(err("claims must not be empty"));
+                if p.claims.is_empty() || p.claims.len() > MAX_CLAIMS {
+                    return Err(err("claims must hold 1 to 64 rows"));
                 }
                 p.claims.iter().try_for_each(check_row)?;
                 p.claim_authorizer_signature.iter().try_for_each(|s| hex(s, None, "claimAuthorizerSignature"))
@@ -548,7 +554,11 @@ mod tests {
             "deposit": {"amount": "1", "authorization": {}}});
         assert!(BatchPayload::from_value(&both).unwrap_err().reason.contains("exactly one"));
         let empty = json!({"type": "claim", "claims": []});
-        assert!(BatchPayload::from_value(&empty).unwrap_err().reason.contains("empty"));
+        assert!(BatchPayload::from_value(&empty).unwrap_err().reason.contains("1 to 64"));
+        let row = json!({"voucher": {"channel": config(), "maxClaimableAmount": "5"},
+            "signature": format!("0x{}", "33".repeat(65)), "totalClaimed": "5"});
+        let many = json!({"type": "claim", "claims": vec![row; MAX_CLAIMS + 1]});
+        assert!(BatchPayload::from_value(&many).unwrap_err().reason.contains("1 to 64"));
         let over = json!({"type": "claim", "claims": [{"voucher": {"channel": config(), "maxClaimableAmount": "5"},
             "signature": format!("0x{}", "33".repeat(65)), "totalClaimed": "6"}]});
         assert!(BatchPayload::from_value(&over).unwrap_err().reason.contains("exceed"));
