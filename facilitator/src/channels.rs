@@ -1,11 +1,22 @@
 //! x402 `batch-settlement`, the facilitator's part: a buyer's `deposit`, `voucher` or `refund`
-//! verified against the seller's requirement and the channel on chain.
+//! verified against the seller's requirement and the channel on chain; a deposit, a seller's
+//! claim, a sweep and a completed refund settled.
 //!
 //! A batch payment is not one transfer to the seller, so it does not go through the payment
 //! core's single-transfer checks ([`crate::chains::Terms`]): the requirement binds the channel
 //! (token, receiver, receiver authorizer, withdrawal delay, and the channel id that hashes
 //! them), and the voucher must fit in what the chain holds. Every answer carries the channel as
 //! the chain holds it.
+//!
+//! | payload | settled as |
+//! |---|---|
+//! | `deposit` | a payment from the payer into the escrow, once per authorization ([`ContractPayment`]) |
+//! | `claim` | one `claimWithSignature` transaction (accounting only; a claim sent again is a no-op on chain) |
+//! | `settle` | a payment from the escrow to the receiver, once per claimed total |
+//! | `refund` | the claims and `refundWithSignature` in one transaction: a payment back to the payer, once per refund nonce |
+//!
+//! The facilitator signs claims and refunds as the channels' delegated receiver authorizer only
+//! for a receiver that is one of the caller account's own wallets.
 
 use std::sync::Arc;
 
@@ -120,12 +131,13 @@ impl Channels {
         Ok(Verdict { payer: protocol_address(passed.payer), channel: passed.snapshot.state() })
     }
 
-    /// Settles `payload` for `seller`: a `deposit` is sent from the facilitator's account into
-    /// the channel's escrow, once (its payment claims the authorization), then the channel is
-    /// read back.
+    /// Settles `payload` for `seller`: a `deposit` sent from the facilitator's account into the
+    /// channel's escrow (once: its payment claims the authorization) and the channel read back;
+    /// a `claim`, a `settle` (sweep) or a completed `refund` (see the module's table). A
+    /// `voucher` is refused: it is the seller's to keep and claim.
     ///
     /// # Errors
-    /// [`PaymentError::Refused`] with the scheme's reason; as [`Payments::deposit`].
+    /// [`PaymentError::Refused`] with the scheme's reason; as [`Payments::contract_payment`].
     pub async fn settle(
         &self,
         seller: &Seller,
