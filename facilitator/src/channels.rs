@@ -25,7 +25,7 @@ use tollgate_protocol::x402::{PaymentPayload, PaymentRequirements};
 
 use crate::chains::evm::batch::{self, Bound};
 use crate::chains::evm::protocol_address;
-use crate::chains::{BatchReason, Chains, ProofError, Reason, Refusal};
+use crate::chains::{BatchReason, Chains, Intent, ProofError, Reason, Refusal};
 use crate::clock::Clock;
 use crate::payment::{ContractPayment, MAX_X402_WAIT, PaymentError, Payments};
 use crate::plans::Sponsorship;
@@ -127,8 +127,8 @@ impl Channels {
         // facilitator sends none).
         let payer_guess = read.channel().and_then(|(c, _)| crate::chains::evm::address(&c.payer));
         let sender = signer.or(payer_guess).unwrap_or_default();
-        let passed = batch::check(&backend, &bound, &read, sender, now).await?;
-        Ok(Verdict { payer: protocol_address(passed.payer), channel: passed.snapshot.state() })
+        let passed = batch::check(&backend, &bound, &read, (sender, Intent::Verify), now).await?;
+        Ok(Verdict { payer: protocol_address(passed.config.payer), channel: passed.snapshot.state() })
     }
 
     /// Settles `payload` for `seller`: a `deposit` sent from the facilitator's account into the
@@ -173,25 +173,16 @@ impl Channels {
         };
         let why = BatchReason::DepositPayload;
         let (config, id) = batch::bind(&bound, &deposit.channel_config, &deposit.voucher.channel_id, why)?;
+        let proof_id = batch::deposit_identity(&requirement.network, (&config, id), &deposit.deposit)?;
         let mut job = ContractPayment {
-            account: seller.account.clone(),
-            sponsorship: seller.sponsorship,
-            network: requirement.network.clone(),
-            from: protocol_address(config.payer).to_string(),
-            to: protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string(),
-            token: (protocol_address(bound.token).to_string(), 0),
             amount: deposit.deposit.amount.get(),
-            proof_id: batch::deposit_identity(&requirement.network, (&config, id), &deposit.deposit)?,
-            payload: payload.clone(),
-            fee: None,
-            resource,
-            wait,
+            ..job(seller, (payload, requirement, resource), wait, (config.payer, ESCROW), bound.token, proof_id)
         };
         let payment = match self.payments.contract_payment_claimed(&job).await? {
             Some(payment) => payment,
             None => {
                 let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
-                let passed = batch::check(&backend, &bound, &read, signer, now).await?;
+                let passed = batch::check(&backend, &bound, &read, (signer, Intent::Settle), now).await?;
                 let Some(call) = passed.deposit_call else {
                     return Err(PaymentError::Internal("a checked deposit has no call".into()));
                 };
@@ -201,10 +192,7 @@ impl Channels {
                 self.payments.contract_payment(job, call).await?
             }
         };
-        let channel = match payment.payment.status {
-            tollgate_protocol::gateway::PaymentStatus::Confirmed => Some(batch::read(&backend, id).await?.state()),
-            _ => None,
-        };
+        let channel = channel_after(&backend, &payment, id).await?;
         Ok(Settled::Deposit { payment: Box::new(payment), channel })
     }
 
@@ -220,30 +208,14 @@ impl Channels {
     ) -> Result<Settled, PaymentError> {
         let claims = batch::check_claims(backend, bound, &claim.claims).await?;
         let digest = batch::claim_digest(bound.chain_id, &claims);
-        let mismatch =
-            |m: String| PaymentError::from(refusal(Reason::Batch(BatchReason::AuthorizerAddressMismatch), m));
-        let signature = match &claim.claim_authorizer_signature {
-            Some(text) => authorizer_signature(backend, bound, text, digest).await?,
-            None => {
-                if bound.receiver_authorizer != signer {
-                    return Err(mismatch(format!(
-                        "this facilitator ({signer:#x}) is not the channels' receiver authorizer: sign the claim"
-                    )));
-                }
-                // Every row's channel pays the requirement's receiver (checked above).
-                if !self.receives_for(seller, bound.receiver).await? {
-                    return Err(mismatch(not_receiver(bound.receiver)));
-                }
-                let key = backend.signer.as_ref().map(|s| &s.0).ok_or_else(|| mismatch("no signer".into()))?;
-                alloy::signers::SignerSync::sign_hash_sync(key, &digest)
-                    .map_err(|e| PaymentError::Internal(format!("cannot sign the claim: {e}")))?
-                    .as_bytes()
-                    .to_vec()
-            }
-        };
+        // Every row's channel pays the requirement's receiver (checked above).
+        let given = claim.claim_authorizer_signature.as_deref();
+        let signature = self
+            .authorization(seller, (backend, bound, signer), (given, digest), BatchReason::AuthorizerAddressMismatch)
+            .await?;
         let call = batch::claim_call(&claims, &signature);
         let (signable, fee) = batch::prepare(backend, signer, call, BatchReason::ClaimSimulationFailed).await?;
-        self.sponsor(seller, backend.rpc.network(), fee).await?;
+        self.payments.reserve_fees(&seller.account, seller.sponsorship, backend.rpc.network().family(), fee).await?;
         let (hash, succeeded) = batch::send(backend, &*signable, wait).await?;
         let mut channels = Vec::new();
         if succeeded == Some(true) {
@@ -278,21 +250,14 @@ impl Channels {
             )
             .into());
         }
-        let job = ContractPayment {
-            account: seller.account.clone(),
-            sponsorship: seller.sponsorship,
-            network: requirement.network.clone(),
-            from: protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string(),
-            to: protocol_address(bound.receiver).to_string(),
-            token: (protocol_address(bound.token).to_string(), batch::decimals(backend, bound.token).await?),
+        // Once per claimed total: two sweeps of the same claims are one.
+        let proof_id =
+            format!("{}:batch-sweep:{:#x}:{:#x}:{claimed}", requirement.network, bound.receiver, bound.token);
+        let mut job = ContractPayment {
             amount: pending,
-            // Once per claimed total: two sweeps of the same claims are one.
-            proof_id: format!("{}:batch-sweep:{:#x}:{:#x}:{claimed}", requirement.network, bound.receiver, bound.token),
-            payload: payload.clone(),
-            fee: None,
-            resource,
-            wait,
+            ..job(seller, (payload, requirement, resource), wait, (ESCROW, bound.receiver), bound.token, proof_id)
         };
+        job.token.1 = batch::decimals(backend, bound.token).await?;
         if let Some(payment) = self.payments.contract_payment_claimed(&job).await? {
             return Ok(Settled::Swept { payment: Box::new(payment) });
         }
@@ -320,28 +285,16 @@ impl Channels {
         let nonce = refund
             .refund_nonce
             .ok_or_else(|| bad("refundNonce is missing: the seller completes a refund before settling it".into()))?;
-        let escrow = protocol_address(tollgate_encoding::batch::BATCH_SETTLEMENT).to_string();
-        let mut job = ContractPayment {
-            account: seller.account.clone(),
-            sponsorship: seller.sponsorship,
-            network: requirement.network.clone(),
-            from: escrow,
-            to: protocol_address(config.payer).to_string(),
-            token: (protocol_address(bound.token).to_string(), 0),
-            amount: 0,
-            // Once per refund nonce: the contract takes each nonce once.
-            proof_id: format!("{}:batch-refund:{id:#x}:{}", requirement.network, nonce.get()),
-            payload: payload.clone(),
-            fee: None,
-            resource,
-            wait,
-        };
+        // Once per refund nonce: the contract takes each nonce once.
+        let proof_id = format!("{}:batch-refund:{id:#x}:{}", requirement.network, nonce.get());
+        let mut job =
+            job(seller, (payload, requirement, resource), wait, (ESCROW, config.payer), bound.token, proof_id);
         if let Some(payment) = self.payments.contract_payment_claimed(&job).await? {
             let channel = batch::read(backend, id).await?.state();
             return Ok(Settled::Refunded { payment: Box::new(payment), channel: Some(channel) });
         }
         let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
-        let passed = batch::check(backend, bound, read, signer, now).await?;
+        let passed = batch::check(backend, bound, read, (signer, Intent::Settle), now).await?;
         let snapshot = passed.snapshot;
         if alloy::primitives::U256::from(nonce.get()) != snapshot.refund_nonce {
             return Err(bad(format!(
@@ -364,48 +317,17 @@ impl Channels {
             .into());
         }
         let asked = refund.amount.map_or(available, |a| a.get());
-        let delegated = |what: &str| -> Result<(), PaymentError> {
-            if bound.receiver_authorizer != signer {
-                return Err(PaymentError::from(refusal(
-                    Reason::Batch(BatchReason::AuthorizerAddressMismatch),
-                    format!("this facilitator ({signer:#x}) is not the channel's receiver authorizer: sign the {what}"),
-                )));
-            }
-            Ok(())
-        };
-        let key = backend.signer.as_ref().map(|s| &s.0);
-        let sign = |digest: alloy::primitives::B256| -> Result<Vec<u8>, PaymentError> {
-            let key = key.ok_or_else(|| PaymentError::Internal("no signer".into()))?;
-            Ok(alloy::signers::SignerSync::sign_hash_sync(key, &digest)
-                .map_err(|e| PaymentError::Internal(format!("cannot sign: {e}")))?
-                .as_bytes()
-                .to_vec())
-        };
-        let own = self.receives_for(seller, bound.receiver).await?;
         let digest = tollgate_encoding::batch::refund_digest(bound.chain_id, id, snapshot.refund_nonce, asked);
-        let refund_signature = match &refund.refund_authorizer_signature {
-            Some(text) => authorizer_signature(backend, bound, text, digest).await?,
-            None => {
-                delegated("refund")?;
-                if !own {
-                    return Err(bad(not_receiver(bound.receiver)));
-                }
-                sign(digest)?
-            }
-        };
+        let given = refund.refund_authorizer_signature.as_deref();
+        let authorizing = (backend, bound, signer);
+        let refund_signature =
+            self.authorization(seller, authorizing, (given, digest), BatchReason::RefundPayload).await?;
         let mut calls = Vec::new();
         if !claims.is_empty() {
             let digest = batch::claim_digest(bound.chain_id, &claims);
-            let signature = match &refund.claim_authorizer_signature {
-                Some(text) => authorizer_signature(backend, bound, text, digest).await?,
-                None => {
-                    delegated("claim")?;
-                    if !own {
-                        return Err(bad(not_receiver(bound.receiver)));
-                    }
-                    sign(digest)?
-                }
-            };
+            let given = refund.claim_authorizer_signature.as_deref();
+            let signature =
+                self.authorization(seller, authorizing, (given, digest), BatchReason::RefundPayload).await?;
             calls.push(batch::claim_call(&claims, &signature));
         }
         calls.push(batch::refund_call(&config, asked, snapshot.refund_nonce, &refund_signature));
@@ -415,11 +337,39 @@ impl Channels {
         job.amount = asked.min(available);
         job.fee = fee;
         let payment = self.payments.contract_payment(job, call).await?;
-        let channel = match payment.payment.status {
-            tollgate_protocol::gateway::PaymentStatus::Confirmed => Some(batch::read(backend, id).await?.state()),
-            _ => None,
-        };
+        let channel = channel_after(backend, &payment, id).await?;
         Ok(Settled::Refunded { payment: Box::new(payment), channel })
+    }
+
+    /// The receiver authorizer's signature of `digest`: the seller's own (`given`, checked), or
+    /// this facilitator's as the delegated authorizer — only where it is the requirement's
+    /// authorizer and the receiver is one of the seller's own wallets here
+    /// ([`Self::receives_for`]; refused with `not_theirs` otherwise).
+    async fn authorization(
+        &self,
+        seller: &Seller,
+        (backend, bound, signer): (&crate::chains::evm::EvmBackend, &Bound, alloy::primitives::Address),
+        (given, digest): (Option<&str>, alloy::primitives::B256),
+        not_theirs: BatchReason,
+    ) -> Result<Vec<u8>, PaymentError> {
+        if let Some(text) = given {
+            return authorizer_signature(backend, bound, text, digest).await;
+        }
+        if bound.receiver_authorizer != signer {
+            return Err(refusal(
+                Reason::Batch(BatchReason::AuthorizerAddressMismatch),
+                format!("this facilitator ({signer:#x}) is not the channel's receiver authorizer: sign it yourself"),
+            )
+            .into());
+        }
+        if !self.receives_for(seller, bound.receiver).await? {
+            return Err(refusal(Reason::Batch(not_theirs), not_receiver(bound.receiver)).into());
+        }
+        let key = backend.signer.as_ref().map(|s| &s.0).ok_or_else(|| PaymentError::Internal("no signer".into()))?;
+        Ok(alloy::signers::SignerSync::sign_hash_sync(key, &digest)
+            .map_err(|e| PaymentError::Internal(format!("cannot sign: {e}")))?
+            .as_bytes()
+            .to_vec())
     }
 
     /// Whether this facilitator may sign for `seller` as the delegated receiver authorizer of
@@ -430,30 +380,6 @@ impl Channels {
     async fn receives_for(&self, seller: &Seller, receiver: alloy::primitives::Address) -> Result<bool, PaymentError> {
         let wallet = self.store.get_wallet(&protocol_address(receiver).to_string()).await?;
         Ok(wallet.is_some_and(|w| w.account_id == seller.account))
-    }
-
-    /// Counts a call's most fee against the seller's daily sponsorship budget.
-    async fn sponsor(
-        &self,
-        seller: &Seller,
-        network: &tollgate_protocol::Network,
-        fee: Option<u128>,
-    ) -> Result<(), PaymentError> {
-        let family = network.family();
-        let fee = u64::try_from(fee.unwrap_or(0)).unwrap_or(u64::MAX);
-        let now = self.clock.now().timestamp();
-        let budget = seller.sponsorship.per_day(family);
-        if self.store.reserve_sponsorship(&seller.account, family, now.div_euclid(86_400), fee, budget).await?.is_none()
-        {
-            return Err(PaymentError::SponsorshipSpent {
-                message: format!(
-                    "the network fees this facilitator pays for your account today would pass the plan's budget of \
-                     {budget} {family} base units (this claim may cost {fee}); it renews at 00:00 UTC"
-                ),
-                renews_in_secs: u64::try_from(86_400 - now.rem_euclid(86_400)).unwrap_or(86_400),
-            });
-        }
-        Ok(())
     }
 
     /// What a payload and its requirement say of themselves, before any chain is asked: the
@@ -506,6 +432,47 @@ impl Channels {
             refusal(Reason::Batch(why), e.reason)
         })?;
         Ok((backend, bound, read))
+    }
+}
+
+/// Channel `id` as the chain holds it once `payment` is confirmed (`None` before).
+async fn channel_after(
+    backend: &crate::chains::evm::EvmBackend,
+    payment: &StoredPayment,
+    id: alloy::primitives::B256,
+) -> Result<Option<ChannelState>, PaymentError> {
+    Ok(match payment.payment.status {
+        tollgate_protocol::gateway::PaymentStatus::Confirmed => Some(batch::read(backend, id).await?.state()),
+        _ => None,
+    })
+}
+
+/// The settlement contract: the escrow deposits go into and sweeps and refunds come out of.
+const ESCROW: alloy::primitives::Address = tollgate_encoding::batch::BATCH_SETTLEMENT;
+
+/// A contract payment `seller` asks for: `from` → `to` in `token` (its decimals and the amount
+/// are the caller's to fill), claimed under `proof_id`.
+fn job(
+    seller: &Seller,
+    (payload, requirement, resource): (&PaymentPayload, &PaymentRequirements, Option<String>),
+    wait: std::time::Duration,
+    (from, to): (alloy::primitives::Address, alloy::primitives::Address),
+    token: alloy::primitives::Address,
+    proof_id: String,
+) -> ContractPayment {
+    ContractPayment {
+        account: seller.account.clone(),
+        sponsorship: seller.sponsorship,
+        network: requirement.network.clone(),
+        from: protocol_address(from).to_string(),
+        to: protocol_address(to).to_string(),
+        token: (protocol_address(token).to_string(), 0),
+        amount: 0,
+        proof_id,
+        payload: payload.clone(),
+        fee: None,
+        resource,
+        wait,
     }
 }
 

@@ -52,6 +52,14 @@ impl Shop {
         v
     }
 
+    /// Settles the payer's deposit of `amount` into `config`'s channel (with a voucher of
+    /// `max`) for this seller, and checks it was.
+    async fn fund(&self, requirement: &Value, config: &ChannelConfig, (amount, max): (u128, u128), salt: u64) {
+        let deposit = self.w.deposit_payload(config, &self.payer, &self.payer, (amount, max), salt);
+        let (_, v) = self.w.t.call("POST", "/settle", &self.key, Some(x402_v2(requirement, deposit))).await;
+        assert_eq!(v["success"], true, "{v}");
+    }
+
     fn requirement(&self) -> Value {
         self.w.requirement(self.receiver, self.authorizer, 1_000)
     }
@@ -338,9 +346,7 @@ async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_
     let w = &s.w;
     let req = s.requirement();
     let id = s.config.id(w.chain());
-    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
-    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
-    assert_eq!(v["success"], true, "{v}");
+    s.fund(&req, &s.config, (5_000, 1_000), 1).await;
     let claim = |rows: Vec<Value>| json!({"type": "claim", "claims": rows});
     let stranger = PrivateKeySigner::random();
     let (other_key, _) = w.t.customer().await;
@@ -397,9 +403,7 @@ async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_
     let own = PrivateKeySigner::random();
     let config = w.config(s.payer.address(), Address::ZERO, s.receiver, own.address(), 2);
     let req = w.requirement(s.receiver, own.address(), 1_000);
-    let deposit = w.deposit_payload(&config, &s.payer, &s.payer, (2_000, 1_000), 2);
-    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
-    assert_eq!(v["success"], true, "{v}");
+    s.fund(&req, &config, (2_000, 1_000), 2).await;
     let (_, v) =
         w.t.call(
             "POST",
@@ -449,9 +453,7 @@ async fn a_refund_returns_only_what_was_not_charged_once_per_nonce_for_the_chann
     let w = &s.w;
     let req = s.requirement();
     let id = s.config.id(w.chain());
-    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
-    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
-    assert_eq!(v["success"], true, "{v}");
+    s.fund(&req, &s.config, (5_000, 1_000), 1).await;
     // The buyer asks for its money back after being charged 3,000: a zero-charge voucher.
     let asked = json!({"type": "refund", "channelConfig": common::batch::config_json(&s.config),
         "voucher": w.voucher_payload(&s.config, &s.payer, 3_000)["voucher"]});
@@ -500,9 +502,7 @@ async fn a_refund_returns_only_what_was_not_charged_once_per_nonce_for_the_chann
     assert_eq!(w.balance(s.receiver).await, 3_000);
 
     // A top-up, then a partial refund of 500 of it.
-    let top_up = w.deposit_payload(&s.config, &s.payer, &s.payer, (1_000, 3_500), 2);
-    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, top_up))).await;
-    assert_eq!(v["success"], true, "{v}");
+    s.fund(&req, &s.config, (1_000, 3_500), 2).await;
     let mut partial = completed(1);
     partial["amount"] = json!("500");
     partial["claims"] = json!([]);

@@ -87,19 +87,7 @@ impl Payments {
         if let Some(holder) = self.store().payment_by_proof(&d.proof_id).await? {
             return self.answer_contract_payment(&*chain, holder, &d).await;
         }
-        let family = d.network.family();
-        let fee = u64::try_from(d.fee.unwrap_or(0)).unwrap_or(u64::MAX);
-        let (day, renews_in_secs) = self.sponsorship_day();
-        let budget = d.sponsorship.per_day(family);
-        if self.store().reserve_sponsorship(&d.account, family, day, fee, budget).await?.is_none() {
-            return Err(PaymentError::SponsorshipSpent {
-                message: format!(
-                    "the network fees this facilitator pays for your account today would pass the plan's budget of \
-                     {budget} {family} base units (this call may cost {fee}); it renews at 00:00 UTC"
-                ),
-                renews_in_secs,
-            });
-        }
+        let (family, day, fee) = self.reserve_fees(&d.account, d.sponsorship, d.network.family(), d.fee).await?;
         let mut metadata = serde_json::Map::new();
         metadata.insert("scheme".to_owned(), tollgate_protocol::x402::batch::SCHEME.into());
         metadata.insert(PROOF_DIGEST.to_owned(), proof_digest(&d.payload).into());

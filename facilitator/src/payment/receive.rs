@@ -10,6 +10,7 @@ use tollgate_protocol::gateway::{PaymentMode, PaymentStatus};
 use super::pipeline::Source;
 use super::{PaymentError, Payments, Receive, Repeat, covers, detached};
 use crate::chains::{Chain, Checked, Intent, ProofError, Settle, Settler};
+use crate::plans::Sponsorship;
 use crate::store::{AnswerClaim, NewPayment, StoredPayment};
 use tollgate_protocol::ticket::{Answered, Ticket};
 
@@ -225,13 +226,8 @@ impl Payments {
     }
 
     /// Counts the fees of a settlement the facilitator signs (and pays for: x402 `exact`) against
-    /// the account's daily budget, atomically in storage, before anything is claimed or sent.
-    /// Each settlement counts the most it can cost.
-    ///
-    /// What was counted (chain family, day, amount), to give back if nothing is sent.
-    ///
-    /// # Errors
-    /// [`PaymentError::SponsorshipSpent`] when it would pass the budget (nothing counted).
+    /// the account's daily budget ([`Self::reserve_fees`]). `None` when the facilitator signs
+    /// nothing.
     async fn sponsor(
         &self,
         r: &Receive,
@@ -240,16 +236,32 @@ impl Payments {
         if !matches!(checked.settle, Settle::Sign(_)) {
             return Ok(None);
         }
-        let family = r.terms.network.family();
-        let fee = u64::try_from(checked.fee.unwrap_or(0)).unwrap_or(u64::MAX);
-        let budget = r.sponsorship.per_day(family);
+        self.reserve_fees(&r.account, r.sponsorship, r.terms.network.family(), checked.fee).await.map(Some)
+    }
+
+    /// Counts `fee` (native base units: the most a transaction the facilitator signs and pays
+    /// for can cost) against `account`'s daily sponsorship budget, atomically in storage, before
+    /// anything is claimed or sent. What was counted (chain family, day, amount), to give back if
+    /// nothing is sent.
+    ///
+    /// # Errors
+    /// [`PaymentError::SponsorshipSpent`] when it would pass the budget (nothing counted).
+    pub async fn reserve_fees(
+        &self,
+        account: &str,
+        sponsorship: Sponsorship,
+        family: tollgate_protocol::ChainFamily,
+        fee: Option<u128>,
+    ) -> Result<(tollgate_protocol::ChainFamily, i64, u64), PaymentError> {
+        let fee = u64::try_from(fee.unwrap_or(0)).unwrap_or(u64::MAX);
+        let budget = sponsorship.per_day(family);
         let (day, renews_in_secs) = self.sponsorship_day();
-        match self.store().reserve_sponsorship(&r.account, family, day, fee, budget).await? {
-            Some(_) => Ok(Some((family, day, fee))),
+        match self.store().reserve_sponsorship(account, family, day, fee, budget).await? {
+            Some(_) => Ok((family, day, fee)),
             None => Err(PaymentError::SponsorshipSpent {
                 message: format!(
                     "the network fees this facilitator pays for your account today would pass the plan's budget of \
-                     {budget} {family} base units (this settlement may cost {fee}); it renews at 00:00 UTC"
+                     {budget} {family} base units (this transaction may cost {fee}); it renews at 00:00 UTC"
                 ),
                 renews_in_secs,
             }),
@@ -257,7 +269,7 @@ impl Payments {
     }
 
     /// Today (days since the Unix epoch, UTC) and the seconds until tomorrow.
-    pub(super) fn sponsorship_day(&self) -> (i64, u64) {
+    fn sponsorship_day(&self) -> (i64, u64) {
         let now = self.now().timestamp();
         (now.div_euclid(86_400), u64::try_from(86_400 - now.rem_euclid(86_400)).unwrap_or(86_400))
     }

@@ -324,7 +324,7 @@ impl BatchPayload {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, PayloadError> {
-    T::deserialize(value).map_err(|e| err(&e.to_string()))
+    super::schemes::parse(WHAT, value)
 }
 
 fn err(reason: &str) -> PayloadError {
@@ -332,10 +332,7 @@ fn err(reason: &str) -> PayloadError {
 }
 
 fn hex(text: &str, bytes: Option<usize>, what: &str) -> Result<(), PayloadError> {
-    let ok = text.strip_prefix("0x").is_some_and(|h| {
-        h.len() % 2 == 0 && h.bytes().all(|b| b.is_ascii_hexdigit()) && bytes.is_none_or(|n| h.len() == 2 * n)
-    });
-    if ok {
+    if super::schemes::is_hex_of_len(text, bytes) {
         Ok(())
     } else {
         Err(err(&match bytes {

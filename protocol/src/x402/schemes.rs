@@ -29,7 +29,7 @@ pub struct PayloadError {
     pub reason: String,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(scheme: &'static str, value: &Value) -> Result<T, PayloadError> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(scheme: &'static str, value: &Value) -> Result<T, PayloadError> {
     T::deserialize(value).map_err(|e| PayloadError { scheme, reason: e.to_string() })
 }
 
@@ -407,7 +407,7 @@ pub fn receipt_message(network: &Network, transaction: &str, pay_to: &Address, r
     )
 }
 
-fn is_hex_of_len(text: &str, bytes: Option<usize>) -> bool {
+pub(crate) fn is_hex_of_len(text: &str, bytes: Option<usize>) -> bool {
     let Some(hex) = text.strip_prefix("0x") else {
         return false;
     };

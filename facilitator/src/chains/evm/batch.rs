@@ -151,16 +151,16 @@ impl Bound {
     }
 }
 
-/// A buyer's payload that passed: whose it is and the channel as the chain holds it.
+/// A buyer's payload that passed: its channel (whose payer it is) and the channel as the chain
+/// holds it.
 #[derive(Debug, Clone)]
 pub struct Passed {
-    /// The payer.
-    pub payer: Address,
     /// The channel's configuration.
     pub config: wire::ChannelConfig,
     /// The channel, read once for this check (before any deposit it carries).
     pub snapshot: Snapshot,
-    /// A deposit's `deposit(...)` call, simulated from the facilitator's account.
+    /// A deposit's `deposit(...)` call: simulated from `sender` for a verdict; to settle, left to
+    /// [`prepare`], whose gas estimate simulates it.
     pub deposit_call: Option<Vec<u8>>,
 }
 
@@ -272,7 +272,7 @@ pub async fn check(
     backend: &EvmBackend,
     bound: &Bound,
     payload: &BatchPayload,
-    sender: Address,
+    (sender, intent): (Address, crate::chains::Intent),
     now: u64,
 ) -> Result<Passed, ProofError> {
     let why = match payload {
@@ -330,11 +330,11 @@ pub async fn check(
     }
     let deposit_call = match payload {
         BatchPayload::Deposit(p) => {
-            Some(check_deposit(backend, bound, (&config, id), &p.deposit, (sender, now)).await?)
+            Some(check_deposit(backend, bound, (&config, id), &p.deposit, (sender, intent, now)).await?)
         }
         _ => None,
     };
-    Ok(Passed { payer: config.payer, config, snapshot, deposit_call })
+    Ok(Passed { config, snapshot, deposit_call })
 }
 
 /// A deposit's authorization, checked as its collector will use it, then the whole `deposit`
@@ -344,7 +344,7 @@ async fn check_deposit(
     bound: &Bound,
     (config, id): (&wire::ChannelConfig, B256),
     deposit: &proto::Deposit,
-    (sender, now): (Address, u64),
+    (sender, intent, now): (Address, crate::chains::Intent, u64),
 ) -> Result<Vec<u8>, ProofError> {
     let why = BatchReason::DepositPayload;
     let amount = deposit.amount.get();
@@ -419,8 +419,8 @@ async fn check_deposit(
                 if u128::from(now.saturating_add(backend.valid_before_margin_secs)) >= deadline {
                     return Err(refuse(BatchReason::Permit2DeadlineExpired, "the permit expires too soon"));
                 }
-                let nonce =
-                    uint256(&p.nonce).ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
+                let nonce = super::permit2::parse_uint256(&p.nonce)
+                    .ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
                 let signature = parse_bytes(&p.signature, "permit2Authorization.signature", why)?;
                 let message = wire::PermitWitnessTransferFrom {
                     permitted: wire::TokenPermissions { token: bound.token, amount: U256::from(amount) },
@@ -452,22 +452,18 @@ async fn check_deposit(
         };
     let call =
         Contract::depositCall { config: config.clone(), amount, collector, collectorData: data.into() }.abi_encode();
-    let request = TransactionRequest::default()
-        .from(sender)
-        .to(BATCH_SETTLEMENT)
-        .input(Bytes::from(call.clone()).into())
-        .gas_limit(backend.max_gas);
-    if let Err(failure) = backend.rpc.simulate(request).await? {
-        return Err(refuse(BatchReason::DepositSimulationFailed, format!("the deposit would fail: {failure}")));
+    // Settling, [`prepare`]'s gas estimate simulates it: once is enough.
+    if intent == crate::chains::Intent::Verify {
+        let request = TransactionRequest::default()
+            .from(sender)
+            .to(BATCH_SETTLEMENT)
+            .input(Bytes::from(call.clone()).into())
+            .gas_limit(backend.max_gas);
+        if let Err(failure) = backend.rpc.simulate(request).await? {
+            return Err(refuse(BatchReason::DepositSimulationFailed, format!("the deposit would fail: {failure}")));
+        }
     }
     Ok(call)
-}
-
-fn uint256(text: &str) -> Option<U256> {
-    match text.strip_prefix("0x") {
-        Some(hex) => U256::from_str_radix(hex, 16).ok(),
-        None => text.parse().ok(),
-    }
 }
 
 /// A call to the settlement contract (a checked deposit, a claim, a sweep), simulated again and
@@ -667,7 +663,8 @@ pub fn deposit_identity(
             Ok(format!("{network}:{:#x}:{:#x}:{nonce:#x}", config.token, config.payer))
         }
         (None, Some(p)) => {
-            let nonce = uint256(&p.nonce).ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
+            let nonce = super::permit2::parse_uint256(&p.nonce)
+                .ok_or_else(|| refuse(why, "permit2Authorization.nonce must be a uint256"))?;
             Ok(format!("{network}:permit2:{:#x}:{nonce:#x}", config.payer))
         }
         (None, None) => Err(refuse(BatchReason::Erc3009AuthorizationRequired, "the deposit carries no authorization")),

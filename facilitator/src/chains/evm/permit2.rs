@@ -224,7 +224,7 @@ pub(super) fn read(payload: &PaymentPayload, method: Method) -> Result<Transfer,
 }
 
 /// A uint256 written in decimal or `0x`-hex.
-fn parse_uint256(text: &str) -> Option<U256> {
+pub(super) fn parse_uint256(text: &str) -> Option<U256> {
     match text.strip_prefix("0x") {
         Some(hex) => U256::from_str_radix(hex, 16).ok(),
         None => U256::from_str_radix(text, 10).ok(),
