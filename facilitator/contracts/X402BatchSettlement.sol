@@ -2,6 +2,7 @@
 pragma solidity 0.8.37;
 
 import {Signatures} from "./Signatures.sol";
+import {IERC20Permit, ISignatureTransfer} from "./X402Permit2Proxies.sol";
 
 /// @title x402's batch-settlement channels, written for Tollgate's tests to their published interface.
 /// @notice No package registry ships `x402BatchSettlement` and its deposit collectors, so the tests
@@ -438,39 +439,6 @@ contract ERC3009DepositCollector is IDepositCollector {
     }
 }
 
-/// Permit2's signature transfers (the part the collector calls).
-interface IPermit2Witness {
-    struct TokenPermissions {
-        address token;
-        uint256 amount;
-    }
-
-    struct PermitTransferFrom {
-        TokenPermissions permitted;
-        uint256 nonce;
-        uint256 deadline;
-    }
-
-    struct SignatureTransferDetails {
-        address to;
-        uint256 requestedAmount;
-    }
-
-    function permitWitnessTransferFrom(
-        PermitTransferFrom calldata permit,
-        SignatureTransferDetails calldata transferDetails,
-        address owner,
-        bytes32 witness,
-        string calldata witnessTypeString,
-        bytes calldata signature
-    ) external;
-}
-
-interface IERC2612 {
-    function permit(address owner, address spender, uint256 value, uint256 deadline, uint8 v, bytes32 r, bytes32 s)
-        external;
-}
-
 /// Deposits of any ERC-20 through Permit2: the payer signs a `PermitWitnessTransferFrom` for this
 /// collector as spender, with the channel id as witness (`DepositWitness(bytes32 channelId)`), so
 /// the signature moves money into that channel only. An optional EIP-2612 permit first lets
@@ -478,7 +446,7 @@ interface IERC2612 {
 /// collectorData = abi.encode(uint256 nonce, uint256 deadline, bytes signature, bytes eip2612Permit),
 /// eip2612Permit empty or abi.encode(uint256 value, uint256 deadline, uint8 v, bytes32 r, bytes32 s).
 contract Permit2DepositCollector is IDepositCollector {
-    IPermit2Witness public constant PERMIT2 = IPermit2Witness(0x000000000022D473030F116dDEE9F6B43aC78BA3);
+    ISignatureTransfer public constant PERMIT2 = ISignatureTransfer(0x000000000022D473030F116dDEE9F6B43aC78BA3);
     bytes32 public constant DEPOSIT_WITNESS_TYPEHASH = keccak256("DepositWitness(bytes32 channelId)");
     string public constant WITNESS_TYPE_STRING =
         "DepositWitness witness)DepositWitness(bytes32 channelId)TokenPermissions(address token,uint256 amount)";
@@ -493,12 +461,12 @@ contract Permit2DepositCollector is IDepositCollector {
             abi.decode(collectorData, (uint256, uint256, bytes, bytes));
         if (eip2612Permit.length > 0) _permitPermit2(payer, token, eip2612Permit);
         PERMIT2.permitWitnessTransferFrom(
-            IPermit2Witness.PermitTransferFrom({
-                permitted: IPermit2Witness.TokenPermissions({token: token, amount: amount}),
+            ISignatureTransfer.PermitTransferFrom({
+                permitted: ISignatureTransfer.TokenPermissions({token: token, amount: amount}),
                 nonce: nonce,
                 deadline: deadline
             }),
-            IPermit2Witness.SignatureTransferDetails({to: msg.sender, requestedAmount: amount}),
+            ISignatureTransfer.SignatureTransferDetails({to: msg.sender, requestedAmount: amount}),
             payer,
             keccak256(abi.encode(DEPOSIT_WITNESS_TYPEHASH, channelId)),
             WITNESS_TYPE_STRING,
@@ -509,6 +477,6 @@ contract Permit2DepositCollector is IDepositCollector {
     function _permitPermit2(address payer, address token, bytes memory eip2612Permit) private {
         (uint256 value, uint256 deadline, uint8 v, bytes32 r, bytes32 s) =
             abi.decode(eip2612Permit, (uint256, uint256, uint8, bytes32, bytes32));
-        try IERC2612(token).permit(payer, address(PERMIT2), value, deadline, v, r, s) {} catch {}
+        try IERC20Permit(token).permit(payer, address(PERMIT2), value, deadline, v, r, s) {} catch {}
     }
 }
