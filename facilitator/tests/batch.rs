@@ -34,7 +34,10 @@ struct Shop {
 }
 
 async fn shop() -> Shop {
-    let w = World::start().await;
+    shop_on(World::start().await).await
+}
+
+async fn shop_on(w: World) -> Shop {
     // The seller is paid into its own custodial wallet here: the facilitator signs its claims.
     let (key, wallet) = w.t.customer().await;
     let payer = PrivateKeySigner::random();
@@ -539,4 +542,89 @@ async fn a_payer_settling_its_own_deposit_cannot_take_back_what_it_was_charged()
     let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, claim))).await;
     assert_eq!(v["success"], true, "{v}");
     assert_eq!(w.channel(id).await, (5_000, 3_000));
+}
+
+/// A storage fault injected (by a SQLite trigger) at each write of a deposit's settlement: the
+/// seller's `/settle` fails; afterwards — the reconciler's pass, then the seller's retry of the
+/// same deposit — the channel holds it once and one payment records it. Never a record of money
+/// that did not move, nor a second transfer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_fault_at_any_step_of_a_deposit_leaves_it_deposited_once() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let mut held = 0;
+    for (salt, (step, when)) in (10..).zip(common::FAULT_STEPS) {
+        let body = x402_v2(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (1_000, 1_000), salt));
+        common::sqlite(
+            &w.t.db_path(),
+            &format!("CREATE TRIGGER fault {when} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"),
+        )
+        .await;
+        let (status, v) = w.t.call("POST", "/settle", &s.key, Some(body.clone())).await;
+        assert!(status == StatusCode::INTERNAL_SERVER_ERROR || v["success"] == false, "{step}: {status} {v}");
+        common::sqlite(&w.t.db_path(), "DROP TRIGGER fault").await;
+
+        common::reconcile_in(&*w.t.store, &w.t.state.chains, chrono::Duration::hours(1)).await;
+        let (status, v) = w.t.call("POST", "/settle", &s.key, Some(body)).await;
+        assert_eq!(
+            (status, v["success"].as_bool(), v["amount"].as_str()),
+            (StatusCode::OK, Some(true), Some("1000")),
+            "{step}: {v}"
+        );
+        held += 1_000;
+        assert_eq!(w.channel(id).await, (held, 0), "{step}: deposited exactly once");
+        assert_eq!(w.balance(s.payer.address()).await, 1_000_000 - held, "{step}");
+        let escrow = tollgate_encoding::batch::BATCH_SETTLEMENT;
+        let (_, history) = w.t.call("GET", &format!("/payment/history/{escrow}?type=received"), &s.key, None).await;
+        assert_eq!(history["total"].as_u64(), Some(held as u64 / 1_000), "{step}: one record per deposit: {history}");
+    }
+}
+
+/// The seller hangs up while its deposit is being settled, at several moments: the settlement
+/// goes on without it, and the same deposit settled again is answered with that one; it moved
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seller_hanging_up_mid_settlement_leaves_its_deposit_made_once() {
+    let s = shop().await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let body = x402_v2(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1));
+    for millis in [1, 2, 4, 8, 16, 32, 64] {
+        let call = w.t.call("POST", "/settle", &s.key, Some(body.clone()));
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(millis), call).await;
+    }
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(body.clone())).await;
+    assert_eq!((v["success"].as_bool(), v["amount"].as_str()), (Some(true), Some("5000")), "{v}");
+    let (_, again) = w.t.call("POST", "/settle", &s.key, Some(body)).await;
+    assert_eq!(again["transaction"], v["transaction"], "{again}");
+    assert_eq!(w.channel(id).await, (5_000, 0), "deposited once");
+    assert_eq!(w.balance(s.payer.address()).await, 995_000);
+}
+
+/// What a facilitator asks the chain (counted by a proxy in front of anvil): a voucher's verify
+/// is one call, whatever the seller's traffic; a deposit's settlement is printed for the book.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voucher_verify_asks_the_chain_once() {
+    let s = shop_on(World::start_behind_proxy().await).await;
+    let w = &s.w;
+    let req = s.requirement();
+    let proxy = w.t.proxy.as_ref().unwrap();
+    let before = proxy.all_calls();
+    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1);
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, deposit))).await;
+    assert_eq!(v["success"], true, "{v}");
+    eprintln!("RPC calls of a deposit's settlement: {:?}", common::rpc_proxy::calls_since(&before, &proxy.all_calls()));
+    for max in [1_000, 2_000, 3_000] {
+        let before = proxy.all_calls();
+        let v = s.verify(&req, w.voucher_payload(&s.config, &s.payer, max)).await;
+        assert_eq!(v["isValid"], true, "{v}");
+        assert_eq!(
+            common::rpc_proxy::calls_since(&before, &proxy.all_calls()),
+            [("eth_call".to_owned(), 1)].into(),
+            "one verify, one call"
+        );
+    }
 }

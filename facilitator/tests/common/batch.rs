@@ -33,7 +33,15 @@ pub struct World {
 
 impl World {
     pub async fn start() -> Self {
-        let t = EvmApp::start().await;
+        Self::on(EvmApp::start().await).await
+    }
+
+    /// The same, the facilitator reaching anvil through a counting proxy.
+    pub async fn start_behind_proxy() -> Self {
+        Self::on(EvmApp::start_behind_proxy().await).await
+    }
+
+    async fn on(t: EvmApp) -> Self {
         install(&t).await;
         let deployer = PrivateKeySigner::random();
         t.fund(&deployer.address().to_string(), 10 * ETH).await;
