@@ -384,13 +384,7 @@ pub async fn install_permit2(rpc: &EvmRpc, deployer: &PrivateKeySigner) -> Resul
         }
     }
     for (bytecode, at) in [(EXACT_PROXY_BYTECODE, EXACT_PROXY), (UPTO_PROXY_BYTECODE, UPTO_PROXY)] {
-        let mut code =
-            alloy::primitives::hex::decode(bytecode.trim()).map_err(|e| ChainError(format!("proxy bytecode: {e}")))?;
-        code.extend(PERMIT2.abi_encode());
-        let deployed = send_evm(rpc, deployer, TxKind::Create, code)
-            .await?
-            .ok_or_else(|| ChainError("the proxy's deployment created no contract".into()))?;
-        set_code(rpc, at, &rpc.code(deployed).await?).await?;
+        place(rpc, deployer, (bytecode, &PERMIT2.abi_encode()), at).await?;
     }
     Ok(())
 }
@@ -409,14 +403,27 @@ pub async fn install_batch_settlement(rpc: &EvmRpc, deployer: &PrivateKeySigner)
         (ERC3009_COLLECTOR_BYTECODE, ERC3009_COLLECTOR),
         (PERMIT2_COLLECTOR_BYTECODE, PERMIT2_COLLECTOR),
     ] {
-        let code = alloy::primitives::hex::decode(bytecode.trim())
-            .map_err(|e| ChainError(format!("batch-settlement bytecode: {e}")))?;
-        let deployed = send_evm(rpc, deployer, TxKind::Create, code)
-            .await?
-            .ok_or_else(|| ChainError("the contract's deployment created no contract".into()))?;
-        set_code(rpc, at, &rpc.code(deployed).await?).await?;
+        place(rpc, deployer, (bytecode, &[]), at).await?;
     }
     Ok(())
+}
+
+/// Deploys `bytecode` (hex, followed by its constructor's `arguments`) from `deployer` and moves
+/// the deployed code to `at`: for contracts whose code is all of them (no state, immutables
+/// that do not name their own address).
+async fn place(
+    rpc: &EvmRpc,
+    deployer: &PrivateKeySigner,
+    (bytecode, arguments): (&str, &[u8]),
+    at: EvmAddress,
+) -> Result<(), ChainError> {
+    let mut code = alloy::primitives::hex::decode(bytecode.trim())
+        .map_err(|e| ChainError(format!("the bytecode of the contract for {at}: {e}")))?;
+    code.extend_from_slice(arguments);
+    let deployed = send_evm(rpc, deployer, TxKind::Create, code)
+        .await?
+        .ok_or_else(|| ChainError(format!("the deployment of the contract for {at} created no contract")))?;
+    set_code(rpc, at, &rpc.code(deployed).await?).await
 }
 
 /// The EIP-712 domain separator Permit2 answers with on `rpc`'s chain.
