@@ -100,9 +100,10 @@ fn verified_events(inbox: &Inbox, path: &str, secret: &str) -> Vec<(String, Stri
         .collect()
 }
 
-/// Waits until every delivery in the endpoint's log is `delivered`; returns the log.
+/// Waits until every delivery in the endpoint's log is `delivered`; returns the log. Long enough
+/// for a claim left by a killed sender to lapse (the attempt's timeout, 1 s here, plus 30 s).
 async fn all_delivered(base: &str, endpoint: &str, key: &str) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (s, log) = call(reqwest::Method::GET, &format!("{base}/webhooks/{endpoint}/deliveries"), key, None).await;
         assert_eq!(s, 200, "{log}");
@@ -138,7 +139,7 @@ impl Shop {
         // Loopback receivers are allowed here (tests); retries start after a second.
         std::fs::write(
             dir.path().join("tollgate.toml"),
-            "[webhooks]\nallow_private_targets = true\nrequire_https = false\nretry_base_secs = 1\n",
+            "[webhooks]\nallow_private_targets = true\nrequire_https = false\nretry_base_secs = 1\ntimeout_secs = 1\n",
         )
         .unwrap();
         let env = vec![
@@ -288,6 +289,21 @@ async fn payment_changes_reach_the_seller_signed_and_retried_across_a_restart() 
             .then_some(())
     })
     .await;
+    // Killed once the refusal is recorded (a kill in the middle of an attempt leaves its claim to
+    // lapse, which `all_delivered` also waits out).
+    let deliveries = format!("{base}/webhooks/{endpoint}/deliveries");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, log) = call(reqwest::Method::GET, &deliveries, &key, None).await;
+        let recorded = log["deliveries"].as_array().is_some_and(|all| {
+            all.iter().any(|d| d["eventId"] == second_confirmed.as_str() && d["attempts"].as_u64() >= Some(1))
+        });
+        if recorded {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the refused attempt is never recorded: {log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     daemon.kill();
     *inbox.always.lock().unwrap() = None;
     let restarted = shop.start();
