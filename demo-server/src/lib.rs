@@ -308,7 +308,17 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
     let Funded { buyer, seller, token, buyer_key_file } = fund(rpc, data_dir, &page_buyer_key).await?;
 
     let evm = match (&options.evm_rpc_url, evm_chain) {
-        (Some(url), Some(chain_id)) => Some(evm::prepare(&state, url, chain_id, data_dir, &evm_signer).await?),
+        (Some(url), Some(chain_id)) => {
+            let seller = admin::create_wallet(
+                &*state.store,
+                master,
+                &seller_key.record.id,
+                ChainFamily::Evm,
+                chrono::Utc::now(),
+            )
+            .await?;
+            Some(evm::prepare(&state, (url, chain_id), data_dir, &evm_signer, &seller).await?)
+        }
         _ => None,
     };
 
@@ -342,7 +352,8 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         followed,
         live.clone(),
     ));
-    let app = shop::router(&catalog, &facilitator, &shop_url)?.merge(page::router(page, live));
+    let app = shop::router(&catalog, &facilitator, &shop_url, &data_dir.join("channels.jsonl"))?
+        .merge(page::router(page, live));
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let proxied = match proxied::start(

@@ -22,6 +22,8 @@ pub const DEMO_TOKEN_SYMBOL: &str = "TUSD";
 pub const DEMO_TOKEN_DECIMALS: u8 = 6;
 /// The EIP-712 domain version of the demo EVM token.
 const DEMO_TOKEN_VERSION: &str = "2";
+/// What one call of `/ticker` costs, from a payment channel.
+pub const TICK_PRICE: &str = "0.0001";
 /// The demo token paid through Permit2 (an ERC-20 with EIP-2612, without EIP-3009).
 pub const PERMIT2_TOKEN_NAME: &str = "Permit USD";
 /// Its symbol.
@@ -74,6 +76,8 @@ pub(crate) struct Catalog {
     daily: Vec<Price>,
     /// The metered story's price (with EVM and Permit2).
     story: Option<Price>,
+    /// The ticker's price per call, from a payment channel (with EVM).
+    ticker: Option<Price>,
     seller: Address,
     pub items: Arc<Vec<Item>>,
     /// The demo tokens' symbols by address (lowercase), for people.
@@ -92,6 +96,7 @@ impl Catalog {
         ];
         let mut report_labels = vec![format!("0.05 {DEMO_TOKEN_SYMBOL} (SPL)"), "0.01 SOL".to_owned()];
         let mut story = None;
+        let mut ticker = None;
         let mut symbols = vec![(spl_token.to_string().to_lowercase(), DEMO_TOKEN_SYMBOL)];
         if let Some(evm) = evm {
             symbols.push((evm.token.to_lowercase(), DEMO_TOKEN_SYMBOL));
@@ -110,6 +115,13 @@ impl Catalog {
                     .extra(json!({"name": DEMO_TOKEN_NAME, "version": DEMO_TOKEN_VERSION})),
             );
             report.push(Price::native_eth("0.001")?.pay_to(evm_seller).on(network.clone()));
+            ticker = Some(
+                Price::batch(token, TICK_PRICE, DEMO_TOKEN_DECIMALS)?
+                    .pay_to(evm_seller)
+                    .on(network.clone())
+                    // A hundred calls' deposit, announced to buyers (x402's `minDeposit`).
+                    .extra(json!({"name": DEMO_TOKEN_NAME, "version": DEMO_TOKEN_VERSION, "minDeposit": "10000"})),
+            );
             report_labels.push(format!("0.05 {DEMO_TOKEN_SYMBOL} (EIP-3009)"));
             report_labels.push("0.001 ETH".to_owned());
             if let Some(permit2_token) = &evm.permit2_token {
@@ -160,6 +172,18 @@ impl Catalog {
                 ),
             },
         ];
+        if ticker.is_some() {
+            items.push(Item {
+                method: "GET",
+                body: None,
+                path: "/ticker",
+                title: "A price tick, paid per call from a payment channel",
+                labels: vec![format!("{TICK_PRICE} {DEMO_TOKEN_SYMBOL} a call (batch-settlement)")],
+                note: Some(
+                    "One deposit into an on-chain channel, then a signed voucher per call: no transaction per request. Pay it with the demo's printed commands.",
+                ),
+            });
+        }
         if story.is_some() {
             items.push(Item {
                 method: "GET",
@@ -173,7 +197,7 @@ impl Catalog {
             });
         }
         let daily = vec![Price::native_sol(DAILY_PASS)?.pay_to(seller).pass(std::time::Duration::from_secs(86_400))];
-        Ok(Self { quote, report, daily, story, seller, items: Arc::new(items), symbols: Arc::new(symbols) })
+        Ok(Self { quote, report, daily, story, ticker, seller, items: Arc::new(items), symbols: Arc::new(symbols) })
     }
 
     /// What people call `asset` on `network` (the symbol of a native currency or of a demo
@@ -191,6 +215,13 @@ async fn quote(Extension(payment): Extension<Payment>) -> Json<serde_json::Value
     Json(json!({
         "quote": {"pair": "SOL/USD", "price": "142.17", "at": chrono::Utc::now().to_rfc3339()},
         "paidBy": payment.payer, "transaction": payment.transaction,
+    }))
+}
+
+async fn ticker(Extension(payment): Extension<Payment>) -> Json<serde_json::Value> {
+    Json(json!({
+        "tick": {"pair": "ETH/USD", "price": "3120.55", "at": chrono::Utc::now().to_rfc3339()},
+        "paidBy": payment.payer, "deposit": payment.transaction,
     }))
 }
 
@@ -242,8 +273,14 @@ async fn story(
     (Extension(charge), Json(body))
 }
 
-/// The paid routes; `origin` is the shop's public origin (a pass's sign-ins are bound to it).
-pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient, origin: &str) -> anyhow::Result<Router> {
+/// The paid routes; `origin` is the shop's public origin (a pass's sign-ins are bound to it);
+/// payment channels are kept in `channels` (a journal file).
+pub(crate) fn router(
+    catalog: &Catalog,
+    facilitator: &FacilitatorClient,
+    origin: &str,
+    channels: &std::path::Path,
+) -> anyhow::Result<Router> {
     let priced = |prices: &[Price], description: &str| -> anyhow::Result<PaymentLayer> {
         let mut builder = PaymentLayer::builder().facilitator(facilitator.clone()).description(description);
         for price in prices {
@@ -278,6 +315,15 @@ pub(crate) fn router(catalog: &Catalog, facilitator: &FacilitatorClient, origin:
     if let Some(price) = &catalog.story {
         let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";
         router = router.route("/story", get(story).route_layer(priced(std::slice::from_ref(price), told)?));
+    }
+    if let Some(price) = &catalog.ticker {
+        let per_call = PaymentLayer::builder()
+            .facilitator(facilitator.clone())
+            .description("A price tick, paid per call from a payment channel")
+            .accept(price.clone())
+            .channels(tollgate::batch::FileChannels::open(channels)?)
+            .build()?;
+        router = router.route("/ticker", get(ticker).route_layer(per_call));
     }
     // The same goods as MCP tools, paid in x402's MCP transport.
     let tools = crate::mcp::paywall(facilitator, &catalog.quote, catalog.story.as_ref())?;

@@ -48,6 +48,31 @@ pub fn eip3009_domain(name: String, version: String, chain_id: u64, token: Addre
     Eip712Domain::new(Some(name.into()), Some(version.into()), Some(U256::from(chain_id)), Some(token), None)
 }
 
+/// A verify-only libsecp256k1 context, made once.
+#[cfg(feature = "recover")]
+static SECP256K1: std::sync::LazyLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =
+    std::sync::LazyLock::new(secp256k1::Secp256k1::verification_only);
+
+/// The account whose key made `signature` (65 bytes: r, s, v) over `digest`; `None` for a
+/// malformed or malleable (high-s) signature. Recovered with libsecp256k1: this runs on every
+/// EIP-3009 verify and every batch voucher a seller checks, and is several times faster there
+/// than the pure-Rust path.
+#[cfg(feature = "recover")]
+#[must_use]
+pub fn recover_signer(digest: &alloy::primitives::B256, signature: &[u8]) -> Option<alloy::primitives::Address> {
+    let signature = alloy::primitives::Signature::try_from(signature).ok()?;
+    if signature.normalize_s().is_some() {
+        return None;
+    }
+    let mut compact = [0u8; 64];
+    compact[..32].copy_from_slice(&signature.r().to_be_bytes::<32>());
+    compact[32..].copy_from_slice(&signature.s().to_be_bytes::<32>());
+    let id = secp256k1::ecdsa::RecoveryId::try_from(i32::from(signature.v())).ok()?;
+    let recoverable = secp256k1::ecdsa::RecoverableSignature::from_compact(&compact, id).ok()?;
+    let key = SECP256K1.recover_ecdsa(secp256k1::Message::from_digest(digest.0), &recoverable).ok()?;
+    Some(alloy::primitives::Address::from_raw_public_key(&key.serialize_uncompressed()[1..]))
+}
+
 #[cfg(test)]
 mod tests {
     use alloy::primitives::{B256, address};

@@ -78,6 +78,8 @@ pub(crate) struct Config {
     pub identifiers: crate::identifiers::Identifiers,
     /// Settlements that outlive their request.
     pub tasks: tokio_util::task::TaskTracker,
+    /// Payment channels (batch-settlement prices), when the layer sells any.
+    pub channels: Option<Arc<crate::batch::Channels>>,
 }
 
 impl std::fmt::Debug for Config {

@@ -106,6 +106,8 @@ pub struct PaymentLayerBuilder {
     pass_scope: Option<String>,
     sign_in_origin: Option<String>,
     tasks: Option<TaskTracker>,
+    channels: Option<Arc<dyn crate::batch::ChannelStore>>,
+    claim_policy: crate::batch::ClaimPolicy,
 }
 
 /// What one payment buys by default: its answer, and one retry of it when it was lost.
@@ -140,6 +142,8 @@ impl Default for PaymentLayerBuilder {
             pass_scope: None,
             sign_in_origin: None,
             tasks: None,
+            channels: None,
+            claim_policy: crate::batch::ClaimPolicy::default(),
         }
     }
 }
@@ -327,6 +331,22 @@ impl PaymentLayerBuilder {
         self
     }
 
+    /// Where the payment channels of batch-settlement prices ([`Price::batch`]) are kept: what
+    /// each has charged and the last voucher signed. A [`crate::batch::FileChannels`] journal
+    /// keeps them across restarts (a charge is on disk before its answer is released); several
+    /// instances of one seller share a store whose writes are compare-and-set. By default they
+    /// are kept in memory: a restart forgets what was charged and not claimed yet.
+    pub fn channels(mut self, store: impl crate::batch::ChannelStore + 'static) -> Self {
+        self.channels = Some(Arc::new(store));
+        self
+    }
+
+    /// When what channels have charged is claimed and swept ([`crate::batch::ClaimPolicy`]).
+    pub fn claim_policy(mut self, policy: crate::batch::ClaimPolicy) -> Self {
+        self.claim_policy = policy;
+        self
+    }
+
     /// Proof cache: at most `capacity` proofs; accepted ones kept `accepted_ttl` (default 10
     /// min), refused ones `refused_ttl` (default 10 s). What is remembered only saves work (a
     /// repeat is claimed without verifying the proof again, a refusal is not asked again): how
@@ -412,6 +432,35 @@ impl PaymentLayerBuilder {
                 return Err(BuildError::Zero(name));
             }
         }
+        let sells_batch = self.pricing.is_some() || self.prices.iter().any(|p| crate::batch::is_batch(p.scheme));
+        if self.claim_policy.every.is_zero() || self.claim_policy.state_ttl.is_zero() {
+            return Err(BuildError::Zero("claim policy period"));
+        }
+        for (i, price) in self.prices.iter().enumerate().filter(|(_, p)| crate::batch::is_batch(p.scheme)) {
+            let delay = price.delay_secs().unwrap_or_default();
+            if !(tollgate_protocol::x402::batch::MIN_WITHDRAW_DELAY
+                ..=tollgate_protocol::x402::batch::MAX_WITHDRAW_DELAY)
+                .contains(&delay)
+            {
+                return Err(BuildError::PaymentFlow(
+                    i,
+                    format!("a withdrawal delay is 900 s to 30 days, not {delay} s"),
+                ));
+            }
+            if self.claim_policy.every.as_secs().saturating_mul(3) > delay {
+                return Err(BuildError::PaymentFlow(
+                    i,
+                    format!(
+                        "channels are claimed every {} s: at most a third of the withdrawal delay ({delay} s)",
+                        self.claim_policy.every.as_secs()
+                    ),
+                ));
+            }
+        }
+        let channels = sells_batch.then(|| {
+            let store = self.channels.unwrap_or_else(|| Arc::new(crate::batch::MemoryChannels::new()));
+            Arc::new(crate::batch::Channels::new(store, self.claim_policy))
+        });
         let cache = Arc::new(ProofCache::new(self.cache_capacity, self.accepted_ttl, self.refused_ttl));
         let fixed = self.pricing.is_none() && !self.prices.iter().any(crate::offers::needs_supported);
         let static_offers = fixed.then(|| {
@@ -456,6 +505,7 @@ impl PaymentLayerBuilder {
                 stream_upfront: self.stream_upfront,
                 identifiers: crate::identifiers::Identifiers::new(self.accepted_ttl),
                 tasks: self.tasks.unwrap_or_default(),
+                channels,
             }),
         })
     }

@@ -25,6 +25,11 @@
 //!   [`PaymentLayerBuilder::ticket_secs`]). Tollgate's facilitator counts the answers in its
 //!   database, so instances, restarts and stdio processes never add any; an answer that reached no
 //!   buyer (a failed handler, a buyer who hung up before the first byte) is given back.
+//! * A **batch-settlement** price ([`Price::batch`], x402 `batch-settlement` on EVM) is paid from
+//!   a payment channel: one deposit, then a signed cumulative voucher per request, checked in
+//!   process (no facilitator call, no RPC while the channel's chain state is fresh), served, and
+//!   charged once the handler answered below 400; claims and sweeps settle many requests at once
+//!   in the background ([`batch`]).
 //! * A **pass** ([`Price::pass`]) sells a period to the wallet that pays: its 402 declares an
 //!   x402 `sign-in-with-x` challenge on the seller's public origin
 //!   ([`PaymentLayerBuilder::sign_in_origin`]), and that wallet's signed message
@@ -74,9 +79,11 @@
 //! | [`price`], [`Charge`], [`future`], [`body`] | prices and quotes; what a metered request used; the service's future; its response body, and a request body it can read and hand on |
 //! | `identifiers` | the `payment-identifier` extension: ids claimed by proofs, and their paid answers |
 //! | `pass` | passes: the terms a pass payment sends, the sign-in challenge a 402 declares, a holder's sign-in |
+//! | [`batch`] | batch-settlement: channels checked and charged per request, their store, the claimer |
 //! | `metered` | the facilitator calls that may claim an answer, each on a task of its own (`Settlement`); a metered answer's body settled at its end |
 
 mod answer;
+pub mod batch;
 pub mod body;
 mod cache;
 mod challenge;
@@ -94,7 +101,7 @@ pub mod price;
 pub mod service;
 
 pub use charge::{Charge, DeferredCharge};
-pub use facilitator::{Claim, Facilitator, FacilitatorClient, Payment, SignInClaim, Verdict};
+pub use facilitator::{BatchAnswer, BatchCall, Claim, Facilitator, FacilitatorClient, Payment, SignInClaim, Verdict};
 pub use layer::{
     BuildError, DEFAULT_REQUEST_DIGEST_LIMIT, DEFAULT_TICKET_SECS, DEFAULT_TICKET_USES, PaymentLayer,
     PaymentLayerBuilder, SettlementOrder,

@@ -16,6 +16,8 @@ pub(crate) fn needs_supported(price: &Price) -> bool {
     price.network.is_none()
         || (price.scheme == SCHEME_EXACT && price.family == ChainFamily::Solana)
         || (price.scheme == SCHEME_UPTO && price.extra.as_ref().is_none_or(|e| e.get("facilitatorAddress").is_none()))
+        || (crate::batch::is_batch(price.scheme)
+            && price.extra.as_ref().is_none_or(|e| e.get("receiverAuthorizer").is_none()))
 }
 
 /// The flow a price is settled in: the one its `extra` names, else the layer's order's (`upto`
@@ -27,7 +29,7 @@ pub(crate) fn flow(price: &Price, order: SettlementOrder) -> Result<PaymentFlow,
     let named = price.extra.as_ref().is_some_and(|e| e.get(PaymentFlow::KEY).is_some());
     let flow = match PaymentFlow::of(price.extra.as_ref()) {
         Ok(flow) if named => flow,
-        Ok(_) if price.scheme == SCHEME_UPTO => PaymentFlow::Authorization,
+        Ok(_) if price.scheme == SCHEME_UPTO || crate::batch::is_batch(price.scheme) => PaymentFlow::Authorization,
         Ok(_) => match order {
             SettlementOrder::SettleBefore => PaymentFlow::Upfront,
             SettlementOrder::VerifyThenSettle => PaymentFlow::Authorization,
@@ -77,6 +79,13 @@ pub(crate) fn extra(
             return None;
         };
         map.insert("facilitatorAddress".into(), account);
+    }
+    if crate::batch::is_batch(price.scheme) && !map.contains_key("receiverAuthorizer") {
+        let Some(authorizer) = from_supported("receiverAuthorizer") else {
+            tracing::warn!(%network, "the facilitator names no receiver authorizer; batch-settlement price left out");
+            return None;
+        };
+        map.insert("receiverAuthorizer".into(), authorizer);
     }
     // A price given without `extra` keeps none, when nothing is added.
     Some((price.extra.is_some() || !map.is_empty()).then_some(Value::Object(map)))

@@ -157,6 +157,52 @@ impl Price {
         Ok(Self { scheme: SCHEME_UPTO, ..Self::token(token, max, decimals)? }.permit2())
     }
 
+    /// A price per request paid from a payment channel (x402 `batch-settlement`, EVM tokens):
+    /// the buyer deposits once into the channel (at least ten requests' worth by default,
+    /// announced as `extra.minDeposit`), then signs a cumulative voucher per request, which the
+    /// layer checks in process and charges once the handler answered below 400 (a metered
+    /// handler's [`crate::Charge`] is charged, at most `amount`). Claims and sweeps settle the
+    /// charges in the background ([`crate::batch::ClaimPolicy`]); keep the channels across
+    /// restarts with [`crate::PaymentLayerBuilder::channels`].
+    ///
+    /// Deposits are EIP-3009 by default (name the token's EIP-712 `name` and `version` with
+    /// [`Price::extra`], as for `exact`), or Permit2 ([`Price::permit2`]). The receiver
+    /// authorizer, who signs claims and refunds, is the facilitator's (its `/supported`) unless
+    /// `extra.receiverAuthorizer` names another; a buyer may take its funds back after the
+    /// withdrawal delay (15 minutes by default, [`Price::withdraw_delay`]).
+    ///
+    /// # Errors
+    /// [`PriceError`] for a malformed, zero or too precise amount, or a token that is not an
+    /// EVM address.
+    pub fn batch(token: Address, amount: &str, decimals: u8) -> Result<Self, PriceError> {
+        if token.family() != ChainFamily::Evm {
+            return Err(PriceError::Scheme {
+                scheme: crate::batch::SCHEME,
+                asset: token.to_string(),
+                reason: "batch-settlement channels are EVM contracts",
+            });
+        }
+        let price = Self { scheme: crate::batch::SCHEME, ..Self::token(token, amount, decimals)? };
+        let min_deposit = price.amount.get().saturating_mul(10).to_string();
+        Ok(price.extra(serde_json::json!({
+            "withdrawDelay": tollgate_protocol::x402::batch::MIN_WITHDRAW_DELAY,
+            "minDeposit": min_deposit,
+        })))
+    }
+
+    /// A batch-settlement channel's withdrawal delay (whole seconds, 15 minutes to 30 days):
+    /// how long a buyer waits to take back what it did not spend without the seller's refund.
+    /// The layer claims at least three times within it.
+    #[must_use]
+    pub fn withdraw_delay(self, delay: std::time::Duration) -> Self {
+        self.extra(serde_json::json!({ "withdrawDelay": delay.as_secs() }))
+    }
+
+    /// The withdrawal delay a batch-settlement price names, in seconds.
+    pub(crate) fn delay_secs(&self) -> Option<u64> {
+        self.extra.as_ref()?.get("withdrawDelay")?.as_u64()
+    }
+
     /// The same `exact` price of an EVM token, paid through Permit2 instead of EIP-3009
     /// (`extra.assetTransferMethod: "permit2"`): any ERC-20, once the buyer has approved
     /// Permit2 (or offers a signed EIP-2612 permit when the token has one and

@@ -131,6 +131,13 @@ where
         Err(answer) => return Ok(answer),
     };
     let (requirement, decimals) = &offers[presented.decoded.offer];
+    // A channel's voucher is its own count of what was served: no ticket, no proof cache.
+    if crate::batch::is_batch(&requirement.scheme) {
+        let request = Request::from_parts(parts, body);
+        let offer = presented.decoded.offer;
+        return crate::batch::handle(&config, inner, request, &presented.decoded.payload, (&offers, offer), &resource)
+            .await;
+    }
     let ticket = Ticket { resource: resource.url.clone(), method: parts.method.clone() };
     // What the facilitator binds the payment to: the resource and the request's method.
     let bound = ResourceInfo { method: Some(ticket.method.as_str().to_owned()), ..resource.clone() };
@@ -420,7 +427,7 @@ enum Answer {
 /// Runs the handler with `payment` in the request's extensions and holds its answer in memory
 /// (so requests waiting on the same proof can share it), with the [`Charge`] it reported;
 /// `None` when the body fails or is over the configured size.
-async fn run_buffered<S, ReqBody, ResBody>(
+pub(crate) async fn run_buffered<S, ReqBody, ResBody>(
     config: &Config,
     inner: S,
     request: Request<ReqBody>,

@@ -578,3 +578,91 @@ pay_to = "{seller_address}"
     assert_eq!(token.balance_of(&rpc, seller_address).await.unwrap(), U256::from(paid));
     assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid));
 }
+
+/// The demo's per-call route (`/ticker`, x402 batch-settlement): the official batch-settlement
+/// client pays it 20 times in a row with one deposit (one transaction: every other call is a
+/// signed voucher checked by the layer), each answer saying what it charged; then its cooperative
+/// refund claims exactly the sum of the charges and returns the rest in one transaction, and the
+/// claimed charges are swept to the seller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_deposit() {
+    node_modules();
+    let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options =
+        tollgate_demo::Options { evm_rpc_url: Some(anvil.endpoint()), ..tollgate_demo::Options::new(dir.path()) };
+    let demo = tollgate_demo::start(&options).await.unwrap();
+    let evm = demo.evm.clone().unwrap();
+    let network = format!("eip155:{}", evm.chain_id);
+    let rpc = EvmRpc::connect(&evm.rpc_url, DEFAULT_CALL_TIMEOUT).await.unwrap();
+    let key: PrivateKeySigner = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().parse().unwrap();
+    let token: alloy::primitives::Address = evm.token.parse().unwrap();
+    let seller: alloy::primitives::Address = evm.seller.parse().unwrap();
+    let balance = |who| {
+        let rpc = rpc.clone();
+        async move { tollgate_facilitator::chains::evm::erc20::balance_of(&rpc, token, who).await.unwrap() }
+    };
+    let buyer_before = balance(key.address()).await;
+    let block_before = rpc.block_number().await.unwrap();
+
+    let url = format!("{}/ticker", demo.shop_url);
+    let envs = [("RPC_URL", evm.rpc_url.as_str())];
+    let report = run_node("batch-buyer.cjs", &[&url, &network, &evm.token, "10000", "20"], &key, &envs).await;
+    let statuses: Vec<u64> = report["statuses"].as_array().unwrap().iter().map(|s| s.as_u64().unwrap()).collect();
+    assert_eq!(statuses, vec![200; 20], "{report}");
+    let blocks = rpc.block_number().await.unwrap() - block_before;
+    assert!(blocks <= 2, "20 paid calls took {blocks} transactions: {report}");
+    let mut sent = Vec::new();
+    for n in block_before + 1..=block_before + blocks {
+        let block: Value = reqwest::Client::new()
+            .post(&evm.rpc_url)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [format!("{n:#x}"), true]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for tx in block["result"]["transactions"].as_array().unwrap() {
+            sent.push(format!(
+                "{} {}",
+                tx["to"],
+                &tx["input"].as_str().unwrap_or_default()[..10.min(tx["input"].as_str().unwrap_or_default().len())]
+            ));
+        }
+    }
+    let deposits: Vec<usize> = report["paymentResponses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r["transaction"].as_str().is_some_and(|t| !t.is_empty()))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(sent.len(), 1, "one deposit: {sent:?} at {deposits:?}; {}", report["paymentResponses"][0]);
+    for (i, receipt) in report["paymentResponses"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(receipt["success"], true, "{receipt}");
+        assert_eq!(receipt["extra"]["chargedAmount"], "100", "{receipt}");
+        let cumulative = ((i + 1) * 100).to_string();
+        assert_eq!(receipt["extra"]["channelState"]["chargedCumulativeAmount"], cumulative.as_str(), "{receipt}");
+    }
+    let deposit = report["paymentResponses"][0]["transaction"].as_str().unwrap();
+    assert!(deposit.starts_with("0x"), "the first call deposits: {report}");
+    // The deposit (the announced minimum, 0.01) is escrowed; nothing has reached the seller yet.
+    assert_eq!(buyer_before - balance(key.address()).await, U256::from(10_000));
+    assert_eq!(balance(seller).await, U256::ZERO);
+
+    // A new client (no state: it recovers the channel from the chain) asks for its refund.
+    let report = run_node("batch-buyer.cjs", &[&url, &network, &evm.token, "10000", "0", "refund"], &key, &envs).await;
+    assert_eq!(report["refund"]["success"], true, "{report}");
+    // ... a client that recovered from the chain counts what was claimed there (nothing yet), so
+    // the layer's corrective answer tells it what was charged, and the refund claims it.
+    assert_eq!(buyer_before - balance(key.address()).await, U256::from(2_000), "the buyer paid 20 × 100: {report}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while balance(seller).await != U256::from(2_000) {
+        assert!(std::time::Instant::now() < deadline, "the claimed charges are never swept to the seller");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let escrow = balance(tollgate_encoding::batch::BATCH_SETTLEMENT).await;
+    assert_eq!(escrow, U256::ZERO, "nothing is left in the escrow");
+}

@@ -14,7 +14,7 @@ use tollgate_protocol::x402::{
 };
 use tollgate_protocol::{ErrorEnvelope, Network};
 
-use super::{Claim, Facilitator, Payment, SignInClaim, Verdict};
+use super::{BatchAnswer, BatchCall, Claim, Facilitator, Payment, SignInClaim, Verdict};
 
 /// What a payment must have been made for to serve this request: the resource the seller names
 /// (never the buyer's copy of it), and its method.
@@ -388,6 +388,62 @@ impl Facilitator for FacilitatorClient {
     /// x402 `/settle`.
     async fn settle(&self, claim: Claim<'_>) -> Verdict {
         self.x402_settle(claim).await
+    }
+
+    /// x402 `/verify` or `/settle` of a batch-settlement payload, with the key (Tollgate's
+    /// facilitator signs claims and refunds for the account's own receiving wallets). A settling
+    /// call that times out may have settled: [`Verdict::Pending`].
+    async fn batch(&self, call: BatchCall<'_>) -> Result<BatchAnswer, Verdict> {
+        let body = FacilitatorRequestV2 {
+            x402_version: V2,
+            payment_payload: call.payload.clone(),
+            payment_requirements: call.requirement.clone(),
+            ticket: None,
+        };
+        let path = if call.settle { "/settle" } else { "/verify" };
+        let mut request = self.request(reqwest::Method::POST, path).json(&body);
+        if call.settle {
+            request = request.timeout(self.settle_deadline(call.requirement));
+        }
+        let answer = match request.send().await {
+            Ok(answer) => answer,
+            Err(e) if call.settle && e.is_timeout() => {
+                return Err(Verdict::Pending { payment_id: None, transaction: None });
+            }
+            Err(e) => return Err(unavailable(e)),
+        };
+        if !answer.status().is_success() {
+            return Err(Verdict::Unavailable {
+                timed_out: false,
+                reason: format!("POST {path} answered {}", answer.status()),
+            });
+        }
+        let why = |reason: Option<String>, message: Option<String>| Some(x402_reason(reason, message, "refused"));
+        if call.settle {
+            let s: SettleResponse = answer.json().await.map_err(unavailable)?;
+            if !s.success && s.error_reason.as_deref().is_some_and(is_pending_reason) {
+                return Err(Verdict::Pending {
+                    payment_id: None,
+                    transaction: Some(s.transaction).filter(|t| !t.is_empty()),
+                });
+            }
+            Ok(BatchAnswer {
+                ok: s.success,
+                reason: if s.success { None } else { why(s.error_reason, s.error_message) },
+                payer: s.payer,
+                transaction: Some(s.transaction).filter(|t| !t.is_empty()),
+                extra: s.extra,
+            })
+        } else {
+            let v: VerifyResponse = answer.json().await.map_err(unavailable)?;
+            Ok(BatchAnswer {
+                ok: v.is_valid,
+                reason: if v.is_valid { None } else { why(v.invalid_reason, v.invalid_message) },
+                payer: v.payer,
+                transaction: None,
+                extra: v.extra,
+            })
+        }
     }
 
     /// Follows a payment this layer saw pending, or claims a repeat of one it settled: the

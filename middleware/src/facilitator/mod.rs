@@ -216,6 +216,43 @@ pub trait Facilitator: Send + Sync + std::fmt::Debug {
         let _ = sign_in;
         Err(Verdict::Unavailable { timed_out: false, reason: "this facilitator checks no sign-in-with-x".into() })
     }
+    /// An x402 `batch-settlement` call (`/verify` or `/settle`), answered whole: the channel
+    /// state it reports in `extra` is what the layer keeps.
+    ///
+    /// # Errors
+    /// [`Verdict::Unavailable`] when it cannot be asked (or, by default, settles no batch
+    /// payments); a settlement that may have happened but is not known yet is
+    /// [`Verdict::Pending`].
+    async fn batch(&self, call: BatchCall<'_>) -> Result<BatchAnswer, Verdict> {
+        let _ = call;
+        Err(Verdict::Unavailable { timed_out: false, reason: "this facilitator settles no batch-settlement".into() })
+    }
+}
+
+/// One x402 `batch-settlement` call to a facilitator.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchCall<'a> {
+    /// `/settle` (else `/verify`).
+    pub settle: bool,
+    /// The payload (the buyer's, or the seller's own claim, sweep or completed refund).
+    pub payload: &'a tollgate_protocol::x402::PaymentPayloadV2,
+    /// The seller's requirement.
+    pub requirement: &'a PaymentRequirements,
+}
+
+/// A facilitator's answer to a [`BatchCall`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchAnswer {
+    /// Valid (verify) or settled (settle).
+    pub ok: bool,
+    /// Why not: the x402 reason code, and a message.
+    pub reason: Option<String>,
+    /// The payer it names.
+    pub payer: Option<String>,
+    /// The transaction a settlement sent.
+    pub transaction: Option<String>,
+    /// The channel state(s) it reports.
+    pub extra: Option<serde_json::Value>,
 }
 
 /// A shared facilitator (one core or client behind several layers, or kept by the caller).
@@ -241,5 +278,8 @@ impl<F: Facilitator + ?Sized> Facilitator for std::sync::Arc<F> {
     }
     async fn sign_in(&self, sign_in: SignInClaim<'_>) -> Result<PassHolder, Verdict> {
         (**self).sign_in(sign_in).await
+    }
+    async fn batch(&self, call: BatchCall<'_>) -> Result<BatchAnswer, Verdict> {
+        (**self).batch(call).await
     }
 }

@@ -7,27 +7,8 @@ use alloy::primitives::{Address, B256, TxKind, U256};
 
 use crate::chains::{Reason, Refusal};
 
-/// A verify-only libsecp256k1 context, made once.
-static SECP256K1: std::sync::LazyLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =
-    std::sync::LazyLock::new(secp256k1::Secp256k1::verification_only);
-
-/// The account whose key made `signature` (65 bytes: r, s, v) over `digest`; `None` for a
-/// malformed or malleable (high-s) signature. Recovered with libsecp256k1: this runs on every
-/// EIP-3009 verify, and is several times faster there than the pure-Rust path.
-#[must_use]
-pub fn recover_signer(digest: &B256, signature: &[u8]) -> Option<Address> {
-    let signature = alloy::primitives::Signature::try_from(signature).ok()?;
-    if signature.normalize_s().is_some() {
-        return None;
-    }
-    let mut compact = [0u8; 64];
-    compact[..32].copy_from_slice(&signature.r().to_be_bytes::<32>());
-    compact[32..].copy_from_slice(&signature.s().to_be_bytes::<32>());
-    let id = secp256k1::ecdsa::RecoveryId::try_from(i32::from(signature.v())).ok()?;
-    let recoverable = secp256k1::ecdsa::RecoverableSignature::from_compact(&compact, id).ok()?;
-    let key = SECP256K1.recover_ecdsa(secp256k1::Message::from_digest(digest.0), &recoverable).ok()?;
-    Some(Address::from_raw_public_key(&key.serialize_uncompressed()[1..]))
-}
+/// The account whose key made a 65-byte signature over a digest (see the encoding crate).
+pub use tollgate_encoding::evm::recover_signer;
 
 /// Longest raw transaction accepted, bytes (a plain transfer is about 110).
 pub const MAX_RAW_TX: usize = 4096;
