@@ -18,10 +18,11 @@ use crate::answer::{Counted, LocalCount};
 use crate::body::{BoxError, PaymentBody};
 use crate::cache::{Decoded, Flight, Known, ProofCache, Ticket};
 use crate::challenge::{self, Buffered};
-use crate::charge::{Charge, DeferredCharge};
+use crate::charge::DeferredCharge;
 use crate::config::Config;
 use crate::facilitator::{Claim, Payment, Verdict};
 use crate::future::ResponseFuture;
+use crate::handler::{hold, run_buffered, run_handler};
 use crate::identifiers::Claimed;
 use crate::metered::{Ask, MeteredStream, Settlement};
 use crate::offers::{matching, offers, resource_info};
@@ -135,8 +136,15 @@ where
     if crate::batch::is_batch(&requirement.scheme) {
         let request = Request::from_parts(parts, body);
         let offer = presented.decoded.offer;
-        return crate::batch::handle(&config, inner, request, &presented.decoded.payload, (&offers, offer), &resource)
-            .await;
+        return crate::paid_channel::handle(
+            &config,
+            inner,
+            request,
+            &presented.decoded.payload,
+            (&offers, offer),
+            &resource,
+        )
+        .await;
     }
     let ticket = Ticket { resource: resource.url.clone(), method: parts.method.clone() };
     // What the facilitator binds the payment to: the resource and the request's method.
@@ -422,58 +430,6 @@ impl Outcome {
 enum Answer {
     Held(Buffered),
     Streamed(Response<PaymentBody>, Option<tokio::sync::oneshot::Receiver<()>>),
-}
-
-/// Runs the handler with `payment` in the request's extensions and holds its answer in memory
-/// (so requests waiting on the same proof can share it), with the [`Charge`] it reported;
-/// `None` when the body fails or is over the configured size.
-pub(crate) async fn run_buffered<S, ReqBody, ResBody>(
-    config: &Config,
-    inner: S,
-    request: Request<ReqBody>,
-    payment: Payment,
-) -> Result<Option<(Buffered, Option<Charge>)>, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
-    S::Future: Send,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
-    let (head, body) = run_handler(inner, request, payment).await?;
-    Ok(hold(config, head, body).await)
-}
-
-/// Runs the handler with `payment` in the request's extensions: its answer's head and body.
-async fn run_handler<S, ReqBody, ResBody>(
-    mut inner: S,
-    mut request: Request<ReqBody>,
-    payment: Payment,
-) -> Result<(http::response::Parts, ResBody), S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
-    S::Future: Send,
-{
-    request.extensions_mut().insert(payment);
-    Ok(inner.call(request).await?.into_parts())
-}
-
-/// A handler's answer held in memory, with the [`Charge`] it reported; `None` when the body
-/// fails or is over the configured size.
-async fn hold<B>(config: &Config, head: http::response::Parts, body: B) -> Option<(Buffered, Option<Charge>)>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let charge = head.extensions.get::<Charge>().copied();
-    match http_body_util::Limited::new(body, config.max_buffered_body).collect().await {
-        Ok(collected) => {
-            Some((Buffered { status: head.status, headers: head.headers, body: collected.to_bytes() }, charge))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "the paid response could not be read");
-            None
-        }
-    }
 }
 
 /// Adds `X-PAYMENT-RESPONSE` (v1) or `PAYMENT-RESPONSE` (v2), and keeps the paid answer out of

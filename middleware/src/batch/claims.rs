@@ -18,7 +18,6 @@ use tollgate_protocol::x402::PaymentRequirements;
 use tollgate_protocol::x402::batch::{ChannelState, ClaimPayload, ClaimRow, ClaimVoucher, MAX_CLAIMS, SettlePayload};
 
 use super::store::{ChannelRecord, ChannelStore};
-use crate::config::Config;
 use crate::facilitator::{BatchCall, Facilitator};
 
 /// When the layer claims what its channels have charged.
@@ -65,14 +64,18 @@ impl Handle {
 }
 
 /// Starts the claimer on the layer's task tracker.
-pub(crate) fn start(config: &Config, store: Arc<dyn ChannelStore>, policy: ClaimPolicy) -> Handle {
+pub(crate) fn start(
+    (facilitator, tasks): (Arc<dyn Facilitator>, &tokio_util::task::TaskTracker),
+    store: Arc<dyn ChannelStore>,
+    policy: ClaimPolicy,
+) -> Handle {
     let nudge = Arc::new(tokio::sync::Notify::new());
     let (stop, mut stopped) = tokio::sync::watch::channel(());
-    let claimer = Claimer { store, facilitator: config.facilitator.clone(), policy };
+    let claimer = Claimer { store, facilitator, policy };
     let woken = nudge.clone();
     let sweeps: Arc<std::sync::Mutex<Vec<PaymentRequirements>>> = Arc::default();
     let asked = sweeps.clone();
-    config.tasks.spawn(async move {
+    tasks.spawn(async move {
         let mut every = tokio::time::interval(claimer.policy.every);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await;
