@@ -19,20 +19,38 @@ use axum::routing::get;
 use base64::Engine as _;
 use common::batch::World;
 use serde_json::{Value, json};
+use tollgate::batch::ChannelStore;
 use tollgate::{FacilitatorClient, PaymentLayer, Price};
 use tollgate_encoding::batch::ChannelConfig;
 
-/// A seller behind the layer, a payer, and what the handler served.
+/// A seller of two routes priced per request from channels (`/tick` 0.001, `/dear` 0.005, each
+/// behind its own layer), a payer, and how many answers each handler made.
 struct Seller {
     w: World,
-    url: String,
+    base: String,
+    app: axum::Router,
     payer: PrivateKeySigner,
     config: ChannelConfig,
     served: Arc<AtomicUsize>,
     http: reqwest::Client,
+    /// `/tick`'s handler waits for a permit when the test holds them back (hang-ups).
+    gate: Arc<Gate>,
+}
+
+/// Holds `/tick`'s handler: it says when it started, and waits to be let go when closed.
+#[derive(Default)]
+struct Gate {
+    closed: std::sync::atomic::AtomicBool,
+    started: tokio::sync::Notify,
+    open: tokio::sync::Notify,
 }
 
 async fn seller() -> Seller {
+    seller_with(None).await
+}
+
+/// The seller, its layers keeping channels in `store` (by default the process's own).
+async fn seller_with(store: Option<Arc<dyn ChannelStore>>) -> Seller {
     let w = World::start().await;
     let (key, wallet) = w.t.customer().await;
     let receiver: Address = wallet.parse().unwrap();
@@ -47,24 +65,46 @@ async fn seller() -> Seller {
     let app = w.t.app.clone();
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let price = Price::batch(w.token.address.to_string().parse().unwrap(), "0.001", 6)
+    let layer = |amount: &str| {
+        let price = Price::batch(w.token.address.to_string().parse().unwrap(), amount, 6)
+            .unwrap()
+            .pay_to(wallet.parse().unwrap())
+            .on(w.t.network())
+            .extra(json!({"name": common::evm::Token::NAME, "version": "2"}));
+        let builder = PaymentLayer::builder().facilitator(FacilitatorClient::new(&facilitator, &key)).accept(price);
+        match &store {
+            Some(store) => builder.channels(store.clone()),
+            None => builder,
+        }
+        .build()
         .unwrap()
-        .pay_to(wallet.parse().unwrap())
-        .on(w.t.network())
-        .extra(json!({"name": common::evm::Token::NAME, "version": "2"}));
-    let layer =
-        PaymentLayer::builder().facilitator(FacilitatorClient::new(&facilitator, &key)).accept(price).build().unwrap();
-    let served = Arc::new(AtomicUsize::new(0));
-    let count = served.clone();
-    let handler = move || {
-        let count = count.clone();
-        async move { format!("tick {}", count.fetch_add(1, Ordering::SeqCst) + 1) }
     };
-    let app = axum::Router::new().route("/tick", get(handler)).route_layer(layer);
+    let served = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Gate::default());
+    let (count, held) = (served.clone(), gate.clone());
+    let tick = move || {
+        let (count, held) = (count.clone(), held.clone());
+        async move {
+            if held.closed.load(Ordering::SeqCst) {
+                held.started.notify_one();
+                held.open.notified().await;
+            }
+            format!("tick {}", count.fetch_add(1, Ordering::SeqCst) + 1)
+        }
+    };
+    let count = served.clone();
+    let dear = move || {
+        let count = count.clone();
+        async move { format!("dear {}", count.fetch_add(1, Ordering::SeqCst) + 1) }
+    };
+    let app = axum::Router::new()
+        .route("/tick", get(tick).route_layer(layer("0.001")))
+        .route("/dear", get(dear).route_layer(layer("0.005")));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/tick", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Seller { w, url, payer, config, served, http: reqwest::Client::new() }
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let served_app = app.clone();
+    tokio::spawn(async move { axum::serve(listener, served_app).await });
+    Seller { w, base, app, payer, config, served, http: reqwest::Client::new(), gate }
 }
 
 fn decode(header: &str) -> Value {
@@ -72,19 +112,29 @@ fn decode(header: &str) -> Value {
 }
 
 impl Seller {
-    /// The requirement the layer offers (what a payload must accept, whole).
-    async fn offer(&self) -> Value {
-        let answer = self.http.get(&self.url).send().await.unwrap();
+    /// The requirement `path` offers (what a payload must accept, whole).
+    async fn offer(&self, path: &str) -> Value {
+        let answer = self.http.get(format!("{}{path}", self.base)).send().await.unwrap();
         assert_eq!(answer.status(), 402);
         decode(answer.headers()["PAYMENT-REQUIRED"].to_str().unwrap())["accepts"][0].clone()
     }
 
-    /// Sends `payload` for the offer: (status, body, the decoded PAYMENT-REQUIRED or
+    /// The `PAYMENT-SIGNATURE` header paying `path` with `payload`.
+    async fn header(&self, path: &str, payload: Value) -> String {
+        let header = json!({"x402Version": 2, "accepted": self.offer(path).await, "payload": payload});
+        base64::engine::general_purpose::STANDARD.encode(header.to_string())
+    }
+
+    /// Sends `payload` for `/tick`: (status, body, the decoded PAYMENT-REQUIRED or
     /// PAYMENT-RESPONSE header).
     async fn pay(&self, payload: Value) -> (u16, String, Value) {
-        let header = json!({"x402Version": 2, "accepted": self.offer().await, "payload": payload});
-        let encoded = base64::engine::general_purpose::STANDARD.encode(header.to_string());
-        let answer = self.http.get(&self.url).header("PAYMENT-SIGNATURE", encoded).send().await.unwrap();
+        self.pay_for("/tick", payload).await
+    }
+
+    async fn pay_for(&self, path: &str, payload: Value) -> (u16, String, Value) {
+        let encoded = self.header(path, payload).await;
+        let answer =
+            self.http.get(format!("{}{path}", self.base)).header("PAYMENT-SIGNATURE", encoded).send().await.unwrap();
         let status = answer.status().as_u16();
         let said = ["PAYMENT-RESPONSE", "PAYMENT-REQUIRED"]
             .iter()
@@ -96,6 +146,13 @@ impl Seller {
 
     fn voucher(&self, config: &ChannelConfig, key: &PrivateKeySigner, max: u128) -> Value {
         self.w.voucher_payload(config, key, max)
+    }
+
+    /// Opens the channel: a deposit of 10,000 with the first voucher, for `/tick`.
+    async fn open(&self) {
+        let deposit = self.w.deposit_payload(&self.config, &self.payer, &self.payer, (10_000, 1_000), 1);
+        let (status, _, said) = self.pay(deposit).await;
+        assert_eq!(status, 200, "{said}");
     }
 }
 
@@ -182,4 +239,103 @@ async fn a_channel_serves_each_voucher_once_and_refuses_what_a_buyer_cheats_with
     let (status, _, said) = s.pay(refund).await;
     assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_refund_no_balance"), "{said}");
     assert_eq!(s.served.load(Ordering::SeqCst), 3, "a refund is never served");
+}
+
+const MISMATCH: &str = "invalid_batch_settlement_evm_cumulative_amount_mismatch";
+
+/// One channel paying two routes of the seller (two layers) is counted once: a voucher for the
+/// dearer route that leaves out what the cheaper one charged is refused with the seller's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_channel_paying_two_routes_is_counted_once() {
+    let s = seller().await;
+    s.open().await;
+    let (status, _, said) = s.pay_for("/dear", s.voucher(&s.config, &s.payer, 5_000)).await;
+    assert_eq!((status, reason(&said)), (402, MISMATCH), "{said}");
+    assert_eq!(said["accepts"][0]["extra"]["channelState"]["chargedCumulativeAmount"], "1000", "{said}");
+    let (status, body, said) = s.pay_for("/dear", s.voucher(&s.config, &s.payer, 6_000)).await;
+    assert_eq!((status, body.as_str()), (200, "dear 2"), "{said}");
+    assert_eq!(said["extra"]["chargedAmount"], "5000", "{said}");
+    let (status, _, said) = s.pay(s.voucher(&s.config, &s.payer, 7_000)).await;
+    assert_eq!(status, 200, "{said}");
+    assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "7000", "{said}");
+    assert_eq!(s.served.load(Ordering::SeqCst), 3);
+}
+
+/// A channel store that fails the next write when told to.
+#[derive(Debug, Default)]
+struct Faulty {
+    inner: tollgate::batch::MemoryChannels,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl ChannelStore for Faulty {
+    async fn get(
+        &self,
+        id: &str,
+    ) -> Result<Option<tollgate::batch::ChannelRecord>, tollgate::batch::ChannelStoreError> {
+        self.inner.get(id).await
+    }
+    async fn put(
+        &self,
+        record: &tollgate::batch::ChannelRecord,
+        expected: Option<u64>,
+    ) -> Result<bool, tollgate::batch::ChannelStoreError> {
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(tollgate::batch::ChannelStoreError("the disk is full".into()));
+        }
+        self.inner.put(record, expected).await
+    }
+    async fn all(&self) -> Result<Vec<tollgate::batch::ChannelRecord>, tollgate::batch::ChannelStoreError> {
+        self.inner.all().await
+    }
+}
+
+/// The channel store fails between the chain and the answer: after a deposit landed, and after
+/// the handler served. The answer is withheld (503) and nothing is charged; the buyer's retry is
+/// served and charged once, and the deposit made once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_withholds_the_answer_and_the_retry_is_charged_once() {
+    let faulty = Arc::new(Faulty::default());
+    let s = seller_with(Some(faulty.clone())).await;
+    let (w, id) = (&s.w, s.config.id(s.w.chain()));
+    let deposit = w.deposit_payload(&s.config, &s.payer, &s.payer, (10_000, 1_000), 1);
+    faulty.fail_next.store(true, Ordering::SeqCst);
+    let (status, _, _) = s.pay(deposit.clone()).await;
+    assert_eq!(status, 503);
+    assert_eq!(s.served.load(Ordering::SeqCst), 0, "nothing served without a record");
+    assert_eq!(w.channel(id).await, (10_000, 0), "the deposit landed");
+    let (status, body, said) = s.pay(deposit).await;
+    assert_eq!((status, body.as_str()), (200, "tick 1"), "{said}");
+    assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "1000", "{said}");
+    assert_eq!(w.channel(id).await, (10_000, 0), "deposited once");
+
+    faulty.fail_next.store(true, Ordering::SeqCst);
+    let (status, body, _) = s.pay(s.voucher(&s.config, &s.payer, 2_000)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(s.served.load(Ordering::SeqCst), 2, "the handler ran; its answer was withheld");
+    let (status, body, said) = s.pay(s.voucher(&s.config, &s.payer, 2_000)).await;
+    assert_eq!((status, body.as_str()), (200, "tick 3"), "{said}");
+    assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "2000", "charged once: {said}");
+}
+
+/// A buyer hanging up while its request is served: nothing is charged, and the same voucher
+/// sent again is served and charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_hanging_up_before_its_answer_is_not_charged_and_its_retry_is_charged_once() {
+    use tower::ServiceExt as _;
+    let s = seller().await;
+    s.open().await;
+    s.gate.closed.store(true, Ordering::SeqCst);
+    let header = s.header("/tick", s.voucher(&s.config, &s.payer, 2_000)).await;
+    let request =
+        http::Request::get("/tick").header("PAYMENT-SIGNATURE", header).body(axum::body::Body::empty()).unwrap();
+    let buyer = tokio::spawn(s.app.clone().oneshot(request));
+    s.gate.started.notified().await;
+    buyer.abort();
+    assert!(buyer.await.unwrap_err().is_cancelled());
+    s.gate.closed.store(false, Ordering::SeqCst);
+    let (status, body, said) = s.pay(s.voucher(&s.config, &s.payer, 2_000)).await;
+    assert_eq!((status, body.as_str()), (200, "tick 2"), "{said}");
+    assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "2000", "{said}");
 }

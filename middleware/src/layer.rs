@@ -52,6 +52,9 @@ pub enum BuildError {
     /// The sign-in origin is not `http(s)://host[:port]`.
     #[error("sign_in_origin: {0}")]
     Origin(String),
+    /// Layers sharing a channel store name different claim policies.
+    #[error("claim_policy: {0}")]
+    ClaimPolicy(String),
 }
 
 /// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
@@ -334,8 +337,13 @@ impl PaymentLayerBuilder {
     /// Where the payment channels of batch-settlement prices ([`Price::batch`]) are kept: what
     /// each has charged and the last voucher signed. A [`crate::batch::FileChannels`] journal
     /// keeps them across restarts (a charge is on disk before its answer is released); several
-    /// instances of one seller share a store whose writes are compare-and-set. By default they
-    /// are kept in memory: a restart forgets what was charged and not claimed yet.
+    /// instances of one seller share a store whose writes are compare-and-set. Layers of one
+    /// process keeping channels in one store (clones of it, or one journal path) share them, so
+    /// a channel paying several routes is counted once. By default they are kept in the
+    /// process's memory, shared by every layer that names no store: a restart forgets what was
+    /// charged and not claimed yet. A store's channels are claimed through the facilitator of
+    /// the first layer that served one of them: layers paid through other facilitators keep
+    /// theirs in another store.
     pub fn channels(mut self, store: impl crate::batch::ChannelStore + 'static) -> Self {
         self.channels = Some(Arc::new(store));
         self
@@ -457,10 +465,11 @@ impl PaymentLayerBuilder {
                 ));
             }
         }
-        let channels = sells_batch.then(|| {
-            let store = self.channels.unwrap_or_else(|| Arc::new(crate::batch::MemoryChannels::new()));
-            Arc::new(crate::batch::Channels::new(store, self.claim_policy))
-        });
+        let channels = if sells_batch {
+            Some(crate::batch::Channels::shared(self.channels, self.claim_policy).map_err(BuildError::ClaimPolicy)?)
+        } else {
+            None
+        };
         let cache = Arc::new(ProofCache::new(self.cache_capacity, self.accepted_ttl, self.refused_ttl));
         let fixed = self.pricing.is_none() && !self.prices.iter().any(crate::offers::needs_supported);
         let static_offers = fixed.then(|| {

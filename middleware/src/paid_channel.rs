@@ -3,7 +3,6 @@
 //! charge committed; a deposit settled first; a refund completed and settled.
 
 use alloy_primitives::{Address as EvmAddress, B256, FixedBytes};
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
@@ -12,8 +11,8 @@ use tollgate_encoding::batch as wire;
 use tollgate_protocol::x402::batch::{
     BatchPayload, ChannelConfig, ChannelState, ClaimRow, ClaimVoucher, RefundPayload, Voucher, VoucherState,
 };
-use tollgate_protocol::x402::header::PAYMENT_RESPONSE;
-use tollgate_protocol::x402::{PaymentPayload, PaymentPayloadV2, PaymentRequirements, ResourceInfo};
+use tollgate_protocol::x402::header::{self, PAYMENT_RESPONSE};
+use tollgate_protocol::x402::{PaymentPayload, PaymentPayloadV2, PaymentRequirements, ResourceInfo, SettleResponse};
 use tollgate_protocol::{Address, AtomicAmount, Network};
 use tower::Service;
 
@@ -170,7 +169,8 @@ impl Answers<'_> {
     }
 }
 
-/// The `PAYMENT-RESPONSE` of a served (or refunded) batch request.
+/// The `PAYMENT-RESPONSE` of a served (or refunded) batch request: what it charged, and the
+/// channel with the seller's count (what buyers keep their count by).
 fn settlement_header(
     network: &Network,
     payer: &Address,
@@ -179,18 +179,22 @@ fn settlement_header(
     state: &ChannelState,
 ) -> Option<http::HeaderValue> {
     let mut extra = json!({ "channelState": state });
-    let mut value = json!({
-        "success": true,
-        "transaction": transaction.unwrap_or_default(),
-        "network": network.to_string(),
-        "payer": payer.to_string(),
-    });
     if let Some(charged) = charged {
-        extra["chargedAmount"] = Value::String(charged.to_string());
-        value["amount"] = Value::String(charged.to_string());
+        extra["chargedAmount"] = json!(charged);
     }
-    value["extra"] = extra;
-    http::HeaderValue::from_str(&base64::engine::general_purpose::STANDARD.encode(value.to_string())).ok()
+    let response = SettleResponse {
+        success: true,
+        error_reason: None,
+        error_message: None,
+        payer: Some(payer.to_string()),
+        transaction: transaction.unwrap_or_default().to_owned(),
+        network: network.to_string(),
+        amount: charged,
+        payment_id: None,
+        answers: None,
+        extra: Some(extra),
+    };
+    http::HeaderValue::from_str(&header::encode(&response).ok()?).ok()
 }
 
 /// The facilitator's word on the channel (`extra`, or `extra.channelState`).
@@ -241,25 +245,19 @@ where
     let channel_id = format!("{id:#x}");
     let claimer = channels.claimer(&config.facilitator, &config.tasks);
     let held = channels.lock(&channel_id).await;
-    let step = Step { channels, terms: &terms, answers: &answers, channel_id: &channel_id, id, envelope };
+    let step = Step { channels, claimer, terms: &terms, answers: &answers, channel_id: &channel_id, id, envelope };
     let answer = match &parsed {
-        BatchPayload::Refund(refund) => {
-            let answer = step.refund(refund).await;
-            if answer.status().is_success() {
-                claimer.sweep(requirement);
-            }
-            answer
-        }
+        BatchPayload::Refund(refund) => step.refund(refund).await,
         _ => step.serve(inner, request, &parsed, (channel_config, voucher)).await?,
     };
     drop(held);
-    claimer.nudge();
     Ok(answer)
 }
 
 /// One batch request on a channel whose lock is held.
 struct Step<'a> {
     channels: &'a Channels,
+    claimer: &'a crate::batch::claims::Handle,
     terms: &'a Terms<'a>,
     answers: &'a Answers<'a>,
     channel_id: &'a str,
@@ -326,45 +324,45 @@ impl Step<'_> {
         };
         let price = self.requirement().amount;
         let deposit = matches!(parsed, BatchPayload::Deposit(_));
-        let now = now_secs();
-        let fresh =
-            record.as_ref().filter(|r| now.saturating_sub(r.synced_at) <= self.channels.policy.state_ttl.as_secs());
+        let max = voucher.max_claimable_amount;
         // The next voucher is exactly what was charged plus this price.
         if let Some(r) = &record
-            && voucher.max_claimable_amount.get() != r.charged.get().saturating_add(price.get())
+            && max.get() != r.charged.get().saturating_add(price.get())
         {
             return Ok(answers.corrective(&r.chain, r.charged, r.voucher.as_ref()));
         }
-        // Checked here while the chain state is fresh and the voucher signer is an EOA; else
-        // by the facilitator, which reads the chain.
-        let local = if deposit {
-            None
+        let (checked, transaction) = if deposit {
+            // Settled before anything is served (the facilitator checks it, and answers a
+            // deposit sent again with the one it made), and kept whatever the handler does.
+            let settled = match self.ask(true).await {
+                Ok(a) if a.ok => a,
+                Ok(a) => return Ok(answers.refused(a.reason.as_deref().unwrap_or("deposit refused"))),
+                Err(verdict) => return Ok(answers.unavailable(verdict)),
+            };
+            let Some(chain) = reported_state(&settled).or_else(|| record.as_ref().map(|r| r.chain.clone())) else {
+                return Ok(answers.refused(reason::STATE_UNAVAILABLE));
+            };
+            (Checked { chain, synced_at: now_secs() }, settled.transaction)
         } else {
-            fresh.and_then(|r| signed(self.terms, channel, self.id, voucher).map(|ok| (ok, r)))
-        };
-        let checked = match local {
-            Some((false, _)) => return Ok(answers.refused(reason::VOUCHER_SIGNATURE)),
-            Some((true, r)) => Checked { chain: r.chain.clone(), synced_at: r.synced_at },
-            None => match self.verified(record.as_ref()).await {
-                Ok(checked) => checked,
-                Err(answer) => return Ok(answer),
-            },
+            // Checked here while the chain state is fresh and the voucher signer is an EOA;
+            // else by the facilitator, which reads the chain.
+            let fresh = record
+                .as_ref()
+                .filter(|r| now_secs().saturating_sub(r.synced_at) <= self.channels.policy.state_ttl.as_secs());
+            match fresh.and_then(|r| signed(self.terms, channel, self.id, voucher).map(|ok| (ok, r))) {
+                Some((false, _)) => return Ok(answers.refused(reason::VOUCHER_SIGNATURE)),
+                Some((true, r)) => (Checked { chain: r.chain.clone(), synced_at: r.synced_at }, None),
+                None => match self.verified(record.as_ref()).await {
+                    Ok(checked) => (checked, None),
+                    Err(answer) => return Ok(answer),
+                },
+            }
         };
         let base = record.as_ref().map_or(checked.chain.total_claimed, |r| r.charged);
-        if record.is_none() && voucher.max_claimable_amount.get() != base.get().saturating_add(price.get()) {
-            return Ok(answers.corrective(&checked.chain, base, None));
-        }
-        let max = voucher.max_claimable_amount;
-        if !deposit && max > checked.chain.balance {
-            return Ok(answers.refused(reason::EXCEEDS_BALANCE));
-        }
-        if max <= checked.chain.total_claimed {
-            return Ok(answers.corrective(&checked.chain, base, record.as_ref().and_then(|r| r.voucher.as_ref())));
-        }
         let mut next = ChannelRecord {
             channel_id: self.channel_id.to_owned(),
             config: channel.clone(),
-            requirement: plain(self.requirement()),
+            requirement: self.requirement().clone(),
             charged: base,
             voucher: record.as_ref().and_then(|r| r.voucher.clone()),
             chain: checked.chain,
@@ -372,28 +370,21 @@ impl Step<'_> {
             version: 0,
         };
         let mut version = record.as_ref().map(|r| r.version);
-        let mut transaction = None;
         if deposit {
-            // The deposit lands before anything is served, and is kept whatever the handler does.
-            let settled = match self.ask(true).await {
-                Ok(a) if a.ok => a,
-                Ok(a) => return Ok(answers.refused(a.reason.as_deref().unwrap_or("deposit refused"))),
-                Err(verdict) => return Ok(answers.unavailable(verdict)),
-            };
-            transaction = settled.transaction.clone();
-            match reported_state(&settled) {
-                Some(after) => next.chain = after,
-                None => tracing::warn!(
-                    channel = self.channel_id,
-                    "the facilitator settled a deposit without the channel's state"
-                ),
-            }
-            next.synced_at = now_secs();
             match store.put(&next, version).await {
                 Ok(true) => version = Some(version.map_or(1, |v| v + 1)),
                 Ok(false) => return Ok(answers.refused(reason::CHANNEL_BUSY)),
                 Err(e) => return Ok(answers.store_failed(&e)),
             }
+        }
+        if record.is_none() && max.get() != base.get().saturating_add(price.get()) {
+            return Ok(answers.corrective(&next.chain, base, None));
+        }
+        if max > next.chain.balance {
+            return Ok(answers.refused(reason::EXCEEDS_BALANCE));
+        }
+        if max <= next.chain.total_claimed {
+            return Ok(answers.corrective(&next.chain, base, next.voucher.as_ref()));
         }
         let payer = channel.payer;
         let network = self.requirement().network.clone();
@@ -422,6 +413,9 @@ impl Step<'_> {
                 Ok(false) => return Ok(answers.refused(reason::CHANNEL_BUSY)),
                 Err(e) => return Ok(answers.store_failed(&e)),
             }
+        }
+        if self.channels.policy.urgent(&next) {
+            self.claimer.nudge();
         }
         // A failed handler's answer tells a depositing buyer its deposit landed, and charges nothing.
         if charged.get() > 0 || deposit {
@@ -481,6 +475,10 @@ impl Step<'_> {
             Ok(a) => return answers.refused(a.reason.as_deref().unwrap_or("refund refused")),
             Err(verdict) => return answers.unavailable(verdict),
         };
+        // The refund's transaction claimed the charges: they are swept now, through this
+        // layer's facilitator.
+        let (facilitator, requirement) = (answers.config.facilitator.clone(), self.requirement().clone());
+        answers.config.tasks.spawn(async move { crate::batch::claims::sweep(&*facilitator, &requirement).await });
         let mut next = record.clone();
         next.chain = reported_state(&settled).unwrap_or(checked.chain);
         next.synced_at = now_secs();
@@ -501,14 +499,4 @@ impl Step<'_> {
         }
         response
     }
-}
-
-/// A requirement as offered, without a corrective answer's channel state.
-fn plain(requirement: &PaymentRequirements) -> PaymentRequirements {
-    let mut out = requirement.clone();
-    if let Some(Value::Object(extra)) = &mut out.extra {
-        extra.remove("channelState");
-        extra.remove("voucherState");
-    }
-    out
 }

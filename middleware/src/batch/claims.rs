@@ -34,6 +34,17 @@ pub struct ClaimPolicy {
     pub state_ttl: Duration,
 }
 
+impl ClaimPolicy {
+    /// Whether `record` is claimed at once, not at the next period: its unclaimed charges
+    /// reached the threshold, or its payer started a withdrawal.
+    #[must_use]
+    pub fn urgent(&self, record: &ChannelRecord) -> bool {
+        record.unclaimed() > 0
+            && (record.chain.withdraw_requested_at != 0
+                || self.threshold.is_some_and(|t| record.unclaimed() >= t.get()))
+    }
+}
+
 impl Default for ClaimPolicy {
     fn default() -> Self {
         Self { every: Duration::from_secs(300), threshold: None, state_ttl: Duration::from_secs(60) }
@@ -45,20 +56,12 @@ impl Default for ClaimPolicy {
 #[derive(Debug)]
 pub(crate) struct Handle {
     nudge: Arc<tokio::sync::Notify>,
-    sweeps: Arc<std::sync::Mutex<Vec<PaymentRequirements>>>,
     _stop: tokio::sync::watch::Sender<()>,
 }
 
 impl Handle {
     /// Looks at the channels now (claims those over the threshold or withdrawing).
     pub(crate) fn nudge(&self) {
-        self.nudge.notify_one();
-    }
-
-    /// Sweeps what was claimed for `requirement`'s receiver and token outside the claimer (a
-    /// refund claims the channel's charges in its transaction).
-    pub(crate) fn sweep(&self, requirement: &PaymentRequirements) {
-        self.sweeps.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(requirement.clone());
         self.nudge.notify_one();
     }
 }
@@ -73,8 +76,6 @@ pub(crate) fn start(
     let (stop, mut stopped) = tokio::sync::watch::channel(());
     let claimer = Claimer { store, facilitator, policy };
     let woken = nudge.clone();
-    let sweeps: Arc<std::sync::Mutex<Vec<PaymentRequirements>>> = Arc::default();
-    let asked = sweeps.clone();
     tasks.spawn(async move {
         let mut every = tokio::time::interval(claimer.policy.every);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -88,17 +89,10 @@ pub(crate) fn start(
                     return;
                 }
             };
-            let wanted = std::mem::take(&mut *asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-            let mut swept = std::collections::BTreeSet::new();
-            for requirement in wanted {
-                if swept.insert(format!("{} {} {}", requirement.network, requirement.asset, requirement.pay_to)) {
-                    claimer.sweep(&requirement).await;
-                }
-            }
             claimer.pass(all).await;
         }
     });
-    Handle { nudge, sweeps, _stop: stop }
+    Handle { nudge, _stop: stop }
 }
 
 /// What the claimer needs.
@@ -111,11 +105,7 @@ struct Claimer {
 impl Claimer {
     /// Whether `record` is claimed in this pass (`all`: every channel with unclaimed charges).
     fn due(&self, record: &ChannelRecord, all: bool) -> bool {
-        if record.unclaimed() == 0 || record.voucher.is_none() {
-            return false;
-        }
-        all || record.chain.withdraw_requested_at != 0
-            || self.policy.threshold.is_some_and(|t| record.unclaimed() >= t.get())
+        record.voucher.is_some() && record.unclaimed() > 0 && (all || self.policy.urgent(record))
     }
 
     /// One pass: the due channels claimed, in batches per receiver and token, then each swept.
@@ -139,7 +129,7 @@ impl Claimer {
                 claimed_any |= self.claim(&requirement, chunk).await;
             }
             if claimed_any {
-                self.sweep(&requirement).await;
+                sweep(&*self.facilitator, &requirement).await;
             }
         }
     }
@@ -214,18 +204,19 @@ impl Claimer {
         }
         tracing::warn!(channel = %record.channel_id, "a claim could not be recorded; the chain has it, and the next read finds it");
     }
+}
 
-    /// The receiver's claimed funds moved out of the escrow in one transfer.
-    async fn sweep(&self, requirement: &PaymentRequirements) {
-        let tollgate_protocol::x402::Asset::Token(token) = requirement.asset else { return };
-        let payload = SettlePayload { kind: "settle".into(), receiver: requirement.pay_to, token };
-        let envelope = super::envelope(requirement, serde_json::to_value(&payload).unwrap_or(Value::Null));
-        match self.facilitator.batch(BatchCall { settle: true, payload: &envelope, requirement }).await {
-            Ok(answer) if answer.ok => {
-                tracing::info!(transaction = answer.transaction.as_deref().unwrap_or_default(), "claimed funds swept");
-            }
-            Ok(answer) => tracing::warn!(reason = answer.reason.as_deref().unwrap_or_default(), "a sweep was refused"),
-            Err(verdict) => tracing::warn!(?verdict, "a sweep could not be settled now; the next claim sweeps again"),
+/// The receiver's claimed funds (`requirement`'s `payTo` and token) moved out of the escrow in
+/// one transfer, through `facilitator`.
+pub(crate) async fn sweep(facilitator: &dyn Facilitator, requirement: &PaymentRequirements) {
+    let tollgate_protocol::x402::Asset::Token(token) = requirement.asset else { return };
+    let payload = SettlePayload { kind: "settle".into(), receiver: requirement.pay_to, token };
+    let envelope = super::envelope(requirement, serde_json::to_value(&payload).unwrap_or(Value::Null));
+    match facilitator.batch(BatchCall { settle: true, payload: &envelope, requirement }).await {
+        Ok(answer) if answer.ok => {
+            tracing::info!(transaction = answer.transaction.as_deref().unwrap_or_default(), "claimed funds swept");
         }
+        Ok(answer) => tracing::warn!(reason = answer.reason.as_deref().unwrap_or_default(), "a sweep was refused"),
+        Err(verdict) => tracing::warn!(?verdict, "a sweep could not be settled now; the next claim sweeps again"),
     }
 }

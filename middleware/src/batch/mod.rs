@@ -13,16 +13,18 @@
 //! channel as the seller holds it (`channelState`) and the last voucher signed (`voucherState`)
 //! in the requirement's `extra`, for the buyer to check and continue from.
 //!
-//! Requests on one channel are served one at a time here; every write of a channel is a
-//! compare-and-set in the [`ChannelStore`], so instances sharing a store never serve two answers
-//! on one increment: the loser's answer is withheld. A charge is durable before its answer is
-//! released.
+//! One channel may pay several routes of a seller: every layer of the process that keeps its
+//! channels in one store shares them ([`Channels::shared`]: one count, one lock and one claimer
+//! per channel), and layers that name no store share the process's own. Requests on one channel
+//! are served one at a time; every write of a channel is a compare-and-set in the
+//! [`ChannelStore`], so instances sharing a store never serve two answers on one increment: the
+//! loser's answer is withheld. A charge is durable before its answer is released.
 
 pub mod claims;
 pub mod store;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use serde_json::Value;
 use tollgate_protocol::x402::{PaymentPayloadV2, PaymentRequirements};
@@ -78,9 +80,36 @@ impl std::fmt::Debug for Channels {
     }
 }
 
+/// The channels of each store in use ([`ChannelStore::key`]), shared by the layers using it.
+static SHARED: LazyLock<Mutex<HashMap<String, Weak<Channels>>>> = LazyLock::new(Mutex::default);
+
+/// The store of the layers that name none: one per process.
+static PROCESS_STORE: LazyLock<Arc<MemoryChannels>> = LazyLock::new(Arc::default);
+
 impl Channels {
-    pub(crate) fn new(store: Arc<dyn ChannelStore>, policy: ClaimPolicy) -> Self {
-        Self { store, policy, locks: Mutex::new(HashMap::new()), claimer: std::sync::OnceLock::new() }
+    /// The channels kept in `store` (the process's own when `None`), shared with every other
+    /// layer using that store; claimed on `policy`.
+    ///
+    /// # Errors
+    /// When layers sharing the store name different claim policies.
+    pub(crate) fn shared(store: Option<Arc<dyn ChannelStore>>, policy: ClaimPolicy) -> Result<Arc<Self>, String> {
+        let store = store.unwrap_or_else(|| PROCESS_STORE.clone());
+        let key = store.key();
+        let mut shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        shared.retain(|_, channels| channels.strong_count() > 0);
+        if let Some(channels) = shared.get(&key).and_then(Weak::upgrade) {
+            if channels.policy != policy {
+                return Err(format!(
+                    "layers keeping channels in one store claim them on one policy ({:?}, not {policy:?})",
+                    channels.policy
+                ));
+            }
+            return Ok(channels);
+        }
+        let channels =
+            Arc::new(Self { store, policy, locks: Mutex::new(HashMap::new()), claimer: std::sync::OnceLock::new() });
+        shared.insert(key, Arc::downgrade(&channels));
+        Ok(channels)
     }
 
     /// This channel's lock, held while one of its requests is checked, served and charged.

@@ -72,6 +72,29 @@ pub trait ChannelStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// When the store cannot be read.
     async fn all(&self) -> Result<Vec<ChannelRecord>, ChannelStoreError>;
+    /// What tells this store from another: layers whose stores have one key share their
+    /// channels (one count, one lock, one claimer per channel). By default the store's address:
+    /// clones of one `Arc` are one store.
+    fn key(&self) -> String {
+        format!("{:p}", std::ptr::from_ref(self).cast::<()>())
+    }
+}
+
+/// A shared store (layers of one seller, or a test holding on to it).
+#[async_trait]
+impl<T: ChannelStore + ?Sized> ChannelStore for Arc<T> {
+    async fn get(&self, channel_id: &str) -> Result<Option<ChannelRecord>, ChannelStoreError> {
+        (**self).get(channel_id).await
+    }
+    async fn put(&self, record: &ChannelRecord, expected: Option<u64>) -> Result<bool, ChannelStoreError> {
+        (**self).put(record, expected).await
+    }
+    async fn all(&self) -> Result<Vec<ChannelRecord>, ChannelStoreError> {
+        (**self).all().await
+    }
+    fn key(&self) -> String {
+        (**self).key()
+    }
 }
 
 /// Records in memory only: a restart forgets charges not claimed yet (tests, or a seller that
@@ -89,20 +112,17 @@ impl MemoryChannels {
     }
 }
 
-/// The compare-and-set both stores do on their map.
-fn swap(
-    map: &mut HashMap<String, ChannelRecord>,
+/// The compare-and-set both stores do: `record` with its next version, when the stored one's
+/// version is `expected`.
+fn next_version(
+    map: &HashMap<String, ChannelRecord>,
     record: &ChannelRecord,
     expected: Option<u64>,
 ) -> Option<ChannelRecord> {
-    let current = map.get(&record.channel_id).map(|r| r.version);
-    if current != expected {
+    if map.get(&record.channel_id).map(|r| r.version) != expected {
         return None;
     }
-    let mut next = record.clone();
-    next.version = expected.map_or(1, |v| v + 1);
-    map.insert(next.channel_id.clone(), next.clone());
-    Some(next)
+    Some(ChannelRecord { version: expected.map_or(1, |v| v + 1), ..record.clone() })
 }
 
 #[async_trait]
@@ -112,7 +132,10 @@ impl ChannelStore for MemoryChannels {
     }
 
     async fn put(&self, record: &ChannelRecord, expected: Option<u64>) -> Result<bool, ChannelStoreError> {
-        Ok(swap(&mut *self.records.lock().map_err(poisoned)?, record, expected).is_some())
+        let mut records = self.records.lock().map_err(poisoned)?;
+        let Some(next) = next_version(&records, record, expected) else { return Ok(false) };
+        records.insert(next.channel_id.clone(), next);
+        Ok(true)
     }
 
     async fn all(&self) -> Result<Vec<ChannelRecord>, ChannelStoreError> {
@@ -139,12 +162,39 @@ struct FileInner {
 }
 
 impl FileChannels {
-    /// Opens (or creates) the journal at `path`.
+    /// Opens (or creates) the journal at `path`. Opened again in the same process, it is the
+    /// same journal (one writer per file: a second one would compact the file under the first).
     ///
     /// # Errors
     /// When it cannot be read, compacted or opened for writing.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ChannelStoreError> {
-        let path = path.as_ref().to_path_buf();
+        static OPEN: std::sync::LazyLock<Mutex<HashMap<PathBuf, std::sync::Weak<FileInner>>>> =
+            std::sync::LazyLock::new(Mutex::default);
+        let given = path.as_ref();
+        let io = |what: &str, e: std::io::Error| ChannelStoreError(format!("{what} {}: {e}", given.display()));
+        let parent = given.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
+        let name = given.file_name().ok_or_else(|| ChannelStoreError(format!("{} names no file", given.display())))?;
+        let path = parent.canonicalize().map_err(|e| io("cannot find the folder of", e))?.join(name);
+        let mut open = OPEN.lock().map_err(poisoned)?;
+        open.retain(|_, inner| inner.strong_count() > 0);
+        if let Some(inner) = open.get(&path).and_then(std::sync::Weak::upgrade) {
+            return Ok(Self { inner });
+        }
+        let inner = Arc::new(FileInner::open(path.clone())?);
+        open.insert(path, Arc::downgrade(&inner));
+        Ok(Self { inner })
+    }
+
+    /// The journal's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+impl FileInner {
+    /// Reads and compacts the journal at `path`, and opens it for appending.
+    fn open(path: PathBuf) -> Result<Self, ChannelStoreError> {
         let io = |what: &str, e: std::io::Error| ChannelStoreError(format!("{what} {}: {e}", path.display()));
         let mut records: HashMap<String, ChannelRecord> = HashMap::new();
         match std::fs::File::open(&path) {
@@ -171,26 +221,13 @@ impl FileChannels {
         }
         std::fs::rename(&compacted, &path).map_err(|e| io("cannot replace", e))?;
         let file = std::fs::OpenOptions::new().append(true).open(&path).map_err(|e| io("cannot append to", e))?;
-        Ok(Self { inner: Arc::new(FileInner { path, state: Mutex::new((records, file)) }) })
+        Ok(Self { path, state: Mutex::new((records, file)) })
     }
 
-    /// The journal's path.
-    #[must_use]
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-}
-
-impl FileInner {
     fn put(&self, record: &ChannelRecord, expected: Option<u64>) -> Result<bool, ChannelStoreError> {
         let mut guard = self.state.lock().map_err(poisoned)?;
         let (records, file) = &mut *guard;
-        let current = records.get(&record.channel_id).map(|r| r.version);
-        if current != expected {
-            return Ok(false);
-        }
-        let mut next = record.clone();
-        next.version = expected.map_or(1, |v| v + 1);
+        let Some(next) = next_version(records, record, expected) else { return Ok(false) };
         let mut line = serde_json::to_vec(&next).map_err(|e| ChannelStoreError(e.to_string()))?;
         line.push(b'\n');
         let written = file.write_all(&line).and_then(|()| file.sync_data());
@@ -219,6 +256,10 @@ impl ChannelStore for FileChannels {
 
     async fn all(&self) -> Result<Vec<ChannelRecord>, ChannelStoreError> {
         Ok(self.inner.state.lock().map_err(poisoned)?.0.values().cloned().collect())
+    }
+
+    fn key(&self) -> String {
+        format!("file:{}", self.inner.path.display())
     }
 }
 
