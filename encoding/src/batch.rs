@@ -154,6 +154,86 @@ impl ChannelConfig {
     }
 }
 
+/// What a seller's requirement binds a channel to (the spec's verification rules 1–5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terms {
+    /// The chain's id.
+    pub chain_id: u64,
+    /// The token.
+    pub token: Address,
+    /// Who is paid.
+    pub receiver: Address,
+    /// Who authorizes claims and refunds.
+    pub receiver_authorizer: Address,
+    /// The channel's withdrawal delay, in seconds.
+    pub withdraw_delay: u64,
+}
+
+/// Why a channel is not one of a seller's [`Terms`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unbound {
+    /// A field of the configuration (named) cannot be read: not an EVM address, not 32 bytes.
+    Malformed(&'static str),
+    /// The channel id named is not the configuration's hash on this chain.
+    ChannelId,
+    /// Another token.
+    Token,
+    /// Another receiver.
+    Receiver,
+    /// Another receiver authorizer.
+    ReceiverAuthorizer,
+    /// Another withdrawal delay.
+    WithdrawDelay,
+    /// A zero payer.
+    ZeroPayer,
+}
+
+/// A channel configuration as the contract reads it.
+///
+/// # Errors
+/// [`Unbound::Malformed`] naming the first field that cannot be read.
+pub fn wire_config(c: &tollgate_protocol::x402::batch::ChannelConfig) -> Result<ChannelConfig, Unbound> {
+    let evm = |a, what| crate::evm::address(a).ok_or(Unbound::Malformed(what));
+    Ok(ChannelConfig {
+        payer: evm(&c.payer, "channelConfig.payer")?,
+        payerAuthorizer: evm(&c.payer_authorizer, "channelConfig.payerAuthorizer")?,
+        receiver: evm(&c.receiver, "channelConfig.receiver")?,
+        receiverAuthorizer: evm(&c.receiver_authorizer, "channelConfig.receiverAuthorizer")?,
+        token: evm(&c.token, "channelConfig.token")?,
+        withdrawDelay: alloy::primitives::Uint::from(c.withdraw_delay),
+        salt: c.salt.parse().map_err(|_| Unbound::Malformed("channelConfig.salt"))?,
+    })
+}
+
+impl Terms {
+    /// The configuration and id of the channel `config` states, when it is a channel of these
+    /// terms and `channel_id` is its id; else the first rule broken (the id, then token,
+    /// receiver, receiver authorizer, withdrawal delay, and a payer).
+    ///
+    /// # Errors
+    /// [`Unbound`].
+    pub fn bind(
+        &self,
+        config: &tollgate_protocol::x402::batch::ChannelConfig,
+        channel_id: &str,
+    ) -> Result<(ChannelConfig, B256), Unbound> {
+        let c = wire_config(config)?;
+        let id: B256 = channel_id.parse().map_err(|_| Unbound::Malformed("voucher.channelId"))?;
+        let broken = [
+            (c.id(self.chain_id) != id, Unbound::ChannelId),
+            (c.token != self.token, Unbound::Token),
+            (c.receiver != self.receiver, Unbound::Receiver),
+            (c.receiverAuthorizer != self.receiver_authorizer, Unbound::ReceiverAuthorizer),
+            (config.withdraw_delay != self.withdraw_delay, Unbound::WithdrawDelay),
+            (c.payer == Address::ZERO, Unbound::ZeroPayer),
+        ];
+        match broken.into_iter().find(|(broken, _)| *broken) {
+            Some((_, why)) => Err(why),
+            None => Ok((c, id)),
+        }
+    }
+}
+
 /// The digest a payer signs for a voucher of `max_claimable` in all on `channel_id`.
 #[must_use]
 pub fn voucher_digest(chain_id: u64, channel_id: B256, max_claimable: u128) -> B256 {

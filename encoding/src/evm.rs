@@ -48,6 +48,15 @@ pub fn eip3009_domain(name: String, version: String, chain_id: u64, token: Addre
     Eip712Domain::new(Some(name.into()), Some(version.into()), Some(U256::from(chain_id)), Some(token), None)
 }
 
+/// The alloy address of a protocol EVM address (`None` for another chain's).
+#[must_use]
+pub fn address(a: &tollgate_protocol::Address) -> Option<alloy::primitives::Address> {
+    match a {
+        tollgate_protocol::Address::Evm(bytes) => Some(alloy::primitives::Address::from(*bytes)),
+        tollgate_protocol::Address::Solana(_) => None,
+    }
+}
+
 /// A verify-only libsecp256k1 context, made once.
 #[cfg(feature = "recover")]
 static SECP256K1: std::sync::LazyLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =

@@ -2,17 +2,20 @@
 //! requirement, its voucher checked (in process, or by the facilitator), the handler run, the
 //! charge committed; a deposit settled first; a refund completed and settled.
 
-use alloy_primitives::{Address as EvmAddress, B256, FixedBytes};
+use alloy_primitives::B256;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
 use serde_json::{Value, json};
-use tollgate_encoding::batch as wire;
+use tollgate_encoding::batch::{self as wire, Unbound};
+use tollgate_encoding::evm;
 use tollgate_protocol::x402::batch::{
     BatchPayload, ChannelConfig, ChannelState, ClaimRow, ClaimVoucher, RefundPayload, Voucher, VoucherState,
 };
 use tollgate_protocol::x402::header::{self, PAYMENT_RESPONSE};
-use tollgate_protocol::x402::{PaymentPayload, PaymentPayloadV2, PaymentRequirements, ResourceInfo, SettleResponse};
+use tollgate_protocol::x402::{
+    Asset, PaymentPayload, PaymentPayloadV2, PaymentRequirements, ResourceInfo, SettleResponse,
+};
 use tollgate_protocol::{Address, AtomicAmount, Network};
 use tower::Service;
 
@@ -26,74 +29,50 @@ use crate::price::Offer;
 /// What the seller's requirement binds a channel to.
 struct Terms<'a> {
     requirement: &'a PaymentRequirements,
-    chain_id: u64,
-    receiver_authorizer: Address,
-    withdraw_delay: u64,
+    channel: wire::Terms,
 }
 
 impl<'a> Terms<'a> {
     fn of(requirement: &'a PaymentRequirements) -> Option<Self> {
         let Network::Eip155(chain_id) = requirement.network else { return None };
+        let Asset::Token(token) = &requirement.asset else { return None };
         let extra = requirement.extra.as_ref()?;
-        let receiver_authorizer = extra.get("receiverAuthorizer")?.as_str()?.parse().ok()?;
-        let withdraw_delay = extra.get("withdrawDelay")?.as_u64()?;
-        Some(Self { requirement, chain_id, receiver_authorizer, withdraw_delay })
+        let authorizer: Address = extra.get("receiverAuthorizer")?.as_str()?.parse().ok()?;
+        let channel = wire::Terms {
+            chain_id,
+            token: evm::address(token)?,
+            receiver: evm::address(&requirement.pay_to)?,
+            receiver_authorizer: evm::address(&authorizer)?,
+            withdraw_delay: extra.get("withdrawDelay")?.as_u64()?,
+        };
+        Some(Self { requirement, channel })
     }
 
     /// The channel's id when `config` is a channel of this requirement and `voucher` names it;
     /// else the reason code.
     fn bind(&self, config: &ChannelConfig, voucher: &Voucher) -> Result<B256, &'static str> {
-        let r = self.requirement;
-        if config.receiver != r.pay_to {
-            return Err(reason::RECEIVER_MISMATCH);
+        match self.channel.bind(config, &voucher.channel_id) {
+            Ok((_, id)) => Ok(id),
+            Err(Unbound::Token) => Err(reason::TOKEN_MISMATCH),
+            Err(Unbound::Receiver) => Err(reason::RECEIVER_MISMATCH),
+            Err(Unbound::ReceiverAuthorizer) => Err(reason::AUTHORIZER_MISMATCH),
+            Err(Unbound::WithdrawDelay) => Err(reason::DELAY_MISMATCH),
+            Err(Unbound::ChannelId) => Err(reason::CHANNEL_ID_MISMATCH),
+            Err(Unbound::Malformed(_) | Unbound::ZeroPayer) => Err(reason::PAYLOAD_TYPE),
         }
-        if tollgate_protocol::x402::Asset::Token(config.token) != r.asset {
-            return Err(reason::TOKEN_MISMATCH);
-        }
-        if config.receiver_authorizer != self.receiver_authorizer {
-            return Err(reason::AUTHORIZER_MISMATCH);
-        }
-        if config.withdraw_delay != self.withdraw_delay {
-            return Err(reason::DELAY_MISMATCH);
-        }
-        let id = wire_config(config).ok_or(reason::CHANNEL_ID_MISMATCH)?.id(self.chain_id);
-        if voucher.channel_id.parse::<B256>().ok() != Some(id) {
-            return Err(reason::CHANNEL_ID_MISMATCH);
-        }
-        Ok(id)
     }
-}
-
-fn evm(address: &Address) -> Option<EvmAddress> {
-    match address {
-        Address::Evm(bytes) => Some(EvmAddress::from(*bytes)),
-        Address::Solana(_) => None,
-    }
-}
-
-/// The configuration as the contract hashes it.
-fn wire_config(c: &ChannelConfig) -> Option<wire::ChannelConfig> {
-    Some(wire::ChannelConfig {
-        payer: evm(&c.payer)?,
-        payerAuthorizer: evm(&c.payer_authorizer)?,
-        receiver: evm(&c.receiver)?,
-        receiverAuthorizer: evm(&c.receiver_authorizer)?,
-        token: evm(&c.token)?,
-        withdrawDelay: alloy_primitives::Uint::from(c.withdraw_delay),
-        salt: c.salt.parse::<FixedBytes<32>>().ok()?,
-    })
 }
 
 /// Whether the channel's payer authorizer (an EOA) signed `voucher`. A zero payer authorizer
 /// (the payer signs, possibly as a contract) is left to the facilitator: `None`.
 fn signed(terms: &Terms<'_>, config: &ChannelConfig, id: B256, voucher: &Voucher) -> Option<bool> {
-    let authorizer = evm(&config.payer_authorizer)?;
+    let authorizer = evm::address(&config.payer_authorizer)?;
     if authorizer.is_zero() {
         return None;
     }
     let bytes = alloy_primitives::hex::decode(&voucher.signature).ok()?;
-    let digest = wire::voucher_digest(terms.chain_id, id, voucher.max_claimable_amount.get());
-    Some(tollgate_encoding::evm::recover_signer(&digest, &bytes) == Some(authorizer))
+    let digest = wire::voucher_digest(terms.channel.chain_id, id, voucher.max_claimable_amount.get());
+    Some(evm::recover_signer(&digest, &bytes) == Some(authorizer))
 }
 
 fn now_secs() -> u64 {

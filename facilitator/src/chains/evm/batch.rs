@@ -11,7 +11,7 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::{SolCall as _, SolStruct as _};
 use tollgate_encoding::batch::{
-    self as wire, BATCH_SETTLEMENT, BatchSettlement as Contract, ERC3009_COLLECTOR, PERMIT2_COLLECTOR,
+    self as wire, BATCH_SETTLEMENT, BatchSettlement as Contract, ERC3009_COLLECTOR, PERMIT2_COLLECTOR, Unbound,
 };
 use tollgate_protocol::x402::batch::{self as proto, BatchExtra, BatchPayload, ChannelState};
 use tollgate_protocol::x402::{Asset, PaymentRequirements};
@@ -104,6 +104,18 @@ pub struct Bound {
 }
 
 impl Bound {
+    /// The channel terms it binds.
+    #[must_use]
+    pub const fn terms(&self) -> wire::Terms {
+        wire::Terms {
+            chain_id: self.chain_id,
+            token: self.token,
+            receiver: self.receiver,
+            receiver_authorizer: self.receiver_authorizer,
+            withdraw_delay: self.withdraw_delay,
+        }
+    }
+
     /// The binding a `batch-settlement` requirement states.
     ///
     /// # Errors
@@ -164,10 +176,6 @@ pub struct Passed {
     pub deposit_call: Option<Vec<u8>>,
 }
 
-fn parse_address(a: &tollgate_protocol::Address, what: &str, why: BatchReason) -> Result<Address, ProofError> {
-    address(a).ok_or_else(|| refuse(why, format!("{what} must be an EVM address")))
-}
-
 fn parse_b256(text: &str, what: &str, why: BatchReason) -> Result<B256, ProofError> {
     text.parse().map_err(|_| refuse(why, format!("{what} must be 32 bytes of 0x-hex")))
 }
@@ -190,57 +198,42 @@ pub fn bind(
     channel_id: &str,
     why: BatchReason,
 ) -> Result<(wire::ChannelConfig, B256), ProofError> {
-    let c = config_of(config, why)?;
-    let id = parse_b256(channel_id, "voucher.channelId", why)?;
-    if c.id(bound.chain_id) != id {
-        return Err(refuse(
+    let (token, receiver, authorizer, delay) =
+        (bound.token, bound.receiver, bound.receiver_authorizer, bound.withdraw_delay);
+    bound.terms().bind(config, channel_id).map_err(|unbound| match unbound {
+        Unbound::Malformed(what) => malformed(what, why),
+        Unbound::ChannelId => refuse(
             BatchReason::ChannelIdMismatch,
             "the channel id is not the hash of the channel's configuration on this chain",
-        ));
-    }
-    if c.token != bound.token {
-        return Err(refuse(
-            BatchReason::TokenMismatch,
-            format!("the channel is in {:#x}, not the asked {:#x}", c.token, bound.token),
-        ));
-    }
-    if c.receiver != bound.receiver {
-        return Err(refuse(
-            BatchReason::ReceiverMismatch,
-            format!("the channel pays {:#x}, not {:#x}", c.receiver, bound.receiver),
-        ));
-    }
-    if c.receiverAuthorizer != bound.receiver_authorizer {
-        return Err(refuse(
+        ),
+        Unbound::Token => {
+            refuse(BatchReason::TokenMismatch, format!("the channel is in {}, not the asked {token:#x}", config.token))
+        }
+        Unbound::Receiver => {
+            refuse(BatchReason::ReceiverMismatch, format!("the channel pays {}, not {receiver:#x}", config.receiver))
+        }
+        Unbound::ReceiverAuthorizer => refuse(
             BatchReason::ReceiverAuthorizerMismatch,
-            format!(
-                "the channel's receiver authorizer is {:#x}, not {:#x}",
-                c.receiverAuthorizer, bound.receiver_authorizer
-            ),
-        ));
-    }
-    if config.withdraw_delay != bound.withdraw_delay {
-        return Err(refuse(
+            format!("the channel's receiver authorizer is {}, not {authorizer:#x}", config.receiver_authorizer),
+        ),
+        Unbound::WithdrawDelay => refuse(
             BatchReason::WithdrawDelayMismatch,
-            format!("the channel's withdrawal delay is {} s, not {} s", config.withdraw_delay, bound.withdraw_delay),
-        ));
-    }
-    if c.payer == Address::ZERO {
-        return Err(refuse(why, "channelConfig.payer must not be the zero address"));
-    }
-    Ok((c, id))
+            format!("the channel's withdrawal delay is {} s, not {delay} s", config.withdraw_delay),
+        ),
+        Unbound::ZeroPayer => refuse(why, "channelConfig.payer must not be the zero address"),
+    })
+}
+
+/// A field of a channel configuration that cannot be read.
+fn malformed(what: &str, why: BatchReason) -> ProofError {
+    refuse(why, format!("{what} must be an EVM address (a salt or an id: 32 bytes of 0x-hex)"))
 }
 
 /// A channel configuration as the contract reads it.
 fn config_of(config: &proto::ChannelConfig, why: BatchReason) -> Result<wire::ChannelConfig, ProofError> {
-    Ok(wire::ChannelConfig {
-        payer: parse_address(&config.payer, "channelConfig.payer", why)?,
-        payerAuthorizer: parse_address(&config.payer_authorizer, "channelConfig.payerAuthorizer", why)?,
-        receiver: parse_address(&config.receiver, "channelConfig.receiver", why)?,
-        receiverAuthorizer: parse_address(&config.receiver_authorizer, "channelConfig.receiverAuthorizer", why)?,
-        token: parse_address(&config.token, "channelConfig.token", why)?,
-        withdrawDelay: alloy::primitives::Uint::from(config.withdraw_delay),
-        salt: parse_b256(&config.salt, "channelConfig.salt", why)?,
+    wire::wire_config(config).map_err(|unbound| match unbound {
+        Unbound::Malformed(what) => malformed(what, why),
+        _ => refuse(why, "the channel configuration cannot be read"),
     })
 }
 

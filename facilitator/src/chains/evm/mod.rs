@@ -113,13 +113,7 @@ impl EvmBackend {
 }
 
 /// The alloy address of a validated EVM address.
-#[must_use]
-pub fn address(a: &tollgate_protocol::Address) -> Option<alloy::primitives::Address> {
-    match a {
-        tollgate_protocol::Address::Evm(bytes) => Some(alloy::primitives::Address::from(*bytes)),
-        tollgate_protocol::Address::Solana(_) => None,
-    }
-}
+pub use tollgate_encoding::evm::address;
 
 /// The protocol form (EIP-55 when displayed) of an alloy address.
 #[must_use]
