@@ -180,7 +180,7 @@ impl Catalog {
                 title: "A price tick, paid per call from a payment channel",
                 labels: vec![format!("{TICK_PRICE} {DEMO_TOKEN_SYMBOL} a call (batch-settlement)")],
                 note: Some(
-                    "One deposit into an on-chain channel, then a signed voucher per call: no transaction per request. Pay it with the demo's printed commands.",
+                    "One deposit into an on-chain channel, then a signed voucher per call: no transaction per request. Paid by an x402 batch-settlement client (x402's official one; tollgate-pay does not pay channels yet).",
                 ),
             });
         }
