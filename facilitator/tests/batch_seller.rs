@@ -209,11 +209,14 @@ async fn a_channel_serves_each_voucher_once_and_refuses_what_a_buyer_cheats_with
         let (status, _, said) = s.pay(s.voucher(c, payer, 3_000)).await;
         assert_eq!((status, reason(&said)), (402, why), "{said}");
     }
-    // A voucher naming another channel than its configuration's.
-    let mut named = s.voucher(config, payer, 3_000);
-    named["voucher"]["channelId"] = json!(format!("0x{}", "ab".repeat(32)));
-    let (status, _, said) = s.pay(named).await;
-    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_channel_id_mismatch"));
+    // A voucher naming another channel than its configuration's, or its channel on another chain.
+    let elsewhere = format!("{:#x}", config.id(w.chain() + 1));
+    for id in [format!("0x{}", "ab".repeat(32)), elsewhere] {
+        let mut named = s.voucher(config, payer, 3_000);
+        named["voucher"]["channelId"] = json!(id);
+        let (status, _, said) = s.pay(named).await;
+        assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_channel_id_mismatch"));
+    }
     assert_eq!(s.served.load(Ordering::SeqCst), 2, "nothing refused reached the handler");
 
     // One voucher sent twice at once: served once.
@@ -338,4 +341,43 @@ async fn a_buyer_hanging_up_before_its_answer_is_not_charged_and_its_retry_is_ch
     let (status, body, said) = s.pay(s.voucher(&s.config, &s.payer, 2_000)).await;
     assert_eq!((status, body.as_str()), (200, "tick 2"), "{said}");
     assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "2000", "{said}");
+}
+
+/// Vouchers up to the deposit are served; one above it is refused, and nothing more is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voucher_above_what_the_channel_holds_is_refused() {
+    let s = seller().await;
+    s.open().await;
+    for n in 2..=10u128 {
+        let (status, _, said) = s.pay(s.voucher(&s.config, &s.payer, n * 1_000)).await;
+        assert_eq!(status, 200, "{said}");
+    }
+    let (status, _, said) = s.pay(s.voucher(&s.config, &s.payer, 11_000)).await;
+    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_cumulative_exceeds_balance"), "{said}");
+    assert_eq!(s.served.load(Ordering::SeqCst), 10);
+}
+
+/// The buyer starts a timed withdrawal and keeps spending. The layer learns it from the chain
+/// (vouchers the payer signs itself are checked by the facilitator, which reads the channel)
+/// and claims at once: the charges are claimed long before the withdrawal could complete, not
+/// at the next claim period (5 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_started_while_spending_is_claimed_at_once() {
+    use tollgate_encoding::batch::BatchSettlement as Contract;
+    let s = seller_with(Some(Arc::new(tollgate::batch::MemoryChannels::new()))).await;
+    let (w, payer) = (&s.w, &s.payer);
+    let config = w.config(payer.address(), Address::ZERO, s.config.receiver, s.config.receiverAuthorizer, 8);
+    let id = config.id(w.chain());
+    let deposit = w.deposit_payload(&config, payer, payer, (10_000, 1_000), 2);
+    assert_eq!(s.pay(deposit).await.0, 200);
+    w.t.fund(&payer.address().to_string(), common::evm::ETH).await;
+    assert!(w.send(payer, &Contract::initiateWithdrawCall { config: config.clone(), amount: 10_000 }).await);
+    let (status, _, said) = s.pay(s.voucher(&config, payer, 2_000)).await;
+    assert_eq!(status, 200, "{said}");
+    assert_ne!(said["extra"]["channelState"]["withdrawRequestedAt"], 0, "{said}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while w.channel(id).await != (10_000, 2_000) {
+        assert!(std::time::Instant::now() < deadline, "the charges are not claimed: {:?}", w.channel(id).await);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
