@@ -35,6 +35,10 @@ struct Seller {
     http: reqwest::Client,
     /// `/tick`'s handler waits for a permit when the test holds them back (hang-ups).
     gate: Arc<Gate>,
+    /// The facilitator's URL, the seller's key and its wallet (another instance's shop).
+    facilitator: String,
+    key: String,
+    wallet: String,
 }
 
 /// Holds `/tick`'s handler: it says when it started, and waits to be let go when closed.
@@ -65,20 +69,7 @@ async fn seller_with(store: Option<Arc<dyn ChannelStore>>) -> Seller {
     let app = w.t.app.clone();
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let layer = |amount: &str| {
-        let price = Price::batch(w.token.address.to_string().parse().unwrap(), amount, 6)
-            .unwrap()
-            .pay_to(wallet.parse().unwrap())
-            .on(w.t.network())
-            .extra(json!({"name": common::evm::Token::NAME, "version": "2"}));
-        let builder = PaymentLayer::builder().facilitator(FacilitatorClient::new(&facilitator, &key)).accept(price);
-        match &store {
-            Some(store) => builder.channels(store.clone()),
-            None => builder,
-        }
-        .build()
-        .unwrap()
-    };
+    let layer = |amount: &str| layer(&w, (&facilitator, &key, &wallet), amount, store.clone());
     let served = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(Gate::default());
     let (count, held) = (served.clone(), gate.clone());
@@ -104,7 +95,29 @@ async fn seller_with(store: Option<Arc<dyn ChannelStore>>) -> Seller {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let served_app = app.clone();
     tokio::spawn(async move { axum::serve(listener, served_app).await });
-    Seller { w, base, app, payer, config, served, http: reqwest::Client::new(), gate }
+    Seller { w, base, app, payer, config, served, http: reqwest::Client::new(), gate, facilitator, key, wallet }
+}
+
+/// A layer selling `amount` per request from channels kept in `store` (the process's own when
+/// `None`), paid to `wallet` through the facilitator at `url` with `key`.
+fn layer(
+    w: &World,
+    (url, key, wallet): (&str, &str, &str),
+    amount: &str,
+    store: Option<Arc<dyn ChannelStore>>,
+) -> PaymentLayer {
+    let price = Price::batch(w.token.address.to_string().parse().unwrap(), amount, 6)
+        .unwrap()
+        .pay_to(wallet.parse().unwrap())
+        .on(w.t.network())
+        .extra(json!({"name": common::evm::Token::NAME, "version": "2"}));
+    let builder = PaymentLayer::builder().facilitator(FacilitatorClient::new(url, key)).accept(price);
+    match store {
+        Some(store) => builder.channels(store),
+        None => builder,
+    }
+    .build()
+    .unwrap()
 }
 
 fn decode(header: &str) -> Value {
@@ -380,4 +393,53 @@ async fn a_withdrawal_started_while_spending_is_claimed_at_once() {
         assert!(std::time::Instant::now() < deadline, "the charges are not claimed: {:?}", w.channel(id).await);
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// Two instances of the seller share the channels through Redis (each its own store object and
+/// lock, as two processes would have): a voucher charged on one is known to the other, and one
+/// voucher sent to both at once is served once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_sharing_channels_through_redis_serve_each_voucher_once() {
+    let Some(url) = common::process::redis_url("two_instances_sharing_channels_through_redis") else { return };
+    let prefix = format!("tollgate-test-{}", rand::random::<u64>());
+    let first: Arc<dyn ChannelStore> = Arc::new(tollgate::batch::RedisChannels::connect(&url, &prefix).await.unwrap());
+    let s = seller_with(Some(first)).await;
+    let second: Arc<dyn ChannelStore> = Arc::new(tollgate::batch::RedisChannels::connect(&url, &prefix).await.unwrap());
+    let other = layer(&s.w, (&s.facilitator, &s.key, &s.wallet), "0.001", Some(second));
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    let app = axum::Router::new()
+        .route(
+            "/tick",
+            get(move || {
+                let count = count.clone();
+                async move { format!("other {}", count.fetch_add(1, Ordering::SeqCst) + 1) }
+            }),
+        )
+        .route_layer(other);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second_url = format!("http://{}/tick", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let pay_second = |payload: Value| {
+        let (http, url, header) = (s.http.clone(), second_url.clone(), s.header("/tick", payload));
+        async move {
+            let answer = http.get(url).header("PAYMENT-SIGNATURE", header.await).send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+
+    s.open().await;
+    // The next voucher on the other instance: it knows what the first charged.
+    assert_eq!(pay_second(s.voucher(&s.config, &s.payer, 1_000)).await.0, 402, "a replay on the other instance");
+    assert_eq!(pay_second(s.voucher(&s.config, &s.payer, 2_000)).await, (200, "other 1".to_owned()));
+    // One voucher sent to both at once: served once.
+    let next = s.voucher(&s.config, &s.payer, 3_000);
+    let (a, b) = tokio::join!(s.pay(next.clone()), pay_second(next));
+    let mut statuses = [a.0, b.0];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 402], "{a:?} {b:?}");
+    // (Both handlers may have run; the loser's answer was withheld and nothing charged for it.)
+    let (status, _, said) = s.pay(s.voucher(&s.config, &s.payer, 4_000)).await;
+    assert_eq!(status, 200, "{said}");
+    assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "4000", "{said}");
 }

@@ -21,6 +21,8 @@
 //! loser's answer is withheld. A charge is durable before its answer is released.
 
 pub mod claims;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod store;
 
 use std::collections::HashMap;
@@ -30,6 +32,8 @@ use serde_json::Value;
 use tollgate_protocol::x402::{PaymentPayloadV2, PaymentRequirements};
 
 pub use self::claims::ClaimPolicy;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisChannels;
 pub use self::store::{ChannelRecord, ChannelStore, ChannelStoreError, FileChannels, MemoryChannels};
 
 /// The x402 reason codes the layer answers with (the official seller's).
