@@ -15,6 +15,9 @@
 //!   against the service it sells, directly).
 //! - `repeats`: a shop paid through the daemon, each payment answered, then repeated: the
 //!   latency of first answers and of repeats (`scripts/bench-answers`).
+//! - `channels`: a shop selling an unpaid route, an `exact` one and one paid from channels
+//!   (`batch-settlement`) through the daemon: requests/s, latency, CPU, RPC calls and
+//!   transactions per paid request (`scripts/bench-channels`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,6 +40,7 @@ const TOKEN_VERSION: &str = "2";
 /// Base units each authorization pays (0.01 of a 6-decimal token).
 const PRICE: u128 = 10_000;
 
+mod channels;
 mod proxied;
 mod repeats;
 
@@ -115,6 +119,39 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         uses: u32,
     },
+    /// A shop on the daemon selling an unpaid route, `exact` and channels (`batch-settlement`).
+    Channels {
+        /// anvil's RPC URL (blocks are counted there).
+        #[arg(long)]
+        rpc: String,
+        /// The daemon's base URL.
+        #[arg(long)]
+        daemon: String,
+        /// The daemon's process id (its CPU is read from /proc).
+        #[arg(long)]
+        daemon_pid: u32,
+        /// The counting proxy the daemon reaches anvil through.
+        #[arg(long)]
+        proxy: String,
+        /// An API key of the account `--seller` belongs to.
+        #[arg(long)]
+        key: String,
+        /// The daemon's settling key (its account is funded with ETH for gas).
+        #[arg(long)]
+        facilitator_key: PrivateKeySigner,
+        /// A custodial EVM wallet of the key's account (paid; its claims signed by the daemon).
+        #[arg(long)]
+        seller: Address,
+        /// Requests to the unpaid route and in vouchers.
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+        /// Requests paid with `exact`.
+        #[arg(long, default_value_t = 400)]
+        exact_count: usize,
+        /// Buyers at once (one channel each).
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+    },
     /// For `scripts/bench-proxy`: an upstream answering `GET /hello` at once; prints `listening on URL`.
     Upstream,
     /// For `scripts/bench-proxy`: an x402 facilitator that accepts every proof; prints `listening on URL`.
@@ -129,6 +166,34 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Proxy { upstream } => proxy(upstream).await,
         Command::Pairs { daemon, key, proxy, bodies, count } => pairs(&daemon, &key, &proxy, &bodies, count).await,
+        Command::Channels {
+            rpc,
+            daemon,
+            daemon_pid,
+            proxy,
+            key,
+            facilitator_key,
+            seller,
+            count,
+            exact_count,
+            concurrency,
+        } => {
+            let facilitator = facilitator_key.address();
+            let (rpc, daemon, proxy, key) = (&rpc, &daemon, &proxy, &key);
+            channels::run(channels::Channels {
+                rpc,
+                daemon,
+                daemon_pid,
+                proxy,
+                key,
+                facilitator,
+                seller,
+                count,
+                exact_count,
+                concurrency,
+            })
+            .await
+        }
         Command::Repeats { rpc, daemon, key, facilitator_key, count, repeats, uses } => {
             let facilitator = facilitator_key.address();
             repeats::run(repeats::Repeats { rpc: &rpc, daemon: &daemon, key: &key, facilitator, count, repeats, uses })
