@@ -37,12 +37,13 @@ impl<'a> Terms<'a> {
         let Network::Eip155(chain_id) = requirement.network else { return None };
         let Asset::Token(token) = &requirement.asset else { return None };
         let extra = requirement.extra.as_ref()?;
-        let authorizer: Address = extra.get("receiverAuthorizer")?.as_str()?.parse().ok()?;
+        // The seller's own requirement: read as hex, its checksum not checked again.
+        let authorizer: alloy_primitives::Address = extra.get("receiverAuthorizer")?.as_str()?.parse().ok()?;
         let channel = wire::Terms {
             chain_id,
             token: evm::address(token)?,
             receiver: evm::address(&requirement.pay_to)?,
-            receiver_authorizer: evm::address(&authorizer)?,
+            receiver_authorizer: authorizer,
             withdraw_delay: extra.get("withdrawDelay")?.as_u64()?,
         };
         Some(Self { requirement, channel })
