@@ -170,11 +170,12 @@ impl Budget {
         // Other processes on the file wait their turn to write rather than fail.
         db.busy_timeout(Duration::from_secs(30)).map_err(|e| db_error(&e))?;
         db.execute_batch(SCHEMA).map_err(|e| db_error(&e))?;
+        db.execute_batch(crate::channels::SCHEMA).map_err(|e| db_error(&e))?;
         Ok(Self { db: Arc::new(Mutex::new(db)), limits: Arc::new(limits), now })
     }
 
     /// Runs `work` on the file, off the async runtime.
-    async fn with_db<T: Send + 'static>(
+    pub(crate) async fn with_db<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, PayError> + Send + 'static,
     ) -> Result<T, PayError> {
@@ -187,6 +188,12 @@ impl Budget {
     /// Whether one of the limits is counted in `requirement`'s asset (the budget then caps it).
     pub(crate) fn counts(&self, requirement: &PaymentRequirements) -> bool {
         self.limits.iter().any(|l| l.cap.counts(requirement))
+    }
+
+    /// The smallest limit counted in `requirement`'s asset, in its atomic units: what one
+    /// channel deposit may lock at most. `None` when no limit counts it.
+    pub(crate) fn smallest_limit(&self, requirement: &PaymentRequirements, decimals: u8) -> Option<AtomicAmount> {
+        self.limits.iter().filter(|l| l.cap.counts(requirement)).filter_map(|l| l.cap.atomic(decimals)).min()
     }
 
     /// Reserves `requirement`'s amount for `url` if it fits every limit counted in its asset.

@@ -35,6 +35,8 @@ use tollgate_protocol::{Address, AtomicAmount, ChainFamily, Network};
 
 use crate::{PayError, Proof};
 
+mod channels;
+
 /// Gas of a plain transfer to an account without code.
 const TRANSFER_GAS: u64 = 21_000;
 /// Deadline of one RPC call.
@@ -43,7 +45,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const VALID_AFTER_SLACK_SECS: u64 = 60;
 /// Shortest validity window asked for, whatever the offer's `maxTimeoutSeconds`.
 const MIN_VALIDITY_SECS: u64 = 60;
-/// How long the buyer waits for its own Permit2 approval to be mined.
+/// How long the buyer waits for its own transactions (a Permit2 approval, a withdrawal) to be mined.
 const APPROVAL_WAIT: Duration = Duration::from_secs(30);
 
 /// A token's EIP-712 domain fields and decimals.
@@ -138,6 +140,12 @@ impl EvmWallet {
         match (requirement.scheme.as_str(), requirement.asset) {
             (SCHEME_EXACT_NATIVE, Asset::Native) => Ok(Some(ChainFamily::Evm.native_decimals())),
             (SCHEME_EXACT | SCHEME_UPTO, Asset::Token(Address::Evm(token))) => {
+                Ok(Some(self.token(EvmAddress::from(token)).await?.decimals))
+            }
+            // A channel needs the seller's receiver authorizer to be named.
+            (tollgate_protocol::x402::batch::SCHEME, Asset::Token(Address::Evm(token)))
+                if channels::receiver_authorizer(requirement).is_some() =>
+            {
                 Ok(Some(self.token(EvmAddress::from(token)).await?.decimals))
             }
             _ => Ok(None),
@@ -298,10 +306,16 @@ impl EvmWallet {
     /// bound each payment), sent from the buyer's account and waited for: the transaction hash.
     async fn approve_permit2(&self, token: EvmAddress) -> Result<String, PayError> {
         let call = wire::Erc20::approveCall { spender: PERMIT2, value: U256::MAX };
-        let input = Bytes::from(alloy::sol_types::SolCall::abi_encode(&call));
-        let request = TransactionRequest::default().from(self.signer.address()).to(token).input(input.clone().into());
+        self.send_and_wait(token, alloy::sol_types::SolCall::abi_encode(&call), "the Permit2 approval").await
+    }
+
+    /// Sends `input` to `to` from the buyer's account (gas estimated, a fifth more) and waits
+    /// for it to be mined: the transaction hash, or why it failed (`what` names it).
+    async fn send_and_wait(&self, to: EvmAddress, input: Vec<u8>, what: &str) -> Result<String, PayError> {
+        let input = Bytes::from(input);
+        let request = TransactionRequest::default().from(self.signer.address()).to(to).input(input.clone().into());
         let gas = bounded("eth_estimateGas", self.provider.estimate_gas(request).into_future()).await?;
-        let (raw, hash) = self.sign_call(TxKind::Call(token), U256::ZERO, input, gas + gas / 5).await?;
+        let (raw, hash) = self.sign_call(TxKind::Call(to), U256::ZERO, input, gas + gas / 5).await?;
         let sent = bounded("eth_sendRawTransaction", self.provider.send_raw_transaction(&raw).into_future()).await?;
         let hash_bytes = *sent.tx_hash();
         let waited = tokio::time::timeout(APPROVAL_WAIT, async {
@@ -318,13 +332,10 @@ impl EvmWallet {
             Ok(Ok(true)) => Ok(hash),
             Ok(Ok(false)) => {
                 self.forget_nonce().await;
-                Err(build_error(format!("the Permit2 approval {hash} reverted")))
+                Err(build_error(format!("{what} {hash} reverted")))
             }
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(build_error(format!(
-                "the Permit2 approval {hash} was not mined within {} s",
-                APPROVAL_WAIT.as_secs()
-            ))),
+            Err(_) => Err(build_error(format!("{what} {hash} was not mined within {} s", APPROVAL_WAIT.as_secs()))),
         }
     }
 
@@ -471,6 +482,10 @@ impl crate::Wallet for EvmWallet {
             Asset::Token(Address::Evm(token)) => self.token(EvmAddress::from(token)).await.ok()?.symbol,
             Asset::Token(_) => None,
         }
+    }
+
+    fn channels(&self) -> Option<&dyn crate::wallet::ChannelWallet> {
+        Some(self)
     }
 
     /// A signed transfer that was not settled may never be mined: the next one asks the node

@@ -55,6 +55,7 @@ use tollgate_protocol::x402::{
 use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Network, siwx};
 
 mod budget;
+mod channels;
 mod evm;
 mod middleware;
 mod solana;
@@ -62,9 +63,10 @@ pub mod wallet;
 
 pub use alloy::signers::local::PrivateKeySigner;
 pub use budget::{Budget, Limit, Spend};
+pub use channels::{ChannelAccount, Refunded};
 pub use middleware::{PaymentMiddleware, SignedIn};
 pub use tollgate_protocol as protocol;
-pub use wallet::{Proof, Wallet};
+pub use wallet::{Channel, ChannelWallet, OnChain, Proof, Wallet};
 
 /// Why a paid request did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +125,22 @@ pub enum PayError {
     /// The request's body cannot be sent again with the payment (it streams).
     #[error("{0}")]
     Body(String),
+    /// A payment channel's deposit needs more than the deposit limit allows
+    /// ([`Buyer::with_deposit_cap`], `tollgate-pay --deposit-max`). Nothing was signed.
+    #[error(
+        "the payment channel needs a deposit of {needed}, above the deposit limit of {limit}: raise it \
+         (tollgate-pay --deposit-max, Buyer::with_deposit_cap)"
+    )]
+    DepositOverLimit {
+        /// The least deposit that pays the request, whole units.
+        needed: String,
+        /// The limit, whole units.
+        limit: String,
+    },
+    /// A payment channel cannot be used (the buyer stopped signing on it, nothing is left, it
+    /// is unknown).
+    #[error("payment channel: {0}")]
+    Channel(String),
     /// No cap or budget limits what this offer would take, and the buyer was not told to pay
     /// without one ([`Buyer::without_cap`], `tollgate-pay --no-cap`). Nothing was signed.
     #[error(
@@ -232,8 +250,13 @@ impl Cap {
     /// Whether `atomic` units of an asset with `decimals` fit; a cap finer than the asset's
     /// decimals rounds down, never up.
     fn allows(&self, atomic: AtomicAmount, decimals: u8) -> bool {
+        self.atomic(decimals).is_some_and(|c| atomic.get() <= c.get())
+    }
+
+    /// The cap in atomic units of an asset with `decimals` (a finer cap rounded down).
+    fn atomic(&self, decimals: u8) -> Option<AtomicAmount> {
         let cap = truncate(&self.amount.to_string(), decimals);
-        DecimalAmount::parse(&cap).and_then(|c| c.to_atomic(decimals)).is_ok_and(|c| atomic.get() <= c.get())
+        DecimalAmount::parse(&cap).and_then(|c| c.to_atomic(decimals)).ok()
     }
 
     /// The cap in whole units.
@@ -298,6 +321,9 @@ pub struct PaymentMade {
     pub authorized: Option<AtomicAmount>,
     /// The buyer's one-time approval of Permit2 sent before paying, when it had none.
     pub approval: Option<String>,
+    /// The payment channel it was paid from (x402 `batch-settlement`): `transaction` is then
+    /// its deposit's, when this request made one.
+    pub channel: Option<String>,
 }
 
 /// A response to a (possibly paid) request.
@@ -430,6 +456,8 @@ pub struct Authorization {
     decimals: u8,
     requirement: PaymentRequirements,
     reservation: Option<budget::Reservation>,
+    /// A payment from a channel: its count before, what was signed, and the channel's turn.
+    channel: Option<channels::ChannelUse>,
 }
 
 impl Authorization {
@@ -498,6 +526,10 @@ pub struct Buyer {
     uncapped: bool,
     budget: Option<Budget>,
     max_pending_retries: u32,
+    /// The most one channel deposit may lock ([`Self::with_deposit_cap`]).
+    deposit_cap: Option<Cap>,
+    /// The payment channels' counts (kept in the budget file when there is one).
+    book: channels::ChannelBook,
 }
 
 /// The offer chosen, with the decimals of its asset.
@@ -512,7 +544,17 @@ impl Buyer {
     #[must_use]
     pub fn new() -> Self {
         let http = reqwest::Client::builder().redirect(same_origin_redirects()).build().unwrap_or_default();
-        Self { http, solana: None, evm: None, cap: None, uncapped: false, budget: None, max_pending_retries: 5 }
+        Self {
+            http,
+            solana: None,
+            evm: None,
+            cap: None,
+            uncapped: false,
+            budget: None,
+            max_pending_retries: 5,
+            deposit_cap: None,
+            book: channels::ChannelBook::default(),
+        }
     }
 
     /// Pays on Solana with `keypair`, reading the cluster, recent blockhashes and token mints
@@ -635,18 +677,41 @@ impl Buyer {
             }
             None => challenge,
         };
-        let authorization = self.authorize(&challenge, request.url()).await?;
-        // Sent again when its answer is lost: a request that is idempotent, or one the seller
-        // answers again by its payment identifier.
-        let resend = authorization.payment_id().is_some() || request.method.is_idempotent();
-        match self.send_paid(request, authorization.header(), resend).await {
-            Ok((status, headers, body, settlement)) => {
+        // A payment channel's count the seller corrects is paid again once, for the seller's first
+        // payment request (the corrective one only says the count).
+        let mut corrections = 1;
+        loop {
+            let authorization = self.authorize(&challenge, request.url()).await?;
+            // Sent again when its answer is lost: a request that is idempotent, or one the seller
+            // answers again by its payment identifier.
+            let resend = authorization.payment_id().is_some() || request.method.is_idempotent();
+            let (status, headers, body, settlement) =
+                match self.send_paid(request, authorization.header(), resend).await {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        self.unsettled(authorization).await;
+                        return Err(e);
+                    }
+                };
+            if (200..400).contains(&status) {
                 let made = self.settled(authorization, settlement.as_ref()).await;
-                Ok(Paid { status, headers, body, payment: Some(made), settlement, signed_in: None })
+                return Ok(Paid { status, headers, body, payment: Some(made), settlement, signed_in: None });
             }
-            Err(e) => {
-                self.unsettled(authorization).await;
-                Err(e)
+            let refusal = refusal(status, &body);
+            let again = (status == 402)
+                .then(|| headers.get(PAYMENT_REQUIRED).and_then(|h| h.to_str().ok()))
+                .map(|v2| read_challenge(v2, &body));
+            match again {
+                Some(Ok(again)) => {
+                    if !(self.refused(authorization, &again).await && corrections > 0) {
+                        return Err(refusal);
+                    }
+                    corrections -= 1;
+                }
+                _ => {
+                    self.unsettled(authorization).await;
+                    return Err(refusal);
+                }
             }
         }
     }
@@ -661,11 +726,27 @@ impl Buyer {
     /// is then reserved.
     pub async fn authorize(&self, challenge: &PaymentRequired, url: &str) -> Result<Authorization, PayError> {
         let (choice, reservation) = self.reserve(challenge, url).await?;
-        match self.pay(challenge, &choice).await {
-            Ok((header_name, header_value, payload, made)) => {
+        let built = if choice.requirement.scheme == tollgate_protocol::x402::batch::SCHEME {
+            self.pay_from_channel(challenge, &choice, url)
+                .await
+                .map(|(name, value, payload, made, used)| (name, value, payload, made, Some(used)))
+        } else {
+            self.pay(challenge, &choice).await.map(|(name, value, payload, made)| (name, value, payload, made, None))
+        };
+        match built {
+            Ok((header_name, header_value, payload, made, channel)) => {
                 let decimals = choice.decimals;
                 let requirement = choice.requirement;
-                Ok(Authorization { payload, header_name, header_value, made, decimals, requirement, reservation })
+                Ok(Authorization {
+                    payload,
+                    header_name,
+                    header_value,
+                    made,
+                    decimals,
+                    requirement,
+                    reservation,
+                    channel,
+                })
             }
             Err(e) => {
                 // No proof was made: nothing can leave the buyer.
@@ -715,11 +796,12 @@ impl Buyer {
     /// in the budget at what was charged. A metered price is charged the settlement's `amount`,
     /// never more than authorized.
     pub async fn settled(&self, authorization: Authorization, settlement: Option<&SettleResponse>) -> PaymentMade {
-        let Authorization { made, decimals, reservation, .. } = authorization;
+        let Authorization { made, decimals, reservation, channel, .. } = authorization;
         let transaction =
             settlement.map(|s| s.transaction.clone()).filter(|t| !t.is_empty()).or_else(|| made.transaction.clone());
-        let charged = match (made.authorized, settlement.and_then(|s| s.amount)) {
-            (Some(most), Some(charged)) if charged.get() <= most.get() => charged,
+        let charged = match (channel, made.authorized, settlement.and_then(|s| s.amount)) {
+            (Some(used), ..) => self.channel_settled(used, settlement).await,
+            (None, Some(most), Some(charged)) if charged.get() <= most.get() => charged,
             _ => made.amount,
         };
         let whole = DecimalAmount::from_atomic(charged, decimals);
@@ -736,6 +818,9 @@ impl Buyer {
     pub async fn unsettled(&self, authorization: Authorization) {
         if let Some(wallet) = self.wallet(authorization.requirement.network.family()) {
             wallet.unsettled(&authorization.requirement).await;
+        }
+        if let Some(used) = authorization.channel {
+            self.channel_unsettled(used).await;
         }
     }
 
@@ -773,7 +858,7 @@ impl Buyer {
     }
 
     /// Sends the request again with the proof, retrying while the seller answers "pending":
-    /// the paid answer and its decoded settlement header.
+    /// the seller's last answer (served or not) and its decoded settlement header.
     /// `resend`: the paid request may be sent again when its answer is lost (the connection
     /// failed after it was sent), as often as a pending one.
     async fn send_paid(
@@ -819,13 +904,6 @@ impl Buyer {
                 .and_then(|h| tollgate_protocol::x402::header::decode::<SettleResponse>(h).ok());
             let headers = answer.headers().clone();
             let body = answer.bytes().await?.to_vec();
-            if !(200..400).contains(&status) {
-                let reason = serde_json::from_slice::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v["error"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-                return Err(PayError::Refused { status, reason });
-            }
             return Ok((status, headers, body, settlement));
         }
     }
@@ -963,6 +1041,30 @@ impl Buyer {
         // a retry of the paid request (its answer lost) is answered as the first was, and the
         // seller's handler does not run twice.
         payment_identifier::append(&declared, &mut extensions, &new_payment_id()?);
+        let (name, header, payload) = self.envelope(challenge, choice, proof, extensions)?;
+        let made = PaymentMade {
+            amount: requirement.amount,
+            whole: DecimalAmount::from_atomic(requirement.amount, choice.decimals),
+            asset: requirement.asset,
+            network: requirement.network.clone(),
+            transaction,
+            authorized: (requirement.scheme == SCHEME_UPTO).then_some(requirement.amount),
+            approval,
+            channel: None,
+        };
+        Ok((name, header, payload, made))
+    }
+
+    /// `proof` for `choice` in the payment payload of `challenge`'s version: the header that
+    /// carries it, its value, and the payload.
+    fn envelope(
+        &self,
+        challenge: &PaymentRequired,
+        choice: &Choice,
+        proof: serde_json::Value,
+        extensions: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(&'static str, String, PaymentPayload), PayError> {
+        let requirement = &choice.requirement;
         let (name, payload) = match challenge {
             PaymentRequired::V1(_) => (
                 X_PAYMENT,
@@ -985,17 +1087,17 @@ impl Buyer {
             ),
         };
         let header = payload.to_header().map_err(|e| PayError::Build(e.to_string()))?;
-        let made = PaymentMade {
-            amount: requirement.amount,
-            whole: DecimalAmount::from_atomic(requirement.amount, choice.decimals),
-            asset: requirement.asset,
-            network: requirement.network.clone(),
-            transaction,
-            authorized: (requirement.scheme == SCHEME_UPTO).then_some(requirement.amount),
-            approval,
-        };
-        Ok((name, header, payload, made))
+        Ok((name, header, payload))
     }
+}
+
+/// A seller's refusal of a paid request (`status`, `body`): its `error`, or the body.
+fn refusal(status: u16, body: &[u8]) -> PayError {
+    let reason = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    PayError::Refused { status, reason }
 }
 
 /// A new `payment-identifier` id: `tg_` and 32 random hexadecimal digits.

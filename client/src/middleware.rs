@@ -113,52 +113,68 @@ impl Middleware for PaymentMiddleware {
             let body = answer.bytes().await?;
             challenge = read_challenge(v2.as_deref(), &body).map_err(reqwest_middleware::Error::middleware)?;
         }
-        let authorization =
-            self.buyer.authorize(&challenge, &url).await.map_err(reqwest_middleware::Error::middleware)?;
-        // Sent again when its answer is lost (or its settlement timed out) only when that cannot
-        // run it twice: an idempotent method, or a seller that answers the payment's identifier.
-        let resend = authorization.payment_id().is_some() || again.method().is_idempotent();
-        let mut retries = 0;
-        loop {
-            let Some(mut paid) = again.try_clone() else {
-                self.buyer.unsettled(authorization).await;
-                return Err(reqwest_middleware::Error::middleware(PayError::Body(
-                    "the request cannot be sent again".into(),
-                )));
-            };
-            let (name, value) = authorization.header();
-            let value = reqwest::header::HeaderValue::from_str(value).map_err(|e| {
-                reqwest_middleware::Error::middleware(PayError::Build(format!("the payment header: {e}")))
-            })?;
-            paid.headers_mut().insert(name, value);
-            let mut answer = match next.clone().run(paid, extensions).await {
-                Ok(answer) => answer,
-                Err(_) if resend && retries < self.buyer.pending_retries() => {
+        // A payment channel's count the seller corrects (a 402 naming it) is paid again once.
+        let mut corrections = 1;
+        'pay: loop {
+            let authorization =
+                self.buyer.authorize(&challenge, &url).await.map_err(reqwest_middleware::Error::middleware)?;
+            // Sent again when its answer is lost (or its settlement timed out) only when that cannot
+            // run it twice: an idempotent method, or a seller that answers the payment's identifier.
+            let resend = authorization.payment_id().is_some() || again.method().is_idempotent();
+            let mut retries = 0;
+            loop {
+                let Some(mut paid) = again.try_clone() else {
+                    self.buyer.unsettled(authorization).await;
+                    return Err(reqwest_middleware::Error::middleware(PayError::Body(
+                        "the request cannot be sent again".into(),
+                    )));
+                };
+                let (name, value) = authorization.header();
+                let value = reqwest::header::HeaderValue::from_str(value).map_err(|e| {
+                    reqwest_middleware::Error::middleware(PayError::Build(format!("the payment header: {e}")))
+                })?;
+                paid.headers_mut().insert(name, value);
+                let mut answer = match next.clone().run(paid, extensions).await {
+                    Ok(answer) => answer,
+                    Err(_) if resend && retries < self.buyer.pending_retries() => {
+                        retries += 1;
+                        tokio::time::sleep(pending_wait(1)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        self.buyer.unsettled(authorization).await;
+                        return Err(e);
+                    }
+                };
+                let status = answer.status().as_u16();
+                if (status == 503 || (status == 504 && resend)) && retries < self.buyer.pending_retries() {
                     retries += 1;
-                    tokio::time::sleep(pending_wait(1)).await;
+                    let wait = header(&answer, &["retry-after"]).and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+                    tokio::time::sleep(pending_wait(wait)).await;
                     continue;
                 }
-                Err(e) => {
-                    self.buyer.unsettled(authorization).await;
-                    return Err(e);
+                if !(200..400).contains(&status) {
+                    let corrected = (status == 402)
+                        .then(|| header(&answer, &[PAYMENT_REQUIRED]).map(|v2| read_challenge(Some(v2), b"")))
+                        .flatten()
+                        .and_then(Result::ok);
+                    match corrected {
+                        Some(corrected) => {
+                            if self.buyer.refused(authorization, &corrected).await && corrections > 0 {
+                                corrections -= 1;
+                                continue 'pay;
+                            }
+                        }
+                        None => self.buyer.unsettled(authorization).await,
+                    }
+                    return Ok(answer);
                 }
-            };
-            let status = answer.status().as_u16();
-            if (status == 503 || (status == 504 && resend)) && retries < self.buyer.pending_retries() {
-                retries += 1;
-                let wait = header(&answer, &["retry-after"]).and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
-                tokio::time::sleep(pending_wait(wait)).await;
-                continue;
-            }
-            if !(200..400).contains(&status) {
-                self.buyer.unsettled(authorization).await;
+                let settlement = header(&answer, &[PAYMENT_RESPONSE, X_PAYMENT_RESPONSE])
+                    .and_then(|h| tollgate_protocol::x402::header::decode::<SettleResponse>(h).ok());
+                let made = self.buyer.settled(authorization, settlement.as_ref()).await;
+                answer.extensions_mut().insert(made);
                 return Ok(answer);
             }
-            let settlement = header(&answer, &[PAYMENT_RESPONSE, X_PAYMENT_RESPONSE])
-                .and_then(|h| tollgate_protocol::x402::header::decode::<SettleResponse>(h).ok());
-            let made = self.buyer.settled(authorization, settlement.as_ref()).await;
-            answer.extensions_mut().insert(made);
-            return Ok(answer);
         }
     }
 }

@@ -12,6 +12,8 @@ use tollgate_protocol::x402::PaymentRequirements;
 use crate::PayError;
 pub use crate::evm::EvmWallet;
 pub use crate::solana::SolanaWallet;
+use tollgate_protocol::AtomicAmount;
+use tollgate_protocol::x402::batch::{ChannelConfig, DepositAuthorization, Voucher};
 
 /// A proof a wallet made for one requirement.
 #[derive(Debug, Default, Clone)]
@@ -88,9 +90,99 @@ pub trait Wallet: Send + Sync + std::fmt::Debug {
         Err(PayError::Build("this wallet does not sign messages".into()))
     }
 
+    /// The payment channels (x402 `batch-settlement`) it opens and pays from, when it has them.
+    fn channels(&self) -> Option<&dyn ChannelWallet> {
+        None
+    }
+
     /// A proof it made for `requirement` was sent and not settled as far as the buyer knows
     /// (refused, no answer): state kept for the next proof may be stale (an EVM nonce).
     async fn unsettled(&self, requirement: &PaymentRequirements) {
         let _ = requirement;
     }
+}
+
+/// A payment channel a wallet pays from: its configuration as the wire writes it, and its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Channel {
+    /// The configuration (payer, authorizers, receiver, token, withdrawal delay, salt).
+    pub config: ChannelConfig,
+    /// Its id (on EVM, the configuration's EIP-712 hash), as the wire writes it.
+    pub id: String,
+}
+
+impl Channel {
+    /// A channel of `config` named `id`.
+    #[must_use]
+    pub const fn new(config: ChannelConfig, id: String) -> Self {
+        Self { config, id }
+    }
+}
+
+/// What the chain holds for a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct OnChain {
+    /// Escrowed: deposits less refunds and withdrawals (claimed amounts included until swept).
+    pub balance: AtomicAmount,
+    /// Claimed by the receiver in all.
+    pub claimed: AtomicAmount,
+    /// A timed withdrawal started: its amount and the Unix second it can be finished.
+    pub withdrawal: Option<(AtomicAmount, u64)>,
+}
+
+/// Opens and pays from payment channels (x402 `batch-settlement`): a deposit once, then a signed
+/// cumulative voucher per request. The buyer keeps the count ([`crate::Buyer`]); a wallet only
+/// names, reads and signs.
+#[async_trait]
+pub trait ChannelWallet: Send + Sync {
+    /// The channel this wallet pays `requirement` from: itself as payer and voucher signer, the
+    /// requirement's receiver, token, receiver authorizer and withdrawal delay.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] for a requirement that names no channel (no receiver authorizer).
+    async fn channel(&self, requirement: &PaymentRequirements) -> Result<Channel, PayError>;
+
+    /// What the chain holds for `channel`.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when the chain cannot be read.
+    async fn on_chain(&self, channel: &Channel) -> Result<OnChain, PayError>;
+
+    /// A voucher for `max_claimable` in all from `channel`.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when it cannot sign.
+    async fn voucher(&self, channel: &Channel, max_claimable: AtomicAmount) -> Result<Voucher, PayError>;
+
+    /// Whether `signature` is this wallet's voucher for `max_claimable` from `channel` (a seller
+    /// that says the buyer signed more than the buyer remembers shows the voucher).
+    async fn signed(&self, channel: &Channel, max_claimable: AtomicAmount, signature: &str) -> bool;
+
+    /// An authorization to deposit `amount` into `channel` for `requirement` (whose `extra` says
+    /// how the token is moved).
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when it cannot.
+    async fn deposit(
+        &self,
+        requirement: &PaymentRequirements,
+        channel: &Channel,
+        amount: AtomicAmount,
+    ) -> Result<DepositAuthorization, PayError>;
+
+    /// Starts a timed withdrawal of `amount` from `channel` (a transaction this wallet sends and
+    /// pays the fee of): its hash once mined.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when it cannot be sent or fails.
+    async fn start_withdrawal(&self, channel: &Channel, amount: AtomicAmount) -> Result<String, PayError>;
+
+    /// Finishes the timed withdrawal `channel` started, once its delay has passed: the hash of
+    /// the transaction that returned the funds.
+    ///
+    /// # Errors
+    /// [`PayError::Build`] when it cannot be sent or fails (the delay not yet over).
+    async fn finish_withdrawal(&self, channel: &Channel) -> Result<String, PayError>;
 }

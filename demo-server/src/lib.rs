@@ -206,8 +206,22 @@ impl Demo {
         Some(self.evm_command(evm, &format!("0.05@{}", evm.permit2_token.as_ref()?), path))
     }
 
+    /// The `tollgate-pay` command that pays `/ticker` from a payment channel (x402
+    /// `batch-settlement`), when EVM is on: the first run deposits a hundred calls' worth, the next
+    /// ones sign a voucher each (no transaction); the channel's count is kept in the buyer's
+    /// budget file beside its key. `tollgate-pay channels refund` returns what is left.
+    #[must_use]
+    pub fn channel_pay_command(&self) -> Option<String> {
+        let evm = self.evm.as_ref()?;
+        let budget = evm.buyer_key_file.with_file_name("evm-buyer-budget.sqlite");
+        // The seller's announced deposit (a hundred calls), allowed by --deposit-max.
+        let url =
+            format!("--deposit-max 0.01@{} --budget-file {} {}/ticker", evm.token, budget.display(), self.shop_url);
+        Some(self.evm_command(evm, &format!("{}@{}", crate::shop::TICK_PRICE, evm.token), &url))
+    }
+
     fn evm_command(&self, evm: &EvmDemo, max: &str, path: &str) -> String {
-        let url = if path.starts_with("http") { path.to_owned() } else { format!("{}{path}", self.shop_url) };
+        let url = if path.starts_with('/') { format!("{}{path}", self.shop_url) } else { path.to_owned() };
         format!(
             "TOLLGATE_EVM_KEY=$(cat {}) cargo run --release -p tollgate-client --bin tollgate-pay -- --evm-rpc {} --max {max} {url}",
             evm.buyer_key_file.display(),

@@ -100,6 +100,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(command) = demo.proxy_metered_command() {
         println!("Metered, proxied: {command}");
     }
+    if let Some(command) = demo.channel_pay_command() {
+        println!("Per call, from a channel: {command}   (again: a voucher, no transaction)");
+    }
     println!();
     println!("Ctrl-C to stop.");
     // Ctrl-C, or SIGTERM (what `docker stop` and service managers send): the proxied service's

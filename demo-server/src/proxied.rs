@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio::io::AsyncBufReadExt as _;
 
 use crate::EvmDemo;
-use crate::shop::{DEMO_TOKEN_DECIMALS, PERMIT2_TOKEN_NAME};
+use crate::shop::{DEMO_TOKEN_DECIMALS, DEMO_TOKEN_NAME, PERMIT2_TOKEN_NAME};
 
 /// The upstream's source, written to the data folder and run from there.
 const UPSTREAM: &str = include_str!("../../proxy/examples/upstream.py");
@@ -119,6 +119,11 @@ fn config_text(
             "\n[[route.accept]]\nasset = \"ETH\"\namount = \"0.0001\"\npay_to = \"{}\"\nnetwork = \"{network}\"\n",
             evm.seller
         ));
+        // Per call from a payment channel (x402 batch-settlement): a voucher per request.
+        forecast.push_str(&format!(
+            "\n[[route.accept]]\nscheme = \"batch-settlement\"\nasset = \"{}\"\namount = \"0.0001\"\ndecimals = {DEMO_TOKEN_DECIMALS}\npay_to = \"{}\"\nnetwork = \"{network}\"\nextra = {{ name = \"{DEMO_TOKEN_NAME}\", version = \"2\" }}\n",
+            evm.token, evm.seller
+        ));
         if let Some(pusd) = &evm.permit2_token {
             summary = format!(
                 r#"
@@ -147,6 +152,8 @@ extra = {{ name = "{PERMIT2_TOKEN_NAME}", version = "1" }}
 # proxy reloads it. Written by tollgate-demo.
 listen = "{addr}"
 upstream = "{upstream}"
+# Where routes priced per call from payment channels keep them.
+channels_file = "{channels}"
 
 [facilitator]
 url = "{facilitator_url}"
@@ -186,6 +193,7 @@ description = "Who paid, as the upstream reads it"
 {events}{summary}"#,
         key = data_dir.join("proxy-facilitator.key").display(),
         secret = data_dir.join("proxy-upstream.secret").display(),
+        channels = data_dir.join("proxy-channels.jsonl").display(),
         events = sol("0.001"),
     )
 }

@@ -113,63 +113,76 @@ impl PaidClient {
             }
             None => challenge,
         };
-        let authorization = self.buyer.authorize(&challenge, &format!("{}#{tool}", self.server)).await?;
-        let payment = serde_json::to_value(authorization.payload()).map_err(|e| PayError::Build(e.to_string()))?;
-        let mut paid = params;
-        paid.meta.get_or_insert_with(RequestMetaObject::default).insert(PAYMENT_META.into(), payment);
-        let mut retries = 0;
-        loop {
-            let answer = match self.peer.call_tool(paid.clone()).await {
-                Ok(answer) => answer,
-                Err(e) => {
-                    self.buyer.unsettled(authorization).await;
-                    return Err(e.into());
-                }
-            };
-            if let Some(wait) = pending(&answer) {
-                if retries < self.buyer.pending_retries() {
-                    retries += 1;
-                    tokio::time::sleep(tollgate_client::pending_wait(wait)).await;
-                    continue;
-                }
-                self.buyer.unsettled(authorization).await;
-                return Err(PayError::StillPending(retries).into());
-            }
-            let settlement = answer
-                .meta
-                .as_ref()
-                .and_then(|meta| meta.get(PAYMENT_RESPONSE_META))
-                .and_then(|value| serde_json::from_value::<SettleResponse>(value.clone()).ok());
-            if let Some(again) = payment_required(&answer) {
-                self.buyer.unsettled(authorization).await;
-                let reason = match again {
-                    tollgate_protocol::x402::PaymentRequired::V1(r) => r.error,
-                    tollgate_protocol::x402::PaymentRequired::V2(r) => r.error.unwrap_or_default(),
+        // A payment channel's count the seller corrects (a payment-required result naming it) is
+        // paid again once.
+        let mut corrections = 1;
+        'pay: loop {
+            let authorization = self.buyer.authorize(&challenge, &format!("{}#{tool}", self.server)).await?;
+            let payment = serde_json::to_value(authorization.payload()).map_err(|e| PayError::Build(e.to_string()))?;
+            let mut paid = params.clone();
+            paid.meta.get_or_insert_with(RequestMetaObject::default).insert(PAYMENT_META.into(), payment);
+            let mut retries = 0;
+            loop {
+                let answer = match self.peer.call_tool(paid.clone()).await {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        self.buyer.unsettled(authorization).await;
+                        return Err(e.into());
+                    }
                 };
-                return Err(PayError::Refused { status: 402, reason }.into());
+                if let Some(wait) = pending(&answer) {
+                    if retries < self.buyer.pending_retries() {
+                        retries += 1;
+                        tokio::time::sleep(tollgate_client::pending_wait(wait)).await;
+                        continue;
+                    }
+                    self.buyer.unsettled(authorization).await;
+                    return Err(PayError::StillPending(retries).into());
+                }
+                let settlement = answer
+                    .meta
+                    .as_ref()
+                    .and_then(|meta| meta.get(PAYMENT_RESPONSE_META))
+                    .and_then(|value| serde_json::from_value::<SettleResponse>(value.clone()).ok());
+                if let Some(again) = payment_required(&answer) {
+                    if self.buyer.refused(authorization, &again).await && corrections > 0 {
+                        corrections -= 1;
+                        continue 'pay;
+                    }
+                    let reason = match again {
+                        tollgate_protocol::x402::PaymentRequired::V1(r) => r.error,
+                        tollgate_protocol::x402::PaymentRequired::V2(r) => r.error.unwrap_or_default(),
+                    };
+                    return Err(PayError::Refused { status: 402, reason }.into());
+                }
+                return match settlement {
+                    Some(settlement) if settlement.success => {
+                        let made = self.buyer.settled(authorization, Some(&settlement)).await;
+                        Ok(PaidCall {
+                            result: answer,
+                            payment: Some(made),
+                            settlement: Some(settlement),
+                            signed_in: None,
+                        })
+                    }
+                    Some(settlement) => {
+                        self.buyer.unsettled(authorization).await;
+                        let reason = settlement.error_message.or(settlement.error_reason).unwrap_or_default();
+                        Err(PayError::Refused { status: 402, reason }.into())
+                    }
+                    // A tool that failed unsettled: nothing said it was charged, but the proof left;
+                    // it stays counted.
+                    None if answer.is_error == Some(true) => {
+                        self.buyer.unsettled(authorization).await;
+                        Ok(PaidCall { result: answer, payment: None, settlement: None, signed_in: None })
+                    }
+                    // Served without a settlement message (a seller that sends none): paid.
+                    None => {
+                        let made = self.buyer.settled(authorization, None).await;
+                        Ok(PaidCall { result: answer, payment: Some(made), settlement: None, signed_in: None })
+                    }
+                };
             }
-            return match settlement {
-                Some(settlement) if settlement.success => {
-                    let made = self.buyer.settled(authorization, Some(&settlement)).await;
-                    Ok(PaidCall { result: answer, payment: Some(made), settlement: Some(settlement), signed_in: None })
-                }
-                Some(settlement) => {
-                    self.buyer.unsettled(authorization).await;
-                    let reason = settlement.error_message.or(settlement.error_reason).unwrap_or_default();
-                    Err(PayError::Refused { status: 402, reason }.into())
-                }
-                // A tool that failed unsettled: nothing said it was charged, but the proof left;
-                // it stays counted.
-                None if answer.is_error == Some(true) => {
-                    self.buyer.unsettled(authorization).await;
-                    Ok(PaidCall { result: answer, payment: None, settlement: None, signed_in: None })
-                }
-                // Served without a settlement message (a seller that sends none): paid.
-                None => {
-                    let made = self.buyer.settled(authorization, None).await;
-                    Ok(PaidCall { result: answer, payment: Some(made), settlement: None, signed_in: None })
-                }
-            };
         }
     }
 }

@@ -69,6 +69,11 @@ pub struct ProxyFile {
     /// What happens to requests no route matches.
     #[serde(default)]
     pub unmatched: Unmatched,
+    /// Where routes priced in `batch-settlement` keep their channels (a JSON-lines journal,
+    /// written before each answer is released; what the buyers were charged and not yet claimed
+    /// lives here across restarts). Required by such routes.
+    #[serde(default)]
+    pub channels_file: Option<PathBuf>,
     /// The routes, tried in order: the first that matches takes the request.
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteFile>,
@@ -260,9 +265,15 @@ pub struct AcceptFile {
     /// asset's chain.
     #[serde(default)]
     pub network: Option<String>,
-    /// EVM tokens paid with `amount`: `eip3009` (default) or `permit2` (any ERC-20).
+    /// EVM tokens paid with `amount`: `eip3009` (default) or `permit2` (any ERC-20); for a
+    /// price from channels, how the deposit is moved.
     #[serde(default)]
     pub transfer: Option<String>,
+    /// `exact` (the default: one payment per request) or `batch-settlement` (an EVM token:
+    /// the buyer deposits once into a payment channel and signs a voucher per request, checked
+    /// by the proxy; needs `channels_file`).
+    #[serde(default)]
+    pub scheme: Option<String>,
     /// Scheme details (`extra`), e.g. an EVM token's EIP-712 `name` and `version`.
     #[serde(default)]
     pub extra: Option<toml::Table>,

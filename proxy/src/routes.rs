@@ -110,7 +110,7 @@ fn secret(env: Option<&str>, file: Option<&std::path::Path>, what: &str) -> Resu
 /// One way to pay.
 fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
     let bad = |why: String| invalid(format!("{at}: {why}"));
-    let pay_to: Address = accept.pay_to.parse().map_err(|e| bad(format!("pay_to: {e}")))?;
+    let finish = |price: Price| finished(accept, at, price);
     let (amount, metered) = match (&accept.amount, &accept.max) {
         (Some(amount), None) => (amount.as_str(), false),
         (None, Some(max)) => (max.as_str(), true),
@@ -131,6 +131,21 @@ fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
         token => {
             let token: Address = token.parse().map_err(|e| bad(format!("asset: SOL, ETH or a token address: {e}")))?;
             let decimals = accept.decimals.ok_or_else(|| bad("a token needs its decimals".into()))?;
+            match accept.scheme.as_deref() {
+                None | Some("exact") => {}
+                Some(tollgate::batch::SCHEME) => {
+                    if metered {
+                        return Err(bad("a price from channels is fixed: give amount, not max".into()));
+                    }
+                    let price = Price::batch(token, amount, decimals).map_err(|e| bad(e.to_string()))?;
+                    return finish(match accept.transfer.as_deref() {
+                        None | Some("eip3009") => price,
+                        Some("permit2") => price.permit2(),
+                        Some(other) => return Err(bad(format!("transfer: eip3009 or permit2, not {other}"))),
+                    });
+                }
+                Some(other) => return Err(bad(format!("scheme: exact or batch-settlement, not {other}"))),
+            }
             match (metered, accept.transfer.as_deref()) {
                 (true, None | Some("permit2")) => Price::upto(token, amount, decimals),
                 (true, Some(other)) => {
@@ -143,6 +158,13 @@ fn price(accept: &AcceptFile, at: &str) -> Result<Price, ConfigError> {
             .map_err(|e| bad(e.to_string()))?
         }
     };
+    finish(price)
+}
+
+/// The rest of one way to pay: who is paid, where, with what `extra`, for how long.
+fn finished(accept: &AcceptFile, at: &str, price: Price) -> Result<Price, ConfigError> {
+    let bad = |why: String| invalid(format!("{at}: {why}"));
+    let pay_to: Address = accept.pay_to.parse().map_err(|e| bad(format!("pay_to: {e}")))?;
     let mut price = price.pay_to(pay_to);
     if let Some(network) = &accept.network {
         price = price.on(network.parse::<Network>().map_err(|e| bad(format!("network: {e}")))?);
@@ -224,6 +246,14 @@ impl Shared<'_> {
         }
         for (i, accept) in accept.iter().enumerate() {
             builder = builder.accept(price(accept, &format!("{at}, accept #{}", i + 1))?);
+        }
+        if accept.iter().any(|a| a.scheme.as_deref() == Some(tollgate::batch::SCHEME)) {
+            let path = self.file.channels_file.as_ref().ok_or_else(|| {
+                invalid(format!("{at}: a price from channels (batch-settlement) needs channels_file"))
+            })?;
+            let store = tollgate::batch::FileChannels::open(path)
+                .map_err(|e| invalid(format!("channels_file {}: {e}", path.display())))?;
+            builder = builder.channels(store);
         }
         let layer = builder.build().map_err(|e| invalid(format!("{at}: {e}")))?;
         Ok(layer.layer(forwarder))

@@ -12,20 +12,65 @@ use clap::Parser;
 use tollgate_client::{Budget, Buyer, Cap, Limit, PayError, PaymentMade, Request};
 
 /// What each exit code means (also in `--help`).
-const EXIT_CODES: &str = "Exit codes:
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
   0  answered 2xx or 3xx (paid, or free)
   1  answered 4xx or 5xx other than a refused payment, or the request could not be sent
   2  the command line is wrong (unknown flag, bad header, unreadable --data file)
   3  nothing to pay with: no offer fits this buyer's keys, the price is above --max or a budget,
-     or nothing caps it (give --max, a budget in its asset, or --no-cap)
+     nothing caps it (give --max, a budget in its asset, or --no-cap), a channel deposit is above
+     --deposit-max, or the buyer stopped signing on the channel
   4  the seller refused the payment
   5  the payment is still pending after the retries (retry later: the same proof is reused)
-  6  the payment could not be built (chain unreachable, bad key)";
+  6  the payment could not be built (chain unreachable, bad key)"
+    };
+}
+
+/// What `tollgate-pay --help` says after the flags.
+const AFTER_HELP: &str = concat!(
+    "Payment channels (x402 batch-settlement): tollgate-pay channels list | refund <url> | \
+withdraw <channel> | finish <channel> (tollgate-pay channels --help).\n\n",
+    exit_codes!()
+);
+
+/// What `tollgate-pay channels --help` says after the flags.
+const EXIT_CODES: &str = exit_codes!();
 
 /// Send a request, paying an HTTP 402 with a local key.
 #[derive(Debug, Parser)]
-#[command(name = "tollgate-pay", version, after_help = EXIT_CODES)]
+#[command(name = "tollgate-pay", version, after_help = AFTER_HELP)]
 struct Args {
+    #[command(flatten)]
+    buying: Buying,
+    /// The method (default GET, or POST with --data).
+    #[arg(short = 'X', long = "request")]
+    method: Option<String>,
+    /// The body: text, `@file`, or `@-` for stdin (sent again whole with the payment).
+    #[arg(short = 'd', long = "data")]
+    data: Option<String>,
+    /// A header, `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// Print the answer's status line and headers before its body.
+    #[arg(short = 'i', long)]
+    include: bool,
+    /// Write the body to this file instead of stdout.
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Print what was paid as one JSON line on stderr (with --dry-run: the offers).
+    #[arg(long)]
+    json: bool,
+    /// Print the offers and the one that would be paid; pay nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The URL.
+    url: String,
+}
+
+/// The keys, caps and budgets of a buyer (every command's).
+#[derive(Debug, clap::Args)]
+struct Buying {
     /// Solana keypair file (Solana CLI JSON: an array of 64 bytes).
     #[arg(long, env = "TOLLGATE_SOLANA_KEY")]
     solana_key: Option<PathBuf>,
@@ -59,29 +104,49 @@ struct Args {
     /// A budget counted apart for each origin (repeatable; needs --budget-file).
     #[arg(long = "budget-per-origin")]
     budgets_per_origin: Vec<String>,
-    /// The method (default GET, or POST with --data).
-    #[arg(short = 'X', long = "request")]
-    method: Option<String>,
-    /// The body: text, `@file`, or `@-` for stdin (sent again whole with the payment).
-    #[arg(short = 'd', long = "data")]
-    data: Option<String>,
-    /// A header, `Name: value` (repeatable).
-    #[arg(short = 'H', long = "header")]
-    headers: Vec<String>,
-    /// Print the answer's status line and headers before its body.
-    #[arg(short = 'i', long)]
-    include: bool,
-    /// Write the body to this file instead of stdout.
-    #[arg(short = 'o', long)]
-    output: Option<PathBuf>,
-    /// Print what was paid as one JSON line on stderr (with --dry-run: the offers).
+    /// Most one payment-channel deposit may lock (x402 `batch-settlement`), naming its asset
+    /// as --max does. Default: ten times --max, and never more than a budget in that asset.
     #[arg(long)]
+    deposit_max: Option<String>,
+}
+
+/// `tollgate-pay channels …`: the payment channels this buyer paid from (x402 `batch-settlement`).
+#[derive(Debug, Parser)]
+#[command(name = "tollgate-pay channels", bin_name = "tollgate-pay channels", version, after_help = EXIT_CODES)]
+struct ChannelsArgs {
+    #[command(flatten)]
+    buying: Buying,
+    /// Print JSON lines instead of text.
+    #[arg(long, global = true)]
     json: bool,
-    /// Print the offers and the one that would be paid; pay nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// The URL.
-    url: String,
+    #[command(subcommand)]
+    action: ChannelAction,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ChannelAction {
+    /// The channels in the budget file: deposited, charged, left.
+    List,
+    /// Ask the seller at URL to return what is left in this buyer's channel with it (one
+    /// transaction: the charges claimed, the rest sent back).
+    Refund {
+        /// A URL of the seller's, priced in `batch-settlement`.
+        url: String,
+        /// How much to return, in the token's atomic units (default: all that is left).
+        #[arg(long)]
+        amount: Option<u128>,
+    },
+    /// Start a timed withdrawal of all that is unclaimed, without the seller (a transaction
+    /// this buyer sends and pays the gas of); finish it once the channel's delay has passed.
+    Withdraw {
+        /// The channel's id (`tollgate-pay channels list`).
+        channel: String,
+    },
+    /// Finish a timed withdrawal whose delay has passed.
+    Finish {
+        /// The channel's id.
+        channel: String,
+    },
 }
 
 /// A failure and its exit code.
@@ -93,6 +158,8 @@ impl From<PayError> for Failed {
             PayError::NoOption(_)
             | PayError::OverCap { .. }
             | PayError::OverBudget { .. }
+            | PayError::DepositOverLimit { .. }
+            | PayError::Channel(_)
             | PayError::Uncapped { .. } => 3,
             PayError::Refused { .. } => 4,
             PayError::StillPending(_) => 5,
@@ -151,7 +218,8 @@ fn read_keypair(path: &PathBuf) -> anyhow::Result<solana_sdk::signature::Keypair
         .map_err(|_| anyhow::anyhow!("{} does not hold a valid Solana keypair", path.display()))
 }
 
-async fn run(args: Args) -> Result<ExitCode, Failed> {
+/// The buyer the flags describe.
+fn buyer(args: &Buying) -> Result<Buyer, Failed> {
     let mut buyer = Buyer::new();
     if let Some(path) = &args.solana_key {
         buyer = buyer.with_solana(read_keypair(path)?, &args.solana_rpc);
@@ -163,6 +231,9 @@ async fn run(args: Args) -> Result<ExitCode, Failed> {
     }
     if let Some(max) = &args.max {
         buyer = buyer.with_cap(Cap::parse(max)?);
+    }
+    if let Some(most) = &args.deposit_max {
+        buyer = buyer.with_deposit_cap(Cap::parse(most)?);
     }
     if args.no_cap {
         buyer = buyer.without_cap();
@@ -178,6 +249,11 @@ async fn run(args: Args) -> Result<ExitCode, Failed> {
         None if !limits.is_empty() => return Err(Failed(2, "a budget needs --budget-file to count in".into())),
         None => {}
     }
+    Ok(buyer)
+}
+
+async fn run(args: Args) -> Result<ExitCode, Failed> {
+    let buyer = buyer(&args.buying)?;
     let request = request(&args)?;
     if args.dry_run {
         return dry_run(&buyer, &request, args.json).await;
@@ -277,6 +353,15 @@ fn asset_name(asset: &tollgate_client::protocol::x402::Asset, network: &tollgate
 
 /// "paid 0.001 SOL on solana:… (transaction …)".
 fn payment_line(p: &PaymentMade) -> String {
+    if let Some(channel) = &p.channel {
+        let deposit = p.transaction.as_deref().map(|t| format!(", deposit transaction {t}")).unwrap_or_default();
+        return format!(
+            "paid {} {} on {} from payment channel {channel}{deposit}",
+            p.whole,
+            asset_name(&p.asset, &p.network),
+            p.network
+        );
+    }
     let authorized = p.authorized.map(|most| format!(" of {most} atomic units authorized")).unwrap_or_default();
     format!(
         "paid {} {}{authorized} on {} (transaction {})",
@@ -298,14 +383,104 @@ fn payment_json(p: &PaymentMade) -> serde_json::Value {
             "amount": p.amount.to_string(), "whole": p.whole.to_string(),
             "asset": asset_name(&p.asset, &p.network), "network": p.network.to_string(),
             "transaction": p.transaction, "authorized": p.authorized.map(|a| a.to_string()),
-            "approval": p.approval,
+            "approval": p.approval, "channel": p.channel,
         }
     })
 }
 
+/// `tollgate-pay channels …`.
+async fn channels(args: ChannelsArgs) -> Result<ExitCode, Failed> {
+    let buyer = buyer(&args.buying)?;
+    match args.action {
+        ChannelAction::List => {
+            if args.buying.budget_file.is_none() {
+                return Err(Failed(2, "channels are remembered in the budget file: give --budget-file".into()));
+            }
+            let mut stdout = std::io::stdout().lock();
+            let all = buyer.channels().await?;
+            if all.is_empty() && !args.json {
+                eprintln!("no payment channels in this budget file");
+            }
+            for c in all {
+                let line = if args.json {
+                    serde_json::json!({
+                        "channel": c.id, "network": c.network.to_string(), "token": c.config.token.to_string(),
+                        "receiver": c.config.receiver.to_string(), "url": c.url, "balance": c.balance.to_string(),
+                        "charged": c.charged.to_string(), "signed": c.signed.to_string(),
+                        "unspent": c.unspent().to_string(), "halted": c.halted, "stale": c.stale,
+                    })
+                    .to_string()
+                } else {
+                    let halted = c.halted.as_deref().map(|h| format!(" — stopped: {h}")).unwrap_or_default();
+                    format!(
+                        "{} on {} to {} ({}): deposited {}, charged {}, left {} atomic units of token {}{halted}",
+                        c.id,
+                        c.network,
+                        c.config.receiver,
+                        c.url,
+                        c.balance,
+                        c.charged,
+                        c.unspent(),
+                        c.config.token
+                    )
+                };
+                writeln!(stdout, "{line}").map_err(|e| Failed(1, e.to_string()))?;
+            }
+        }
+        ChannelAction::Refund { url, amount } => {
+            let refunded = buyer.refund(&url, amount.map(tollgate_client::protocol::AtomicAmount)).await?;
+            let transaction = refunded.transaction.as_deref().unwrap_or("unknown");
+            if args.json {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"refunded": {"channel": refunded.channel, "amount": refunded.amount.to_string(),
+                        "transaction": refunded.transaction}})
+                );
+            } else {
+                eprintln!(
+                    "refunded {} atomic units from channel {} (transaction {transaction})",
+                    refunded.amount, refunded.channel
+                );
+            }
+        }
+        ChannelAction::Withdraw { channel } => {
+            let (transaction, amount, at) = buyer.start_withdrawal(&channel).await?;
+            if args.json {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"withdrawing": {"channel": channel, "amount": amount.to_string(),
+                        "transaction": transaction, "finishableAt": at}})
+                );
+            } else {
+                eprintln!(
+                    "started withdrawing {amount} atomic units from channel {channel} (transaction {transaction}); \
+                     finish it from Unix time {at} with: tollgate-pay channels finish {channel}"
+                );
+            }
+        }
+        ChannelAction::Finish { channel } => {
+            let transaction = buyer.finish_withdrawal(&channel).await?;
+            if args.json {
+                eprintln!("{}", serde_json::json!({"withdrawn": {"channel": channel, "transaction": transaction}}));
+            } else {
+                eprintln!("withdrew what was left of channel {channel} (transaction {transaction})");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
+    // `tollgate-pay channels …` has its own commands; anything else is a URL to send.
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let outcome = if argv.get(1).is_some_and(|a| a == "channels") {
+        argv.remove(1);
+        channels(ChannelsArgs::parse_from(argv)).await
+    } else {
+        run(Args::parse_from(argv)).await
+    };
+    match outcome {
         Ok(code) => code,
         Err(Failed(code, why)) => {
             eprintln!("tollgate-pay: {why}");

@@ -37,38 +37,7 @@ pub use self::redis::RedisChannels;
 pub use self::store::{ChannelRecord, ChannelStore, ChannelStoreError, FileChannels, MemoryChannels};
 
 /// The x402 reason codes the layer answers with (the official seller's).
-pub mod reason {
-    /// The voucher is not exactly what was charged plus this price (corrective 402).
-    pub const CUMULATIVE_MISMATCH: &str = "invalid_batch_settlement_evm_cumulative_amount_mismatch";
-    /// Another request (or instance) moved the channel first.
-    pub const CHANNEL_BUSY: &str = "invalid_batch_settlement_evm_channel_busy";
-    /// The channel could not be read or written.
-    pub const STATE_UNAVAILABLE: &str = "invalid_batch_settlement_evm_verification_state_unavailable";
-    /// A refund for a channel this seller has no record of.
-    pub const MISSING_CHANNEL: &str = "invalid_batch_settlement_evm_missing_channel";
-    /// Nothing left to refund.
-    pub const REFUND_NO_BALANCE: &str = "invalid_batch_settlement_evm_refund_no_balance";
-    /// A refund of zero or more than is left.
-    pub const REFUND_AMOUNT_INVALID: &str = "invalid_batch_settlement_evm_refund_amount_invalid";
-    /// A payload this layer does not take from buyers (claims and sweeps are the seller's).
-    pub const PAYLOAD_TYPE: &str = "invalid_batch_settlement_evm_payload_type";
-    /// The voucher is not signed by the channel's payer authorizer.
-    pub const VOUCHER_SIGNATURE: &str = "invalid_batch_settlement_evm_voucher_signature";
-    /// The voucher asks for more than the channel holds.
-    pub const EXCEEDS_BALANCE: &str = "invalid_batch_settlement_evm_cumulative_exceeds_balance";
-    /// The voucher is not above what is claimed on chain.
-    pub const BELOW_CLAIMED: &str = "invalid_batch_settlement_evm_cumulative_below_claimed";
-    /// The channel's id is not its configuration's hash.
-    pub const CHANNEL_ID_MISMATCH: &str = "invalid_batch_settlement_evm_channel_id_mismatch";
-    /// The channel pays someone else.
-    pub const RECEIVER_MISMATCH: &str = "invalid_batch_settlement_evm_receiver_mismatch";
-    /// The channel holds another token.
-    pub const TOKEN_MISMATCH: &str = "invalid_batch_settlement_evm_token_mismatch";
-    /// The channel names another receiver authorizer.
-    pub const AUTHORIZER_MISMATCH: &str = "invalid_batch_settlement_evm_receiver_authorizer_mismatch";
-    /// The channel has another withdrawal delay.
-    pub const DELAY_MISMATCH: &str = "invalid_batch_settlement_evm_withdraw_delay_mismatch";
-}
+pub use tollgate_protocol::x402::batch::reason;
 
 /// The batch-settlement part of a layer: its channels, one lock per channel, and the claimer.
 pub(crate) struct Channels {
