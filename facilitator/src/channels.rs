@@ -418,7 +418,6 @@ impl Channels {
         let backend = self.chains.evm(&requirement.network).ok_or_else(|| {
             refusal(Reason::InvalidNetwork, format!("{} is not served here for batch-settlement", requirement.network))
         })?;
-        let bound = Bound::of(requirement, backend.rpc.chain_id())?;
         let read = BatchPayload::from_value(payload.payload()).map_err(|e| {
             let kind = payload.payload().get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
             let why = match kind {
@@ -431,6 +430,16 @@ impl Channels {
             };
             refusal(Reason::Batch(why), e.reason)
         })?;
+        let chain_id = backend.rpc.chain_id();
+        let bound = match Bound::of(requirement, chain_id) {
+            Ok(bound) => bound,
+            // A seller's claim, sweep or completed refund may name its terms in the channels
+            // alone (the official channel manager sends `extra: {}`).
+            Err(e) if requirement.extra.as_ref().is_none_or(|x| x.get("receiverAuthorizer").is_none()) => {
+                Bound::of_seller_payload(requirement, chain_id, &read)?.ok_or(e)?
+            }
+            Err(e) => return Err(e),
+        };
         Ok((backend, bound, read))
     }
 }

@@ -579,13 +579,19 @@ pay_to = "{seller_address}"
     assert_eq!(token.balance_of(&rpc, buyer.address()).await.unwrap(), U256::from(10_000_000 - paid));
 }
 
-/// The demo's per-call route (`/ticker`, x402 batch-settlement): the official batch-settlement
-/// client pays it 20 times in a row with one deposit (one transaction: every other call is a
-/// signed voucher checked by the layer), each answer saying what it charged; then its cooperative
-/// refund claims exactly the sum of the charges and returns the rest in one transaction, and the
-/// claimed charges are swept to the seller.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_deposit() {
+/// The demo on a fresh anvil (its batch-settlement contracts and EIP-3009 token), its EVM buyer's
+/// key and seller, and the official client's packages checked.
+struct TokenDemo {
+    _anvil: AnvilInstance,
+    _dir: tempfile::TempDir,
+    demo: tollgate_demo::Demo,
+    evm: tollgate_demo::EvmDemo,
+    rpc: EvmRpc,
+    key: PrivateKeySigner,
+    seller: alloy::primitives::Address,
+}
+
+async fn token_demo() -> TokenDemo {
     node_modules();
     let anvil = Anvil::at(devnet::anvil_binary().unwrap()).host("127.0.0.1").try_spawn().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -593,15 +599,32 @@ async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_de
         tollgate_demo::Options { evm_rpc_url: Some(anvil.endpoint()), ..tollgate_demo::Options::new(dir.path()) };
     let demo = tollgate_demo::start(&options).await.unwrap();
     let evm = demo.evm.clone().unwrap();
-    let network = format!("eip155:{}", evm.chain_id);
     let rpc = EvmRpc::connect(&evm.rpc_url, DEFAULT_CALL_TIMEOUT).await.unwrap();
     let key: PrivateKeySigner = std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().parse().unwrap();
-    let token: alloy::primitives::Address = evm.token.parse().unwrap();
-    let seller: alloy::primitives::Address = evm.seller.parse().unwrap();
-    let balance = |who| {
-        let rpc = rpc.clone();
-        async move { tollgate_facilitator::chains::evm::erc20::balance_of(&rpc, token, who).await.unwrap() }
-    };
+    let seller = evm.seller.parse().unwrap();
+    TokenDemo { _anvil: anvil, _dir: dir, demo, evm, rpc, key, seller }
+}
+
+/// The JSON answer of a `POST` of `body` to `url`.
+async fn post_json(url: &str, body: &Value) -> Value {
+    reqwest::Client::new().post(url).json(body).send().await.unwrap().json().await.unwrap()
+}
+
+/// `who`'s balance of `token`.
+async fn balance_of(rpc: &EvmRpc, token: alloy::primitives::Address, who: alloy::primitives::Address) -> U256 {
+    tollgate_facilitator::chains::evm::erc20::balance_of(rpc, token, who).await.unwrap()
+}
+
+/// The demo's per-call route (`/ticker`, x402 batch-settlement): the official batch-settlement
+/// client pays it 20 times in a row with one deposit (one transaction: every other call is a
+/// signed voucher checked by the layer), each answer saying what it charged; then its cooperative
+/// refund claims exactly the sum of the charges and returns the rest in one transaction, and the
+/// claimed charges are swept to the seller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_deposit() {
+    let TokenDemo { _anvil, _dir, demo, evm, rpc, key, seller, .. } = token_demo().await;
+    let network = format!("eip155:{}", evm.chain_id);
+    let balance = |who| balance_of(&rpc, evm.token.parse().unwrap(), who);
     let buyer_before = balance(key.address()).await;
     let block_before = rpc.block_number().await.unwrap();
 
@@ -614,15 +637,11 @@ async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_de
     assert!(blocks <= 2, "20 paid calls took {blocks} transactions: {report}");
     let mut sent = Vec::new();
     for n in block_before + 1..=block_before + blocks {
-        let block: Value = reqwest::Client::new()
-            .post(&evm.rpc_url)
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [format!("{n:#x}"), true]}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let block = post_json(
+            &evm.rpc_url,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [format!("{n:#x}"), true]}),
+        )
+        .await;
         for tx in block["result"]["transactions"].as_array().unwrap() {
             sent.push(format!(
                 "{} {}",
@@ -665,4 +684,77 @@ async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_de
     }
     let escrow = balance(tollgate_encoding::batch::BATCH_SETTLEMENT).await;
     assert_eq!(escrow, U256::ZERO, "nothing is left in the escrow");
+}
+
+/// The official batch-settlement server (`@x402/core`'s HTTP resource server with `@x402/evm`'s
+/// batch-settlement server scheme, on Node) sells `/tick` through Tollgate's facilitator, which it
+/// reaches over HTTP with the demo seller's key; Tollgate's own buyer pays it: one deposit, then a
+/// voucher a call and no transaction; the official channel manager claims and sweeps exactly the
+/// charges through the facilitator (its requirement names no channel terms: the claim's channel
+/// does), and the buyer's cooperative refund through the official server returns the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tollgates_buyer_pays_the_official_batch_server_selling_through_tollgates_facilitator() {
+    use tokio::io::AsyncBufReadExt as _;
+    let TokenDemo { _anvil, _dir, demo, evm, rpc, key, seller, .. } = token_demo().await;
+    let balance = |who| balance_of(&rpc, evm.token.parse().unwrap(), who);
+
+    let network = format!("eip155:{}", evm.chain_id);
+    let mut server = tokio::process::Command::new("node")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/batch-seller.cjs"))
+        .env("NODE_PATH", node_modules())
+        .envs([
+            ("FACILITATOR_URL", demo.facilitator_url.as_str()),
+            ("API_KEY", demo.seller_api_key.as_str()),
+            ("NETWORK", network.as_str()),
+            ("TOKEN", evm.token.as_str()),
+            ("TOKEN_NAME", TOKEN_NAME),
+            ("TOKEN_VERSION", "2"),
+            ("PAY_TO", evm.seller.as_str()),
+            ("PRICE", "100"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs");
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let ready: Value = serde_json::from_str(&lines.next_line().await.unwrap().expect("the server says where")).unwrap();
+    let url = format!("{}/tick", ready["url"].as_str().unwrap());
+
+    let buyer = Buyer::new()
+        .with_evm(key.clone(), &evm.rpc_url)
+        .unwrap()
+        .with_cap(Cap::parse(&format!("0.0001@{}", evm.token)).unwrap());
+    let before = balance(key.address()).await;
+    let mut quiet = None;
+    for call in 1..=5 {
+        let paid = buyer.get(&url).await.unwrap();
+        assert_eq!(paid.status, 200, "{}", paid.body_text());
+        let body: Value = serde_json::from_slice(&paid.body).unwrap();
+        assert_eq!(body["tick"], call);
+        let made = paid.payment.unwrap();
+        assert_eq!((made.amount.get(), made.transaction.is_some()), (100, call == 1), "{made:?}");
+        let receipt = paid.settlement.unwrap_or_else(|| panic!("call {call}: no settlement in {:?}", paid.headers));
+        assert_eq!(
+            receipt.extra.as_ref().unwrap()["channelState"]["chargedCumulativeAmount"],
+            (call * 100).to_string()
+        );
+        if call == 1 {
+            quiet = Some(rpc.block_number().await.unwrap());
+        }
+    }
+    assert_eq!(rpc.block_number().await.unwrap(), quiet.unwrap(), "calls 2 to 5: vouchers, no transaction");
+    let deposited = before - balance(key.address()).await;
+    assert!(deposited >= U256::from(500), "the first call deposited {deposited}");
+
+    // The official channel manager claims and sweeps through Tollgate's facilitator.
+    let claimed = post_json(&format!("{}/claim", ready["url"].as_str().unwrap()), &json!({})).await;
+    assert_eq!(claimed["claims"][0]["vouchers"], 1, "{claimed}");
+    assert!(claimed["settle"]["transaction"].as_str().is_some_and(|t| t.starts_with("0x")), "{claimed}");
+    assert_eq!(balance(seller).await, U256::from(500), "exactly the five charges reached the seller");
+
+    // The rest comes back through the official server's refund.
+    let refunded = buyer.refund(&url, None).await.unwrap();
+    assert_eq!(U256::from(refunded.amount.get()), deposited - U256::from(500));
+    assert_eq!(before - balance(key.address()).await, U256::from(500), "the buyer paid its five calls, no more");
+    server.kill().await.unwrap();
 }

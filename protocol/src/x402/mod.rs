@@ -670,8 +670,9 @@ pub struct SettleResponse {
     /// Network name as the request's version writes it.
     pub network: String,
     /// Atomic units settled (x402 `SettleResponse.amount`): what moved, which for `upto` is the
-    /// amount charged, not the most authorized.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// amount charged, not the most authorized. An empty string (the official batch-settlement
+    /// server's, for a voucher that moved nothing) reads as none.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "amount_or_empty")]
     pub amount: Option<AtomicAmount>,
     /// The facilitator's payment id (Tollgate extension): an answer given back names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -684,6 +685,15 @@ pub struct SettleResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub extra: Option<Value>,
+}
+
+/// An optional amount, where an empty string is none.
+fn amount_or_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AtomicAmount>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) if text.is_empty() => Ok(None),
+        Some(value) => AtomicAmount::deserialize(value).map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 /// One (version, scheme, network) the facilitator handles.
@@ -719,6 +729,19 @@ pub struct Supported {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_settlement_amount_may_be_empty_but_never_garbage() {
+        let read = |amount: Value| {
+            serde_json::from_value::<SettleResponse>(json!({"success": true, "network": "eip155:1", "amount": amount}))
+        };
+        assert_eq!(read(json!("")).unwrap().amount, None, "the official batch server's voucher answer");
+        assert_eq!(read(json!(null)).unwrap().amount, None);
+        assert_eq!(read(json!("1000")).unwrap().amount, Some(AtomicAmount(1000)));
+        assert!(read(json!("-1")).is_err() && read(json!("1e3")).is_err() && read(json!("ten")).is_err());
+        let absent = serde_json::from_value::<SettleResponse>(json!({"success": true, "network": "eip155:1"}));
+        assert_eq!(absent.unwrap().amount, None);
+    }
 
     fn requirement() -> PaymentRequirements {
         PaymentRequirements {

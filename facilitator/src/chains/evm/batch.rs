@@ -163,6 +163,54 @@ impl Bound {
     }
 }
 
+impl Bound {
+    /// The binding of a seller's own payload (a claim, a sweep, a refund it completed) whose
+    /// requirement names no channel terms in `extra`: the official server's channel manager sends
+    /// `extra: {}` with them. The token and receiver are still the requirement's; the receiver
+    /// authorizer and withdrawal delay are those of the (first) channel the payload names, which
+    /// every other row must share ([`bind`]), and what the facilitator signs for them is checked
+    /// as for any claim (its own authorizer, a receiver of the seller's). `None` for a buyer's
+    /// payload, which always needs the seller's terms.
+    ///
+    /// # Errors
+    /// A refusal naming what the requirement lacks.
+    pub fn of_seller_payload(
+        requirement: &PaymentRequirements,
+        chain_id: u64,
+        payload: &BatchPayload,
+    ) -> Result<Option<Self>, ProofError> {
+        let named = match payload {
+            BatchPayload::Claim(p) => p.claims.first().map(|row| &row.voucher.channel),
+            BatchPayload::Refund(p) if p.refund_nonce.is_some() => Some(&p.channel_config),
+            BatchPayload::Settle(_) => None,
+            BatchPayload::Deposit(_) | BatchPayload::Voucher(_) | BatchPayload::Refund(_) => return Ok(None),
+        };
+        let bad = |m: &str| ProofError::Refused(Refusal::new(Reason::InvalidPaymentRequirements, m.to_owned()));
+        let Asset::Token(token) = &requirement.asset else {
+            return Err(bad("batch-settlement pays in a token, not the native currency"));
+        };
+        let token = address(token).ok_or_else(|| bad("the asset must be an EVM address"))?;
+        let receiver = address(&requirement.pay_to).ok_or_else(|| bad("payTo must be an EVM address"))?;
+        let (receiver_authorizer, withdraw_delay) = match named {
+            Some(config) => (
+                address(&config.receiver_authorizer).ok_or_else(|| bad("the channel's receiverAuthorizer"))?,
+                config.withdraw_delay,
+            ),
+            // A sweep names no channel: it moves what the receiver has claimed in the token.
+            None => (Address::ZERO, proto::MIN_WITHDRAW_DELAY),
+        };
+        Ok(Some(Self {
+            chain_id,
+            token,
+            receiver,
+            receiver_authorizer,
+            withdraw_delay,
+            amount: requirement.amount.get(),
+            domain: (String::new(), String::new()),
+        }))
+    }
+}
+
 /// A buyer's payload that passed: its channel (whose payer it is) and the channel as the chain
 /// holds it.
 #[derive(Debug, Clone)]
