@@ -52,8 +52,13 @@ async fn received(demo: &Demo) -> u64 {
 /// A demo-tools server on its own port whose paywall `prices` (tool names) at 0.001 SOL each:
 /// a seller that prices what it lists as free.
 async fn serve_priced(demo: &Demo, prices: &[&str]) -> String {
-    let facilitator = FacilitatorClient::new(&demo.facilitator_url, &demo.seller_api_key);
     let price = Price::native_sol("0.001").unwrap().pay_to(demo.seller.parse().unwrap());
+    serve_at(demo, prices, price).await
+}
+
+/// A demo-tools server on its own port whose paywall `prices` (tool names) at `price` each.
+async fn serve_at(demo: &Demo, prices: &[&str], price: Price) -> String {
+    let facilitator = FacilitatorClient::new(&demo.facilitator_url, &demo.seller_api_key);
     let mut builder = tollgate_mcp::ToolPaywall::builder();
     for tool in prices {
         let layer = tollgate::PaymentLayer::builder().facilitator(facilitator.clone()).accept(price.clone());
@@ -438,5 +443,49 @@ async fn a_metered_tool_is_paid_through_permit2_for_what_it_used() {
     let history = demo.history(&evm.buyer, "sent").await.unwrap();
     assert_eq!(history["total"], 2, "{history}");
     assert_eq!(history["payments"][0]["amountAtomic"], "1000", "settled once, for the 1 word: {history}");
+    http.cancel().await.unwrap();
+}
+
+/// A tool priced per call from a payment channel (x402 `batch-settlement`): the crate's client
+/// deposits on the first call and signs a voucher on each next one (no transaction), each result
+/// carrying the seller's count; a voucher presented again is refused and the tool does not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tool_priced_per_call_from_a_channel_is_paid_by_vouchers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, demo) = tollgate_demo::start_with_anvil(dir.path()).await.unwrap();
+    let evm = demo.evm.clone().unwrap();
+    let token = evm.token.parse().unwrap();
+    let price = Price::batch(token, "0.0001", tollgate_demo::DEMO_TOKEN_DECIMALS)
+        .unwrap()
+        .pay_to(evm.seller.parse().unwrap())
+        .on(format!("eip155:{}", evm.chain_id).parse().unwrap())
+        .extra(json!({"name": tollgate_demo::DEMO_TOKEN_NAME, "version": "2"}));
+    let url = serve_at(&demo, &["summarize"], price).await;
+    let key: tollgate_client::PrivateKeySigner =
+        std::fs::read_to_string(&evm.buyer_key_file).unwrap().trim().parse().unwrap();
+    let cap = tollgate_client::Cap::parse(&format!("0.0001@{}", evm.token)).unwrap();
+    let buyer = Arc::new(Buyer::new().with_evm(key, &anvil.endpoint()).unwrap().with_cap(cap));
+    let http = http_client(&url).await;
+    let client = PaidClient::new(http.peer().clone(), buyer.clone(), url.clone());
+    let mut vouchers = Vec::new();
+    for call in 1..=3u128 {
+        let paid = client.call_tool(text_call("summarize", "paid from a channel")).await.unwrap();
+        assert_ne!(paid.result.is_error, Some(true), "{:?}", paid.result);
+        let made = paid.payment.expect("paid");
+        assert_eq!((made.amount.get(), made.transaction.is_some()), (100, call == 1), "{made:?}");
+        let count = &paid.settlement.unwrap().extra.unwrap()["channelState"]["chargedCumulativeAmount"];
+        assert_eq!(count.as_str(), Some((call * 100).to_string().as_str()));
+        vouchers.push(made.channel.unwrap());
+    }
+    assert!(vouchers.iter().all(|c| *c == vouchers[0]), "one channel");
+    // The last voucher again: refused (the count has moved past it), the tool not run.
+    let asked = http.peer().call_tool(text_call("summarize", "x")).await.unwrap();
+    let authorization = buyer.authorize(&payment_required(&asked).unwrap(), &url).await.unwrap();
+    let payment = serde_json::to_value(authorization.payload()).unwrap();
+    let first = http.peer().call_tool(with_payment(text_call("summarize", "x"), &payment)).await.unwrap();
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    let replayed = http.peer().call_tool(with_payment(text_call("summarize", "x"), &payment)).await.unwrap();
+    assert_eq!(replayed.is_error, Some(true), "{replayed:?}");
+    assert!(replayed.structured_content.as_ref().unwrap().get("words").is_none(), "the tool did not run");
     http.cancel().await.unwrap();
 }
