@@ -20,8 +20,9 @@
 
 use std::sync::Arc;
 
+use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::batch::{BatchPayload, ChannelState};
-use tollgate_protocol::x402::{PaymentPayload, PaymentRequirements};
+use tollgate_protocol::x402::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse};
 
 use crate::chains::evm::batch::{self, Bound};
 use crate::chains::evm::protocol_address;
@@ -129,6 +130,126 @@ impl Channels {
         let sender = signer.or(payer_guess).unwrap_or_default();
         let passed = batch::check(&backend, &bound, &read, (sender, Intent::Verify), now).await?;
         Ok(Verdict { payer: protocol_address(passed.config.payer), channel: passed.snapshot.state() })
+    }
+
+    /// [`Self::verify`] in x402's words (`/verify`'s answer, whoever asks: the HTTP API, a
+    /// seller's layer in process): valid with the channel in `extra`, or the scheme's reason.
+    ///
+    /// # Errors
+    /// [`PaymentError`] when the chain cannot be asked (no verdict on the payment).
+    pub async fn verify_x402(
+        &self,
+        payload: &PaymentPayload,
+        requirement: &PaymentRequirements,
+    ) -> Result<VerifyResponse, PaymentError> {
+        let (valid, reason) = match self.verify(payload, requirement).await {
+            Ok(verdict) => (Some(verdict), None),
+            Err(ProofError::Refused(r)) => {
+                tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 batch verify refused");
+                (None, Some(r))
+            }
+            Err(ProofError::Chain(e)) => return Err(e.into()),
+        };
+        Ok(VerifyResponse {
+            is_valid: valid.is_some(),
+            invalid_reason: reason.as_ref().map(|r| r.reason.as_str().to_owned()),
+            invalid_message: reason.map(|r| r.message),
+            payer: valid.as_ref().map(|v| v.payer.to_string()),
+            extra: valid.and_then(|v| serde_json::to_value(&v.channel).ok()),
+        })
+    }
+
+    /// [`Self::settle`] in x402's words (`/settle`'s answer): what a deposit, sweep or refund
+    /// moved (`amount`) with the channel after it, a claim's channels, or why not — a refusal, a
+    /// transaction that failed, or one sent and not yet mined
+    /// ([`tollgate_protocol::x402::batch::reason::WAIT_FOR_RECEIPT`]: settle again to follow it).
+    ///
+    /// # Errors
+    /// [`PaymentError`] that is no verdict on the payment (storage, the chain unreachable).
+    pub async fn settle_x402(
+        &self,
+        seller: &Seller,
+        payload: &PaymentPayload,
+        requirement: &PaymentRequirements,
+        resource: Option<String>,
+    ) -> Result<SettleResponse, PaymentError> {
+        let answer = SettleResponse {
+            success: false,
+            error_reason: None,
+            error_message: None,
+            payer: None,
+            transaction: String::new(),
+            network: requirement.network.to_string(),
+            amount: None,
+            payment_id: None,
+            answers: None,
+            extra: None,
+        };
+        let failed = |why: BatchReason, message: String, done: &SettleResponse| SettleResponse {
+            error_reason: Some(Reason::Batch(why).as_str().to_owned()),
+            error_message: Some(message),
+            ..done.clone()
+        };
+        let (payment, channel, failure) = match self.settle(seller, payload, requirement, resource).await {
+            Ok(Settled::Deposit { payment, channel }) => (payment, channel, BatchReason::DepositTransactionFailed),
+            Ok(Settled::Swept { payment }) => (payment, None, BatchReason::SettleTransactionFailed),
+            Ok(Settled::Refunded { payment, channel }) => (payment, channel, BatchReason::RefundTransactionFailed),
+            Ok(Settled::Claimed { transaction, succeeded, channels }) => {
+                // A claim moves no money: `amount` stays empty.
+                let done = SettleResponse { transaction, ..answer };
+                return Ok(match succeeded {
+                    Some(true) => {
+                        let extra = serde_json::json!({ "channelStates": channels });
+                        SettleResponse { success: true, extra: Some(extra), ..done }
+                    }
+                    Some(false) => {
+                        failed(BatchReason::ClaimTransactionFailed, "the claim reverted on chain".into(), &done)
+                    }
+                    None => {
+                        failed(BatchReason::WaitForReceiptFailed, "broadcast; not mined within the wait".into(), &done)
+                    }
+                });
+            }
+            Err(e) => {
+                let (r, holder) = e.into_x402_refusal()?;
+                tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 batch settle refused");
+                let (transaction, payer) = holder.map_or((String::new(), None), |h| {
+                    (h.payment.transaction.unwrap_or_default(), Some(h.payment.from))
+                });
+                return Ok(SettleResponse {
+                    transaction,
+                    payer,
+                    error_reason: Some(r.reason.as_str().to_owned()),
+                    error_message: Some(r.message),
+                    ..answer
+                });
+            }
+        };
+        let error = payment.error.clone();
+        let p = payment.payment;
+        let done = SettleResponse {
+            payer: Some(p.from.clone()),
+            transaction: p.transaction.clone().unwrap_or_default(),
+            payment_id: Some(p.id.clone()),
+            ..answer
+        };
+        Ok(match p.status {
+            PaymentStatus::Confirmed => SettleResponse {
+                success: true,
+                amount: Some(p.amount_atomic),
+                extra: channel.map(|c| serde_json::json!({ "channelState": c })),
+                ..done
+            },
+            PaymentStatus::Failed | PaymentStatus::Expired => {
+                let message = error.unwrap_or_else(|| format!("the transaction {}", p.status.as_str()));
+                failed(failure, message, &done)
+            }
+            _ => failed(
+                BatchReason::WaitForReceiptFailed,
+                "broadcast; not confirmed within the wait: settle again to follow it".into(),
+                &done,
+            ),
+        })
     }
 
     /// Settles `payload` for `seller`: a `deposit` sent from the facilitator's account into the

@@ -4,12 +4,15 @@
 //! API key — with the verdicts the x402 API would give (`POST /verify`, `POST /settle`), from the
 //! same jobs ([`Payments::verify`], [`Payments::receive`]).
 //!
+//! x402 `batch-settlement` calls (deposits, claims, sweeps, refunds) are answered by the same
+//! channel service as the API's (`Channels::verify_x402`, `Channels::settle_x402`).
+//!
 //! A proof is bound to the resource and method the layer names, is settled once, and a repeat
 //! of it by the same seller for the same request claims one more answer of its ticket in the
 //! database (as over HTTP), so several seller processes on one database share one count.
 
 use async_trait::async_trait;
-use tollgate::facilitator::{Claim, Facilitator, Payment, Verdict};
+use tollgate::facilitator::{BatchAnswer, BatchCall, Claim, Facilitator, Payment, Verdict};
 use tollgate_protocol::AtomicAmount;
 use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::Supported;
@@ -26,6 +29,7 @@ use crate::store::StoredPayment;
 pub struct InProcess {
     payments: Payments,
     chains: std::sync::Arc<Chains>,
+    channels: std::sync::Arc<crate::channels::Channels>,
     account: String,
     sponsorship: Sponsorship,
 }
@@ -43,6 +47,7 @@ impl InProcess {
         Self {
             payments: state.payments(),
             chains: state.chains.clone(),
+            channels: std::sync::Arc::new(state.channels()),
             account: account.into(),
             sponsorship: state.config.plans.get(plan).sponsorship,
         }
@@ -144,6 +149,26 @@ impl Facilitator for InProcess {
                 valid_until: signed.pass.valid_until,
             }),
             Err(e) => Err(refusal(e)),
+        }
+    }
+
+    /// An x402 `batch-settlement` call answered by the core as the HTTP API answers it (the
+    /// same [`crate::channels::Channels::verify_x402`] and `settle_x402`), for this seller's
+    /// account: its deposits, claims, sweeps and refunds.
+    async fn batch(&self, call: BatchCall<'_>) -> Result<BatchAnswer, Verdict> {
+        let resource = call.payload.resource.as_ref().map(|r| r.url.clone());
+        if validate::x402_resource(resource.as_deref()).is_err() {
+            return Err(unbound());
+        }
+        let payload = tollgate_protocol::x402::PaymentPayload::V2(Box::new(call.payload.clone()));
+        let unavailable = |e: PaymentError| Verdict::Unavailable { timed_out: false, reason: e.to_string() };
+        if call.settle {
+            let seller = crate::channels::Seller { account: self.account.clone(), sponsorship: self.sponsorship };
+            let answer = self.channels.settle_x402(&seller, &payload, call.requirement, resource).await;
+            BatchAnswer::of_settle(answer.map_err(unavailable)?)
+        } else {
+            let answer = self.channels.verify_x402(&payload, call.requirement).await;
+            Ok(BatchAnswer::of_verify(answer.map_err(unavailable)?))
         }
     }
 

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tollgate::batch::ChannelStore;
 use tollgate::{FacilitatorClient, PaymentLayer, Price};
 use tollgate_encoding::batch::ChannelConfig;
+use tollgate_facilitator::plans::Plan;
 
 /// A seller of two routes priced per request from channels (`/tick` 0.001, `/dear` 0.005, each
 /// behind its own layer), a payer, and how many answers each handler made.
@@ -55,8 +56,14 @@ async fn seller() -> Seller {
 
 /// The seller, its layers keeping channels in `store` (by default the process's own).
 async fn seller_with(store: Option<Arc<dyn ChannelStore>>) -> Seller {
+    seller_of(store, false).await
+}
+
+/// The seller, its layers keeping channels in `store`, settling through the facilitator over
+/// HTTP or, `in_process`, through its core in the seller's process.
+async fn seller_of(store: Option<Arc<dyn ChannelStore>>, in_process: bool) -> Seller {
     let w = World::start().await;
-    let (key, wallet) = w.t.customer().await;
+    let (key, wallet, account) = w.t.customer_account().await;
     let receiver: Address = wallet.parse().unwrap();
     let authorizer = w.t.backend().signer.as_ref().unwrap().0.address();
     let payer = PrivateKeySigner::random();
@@ -69,7 +76,11 @@ async fn seller_with(store: Option<Arc<dyn ChannelStore>>) -> Seller {
     let app = w.t.app.clone();
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let layer = |amount: &str| layer(&w, (&facilitator, &key, &wallet), amount, store.clone());
+    let core = in_process.then(|| tollgate_facilitator::seller::InProcess::new(&w.t.state, &account, Plan::Premium));
+    let layer = |amount: &str| match &core {
+        Some(core) => layer_on(&w, core.clone(), (&wallet, amount), store.clone()),
+        None => layer(&w, (&facilitator, &key, &wallet), amount, store.clone()),
+    };
     let served = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(Gate::default());
     let (count, held) = (served.clone(), gate.clone());
@@ -106,12 +117,22 @@ fn layer(
     amount: &str,
     store: Option<Arc<dyn ChannelStore>>,
 ) -> PaymentLayer {
+    layer_on(w, FacilitatorClient::new(url, key), (wallet, amount), store)
+}
+
+/// A layer selling `amount` per request from channels paid to `wallet`, through `facilitator`.
+fn layer_on(
+    w: &World,
+    facilitator: impl tollgate::facilitator::Facilitator + 'static,
+    (wallet, amount): (&str, &str),
+    store: Option<Arc<dyn ChannelStore>>,
+) -> PaymentLayer {
     let price = Price::batch(w.token.address.to_string().parse().unwrap(), amount, 6)
         .unwrap()
         .pay_to(wallet.parse().unwrap())
         .on(w.t.network())
         .extra(json!({"name": common::evm::Token::NAME, "version": "2"}));
-    let builder = PaymentLayer::builder().facilitator(FacilitatorClient::new(url, key)).accept(price);
+    let builder = PaymentLayer::builder().facilitator(facilitator).accept(price);
     match store {
         Some(store) => builder.channels(store),
         None => builder,
@@ -258,6 +279,34 @@ async fn a_channel_serves_each_voucher_once_and_refuses_what_a_buyer_cheats_with
 }
 
 const MISMATCH: &str = "invalid_batch_settlement_evm_cumulative_amount_mismatch";
+
+/// A seller running the facilitator's core in its own process (`InProcess`, no HTTP hop, no
+/// key) sells from channels as one on the HTTP API does: the deposit settled by the core, the
+/// vouchers checked in process, a replay refused with the seller's count, and the refund that
+/// claims what was charged and returns the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seller_with_the_core_in_process_sells_from_channels_as_over_http() {
+    let s = seller_of(None, true).await;
+    let (w, payer, config) = (&s.w, &s.payer, &s.config);
+    let deposit = w.deposit_payload(config, payer, payer, (10_000, 1_000), 1);
+    let (status, body, said) = s.pay(deposit).await;
+    assert_eq!((status, body.as_str()), (200, "tick 1"), "{said}");
+    assert!(said["transaction"].as_str().unwrap().starts_with("0x"), "{said}");
+    assert_eq!(said["extra"]["channelState"]["balance"], "10000", "{said}");
+    let (status, _, said) = s.pay(s.voucher(config, payer, 2_000)).await;
+    assert_eq!(status, 200, "{said}");
+    let (status, _, said) = s.pay(s.voucher(config, payer, 2_000)).await;
+    assert_eq!((status, reason(&said)), (402, MISMATCH), "{said}");
+    assert_eq!(s.served.load(Ordering::SeqCst), 2);
+
+    let before = w.token.balance(&w.t, payer.address()).await;
+    let voucher = s.voucher(config, payer, 2_000);
+    let refund = json!({"type": "refund", "channelConfig": voucher["channelConfig"], "voucher": voucher["voucher"]});
+    let (status, body, said) = s.pay(refund).await;
+    assert_eq!(status, 200, "{body} {said}");
+    assert_eq!(w.token.balance(&w.t, payer.address()).await - before, 8_000);
+    assert_eq!(w.channel(config.id(w.chain())).await, (2_000, 2_000), "the two charges stay for the seller");
+}
 
 /// One channel paying two routes of the seller (two layers) is counted once: a voucher for the
 /// dearer route that leaves out what the cheaper one charged is refused with the seller's count.

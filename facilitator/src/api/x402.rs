@@ -18,8 +18,8 @@ use crate::api::error::ProofRefused;
 use crate::api::extract::ApiJson;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::chains::{BatchReason, ProofError, Reason, Refusal};
-use crate::channels::{Channels, Seller, Settled};
+use crate::chains::{Reason, Refusal};
+use crate::channels::{Channels, Seller};
 use crate::payment::{PaymentError, Receive, Repeat, Settlement};
 
 /// The network as the request's version writes it.
@@ -109,36 +109,14 @@ pub async fn verify(
 }
 
 /// `/verify` of x402 `batch-settlement` (v2 only, as the scheme is): the verdict, with the
-/// channel as the chain holds it in `extra`.
+/// channel as the chain holds it in `extra` ([`crate::channels::Channels::verify_x402`]).
 async fn verify_batch(
     state: &AppState,
     req: FacilitatorRequest,
 ) -> Result<(Option<Extension<ProofRefused>>, Json<VerifyResponse>), ApiError> {
     let (payload, requirement, _) = req.into_parts();
-    match state.channels().verify(&payload, &requirement).await {
-        Ok(verdict) => Ok((
-            None,
-            Json(VerifyResponse {
-                is_valid: true,
-                invalid_reason: None,
-                invalid_message: None,
-                payer: Some(verdict.payer.to_string()),
-                extra: serde_json::to_value(&verdict.channel).ok(),
-            }),
-        )),
-        Err(ProofError::Refused(r)) => {
-            tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 batch verify refused");
-            let answer = VerifyResponse {
-                is_valid: false,
-                invalid_reason: Some(r.reason.as_str().to_owned()),
-                invalid_message: Some(r.message),
-                payer: None,
-                extra: None,
-            };
-            Ok((Some(Extension(ProofRefused)), Json(answer)))
-        }
-        Err(ProofError::Chain(e)) => Err(PaymentError::from(e).into()),
-    }
+    let answer = state.channels().verify_x402(&payload, &requirement).await?;
+    Ok(((!answer.is_valid).then_some(Extension(ProofRefused)), Json(answer)))
 }
 
 /// Settle this payload on chain.
@@ -225,8 +203,9 @@ pub async fn settle(
     ))
 }
 
-/// `/settle` of x402 `batch-settlement`: a deposit sent once into its channel, answered with
-/// the channel as the chain holds it after.
+/// `/settle` of x402 `batch-settlement` ([`crate::channels::Channels::settle_x402`]): a
+/// refusal or a failure on chain is remembered as a refused proof; a transaction not yet mined
+/// is not.
 async fn settle_batch(
     state: &AppState,
     caller: &Caller,
@@ -234,91 +213,11 @@ async fn settle_batch(
 ) -> Result<(Option<Extension<ProofRefused>>, Json<SettleResponse>), ApiError> {
     let (payload, requirement, resource) = req.into_parts();
     crate::api::validate::x402_resource(resource.as_ref().map(|r| r.url.as_str()))?;
-    let network = requirement.network.to_string();
     let seller =
         Seller { account: caller.account_id.clone(), sponsorship: state.config.plans.get(caller.plan).sponsorship };
-    let answer = |success: bool, reason: Option<(&str, String)>| SettleResponse {
-        success,
-        error_reason: reason.as_ref().map(|(r, _)| (*r).to_owned()),
-        error_message: reason.map(|(_, m)| m),
-        payer: None,
-        transaction: String::new(),
-        network: network.clone(),
-        amount: None,
-        payment_id: None,
-        answers: None,
-        extra: None,
-    };
-    let settled = state.channels().settle(&seller, &payload, &requirement, resource.map(|r| r.url)).await;
-    let (payment, channel, failure) = match settled {
-        Ok(Settled::Deposit { payment, channel }) => (payment, channel, BatchReason::DepositTransactionFailed),
-        Ok(Settled::Swept { payment }) => (payment, None, BatchReason::SettleTransactionFailed),
-        Ok(Settled::Refunded { payment, channel }) => (payment, channel, BatchReason::RefundTransactionFailed),
-        Ok(Settled::Claimed { transaction, succeeded, channels }) => {
-            // A claim moves no money: `amount` stays empty.
-            let done = SettleResponse { transaction, ..answer(false, None) };
-            let failed = |why: BatchReason, message: &str| SettleResponse {
-                error_reason: Some(Reason::Batch(why).as_str().to_owned()),
-                error_message: Some(message.to_owned()),
-                ..done.clone()
-            };
-            return Ok(match succeeded {
-                Some(true) => {
-                    let extra = serde_json::json!({ "channelStates": channels });
-                    (None, Json(SettleResponse { success: true, extra: Some(extra), ..done }))
-                }
-                Some(false) => (
-                    Some(Extension(ProofRefused)),
-                    Json(failed(BatchReason::ClaimTransactionFailed, "the claim reverted on chain")),
-                ),
-                None => (None, Json(failed(BatchReason::WaitForReceiptFailed, "broadcast; not mined within the wait"))),
-            });
-        }
-        Err(e) => {
-            return match refused(e) {
-                Refused::Reason(r, settled) => {
-                    tracing::info!(reason = r.reason.as_str(), detail = %r.message, "x402 batch settle refused");
-                    let (transaction, payer) = settled.map_or((String::new(), None), |(tx, payer)| (tx, Some(payer)));
-                    let refusal =
-                        SettleResponse { transaction, payer, ..answer(false, Some((r.reason.as_str(), r.message))) };
-                    Ok((Some(Extension(ProofRefused)), Json(refusal)))
-                }
-                Refused::Error(e) => Err(e),
-            };
-        }
-    };
-    let error = payment.error.clone();
-    let p = payment.payment;
-    let done = SettleResponse {
-        payer: Some(p.from.clone()),
-        transaction: p.transaction.clone().unwrap_or_default(),
-        payment_id: Some(p.id.clone()),
-        ..answer(false, None)
-    };
-    let failed = |why: BatchReason, message: String| SettleResponse {
-        error_reason: Some(Reason::Batch(why).as_str().to_owned()),
-        error_message: Some(message),
-        ..done.clone()
-    };
-    Ok(match p.status {
-        PaymentStatus::Confirmed => (
-            None,
-            Json(SettleResponse {
-                success: true,
-                amount: Some(p.amount_atomic),
-                extra: channel.map(|c| serde_json::json!({ "channelState": c })),
-                ..done
-            }),
-        ),
-        PaymentStatus::Failed | PaymentStatus::Expired => {
-            let message = error.unwrap_or_else(|| format!("the transaction {}", p.status.as_str()));
-            (Some(Extension(ProofRefused)), Json(failed(failure, message)))
-        }
-        _ => {
-            let message = "broadcast; not confirmed within the wait: settle again to follow it".to_owned();
-            (None, Json(failed(BatchReason::WaitForReceiptFailed, message)))
-        }
-    })
+    let answer = state.channels().settle_x402(&seller, &payload, &requirement, resource.map(|r| r.url)).await?;
+    let pending = answer.error_reason.as_deref() == Some(tollgate_protocol::x402::batch::reason::WAIT_FOR_RECEIPT);
+    Ok(((!answer.success && !pending).then_some(Extension(ProofRefused)), Json(answer)))
 }
 
 /// The reason for a settlement broadcast but not confirmed within the wait (x402's on Solana,

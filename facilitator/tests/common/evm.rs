@@ -96,6 +96,12 @@ impl EvmApp {
 
     /// A key with a custodial EVM wallet: (key, wallet address).
     pub async fn customer(&self) -> (String, String) {
+        let (key, wallet, _) = self.customer_account().await;
+        (key, wallet)
+    }
+
+    /// A key with a custodial EVM wallet: (key, wallet address, its account's id).
+    pub async fn customer_account(&self) -> (String, String, String) {
         let new = NewKey { plan: Plan::Premium, rpm: None, label: None, account: None, env: KeyEnv::Test };
         let created = admin::create_key(&*self.store, new, chrono::Utc::now()).await.unwrap();
         let master = self.state.master_key.as_ref().unwrap();
@@ -103,7 +109,7 @@ impl EvmApp {
             admin::create_wallet(&*self.store, master, &created.record.id, ChainFamily::Evm, chrono::Utc::now())
                 .await
                 .unwrap();
-        (created.secret.expose().to_owned(), wallet)
+        (created.secret.expose().to_owned(), wallet, created.record.account_id.clone())
     }
 
     /// Sets an account's balance (anvil's own method).

@@ -418,31 +418,10 @@ impl Facilitator for FacilitatorClient {
                 reason: format!("POST {path} answered {}", answer.status()),
             });
         }
-        let why = |reason: Option<String>, message: Option<String>| Some(x402_reason(reason, message, "refused"));
         if call.settle {
-            let s: SettleResponse = answer.json().await.map_err(unavailable)?;
-            if !s.success && s.error_reason.as_deref().is_some_and(is_pending_reason) {
-                return Err(Verdict::Pending {
-                    payment_id: None,
-                    transaction: Some(s.transaction).filter(|t| !t.is_empty()),
-                });
-            }
-            Ok(BatchAnswer {
-                ok: s.success,
-                reason: if s.success { None } else { why(s.error_reason, s.error_message) },
-                payer: s.payer,
-                transaction: Some(s.transaction).filter(|t| !t.is_empty()),
-                extra: s.extra,
-            })
+            BatchAnswer::of_settle(answer.json().await.map_err(unavailable)?)
         } else {
-            let v: VerifyResponse = answer.json().await.map_err(unavailable)?;
-            Ok(BatchAnswer {
-                ok: v.is_valid,
-                reason: if v.is_valid { None } else { why(v.invalid_reason, v.invalid_message) },
-                payer: v.payer,
-                transaction: None,
-                extra: v.extra,
-            })
+            Ok(BatchAnswer::of_verify(answer.json().await.map_err(unavailable)?))
         }
     }
 
@@ -488,7 +467,7 @@ impl Facilitator for FacilitatorClient {
 
 /// x402 reasons of a settlement broadcast but not yet confirmed: x402 v2's
 /// `settlement_pending`, and the `*_confirmation_timed_out` of the exact schemes.
-fn is_pending_reason(reason: &str) -> bool {
+pub(super) fn is_pending_reason(reason: &str) -> bool {
     reason == "settlement_pending" || reason.ends_with("confirmation_timed_out")
 }
 
@@ -498,7 +477,7 @@ fn names_network(answered: &str, network: &Network) -> bool {
 }
 
 /// `reason: message` of an x402 refusal (the reason code first, as the layer reports it).
-fn x402_reason(reason: Option<String>, message: Option<String>, default: &str) -> String {
+pub(super) fn x402_reason(reason: Option<String>, message: Option<String>, default: &str) -> String {
     match (reason, message) {
         (Some(r), Some(m)) if !m.is_empty() => format!("{r}: {m}"),
         (Some(r), _) => r,

@@ -255,6 +255,46 @@ pub struct BatchAnswer {
     pub extra: Option<serde_json::Value>,
 }
 
+impl BatchAnswer {
+    /// A facilitator's `/settle` answer to a [`BatchCall`]: settled, or why not; a settlement
+    /// sent and not known yet (pending, not mined within the facilitator's wait) is
+    /// [`Verdict::Pending`], to be asked again.
+    ///
+    /// # Errors
+    /// [`Verdict::Pending`].
+    #[allow(clippy::result_large_err, reason = "the shape of Facilitator::batch, whose answer it makes")]
+    pub fn of_settle(s: tollgate_protocol::x402::SettleResponse) -> Result<Self, Verdict> {
+        let pending = s.error_reason.as_deref().is_some_and(|r| {
+            client::is_pending_reason(r) || r == tollgate_protocol::x402::batch::reason::WAIT_FOR_RECEIPT
+        });
+        if !s.success && pending {
+            return Err(Verdict::Pending {
+                payment_id: None,
+                transaction: Some(s.transaction).filter(|t| !t.is_empty()),
+            });
+        }
+        Ok(Self {
+            ok: s.success,
+            reason: (!s.success).then(|| client::x402_reason(s.error_reason, s.error_message, "refused")),
+            payer: s.payer,
+            transaction: Some(s.transaction).filter(|t| !t.is_empty()),
+            extra: s.extra,
+        })
+    }
+
+    /// A facilitator's `/verify` answer to a [`BatchCall`].
+    #[must_use]
+    pub fn of_verify(v: tollgate_protocol::x402::VerifyResponse) -> Self {
+        Self {
+            ok: v.is_valid,
+            reason: (!v.is_valid).then(|| client::x402_reason(v.invalid_reason, v.invalid_message, "refused")),
+            payer: v.payer,
+            transaction: None,
+            extra: v.extra,
+        }
+    }
+}
+
 /// A shared facilitator (one core or client behind several layers, or kept by the caller).
 #[async_trait]
 impl<F: Facilitator + ?Sized> Facilitator for std::sync::Arc<F> {

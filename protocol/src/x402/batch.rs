@@ -57,6 +57,9 @@ pub mod reason {
     pub const AUTHORIZER_MISMATCH: &str = "invalid_batch_settlement_evm_receiver_authorizer_mismatch";
     /// The channel has another withdrawal delay.
     pub const DELAY_MISMATCH: &str = "invalid_batch_settlement_evm_withdraw_delay_mismatch";
+    /// The facilitator's transaction was sent and not mined within its wait: it may yet be
+    /// (settle again to follow it).
+    pub const WAIT_FOR_RECEIPT: &str = "invalid_batch_settlement_evm_wait_for_receipt_failed";
 }
 
 /// A channel's immutable configuration (its EIP-712 hash is the channel id).
