@@ -4,6 +4,21 @@
 
 pub use tollgate_protocol as protocol;
 
+/// Where cargo put the workspace's binaries beside the running test (`target/debug/<binary>`):
+/// built by `cargo test --workspace`.
+///
+/// # Panics
+/// When the binary is not built (saying how to build it).
+#[must_use]
+pub fn built(binary: &str) -> std::path::PathBuf {
+    // Tests run from target/<profile>/deps; the binaries are in target/<profile>.
+    let exe = std::env::current_exe().unwrap_or_default();
+    let folder = exe.parent().and_then(std::path::Path::parent).unwrap_or_else(|| std::path::Path::new("."));
+    let path = folder.join(binary);
+    assert!(path.exists(), "{} is not built: run the tests with `cargo test --workspace`", path.display());
+    path
+}
+
 /// The book's Rust code (`docs/src/`), compiled as doctests of this crate so that it keeps
 /// compiling (`tests/book.rs` checks that every chapter showing Rust is here).
 #[cfg(doctest)]

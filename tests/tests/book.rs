@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use tollgate_e2e::built;
 use utoipa::OpenApi as _;
 
 fn root() -> PathBuf {
@@ -472,14 +473,6 @@ fn workspace() -> Vec<Package> {
 /// The workspace's binaries: name → package.
 fn binaries() -> BTreeMap<String, String> {
     workspace().into_iter().flat_map(|p| p.binaries.into_iter().map(move |b| (b, p.name.clone()))).collect()
-}
-
-/// Where cargo put this test's sibling binaries (`target/debug`).
-fn built(binary: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(binary);
-    assert!(path.exists(), "{} is not built: run the tests with `cargo test --workspace`", path.display());
-    path
 }
 
 /// `binary [subcommands…] --help`, and the subcommands named (the leading words it lists).
