@@ -176,6 +176,12 @@ async fn the_printed_ticker_command_deposits_once_then_signs_and_refunds_by_the_
         let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(body["tick"]["pair"], "ETH/USD");
     }
+    // The demo page lists the channel as the shop's layer keeps it.
+    let page: serde_json::Value =
+        reqwest::get(format!("{}/demo/channels", shop.demo.shop_url)).await.unwrap().json().await.unwrap();
+    let listed = &page["channels"][0];
+    assert_eq!((listed["deposited"].as_str(), listed["charged"].as_str()), (Some("0.01"), Some("0.0003")), "{page}");
+    assert_eq!(listed["payer"].as_str().unwrap().to_lowercase(), shop.evm.buyer.to_lowercase());
     let budget = args[args.iter().position(|a| a == "--budget-file").unwrap() + 1].clone();
     let keys = vec!["--evm-rpc".to_owned(), shop.evm.rpc_url.clone(), "--budget-file".into(), budget];
     let list =

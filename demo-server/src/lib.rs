@@ -356,6 +356,11 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         seller: seller.pubkey().to_string(),
         evm_seller: evm.as_ref().map(|e| e.seller.clone()),
         catalog: catalog.clone(),
+        channels: if catalog.sells_ticker() {
+            Some(tollgate::batch::FileChannels::open(data_dir.join("channels.jsonl"))?)
+        } else {
+            None
+        },
     });
     let (live, _) = tokio::sync::broadcast::channel(256);
     let followed: Vec<String> =

@@ -1,5 +1,5 @@
-//! The demo web page at `/`: the priced resources, a "Pay & fetch" button for each, and a live
-//! feed of the shop's payments.
+//! The demo web page at `/`: the priced resources, a "Pay & fetch" button for each, a live
+//! feed of the shop's payments, and the payment channels `/ticker` is paid from.
 //!
 //! The button pays the way a custodial wallet service would, through the facilitator's hosted
 //! mode: the page's server side meets the 402, asks the facilitator to send the price from the
@@ -42,6 +42,8 @@ pub(crate) struct Page {
     pub seller: String,
     pub evm_seller: Option<String>,
     pub catalog: Catalog,
+    /// The payment channels `/ticker` is paid from (its layer's journal), when it is sold.
+    pub channels: Option<tollgate::batch::FileChannels>,
 }
 
 pub(crate) fn router(page: Arc<Page>, live: broadcast::Sender<String>) -> Router {
@@ -49,6 +51,7 @@ pub(crate) fn router(page: Arc<Page>, live: broadcast::Sender<String>) -> Router
         .route("/", get(index))
         .route("/demo/pay", post(pay))
         .route("/demo/feed", get(feed))
+        .route("/demo/channels", get(channels))
         .with_state(page)
         .route("/demo/events", get(move || events(live.subscribe())))
 }
@@ -212,4 +215,34 @@ async fn feed(State(page): State<Arc<Page>>) -> Response {
         }
     }
     Json(json!({"payments": payments})).into_response()
+}
+
+/// `GET /demo/channels`: the channels `/ticker` is paid from, as its layer keeps them — what each
+/// buyer deposited, what the shop charged, what is claimed on chain and what is not yet.
+async fn channels(State(page): State<Arc<Page>>) -> Response {
+    use tollgate::batch::ChannelStore as _;
+    let Some(store) = &page.channels else { return Json(json!({"channels": []})).into_response() };
+    let mut records = match store.all().await {
+        Ok(records) => records,
+        Err(e) => return fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    records.sort_by_key(|r| std::cmp::Reverse(r.synced_at));
+    let decimals = crate::shop::DEMO_TOKEN_DECIMALS;
+    let whole =
+        |atomic: u128| DecimalAmount::from_atomic(tollgate_protocol::AtomicAmount(atomic), decimals).to_string();
+    let listed: Vec<Value> = records
+        .iter()
+        .map(|r| {
+            json!({
+                "channel": r.channel_id,
+                "payer": r.config.payer.to_string(),
+                "deposited": whole(r.chain.balance.get()),
+                "charged": whole(r.charged.get()),
+                "claimed": whole(r.chain.total_claimed.get()),
+                "unclaimed": whole(r.unclaimed()),
+                "symbol": crate::shop::DEMO_TOKEN_SYMBOL,
+            })
+        })
+        .collect();
+    Json(json!({"channels": listed})).into_response()
 }

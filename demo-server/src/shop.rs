@@ -85,6 +85,11 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
+    /// Whether `/ticker` is sold (from payment channels, with EVM).
+    pub(crate) const fn sells_ticker(&self) -> bool {
+        self.ticker.is_some()
+    }
+
     pub(crate) fn new(seller: Address, spl_token: Address, evm: Option<&EvmDemo>) -> anyhow::Result<Self> {
         let mut quote = vec![Price::native_sol("0.001")?.pay_to(seller)];
         let mut quote_labels = vec!["0.001 SOL".to_owned()];
@@ -180,7 +185,7 @@ impl Catalog {
                 title: "A price tick, paid per call from a payment channel",
                 labels: vec![format!("{TICK_PRICE} {DEMO_TOKEN_SYMBOL} a call (batch-settlement)")],
                 note: Some(
-                    "One deposit into an on-chain channel, then a signed voucher per call: no transaction per request. Paid by an x402 batch-settlement client (x402's official one; tollgate-pay does not pay channels yet).",
+                    "One deposit into an on-chain channel, then a signed voucher per call: no transaction per request. Paid by tollgate-pay (the command the demo prints) or any x402 batch-settlement client; the channels are listed below.",
                 ),
             });
         }
