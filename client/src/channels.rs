@@ -16,9 +16,13 @@
 //! - a seller that counts differently answers `402` with its count (`channelState`) and the last
 //!   voucher it holds (`voucherState`): the buyer takes that count only when the voucher is its
 //!   own signature, for at least that count, and the count is not below what the chain says was
-//!   claimed; without a voucher, it takes the chain's count. Then it pays again, once;
-//! - a deposit locks at most the deposit limit: [`Buyer::with_deposit_cap`], else ten times the
-//!   per-request cap, and never more than the smallest budget limit in that asset.
+//!   claimed; without a voucher, its own count or the chain's, the larger. Then it pays again,
+//!   once; the refused voucher stays counted in the budget (it left the buyer);
+//! - a corrective 402 that shows the voucher just sent (never signed before) as already charged
+//!   — a seller that keeps vouchers and serves nothing — stops signing on that channel;
+//! - what the buyer keeps locked in channels of one asset, all told, is at most the deposit
+//!   limit: [`Buyer::with_deposit_cap`], else ten times the per-request cap, and never more than
+//!   the smallest budget limit in that asset.
 //!
 //! Funds left in a channel come back by a cooperative refund through the seller
 //! ([`Buyer::refund`]), or without it by a timed withdrawal ([`Buyer::start_withdrawal`], then
@@ -45,6 +49,9 @@ use crate::{Authorization, Buyer, Choice, PayError, PaymentMade, read_challenge}
 const DEPOSIT_REQUESTS: u128 = 5;
 /// Without a deposit cap, a deposit locks at most this many times the per-request cap.
 const DEPOSIT_CAP_MULTIPLE: u128 = 10;
+
+/// Why a buyer stops signing on a channel it started withdrawing from.
+const WITHDRAWING: &str = "a withdrawal was started";
 
 /// The channels table of a budget file.
 pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS channels (
@@ -233,6 +240,10 @@ pub(crate) struct ChannelUse {
     account: ChannelAccount,
     price: AtomicAmount,
     deposit: Option<AtomicAmount>,
+    /// The voucher this payment signed (the running total it agreed to).
+    sent: AtomicAmount,
+    /// The most the buyer had signed before it.
+    signed_before: AtomicAmount,
     _turn: OwnedMutexGuard<()>,
 }
 
@@ -336,6 +347,17 @@ impl Buyer {
         Ok(account)
     }
 
+    /// What this buyer keeps unspent in its other channels of `requirement`'s network and token.
+    async fn locked_elsewhere(&self, channel: &str, requirement: &PaymentRequirements) -> Result<u128, PayError> {
+        let tollgate_protocol::x402::Asset::Token(token) = requirement.asset else { return Ok(0) };
+        let all = self.book.all(self.budget.as_ref()).await?;
+        Ok(all
+            .iter()
+            .filter(|a| a.id != channel && a.network == requirement.network && a.config.token == token)
+            .map(|a| a.unspent().get())
+            .fold(0u128, u128::saturating_add))
+    }
+
     /// The most one deposit for `choice` may lock, when anything limits it.
     fn deposit_limit(&self, choice: &Choice) -> Option<u128> {
         let capped = match (&self.deposit_cap, &self.cap) {
@@ -375,18 +397,20 @@ impl Buyer {
             .ok_or_else(|| PayError::Channel("the channel's total would overflow".into()))?;
         let deposit = if next > account.balance.get() {
             let needed = next - account.balance.get();
+            // The limit is on what this buyer keeps locked in channels of this asset, all told: a
+            // seller naming a new channel at every request opens no more than it allows.
+            let locked = self.locked_elsewhere(&channel.id, requirement).await?;
+            let limit = self.deposit_limit(choice).map(|l| l.saturating_sub(locked));
             let amount =
-                deposit_size(needed, price.get(), requirement, self.deposit_limit(choice)).map_err(|limit| {
-                    PayError::DepositOverLimit {
-                        needed: crate::priced(
-                            &tollgate_protocol::DecimalAmount::from_atomic(AtomicAmount(needed), choice.decimals),
-                            requirement,
-                        ),
-                        limit: crate::priced(
-                            &tollgate_protocol::DecimalAmount::from_atomic(AtomicAmount(limit), choice.decimals),
-                            requirement,
-                        ),
-                    }
+                deposit_size(needed, price.get(), requirement, limit).map_err(|limit| PayError::DepositOverLimit {
+                    needed: crate::priced(
+                        &tollgate_protocol::DecimalAmount::from_atomic(AtomicAmount(needed), choice.decimals),
+                        requirement,
+                    ),
+                    limit: crate::priced(
+                        &tollgate_protocol::DecimalAmount::from_atomic(AtomicAmount(limit), choice.decimals),
+                        requirement,
+                    ),
                 })?;
             Some(AtomicAmount(amount))
         } else {
@@ -407,6 +431,7 @@ impl Buyer {
             }),
         }
         .map_err(|e| PayError::Build(e.to_string()))?;
+        let signed_before = account.signed;
         account.signed = account.signed.max(AtomicAmount(next));
         account.url = url.to_owned();
         self.book.put(self.budget.as_ref(), &account).await?;
@@ -421,7 +446,9 @@ impl Buyer {
             approval: None,
             channel: Some(channel.id.clone()),
         };
-        Ok((name, header, payload, made, ChannelUse { channel, account, price, deposit, _turn: turn }))
+        let used =
+            ChannelUse { channel, account, price, deposit, sent: AtomicAmount(next), signed_before, _turn: turn };
+        Ok((name, header, payload, made, used))
     }
 
     /// The seller served a channel payment and said `settlement`: what it charged, checked by
@@ -472,16 +499,14 @@ impl Buyer {
             self.unsettled(authorization).await;
             return false;
         }
-        let Authorization { channel: Some(used), reservation, .. } = authorization else { return false };
-        // The voucher was refused: nothing was charged for it.
-        if let (Some(budget), Some(reservation)) = (&self.budget, reservation) {
-            budget.release(reservation).await;
-        }
+        // The voucher left the buyer: its reservation stays counted in the budget (a seller that
+        // said no may still hold it), as any proof that was sent and not settled.
+        let Authorization { channel: Some(used), .. } = authorization else { return false };
         let resynced = match self.channel_wallet(&used.account.network_requirement()) {
             Ok(wallet) => self.resync(wallet, &used, challenge).await,
             Err(_) => None,
         };
-        let again = resynced.is_some();
+        let again = resynced.as_ref().is_some_and(|a| a.halted.is_none());
         let account = resynced.unwrap_or_else(|| ChannelAccount { stale: true, ..used.account.clone() });
         if let Err(e) = self.book.put(self.budget.as_ref(), &account).await {
             tracing::warn!(error = %e, "a payment channel's count could not be recorded");
@@ -518,6 +543,18 @@ impl Buyer {
         account.stale = false;
         account.charged = match (told, signed, signature) {
             (Some(told), Some(signed), Some(signature)) => {
+                // The voucher just sent, never signed before this request, shown back as already
+                // charged while the request is refused: a seller that keeps vouchers and serves
+                // nothing. The buyer stops signing on the channel. (A voucher signed before this
+                // request — its answer lost — is the seller's to show.)
+                if signed == used.sent && used.signed_before < used.sent {
+                    let mut halted = used.account.clone();
+                    halted.halted =
+                        Some(format!("the seller refused the voucher for {signed} and showed it back as charged"));
+                    halted.stale = true;
+                    tracing::warn!(channel = %halted.id, "a seller kept a voucher it refused; stopped signing");
+                    return Some(halted);
+                }
                 let ours =
                     told <= signed && told >= chain.claimed && wallet.signed(&used.channel, signed, signature).await;
                 if !ours {
@@ -527,8 +564,9 @@ impl Buyer {
                 account.signed = account.signed.max(signed);
                 told
             }
-            // No voucher shown: what the chain says was claimed.
-            _ => chain.claimed,
+            // No voucher shown (the channel holds less than the buyer thought): the buyer's own
+            // count, or what the chain says was claimed when that is more.
+            _ => account.charged.max(chain.claimed),
         };
         Some(account)
     }
@@ -608,7 +646,16 @@ impl Buyer {
                 }
                 _ if status == 402 => {
                     let again = read_challenge(required.as_deref(), &body)?;
-                    let used = ChannelUse { channel, account, price: AtomicAmount(0), deposit: None, _turn: turn };
+                    let (sent, signed_before) = (account.charged, account.signed);
+                    let used = ChannelUse {
+                        channel,
+                        account,
+                        price: AtomicAmount(0),
+                        deposit: None,
+                        sent,
+                        signed_before,
+                        _turn: turn,
+                    };
                     let Some(synced) = self.resync(wallet, &used, &again).await else {
                         let why = match &again {
                             PaymentRequired::V2(c) => c.error.clone().unwrap_or_default(),
@@ -662,7 +709,7 @@ impl Buyer {
         }
         let transaction = wallet.start_withdrawal(&channel, unclaimed).await?;
         let mut account = known;
-        account.halted = Some("a withdrawal was started".into());
+        account.halted = Some(WITHDRAWING.into());
         account.stale = true;
         self.book.put(self.budget.as_ref(), &account).await?;
         let at = wallet.on_chain(&channel).await?.withdrawal.map_or(0, |(_, at)| at);
@@ -685,7 +732,14 @@ impl Buyer {
         }
         let transaction = wallet.finish_withdrawal(&channel).await?;
         let mut account = known;
+        let chain = wallet.on_chain(&channel).await?;
+        account.balance = chain.balance;
+        account.charged = account.charged.max(chain.claimed);
         account.stale = true;
+        // The channel may be paid from again (a new deposit); a seller's broken rule still stops it.
+        if account.halted.as_deref() == Some(WITHDRAWING) {
+            account.halted = None;
+        }
         self.book.put(self.budget.as_ref(), &account).await?;
         Ok(transaction)
     }

@@ -207,16 +207,27 @@ async fn lying_seller(
     shop: &Shop,
     respond: impl Fn(&serde_json::Value) -> (u16, Vec<(&'static str, String)>) + Send + Sync + 'static,
 ) -> String {
+    lying_seller_asking(shop, |required| required, respond).await
+}
+
+/// As [`lying_seller`], its payment request each time what `rewrite` makes of the demo's.
+async fn lying_seller_asking(
+    shop: &Shop,
+    rewrite: impl Fn(serde_json::Value) -> serde_json::Value + Send + Sync + 'static,
+    respond: impl Fn(&serde_json::Value) -> (u16, Vec<(&'static str, String)>) + Send + Sync + 'static,
+) -> String {
     // The demo's own offer for /ticker: the buyer's channel with the demo's seller.
     let first = reqwest::get(shop.ticker()).await.unwrap();
-    let required = first.headers()["payment-required"].to_str().unwrap().to_owned();
-    let respond = Arc::new(respond);
+    let required: serde_json::Value =
+        tollgate_client::protocol::x402::header::decode(first.headers()["payment-required"].to_str().unwrap()).unwrap();
+    let (respond, rewrite) = (Arc::new(respond), Arc::new(rewrite));
     let app = axum::Router::new().route(
         "/ticker",
         axum::routing::get(move |headers: axum::http::HeaderMap| {
-            let (required, respond) = (required.clone(), respond.clone());
+            let (required, respond, rewrite) = (required.clone(), respond.clone(), rewrite.clone());
             async move {
                 let Some(payment) = headers.get("payment-signature") else {
+                    let required = tollgate_client::protocol::x402::header::encode(&rewrite(required)).unwrap();
                     return axum::response::Response::builder()
                         .status(402)
                         .header("payment-required", required)
@@ -316,4 +327,67 @@ async fn the_proxied_service_is_paid_per_call_from_a_channel_the_proxy_keeps_on_
     let channel = &buyer.channels().await.unwrap()[0];
     assert_eq!(channel.charged.get(), 400);
     assert!(journal.contains(&channel.id), "{journal}");
+}
+
+/// A seller that keeps each voucher and answers it with a corrective 402 showing that very
+/// voucher as already charged (attacker finding: the buyer took the count, signed the next one,
+/// and deposited again, while nothing was served): refused, and the buyer stops signing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_seller_that_shows_back_the_voucher_just_sent_gets_no_more() {
+    let shop = shop().await;
+    let most = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = most.clone();
+    let echoing = lying_seller(&shop, move |payload| {
+        let voucher = &payload["payload"]["voucher"];
+        let max: u64 = voucher["maxClaimableAmount"].as_str().unwrap().parse().unwrap();
+        seen.fetch_max(max, std::sync::atomic::Ordering::SeqCst);
+        let mut accepted = payload["accepted"].clone();
+        accepted["extra"]["channelState"] = serde_json::json!({"chargedCumulativeAmount": max.to_string()});
+        accepted["extra"]["voucherState"] =
+            serde_json::json!({"signedMaxClaimable": max.to_string(), "signature": voucher["signature"]});
+        let required = serde_json::json!({"x402Version": 2, "error": tollgate_client::protocol::x402::batch::reason::CUMULATIVE_MISMATCH,
+            "resource": payload["resource"], "accepts": [accepted]});
+        (402, vec![("payment-required", tollgate_client::protocol::x402::header::encode(&required).unwrap())])
+    })
+    .await;
+    let buyer = shop.buyer(Some("echo.db"));
+    assert!(matches!(buyer.get(&echoing).await, Err(PayError::Refused { status: 402, .. })));
+    for _ in 0..2 {
+        assert!(matches!(buyer.get(&echoing).await, Err(PayError::Channel(_))), "stopped signing");
+    }
+    assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 100, "never signed past the first voucher");
+    let channel = &buyer.channels().await.unwrap()[0];
+    assert_eq!((channel.charged.get(), channel.signed.get()), (0, 100), "{channel:?}");
+    assert!(channel.halted.as_deref().unwrap().contains("showed it back"), "{channel:?}");
+    // The voucher that left stays counted in the budget (the seller may hold it); nothing else.
+    let budget = Budget::open(&shop.dir.path().join("echo.db"), vec![]).unwrap();
+    let statuses: Vec<String> = budget.spends().await.unwrap().into_iter().map(|s| s.status).collect();
+    assert_eq!(statuses.iter().filter(|s| *s == "reserved").count(), 1, "{statuses:?}");
+    assert!(statuses.iter().all(|s| s == "reserved" || s == "released"), "{statuses:?}");
+}
+
+/// A seller that names a new channel at every request (another receiver authorizer each time):
+/// what the buyer keeps locked in channels of the asset, all told, stays within its deposit
+/// limit — the second channel's deposit is refused before anything is signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_seller_naming_a_new_channel_each_time_locks_no_more_than_the_deposit_limit() {
+    let shop = shop().await;
+    let rotating = lying_seller_asking(
+        &shop,
+        |mut required| {
+            let authorizer = PrivateKeySigner::random().address().to_string();
+            required["accepts"][0]["extra"]["receiverAuthorizer"] = serde_json::json!(authorizer);
+            required
+        },
+        |_| (200, settled(serde_json::json!({"chargedAmount": "0", "channelState": {"chargedCumulativeAmount": "0"}}))),
+    )
+    .await;
+    let buyer = shop.buyer(None);
+    let first = buyer.get(&rotating).await.unwrap();
+    assert!(first.payment.unwrap().transaction.is_none(), "the fake settles nothing");
+    let locked: u128 = buyer.channels().await.unwrap().iter().map(|c| c.unspent().get()).sum();
+    assert_eq!(locked, 1_000, "ten times the 0.0001 cap");
+    let second = buyer.get(&rotating).await;
+    assert!(matches!(second, Err(PayError::DepositOverLimit { .. })), "{second:?}");
+    assert_eq!(buyer.channels().await.unwrap().len(), 1, "no second channel opened");
 }

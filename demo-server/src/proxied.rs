@@ -119,9 +119,11 @@ fn config_text(
             "\n[[route.accept]]\nasset = \"ETH\"\namount = \"0.0001\"\npay_to = \"{}\"\nnetwork = \"{network}\"\n",
             evm.seller
         ));
-        // Per call from a payment channel (x402 batch-settlement): a voucher per request.
+        // Per call from a payment channel (x402 batch-settlement): a voucher per request. Its
+        // withdrawal delay (30 min) differs from the shop's /ticker (15 min), so that the two
+        // sellers, each with its own journal, never count one channel twice.
         forecast.push_str(&format!(
-            "\n[[route.accept]]\nscheme = \"batch-settlement\"\nasset = \"{}\"\namount = \"0.0001\"\ndecimals = {DEMO_TOKEN_DECIMALS}\npay_to = \"{}\"\nnetwork = \"{network}\"\nextra = {{ name = \"{DEMO_TOKEN_NAME}\", version = \"2\" }}\n",
+            "\n[[route.accept]]\nscheme = \"batch-settlement\"\nasset = \"{}\"\namount = \"0.0001\"\ndecimals = {DEMO_TOKEN_DECIMALS}\npay_to = \"{}\"\nnetwork = \"{network}\"\nextra = {{ name = \"{DEMO_TOKEN_NAME}\", version = \"2\", withdrawDelay = 1800 }}\n",
             evm.token, evm.seller
         ));
         if let Some(pusd) = &evm.permit2_token {

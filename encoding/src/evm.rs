@@ -57,18 +57,31 @@ pub fn address(a: &tollgate_protocol::Address) -> Option<alloy::primitives::Addr
     }
 }
 
+/// Whether `signature` has the form every on-chain check takes: 65 bytes (r, s, v) with `v` 27 or
+/// 28. The `ecrecover` precompile (and so EIP-3009 tokens, Permit2 and the batch-settlement
+/// contract) refuses a `v` of 0 or 1, and the contract needs all 65 bytes: a signature
+/// recoverable off chain but not on chain would be served and never be claimable.
+#[must_use]
+pub fn ecrecover_form(signature: &[u8]) -> bool {
+    signature.len() == 65 && matches!(signature[64], 27 | 28)
+}
+
 /// A verify-only libsecp256k1 context, made once.
 #[cfg(feature = "recover")]
 static SECP256K1: std::sync::LazyLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =
     std::sync::LazyLock::new(secp256k1::Secp256k1::verification_only);
 
 /// The account whose key made `signature` (65 bytes: r, s, v) over `digest`; `None` for a
-/// malformed or malleable (high-s) signature. Recovered with libsecp256k1: this runs on every
+/// malformed or malleable (high-s) signature, or one the chain would refuse
+/// ([`ecrecover_form`]). Recovered with libsecp256k1: this runs on every
 /// EIP-3009 verify and every batch voucher a seller checks, and is several times faster there
 /// than the pure-Rust path.
 #[cfg(feature = "recover")]
 #[must_use]
 pub fn recover_signer(digest: &alloy::primitives::B256, signature: &[u8]) -> Option<alloy::primitives::Address> {
+    if !ecrecover_form(signature) {
+        return None;
+    }
     let signature = alloy::primitives::Signature::try_from(signature).ok()?;
     if signature.normalize_s().is_some() {
         return None;

@@ -190,6 +190,15 @@ impl Seller {
     }
 }
 
+/// Waits (30 s at most) until channel `id` holds `(balance, claimed)` on chain.
+async fn claimed_on_chain(w: &World, id: alloy::primitives::B256, expected: (u128, u128)) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while w.channel(id).await != expected {
+        assert!(std::time::Instant::now() < deadline, "the charges are not claimed: {:?}", w.channel(id).await);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 fn reason(said: &Value) -> &str {
     said["error"].as_str().or_else(|| said["errorReason"].as_str()).unwrap_or_default()
 }
@@ -225,6 +234,14 @@ async fn a_channel_serves_each_voucher_once_and_refuses_what_a_buyer_cheats_with
     let stranger = PrivateKeySigner::random();
     let (status, _, said) = s.pay(s.voucher(config, &stranger, 3_000)).await;
     assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_voucher_signature"));
+    // The payer's own signature with v as 0 or 1 (attacker finding): recoverable off chain, but the
+    // contract refuses it, so it could never be claimed. Refused before serving.
+    let mut parity = s.voucher(config, payer, 3_000);
+    let signature = parity["voucher"]["signature"].as_str().unwrap().to_owned();
+    let v = u8::from_str_radix(&signature[130..], 16).unwrap() - 27;
+    parity["voucher"]["signature"] = json!(format!("{}{v:02x}", &signature[..130]));
+    let (status, _, said) = s.pay(parity).await;
+    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_voucher_signature"), "{said}");
     // Channels of other terms than the seller's.
     let mut other = config.clone();
     other.receiver = stranger.address();
@@ -437,11 +454,84 @@ async fn a_withdrawal_started_while_spending_is_claimed_at_once() {
     let (status, _, said) = s.pay(s.voucher(&config, payer, 2_000)).await;
     assert_eq!(status, 200, "{said}");
     assert_ne!(said["extra"]["channelState"]["withdrawRequestedAt"], 0, "{said}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while w.channel(id).await != (10_000, 2_000) {
-        assert!(std::time::Instant::now() < deadline, "the charges are not claimed: {:?}", w.channel(id).await);
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    claimed_on_chain(w, id, (10_000, 2_000)).await;
+}
+
+/// A payer withdraws all it can while the layer's state of its channel is fresh (attacker
+/// finding: vouchers above what the channel kept were served from that state, and could never be
+/// claimed). The layer knows the withdrawal (its top-up's answer said so), claims at once, and
+/// reads a withdrawing channel again at every request: once the withdrawal completes, a voucher
+/// above what is left is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_withdrawal_is_never_served_past_from_a_fresh_state() {
+    use tollgate_encoding::batch::BatchSettlement as Contract;
+    let s = seller_with(Some(Arc::new(tollgate::batch::MemoryChannels::new()))).await;
+    let (w, payer) = (&s.w, &s.payer);
+    // Vouchers signed by the payer's own key: checked by the layer in process while fresh.
+    let config = w.config(payer.address(), payer.address(), s.config.receiver, s.config.receiverAuthorizer, 9);
+    let id = config.id(w.chain());
+    assert_eq!(s.pay(w.deposit_payload(&config, payer, payer, (5_000, 1_000), 3)).await.0, 200);
+    w.t.fund(&payer.address().to_string(), common::evm::ETH).await;
+    assert!(w.send(payer, &Contract::initiateWithdrawCall { config: config.clone(), amount: 5_000 }).await);
+    // A top-up: settled by the facilitator, whose answer names the pending withdrawal.
+    let (status, _, said) = s.pay(w.deposit_payload(&config, payer, payer, (1_000, 2_000), 4)).await;
+    assert_eq!(status, 200, "{said}");
+    claimed_on_chain(w, id, (6_000, 2_000)).await;
+    w.wait(901).await;
+    assert!(w.send(payer, &Contract::finalizeWithdrawCall { config: config.clone() }).await);
+    assert_eq!(w.channel(id).await, (2_000, 2_000), "what was left went back; the claimed 2,000 stay");
+    let served = s.served.load(Ordering::SeqCst);
+    let (status, _, said) = s.pay(s.voucher(&config, payer, 3_000)).await;
+    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_cumulative_exceeds_balance"), "{said}");
+    assert_eq!(s.served.load(Ordering::SeqCst), served, "nothing served that could not be claimed");
+}
+
+/// One channel the claimer cannot claim (attacker finding: a bad row refused the whole batch,
+/// every pass, and kept every other channel of the seller unclaimed): the batch refused, each
+/// channel is claimed alone, and the good one is claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_that_cannot_be_claimed_keeps_no_other_unclaimed() {
+    use tollgate_encoding::batch::BatchSettlement as Contract;
+    let store = Arc::new(tollgate::batch::MemoryChannels::new());
+    let s = seller_with(Some(store.clone())).await;
+    let (w, payer) = (&s.w, &s.payer);
+    // A record of a channel nobody funded, charged 5,000 under a voucher nobody signed, its
+    // payer withdrawing (so that it is claimed at once too).
+    let stranger = PrivateKeySigner::random();
+    let bad = w.config(stranger.address(), stranger.address(), s.config.receiver, s.config.receiverAuthorizer, 10);
+    let bad_id = format!("{:#x}", bad.id(w.chain()));
+    let requirement: tollgate::protocol::x402::PaymentRequirements =
+        serde_json::from_value(s.offer("/tick").await).unwrap();
+    let record = tollgate::batch::ChannelRecord {
+        channel_id: bad_id.clone(),
+        config: serde_json::from_value(common::batch::config_json(&bad)).unwrap(),
+        requirement,
+        charged: tollgate::protocol::AtomicAmount(5_000),
+        voucher: Some(tollgate::protocol::x402::batch::VoucherState {
+            signed_max_claimable: tollgate::protocol::AtomicAmount(5_000),
+            signature: format!("0x{}1b", "11".repeat(64)),
+        }),
+        chain: tollgate::protocol::x402::batch::ChannelState {
+            channel_id: bad_id,
+            balance: tollgate::protocol::AtomicAmount(5_000),
+            total_claimed: tollgate::protocol::AtomicAmount(0),
+            withdraw_requested_at: 1,
+            refund_nonce: tollgate::protocol::AtomicAmount(0),
+            charged_cumulative_amount: None,
+        },
+        synced_at: 0,
+        version: 0,
+    };
+    assert!(store.put(&record, None).await.unwrap());
+
+    // A good channel, whose payer starts a withdrawal and spends: claimed at once.
+    let config = w.config(payer.address(), Address::ZERO, s.config.receiver, s.config.receiverAuthorizer, 11);
+    let id = config.id(w.chain());
+    assert_eq!(s.pay(w.deposit_payload(&config, payer, payer, (10_000, 1_000), 5)).await.0, 200);
+    w.t.fund(&payer.address().to_string(), common::evm::ETH).await;
+    assert!(w.send(payer, &Contract::initiateWithdrawCall { config: config.clone(), amount: 10_000 }).await);
+    assert_eq!(s.pay(s.voucher(&config, payer, 2_000)).await.0, 200);
+    claimed_on_chain(w, id, (10_000, 2_000)).await;
 }
 
 /// Two instances of the seller share the channels through Redis (each its own store object and

@@ -325,10 +325,13 @@ impl Step<'_> {
             (Checked { chain, synced_at: now_secs() }, settled.transaction)
         } else {
             // Checked here while the chain state is fresh and the voucher signer is an EOA;
-            // else by the facilitator, which reads the chain.
-            let fresh = record
-                .as_ref()
-                .filter(|r| now_secs().saturating_sub(r.synced_at) <= self.channels.policy.state_ttl.as_secs());
+            // else by the facilitator, which reads the chain. A channel whose payer started a
+            // withdrawal is always read again: once it completes, what is left is only what was
+            // claimed, and a voucher above it could never be.
+            let fresh = record.as_ref().filter(|r| {
+                r.chain.withdraw_requested_at == 0
+                    && now_secs().saturating_sub(r.synced_at) <= self.channels.policy.state_ttl.as_secs()
+            });
             match fresh.and_then(|r| signed(self.terms, channel, self.id, voucher).map(|ok| (ok, r))) {
                 Some((false, _)) => return Ok(answers.refused(reason::VOUCHER_SIGNATURE)),
                 Some((true, r)) => (Checked { chain: r.chain.clone(), synced_at: r.synced_at }, None),

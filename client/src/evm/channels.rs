@@ -119,6 +119,9 @@ impl ChannelWallet for EvmWallet {
             return false;
         };
         let Ok(bytes) = alloy::hex::decode(signature.trim_start_matches("0x")) else { return false };
+        if !tollgate_encoding::evm::ecrecover_form(&bytes) {
+            return false;
+        }
         let Ok(signature) = alloy::primitives::Signature::try_from(bytes.as_slice()) else { return false };
         let digest = wire::voucher_digest(chain_id, id, max_claimable.get());
         signature.recover_address_from_prehash(&digest).is_ok_and(|signer| signer == self.signer.address())

@@ -51,6 +51,10 @@ impl Default for ClaimPolicy {
     }
 }
 
+/// The least time between two urgent passes (a third of the shortest withdrawal delay is five
+/// minutes: a channel whose withdrawal started is claimed long before it can complete).
+const URGENT_GAP: Duration = Duration::from_secs(30);
+
 /// The running claimer: nudged after each batch request; stopped (after a last pass) when the
 /// handle is dropped with the layer.
 #[derive(Debug)]
@@ -80,6 +84,7 @@ pub(crate) fn start(
         let mut every = tokio::time::interval(claimer.policy.every);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await;
+        let mut last_urgent: Option<tokio::time::Instant> = None;
         loop {
             let all = tokio::select! {
                 _ = every.tick() => true,
@@ -89,10 +94,30 @@ pub(crate) fn start(
                     return;
                 }
             };
+            if !all {
+                // Nudges come with requests: urgent passes are spaced (a payer that keeps a
+                // withdrawal pending and spends would otherwise cost a claim and a sweep a
+                // request); the nudges meanwhile are one.
+                if let Some(last) = last_urgent {
+                    tokio::time::sleep_until(last + URGENT_GAP).await;
+                }
+                last_urgent = Some(tokio::time::Instant::now());
+            }
             claimer.pass(all).await;
         }
     });
     Handle { nudge, _stop: stop }
+}
+
+/// How a claim ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claimed {
+    /// Claimed on chain.
+    Yes,
+    /// The facilitator refused it (a row it cannot claim).
+    Refused,
+    /// Not known now (the facilitator unavailable, the transaction pending): the next pass.
+    Later,
 }
 
 /// What the claimer needs.
@@ -134,8 +159,53 @@ impl Claimer {
         }
     }
 
-    /// One `claimWithSignature` of `records`' latest vouchers, for what each has charged.
+    /// Claims `records`' latest vouchers, for what each has charged: in one `claimWithSignature`;
+    /// when the facilitator refuses the batch (one row it cannot claim refuses them all), each
+    /// row alone, so that one bad channel never keeps the others unclaimed; a row refused alone
+    /// is claimed for what its channel still holds, when that is less than what was charged.
     async fn claim(&self, requirement: &PaymentRequirements, records: &[ChannelRecord]) -> bool {
+        match self.claim_rows(requirement, records, None).await {
+            Claimed::Yes => true,
+            Claimed::Later => false,
+            Claimed::Refused if records.len() > 1 => {
+                let mut any = false;
+                for record in records {
+                    any |= match self.claim_rows(requirement, std::slice::from_ref(record), None).await {
+                        Claimed::Yes => true,
+                        Claimed::Later => false,
+                        Claimed::Refused => self.claim_what_is_held(requirement, record).await,
+                    };
+                }
+                any
+            }
+            Claimed::Refused => self.claim_what_is_held(requirement, &records[0]).await,
+        }
+    }
+
+    /// A channel charged more than it holds (its payer withdrew, or several sellers counted it):
+    /// what it holds above what is claimed is claimed, the rest is lost.
+    async fn claim_what_is_held(&self, requirement: &PaymentRequirements, record: &ChannelRecord) -> bool {
+        let held = record.chain.balance;
+        if held >= record.charged || held <= record.chain.total_claimed {
+            return false;
+        }
+        tracing::warn!(
+            channel = %record.channel_id,
+            charged = %record.charged,
+            held = %held,
+            "a channel holds less than it was charged: claiming what it holds"
+        );
+        self.claim_rows(requirement, std::slice::from_ref(record), Some(held)).await == Claimed::Yes
+    }
+
+    /// One `claimWithSignature` of `records`' latest vouchers, each for what it charged (or
+    /// `total`, for a single row).
+    async fn claim_rows(
+        &self,
+        requirement: &PaymentRequirements,
+        records: &[ChannelRecord],
+        total: Option<AtomicAmount>,
+    ) -> Claimed {
         let claims: Vec<ClaimRow> = records
             .iter()
             .filter_map(|r| {
@@ -146,7 +216,7 @@ impl Claimer {
                         max_claimable_amount: voucher.signed_max_claimable,
                     },
                     signature: voucher.signature.clone(),
-                    total_claimed: r.charged,
+                    total_claimed: total.unwrap_or(r.charged),
                 })
             })
             .collect();
@@ -160,7 +230,7 @@ impl Claimer {
                     channels = records.len(),
                     "a claim was refused"
                 );
-                return false;
+                return Claimed::Refused;
             }
             Err(verdict) => {
                 tracing::warn!(
@@ -168,7 +238,7 @@ impl Claimer {
                     channels = records.len(),
                     "a claim could not be settled now; the next pass sends it again"
                 );
-                return false;
+                return Claimed::Later;
             }
         };
         let reported: Vec<ChannelState> = answer
@@ -179,14 +249,14 @@ impl Claimer {
             .unwrap_or_default();
         for record in records {
             let state = reported.iter().find(|s| s.channel_id.eq_ignore_ascii_case(&record.channel_id));
-            self.claimed(record, record.charged, state).await;
+            self.claimed(record, total.unwrap_or(record.charged), state).await;
         }
         tracing::info!(
             channels = records.len(),
             transaction = answer.transaction.as_deref().unwrap_or_default(),
             "vouchers claimed"
         );
-        true
+        Claimed::Yes
     }
 
     /// Records `claimed` on the channel (read again: a request may have charged meanwhile).

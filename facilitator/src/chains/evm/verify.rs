@@ -203,6 +203,13 @@ mod tests {
             let high = alloy::primitives::Signature::new(signature.r(), n - signature.s(), !signature.v());
             assert_eq!(high.recover_address_from_prehash(&digest).ok(), Some(signer.address()));
             assert_eq!(recover_signer(&digest, &high.as_bytes()), None);
+            // The same signature with v as 0 or 1 (or in 64 bytes): recoverable off chain, but
+            // ecrecover and the contracts refuse it, so it is refused here too.
+            let mut raw = bytes.to_vec();
+            raw[64] -= 27;
+            assert_eq!(signature.recover_address_from_prehash(&digest).ok(), Some(signer.address()));
+            assert_eq!(recover_signer(&digest, &raw), None);
+            assert_eq!(recover_signer(&digest, &bytes[..64]), None);
         }
         assert_eq!(recover_signer(&B256::ZERO, &[0u8; 65]), None);
         assert_eq!(recover_signer(&B256::ZERO, &[1u8; 10]), None);
