@@ -139,6 +139,20 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS spends (
 );
 CREATE INDEX IF NOT EXISTS spends_asset_at ON spends (family, asset, at);";
 
+/// The payment channels a buyer pays from, kept in its budget file (`crate::channels`).
+const CHANNELS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS channels (
+    id TEXT PRIMARY KEY,
+    network TEXT NOT NULL,
+    config TEXT NOT NULL,
+    url TEXT NOT NULL,
+    balance TEXT NOT NULL,
+    charged TEXT NOT NULL,
+    signed TEXT NOT NULL,
+    halted TEXT,
+    stale INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);";
+
 fn db_error(e: &rusqlite::Error) -> PayError {
     PayError::Budget(format!("the budget file: {e}"))
 }
@@ -170,7 +184,7 @@ impl Budget {
         // Other processes on the file wait their turn to write rather than fail.
         db.busy_timeout(Duration::from_secs(30)).map_err(|e| db_error(&e))?;
         db.execute_batch(SCHEMA).map_err(|e| db_error(&e))?;
-        db.execute_batch(crate::channels::SCHEMA).map_err(|e| db_error(&e))?;
+        db.execute_batch(CHANNELS_SCHEMA).map_err(|e| db_error(&e))?;
         Ok(Self { db: Arc::new(Mutex::new(db)), limits: Arc::new(limits), now })
     }
 

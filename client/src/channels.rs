@@ -42,8 +42,8 @@ use tollgate_protocol::x402::{PaymentPayload, PaymentRequired, PaymentRequiremen
 use tollgate_protocol::{AtomicAmount, Network};
 
 use crate::budget::Budget;
-use crate::wallet::{Channel, ChannelWallet};
 use crate::{Authorization, Buyer, Choice, PayError, PaymentMade, read_challenge};
+use crate::{Channel, ChannelWallet};
 
 /// A deposit, when the seller announces no `minDeposit`, covers this many requests.
 const DEPOSIT_REQUESTS: u128 = 5;
@@ -52,20 +52,6 @@ const DEPOSIT_CAP_MULTIPLE: u128 = 10;
 
 /// Why a buyer stops signing on a channel it started withdrawing from.
 const WITHDRAWING: &str = "a withdrawal was started";
-
-/// The channels table of a budget file.
-pub(crate) const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS channels (
-    id TEXT PRIMARY KEY,
-    network TEXT NOT NULL,
-    config TEXT NOT NULL,
-    url TEXT NOT NULL,
-    balance TEXT NOT NULL,
-    charged TEXT NOT NULL,
-    signed TEXT NOT NULL,
-    halted TEXT,
-    stale INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);";
 
 /// What a buyer knows of one of its channels.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -484,7 +484,7 @@ impl crate::Wallet for EvmWallet {
         }
     }
 
-    fn channels(&self) -> Option<&dyn crate::wallet::ChannelWallet> {
+    fn channels(&self) -> Option<&dyn crate::ChannelWallet> {
         Some(self)
     }
 

@@ -29,6 +29,7 @@
 //! | this file | [`Buyer`]: the 402 met, an offer chosen under the cap, the proof sent, `503` followed; [`Buyer::authorize`] / [`Buyer::settled`] / [`Buyer::unsettled`] for payments met elsewhere (MCP) |
 //! | [`wallet`] | the [`Wallet`] trait, and each chain's local wallet (`solana`, `evm`): decimals read, the proof built and signed (encodings from `tollgate-encoding`) |
 //! | `budget` | [`Budget`]: limits kept in a SQLite file, the spend log |
+//! | `channels` | payment channels (x402 `batch-settlement`), chain-neutral: the count kept in the budget file, deposits within the limit, the client rules, refunds and withdrawals ([`ChannelAccount`]); `evm/channels.rs` signs them on EVM ([`ChannelWallet`]) |
 //! | `middleware` | [`PaymentMiddleware`]: the buyer in a program's own `reqwest` client (`reqwest-middleware`) |
 //! | `src/bin/tollgate-pay.rs` | the command line |
 //!

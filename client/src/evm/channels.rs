@@ -23,7 +23,7 @@ use tollgate_protocol::{Address, AtomicAmount};
 
 use super::{EvmWallet, MIN_VALIDITY_SECS, address, atomic, build_error, now_secs};
 use crate::PayError;
-use crate::wallet::{Channel, ChannelWallet, OnChain};
+use crate::{Channel, ChannelWallet, OnChain};
 
 /// The receiver authorizer a requirement names (`extra.receiverAuthorizer`), when it names a
 /// non-zero one: without it there is no channel to open.
