@@ -534,6 +534,23 @@ async fn a_channel_that_cannot_be_claimed_keeps_no_other_unclaimed() {
     claimed_on_chain(w, id, (10_000, 2_000)).await;
 }
 
+/// The resource a deposit is recorded for is the one the seller names, never the one the buyer's
+/// payload says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposit_is_recorded_for_the_sellers_resource_not_the_buyers() {
+    let s = seller().await;
+    let deposit = s.w.deposit_payload(&s.config, &s.payer, &s.payer, (10_000, 1_000), 1);
+    let header = json!({"x402Version": 2, "accepted": s.offer("/tick").await, "payload": deposit,
+        "resource": {"url": "https://elsewhere.example/free", "description": "", "mimeType": ""}});
+    let encoded = base64::engine::general_purpose::STANDARD.encode(header.to_string());
+    let url = format!("{}/tick", s.base);
+    let answer = s.http.get(&url).header("PAYMENT-SIGNATURE", encoded).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let path = format!("/payment/history/{}?type=sent", s.payer.address());
+    let (_, history) = s.w.t.call("GET", &path, &s.key, None).await;
+    assert_eq!(history["payments"][0]["resource"], url.as_str(), "{history}");
+}
+
 /// Two instances of the seller share the channels through Redis (each its own store object and
 /// lock, as two processes would have): a voucher charged on one is known to the other, and one
 /// voucher sent to both at once is served once.

@@ -256,9 +256,11 @@ impl Step<'_> {
         self.terms.requirement
     }
 
-    /// Asks the facilitator (`/verify`, or `/settle`) about the buyer's payload.
+    /// Asks the facilitator (`/verify`, or `/settle`) about the buyer's payload, as paying the
+    /// resource this layer names (never the one the buyer's payload says).
     async fn ask(&self, settle: bool) -> Result<BatchAnswer, Verdict> {
-        let call = BatchCall { settle, payload: self.envelope, requirement: self.requirement() };
+        let payload = PaymentPayloadV2 { resource: Some(self.answers.resource.clone()), ..self.envelope.clone() };
+        let call = BatchCall { settle, payload: &payload, requirement: self.requirement() };
         self.answers.config.facilitator.batch(call).await
     }
 
