@@ -294,10 +294,10 @@ impl Buyer {
         self.book.all(self.budget.as_ref()).await
     }
 
-    /// The wallet paying on `requirement`'s chain, and its channels.
-    fn channel_wallet(&self, requirement: &PaymentRequirements) -> Result<&dyn ChannelWallet, PayError> {
-        self.wallet(requirement.network.family()).and_then(|w| w.channels()).ok_or_else(|| {
-            PayError::NoOption(format!("{} (no wallet with payment channels)", crate::describe(requirement)))
+    /// The wallet paying on `network`'s chain family, and its channels.
+    fn channel_wallet(&self, network: &Network) -> Result<&dyn ChannelWallet, PayError> {
+        self.wallet(network.family()).and_then(|w| w.channels()).ok_or_else(|| {
+            PayError::NoOption(format!("batch-settlement on {network} (no wallet with payment channels)"))
         })
     }
 
@@ -365,7 +365,7 @@ impl Buyer {
         url: &str,
     ) -> Result<(&'static str, String, PaymentPayload, PaymentMade, ChannelUse), PayError> {
         let requirement = &choice.requirement;
-        let wallet = self.channel_wallet(requirement)?;
+        let wallet = self.channel_wallet(&requirement.network)?;
         let channel = wallet.channel(requirement).await?;
         let turn = self.book.turn(&channel.id).await;
         let mut account = self.account(wallet, &channel, &requirement.network, url).await?;
@@ -488,7 +488,7 @@ impl Buyer {
         // The voucher left the buyer: its reservation stays counted in the budget (a seller that
         // said no may still hold it), as any proof that was sent and not settled.
         let Authorization { channel: Some(used), .. } = authorization else { return false };
-        let resynced = match self.channel_wallet(&used.account.network_requirement()) {
+        let resynced = match self.channel_wallet(&used.account.network) {
             Ok(wallet) => self.resync(wallet, &used, challenge).await,
             Err(_) => None,
         };
@@ -584,7 +584,7 @@ impl Buyer {
             }
             let (requirement, decimals) = offered
                 .ok_or_else(|| PayError::NoOption(format!("{url} sells nothing from a channel this buyer pays")))?;
-            let wallet = self.channel_wallet(&requirement)?;
+            let wallet = self.channel_wallet(&requirement.network)?;
             let channel = wallet.channel(&requirement).await?;
             let turn = self.book.turn(&channel.id).await;
             let mut account = self.account(wallet, &channel, &requirement.network, url).await?;
@@ -680,7 +680,7 @@ impl Buyer {
     /// fails.
     pub async fn start_withdrawal(&self, id: &str) -> Result<(String, AtomicAmount, u64), PayError> {
         let known = self.known(id).await?;
-        let wallet = self.channel_wallet(&known.network_requirement())?;
+        let wallet = self.channel_wallet(&known.network)?;
         let channel = known.channel();
         let _turn = self.book.turn(&channel.id).await;
         let chain = wallet.on_chain(&channel).await?;
@@ -710,7 +710,7 @@ impl Buyer {
     /// over.
     pub async fn finish_withdrawal(&self, id: &str) -> Result<String, PayError> {
         let known = self.known(id).await?;
-        let wallet = self.channel_wallet(&known.network_requirement())?;
+        let wallet = self.channel_wallet(&known.network)?;
         let channel = known.channel();
         let _turn = self.book.turn(&channel.id).await;
         if wallet.on_chain(&channel).await?.withdrawal.is_none() {
@@ -728,21 +728,6 @@ impl Buyer {
         }
         self.book.put(self.budget.as_ref(), &account).await?;
         Ok(transaction)
-    }
-}
-
-impl ChannelAccount {
-    /// A requirement naming only the channel's network and token, to find the wallet that pays it.
-    fn network_requirement(&self) -> PaymentRequirements {
-        PaymentRequirements {
-            scheme: batch::SCHEME.into(),
-            network: self.network.clone(),
-            amount: AtomicAmount(0),
-            asset: tollgate_protocol::x402::Asset::Token(self.config.token),
-            pay_to: self.config.receiver,
-            max_timeout_seconds: 0,
-            extra: None,
-        }
     }
 }
 
