@@ -74,6 +74,17 @@ pub struct ProxyFile {
     /// lives here across restarts). Required by such routes.
     #[serde(default)]
     pub channels_file: Option<PathBuf>,
+    /// Instead of `channels_file`: the environment variable holding the URL of a Redis
+    /// (`redis://[:password@]host:port[/db]`) where several proxies selling one service keep
+    /// their channels together. Each charge is a compare-and-set there, so two proxies never
+    /// serve twice on one voucher; run Redis with `appendfsync always` for a charge to be on
+    /// disk before its answer is released.
+    #[serde(default)]
+    pub channels_redis_env: Option<String>,
+    /// The prefix of the proxy's keys in that Redis (default `tollgate-proxy`): proxies of one
+    /// seller share one, other sellers use others.
+    #[serde(default)]
+    pub channels_redis_prefix: Option<String>,
     /// The routes, tried in order: the first that matches takes the request.
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteFile>,
@@ -271,7 +282,7 @@ pub struct AcceptFile {
     pub transfer: Option<String>,
     /// `exact` (the default: one payment per request) or `batch-settlement` (an EVM token:
     /// the buyer deposits once into a payment channel and signs a voucher per request, checked
-    /// by the proxy; needs `channels_file`).
+    /// by the proxy; needs `channels_file` or `channels_redis_env`).
     #[serde(default)]
     pub scheme: Option<String>,
     /// Scheme details (`extra`), e.g. an EVM token's EIP-712 `name` and `version`.

@@ -40,7 +40,8 @@ pub struct Proxy {
 }
 
 /// The facilitator's reachability, and each upstream's.
-type Readiness = (Result<(), String>, Vec<(String, Result<(), String>)>);
+/// The facilitator's, each upstream's, and the shared channel store's (when there is one).
+type Readiness = (Result<(), String>, Vec<(String, Result<(), String>)>, Option<Result<(), String>>);
 
 /// How long a readiness answer is reused.
 const READINESS_FOR: Duration = Duration::from_secs(1);
@@ -164,8 +165,10 @@ impl Proxy {
         match path {
             "/healthz" => Some(json(StatusCode::OK, serde_json::json!({"status": "ok"}))),
             "/readyz" => {
-                let (facilitator, upstreams) = self.readiness().await;
-                let ready = facilitator.is_ok() && upstreams.iter().all(|(_, r)| r.is_ok());
+                let (facilitator, upstreams, channels) = self.readiness().await;
+                let ready = facilitator.is_ok()
+                    && upstreams.iter().all(|(_, r)| r.is_ok())
+                    && channels.as_ref().is_none_or(Result::is_ok);
                 let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
                 let said_of = |r: &Result<(), String>| r.clone().err().unwrap_or_else(|| "ok".into());
                 let upstreams: serde_json::Map<String, serde_json::Value> =
@@ -174,7 +177,11 @@ impl Proxy {
                 Some(json(
                     status,
                     if detailed {
-                        serde_json::json!({ "status": said, "facilitator": said_of(&facilitator), "upstreams": upstreams })
+                        let mut detail = serde_json::json!({ "status": said, "facilitator": said_of(&facilitator), "upstreams": upstreams });
+                        if let Some(channels) = &channels {
+                            detail["channels"] = said_of(channels).into();
+                        }
+                        detail
                     } else {
                         serde_json::json!({ "status": said })
                     },
@@ -194,7 +201,8 @@ impl Proxy {
         }
     }
 
-    /// Whether the facilitator answers its `/supported` and each upstream takes a connection;
+    /// Whether the facilitator answers its `/supported`, each upstream takes a connection and
+    /// the channels' Redis (`channels_redis_env`) answers;
     /// asked at most once a second (a flood of `/readyz` is not a flood on them).
     async fn readiness(&self) -> Readiness {
         let mut last = self.readiness.lock().await;
@@ -232,7 +240,14 @@ impl Proxy {
             };
             upstreams.push((authority, said));
         }
-        (facilitator, upstreams)
+        let channels = match routes.channels() {
+            Some(store) => Some(match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
+                Ok(answered) => answered.map_err(|e| e.to_string()),
+                Err(_) => Err("no answer within 2 s".into()),
+            }),
+            None => None,
+        };
+        (facilitator, upstreams, channels)
     }
 }
 

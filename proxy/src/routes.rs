@@ -82,6 +82,8 @@ pub struct Routes {
     /// The parts of the file every route's layer depends on: routes are kept across a reload
     /// only when these are unchanged.
     shared: ProxyFile,
+    /// The channels kept in Redis, if any.
+    channels: Option<SharedChannels>,
 }
 
 fn invalid(why: impl Into<String>) -> ConfigError {
@@ -186,6 +188,47 @@ struct Shared<'a> {
     facilitator: FacilitatorClient,
     identity: Option<Identity>,
     upstream: Upstream,
+    /// The channels shared with other proxies (`channels_redis_env`).
+    channels: Option<&'a SharedChannels>,
+}
+
+/// Channels kept in Redis: its URL and prefix, and the store (one for every route, kept
+/// across reloads while they are unchanged).
+#[derive(Clone)]
+pub(crate) struct SharedChannels {
+    url: String,
+    prefix: String,
+    store: tollgate::batch::RedisChannels,
+}
+
+impl std::fmt::Debug for SharedChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL: it may carry a password.
+        f.debug_struct("SharedChannels").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+/// The Redis channels `file` names, if any: `previous`'s when its URL and prefix are the same.
+fn shared_channels(file: &ProxyFile, previous: Option<&Routes>) -> Result<Option<SharedChannels>, ConfigError> {
+    let Some(url) = secret(file.channels_redis_env.as_deref(), None, "channels_redis")? else {
+        if file.channels_redis_prefix.is_some() {
+            return Err(invalid("channels_redis_prefix is for channels_redis_env"));
+        }
+        return Ok(None);
+    };
+    if file.channels_file.is_some() {
+        return Err(invalid("give channels_file or channels_redis_env, not both"));
+    }
+    let prefix = file.channels_redis_prefix.clone().unwrap_or_else(|| "tollgate-proxy".to_owned());
+    if prefix.is_empty() {
+        return Err(invalid("channels_redis_prefix is empty"));
+    }
+    if let Some(kept) = previous.and_then(|p| p.channels.as_ref()).filter(|c| c.url == url && c.prefix == prefix) {
+        return Ok(Some(kept.clone()));
+    }
+    let store =
+        tollgate::batch::RedisChannels::open(&url, &prefix).map_err(|e| invalid(format!("channels_redis_env: {e}")))?;
+    Ok(Some(SharedChannels { url, prefix, store }))
 }
 
 impl Shared<'_> {
@@ -248,12 +291,19 @@ impl Shared<'_> {
             builder = builder.accept(price(accept, &format!("{at}, accept #{}", i + 1))?);
         }
         if accept.iter().any(|a| a.scheme.as_deref() == Some(tollgate::batch::SCHEME)) {
-            let path = self.file.channels_file.as_ref().ok_or_else(|| {
-                invalid(format!("{at}: a price from channels (batch-settlement) needs channels_file"))
-            })?;
-            let store = tollgate::batch::FileChannels::open(path)
-                .map_err(|e| invalid(format!("channels_file {}: {e}", path.display())))?;
-            builder = builder.channels(store);
+            builder = match (self.channels, &self.file.channels_file) {
+                // One store for every route: a channel paying several routes is counted once.
+                (Some(shared), _) => builder.channels(shared.store.clone()),
+                (None, Some(path)) => builder.channels(
+                    tollgate::batch::FileChannels::open(path)
+                        .map_err(|e| invalid(format!("channels_file {}: {e}", path.display())))?,
+                ),
+                (None, None) => {
+                    return Err(invalid(format!(
+                        "{at}: a price from channels (batch-settlement) needs channels_file or channels_redis_env"
+                    )));
+                }
+            };
         }
         let layer = builder.build().map_err(|e| invalid(format!("{at}: {e}")))?;
         Ok(layer.layer(forwarder))
@@ -393,7 +443,15 @@ impl Routes {
             return Err(invalid(format!("public_url {url:?} must be an http(s) URL")));
         }
         let upstream = Upstream::parse(&file.upstream).map_err(invalid)?;
-        let shared = Shared { file, tasks, facilitator, identity: identity.clone(), upstream: upstream.clone() };
+        let channels = shared_channels(file, previous)?;
+        let shared = Shared {
+            file,
+            tasks,
+            facilitator,
+            identity: identity.clone(),
+            upstream: upstream.clone(),
+            channels: channels.as_ref(),
+        };
         // What the layers depend on, beside each route's own definition.
         let shared_part = ProxyFile { routes: Vec::new(), unmatched: file.unmatched.clone(), ..file.clone() };
         let reusable = previous.filter(|p| p.shared == shared_part);
@@ -422,7 +480,15 @@ impl Routes {
             facilitator: (file.facilitator.url.trim_end_matches('/').to_owned(), key),
             upstreams,
             shared: shared_part,
+            channels,
         })
+    }
+}
+
+impl Routes {
+    /// The channels kept in Redis, if any (for readiness).
+    pub(crate) fn channels(&self) -> Option<&tollgate::batch::RedisChannels> {
+        self.channels.as_ref().map(|c| &c.store)
     }
 }
 
@@ -484,5 +550,76 @@ impl Shared<'_> {
         let path = "/{*path}".parse().map_err(|e: crate::route::PatternError| invalid(e.to_string()))?;
         let metrics = crate::telemetry::RouteMetrics::new(&name);
         Ok(Route { name, path, methods: Vec::new(), host: None, query: BTreeMap::new(), action, metrics, definition })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file selling `/quote` from channels, with `store` at its top.
+    fn file(store: &str) -> ProxyFile {
+        ProxyFile::parse(&format!(
+            r#"listen = "127.0.0.1:8090"
+upstream = "http://127.0.0.1:9000"
+{store}
+
+[facilitator]
+url = "http://127.0.0.1:8402"
+
+[[route]]
+name = "quote"
+path = "/quote"
+[[route.accept]]
+scheme = "batch-settlement"
+asset = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+amount = "0.0001"
+decimals = 6
+pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+network = "eip155:84532"
+extra = {{ name = "USDC", version = "2" }}
+"#
+        ))
+        .unwrap()
+    }
+
+    fn refusal(store: &str) -> String {
+        match Routes::build(&file(store), &tollgate::TaskTracker::new(), None) {
+            Err(ConfigError::Invalid(why)) => why,
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("{store:?} was taken"),
+        }
+    }
+
+    #[test]
+    fn a_price_from_channels_needs_one_store_named_in_full() {
+        assert!(refusal("").contains("needs channels_file or channels_redis_env"), "{}", refusal(""));
+        let unset = "channels_redis_env = \"TOLLGATE_PROXY_TEST_UNSET_VARIABLE\"";
+        assert!(refusal(unset).contains("TOLLGATE_PROXY_TEST_UNSET_VARIABLE is not set"), "{}", refusal(unset));
+        // PATH is set in any test run; its value is no Redis URL, but the pair is refused first.
+        let both = "channels_file = \"channels.jsonl\"\nchannels_redis_env = \"PATH\"";
+        assert!(refusal(both).contains("not both"), "{}", refusal(both));
+        let prefix_alone = "channels_redis_prefix = \"shop\"";
+        assert!(refusal(prefix_alone).contains("is for channels_redis_env"), "{}", refusal(prefix_alone));
+        assert!(refusal("channels_redis_env = \"PATH\"").contains("channels_redis_env:"));
+    }
+
+    #[test]
+    fn routes_share_one_redis_store_across_a_reload() {
+        // The URL is only parsed here: nothing connects until a channel is used.
+        let name = "TOLLGATE_TEST_REDIS_URL";
+        if std::env::var(name).is_err() {
+            eprintln!("SKIPPED routes_share_one_redis_store_across_a_reload: {name} is not set");
+            return;
+        }
+        let build = |prefix: &str, previous: Option<&Routes>| {
+            let store = format!("channels_redis_env = \"{name}\"\nchannels_redis_prefix = \"{prefix}\"");
+            Routes::build(&file(&store), &tollgate::TaskTracker::new(), previous).unwrap()
+        };
+        let key = |r: &Routes| tollgate::batch::ChannelStore::key(r.channels().unwrap());
+        let first = build("shop", None);
+        assert_eq!(key(&first), key(&build("shop", Some(&first))), "one store kept across the reload");
+        assert_ne!(key(&first), key(&build("other", Some(&first))), "another prefix, another store");
+        assert_ne!(key(&first), key(&build("shop", None)), "another process's store");
     }
 }

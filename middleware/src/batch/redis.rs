@@ -22,7 +22,9 @@ return 0
 /// Channel records in Redis under a key prefix (one per seller).
 #[derive(Clone)]
 pub struct RedisChannels {
-    connection: redis::aio::ConnectionManager,
+    client: redis::Client,
+    /// Made at the first use (or by [`RedisChannels::connect`]); it reconnects by itself after.
+    connection: std::sync::Arc<tokio::sync::OnceCell<redis::aio::ConnectionManager>>,
     prefix: String,
     put: redis::Script,
 }
@@ -44,12 +46,42 @@ impl RedisChannels {
     /// # Errors
     /// When `url` is not a Redis URL or Redis cannot be reached.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, ChannelStoreError> {
-        let client = redis::Client::open(url).map_err(|e| failed(&e))?;
-        let connection = client.get_connection_manager().await.map_err(|e| failed(&e))?;
-        Ok(Self { connection, prefix: prefix.to_owned(), put: redis::Script::new(PUT) })
+        let channels = Self::open(url, prefix)?;
+        channels.connection().await?;
+        Ok(channels)
     }
 
-    fn key(&self, channel_id: &str) -> String {
+    /// The channels under `prefix` in the Redis at `url`, connected at their first use (a
+    /// store that cannot be reached then answers [`ChannelStoreError`], and is tried again at
+    /// the next use).
+    ///
+    /// # Errors
+    /// When `url` is not a Redis URL.
+    pub fn open(url: &str, prefix: &str) -> Result<Self, ChannelStoreError> {
+        let client = redis::Client::open(url).map_err(|e| failed(&e))?;
+        Ok(Self {
+            client,
+            connection: std::sync::Arc::default(),
+            prefix: prefix.to_owned(),
+            put: redis::Script::new(PUT),
+        })
+    }
+
+    /// Whether Redis answers (a `PING`).
+    ///
+    /// # Errors
+    /// When it cannot be reached.
+    pub async fn ping(&self) -> Result<(), ChannelStoreError> {
+        let mut c = self.connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut c).await.map(drop).map_err(|e| failed(&e))
+    }
+
+    async fn connection(&self) -> Result<redis::aio::ConnectionManager, ChannelStoreError> {
+        let made = self.connection.get_or_try_init(|| self.client.get_connection_manager()).await;
+        made.cloned().map_err(|e| failed(&e))
+    }
+
+    fn record_key(&self, channel_id: &str) -> String {
         format!("{}:channel:{channel_id}", self.prefix)
     }
 
@@ -65,9 +97,9 @@ fn parse(text: Option<String>) -> Result<Option<ChannelRecord>, ChannelStoreErro
 #[async_trait]
 impl ChannelStore for RedisChannels {
     async fn get(&self, channel_id: &str) -> Result<Option<ChannelRecord>, ChannelStoreError> {
-        let mut c = self.connection.clone();
+        let mut c = self.connection().await?;
         let text: Option<String> = redis::cmd("HGET")
-            .arg(self.key(channel_id))
+            .arg(self.record_key(channel_id))
             .arg("record")
             .query_async(&mut c)
             .await
@@ -79,10 +111,10 @@ impl ChannelStore for RedisChannels {
         let version = expected.map_or(1, |v| v + 1);
         let stored = ChannelRecord { version, ..record.clone() };
         let json = serde_json::to_string(&stored).map_err(|e| ChannelStoreError(e.to_string()))?;
-        let mut c = self.connection.clone();
+        let mut c = self.connection().await?;
         let written: i64 = self
             .put
-            .key(self.key(&record.channel_id))
+            .key(self.record_key(&record.channel_id))
             .key(self.ids())
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(version.to_string())
@@ -95,7 +127,7 @@ impl ChannelStore for RedisChannels {
     }
 
     async fn all(&self) -> Result<Vec<ChannelRecord>, ChannelStoreError> {
-        let mut c = self.connection.clone();
+        let mut c = self.connection().await?;
         let ids: Vec<String> =
             redis::cmd("SMEMBERS").arg(self.ids()).query_async(&mut c).await.map_err(|e| failed(&e))?;
         let mut records = Vec::with_capacity(ids.len());
@@ -103,5 +135,12 @@ impl ChannelStore for RedisChannels {
             records.extend(self.get(&id).await?);
         }
         Ok(records)
+    }
+
+    /// Clones of one `RedisChannels` are one store (one lock per channel in the process);
+    /// another one opened on the same prefix is another instance, kept apart by the
+    /// compare-and-set alone.
+    fn key(&self) -> String {
+        format!("redis {:p}", std::sync::Arc::as_ptr(&self.connection))
     }
 }
