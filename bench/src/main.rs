@@ -17,7 +17,8 @@
 //!   latency of first answers and of repeats (`scripts/bench-answers`).
 //! - `channels`: a shop selling an unpaid route, an `exact` one and one paid from channels
 //!   (`batch-settlement`) through the daemon: requests/s, latency, CPU, RPC calls and
-//!   transactions per paid request (`scripts/bench-channels`).
+//!   transactions per paid request (`scripts/bench-channels`); with `--redis`, also through two
+//!   instances (this process and a `channel-shop` child) sharing their channels in Redis.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -151,6 +152,35 @@ enum Command {
         /// Buyers at once (one channel each).
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
+        /// A Redis URL: vouchers are also measured through two shop instances (this process and
+        /// a `channel-shop` child) sharing their channels there.
+        #[arg(long)]
+        redis: Option<String>,
+    },
+    /// For `channels`: a second shop instance selling `/shared` from channels kept in Redis;
+    /// prints `listening on URL` and stops (its claimer's last pass done) when stdin closes.
+    ChannelShop {
+        /// anvil's RPC URL (the network's chain id).
+        #[arg(long)]
+        rpc: String,
+        /// The daemon's base URL.
+        #[arg(long)]
+        daemon: String,
+        /// An API key of the account `--seller` belongs to.
+        #[arg(long)]
+        key: String,
+        /// The EIP-3009 token sold in.
+        #[arg(long)]
+        token: Address,
+        /// Who is paid.
+        #[arg(long)]
+        seller: Address,
+        /// Where the channels are kept.
+        #[arg(long)]
+        redis: String,
+        /// Their key prefix there.
+        #[arg(long)]
+        prefix: String,
     },
     /// For `scripts/bench-proxy`: an upstream answering `GET /hello` at once; prints `listening on URL`.
     Upstream,
@@ -177,6 +207,7 @@ async fn main() -> anyhow::Result<()> {
             count,
             exact_count,
             concurrency,
+            redis,
         } => {
             let facilitator = facilitator_key.address();
             let (rpc, daemon, proxy, key) = (&rpc, &daemon, &proxy, &key);
@@ -191,6 +222,19 @@ async fn main() -> anyhow::Result<()> {
                 count,
                 exact_count,
                 concurrency,
+                redis: redis.as_deref(),
+            })
+            .await
+        }
+        Command::ChannelShop { rpc, daemon, key, token, seller, redis, prefix } => {
+            channels::second_shop(channels::SecondShop {
+                rpc: &rpc,
+                daemon: &daemon,
+                key: &key,
+                token,
+                seller,
+                redis: &redis,
+                prefix: &prefix,
             })
             .await
         }
