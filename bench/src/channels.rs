@@ -389,6 +389,8 @@ async fn measure(
     let (calls, block) = (rpc_calls(http, c.proxy).await?, rpc.block_number().await?);
     let shops = || -> anyhow::Result<Duration> { others.iter().map(|p| cpu(&p.to_string())).sum() };
     let (daemon, own, redis) = (cpu(&c.daemon_pid.to_string())?, cpu("self")? + shops()?, redis_commands(c).await?);
+    // On stderr, for a profiler to attach to the timed part alone.
+    eprintln!("timing {} requests to {}", buyers.iter().map(Vec::len).sum::<usize>(), urls.join(" and "));
     let started = Instant::now();
     let mut running = tokio::task::JoinSet::new();
     for headers in buyers {

@@ -150,8 +150,44 @@ impl ChannelConfig {
     /// The channel's id on chain `chain_id`: its configuration's EIP-712 hash in [`domain`].
     #[must_use]
     pub fn id(&self, chain_id: u64) -> B256 {
-        self.eip712_signing_hash(&domain(chain_id))
+        static TYPE_HASH: std::sync::LazyLock<B256> = std::sync::LazyLock::new(config_type_hash);
+        signing_hash(chain_id, *TYPE_HASH, &self.eip712_encode_data())
     }
+}
+
+fn config_type_hash() -> B256 {
+    let any = ChannelConfig {
+        payer: Address::ZERO,
+        payerAuthorizer: Address::ZERO,
+        receiver: Address::ZERO,
+        receiverAuthorizer: Address::ZERO,
+        token: Address::ZERO,
+        withdrawDelay: alloy::primitives::Uint::ZERO,
+        salt: B256::ZERO,
+    };
+    any.eip712_type_hash()
+}
+
+/// [`domain`]'s separator on chain `chain_id`, hashed once for the chain a process works on
+/// (every channel id and voucher a seller checks is hashed in it).
+fn separator(chain_id: u64) -> B256 {
+    static FIRST: std::sync::OnceLock<(u64, B256)> = std::sync::OnceLock::new();
+    let &(chain, hashed) = FIRST.get_or_init(|| (chain_id, domain(chain_id).hash_struct()));
+    if chain == chain_id { hashed } else { domain(chain_id).hash_struct() }
+}
+
+/// The EIP-712 signing hash, in [`domain`] on `chain_id`, of a struct of type hash `type_hash`
+/// whose fields encode as `data` (`keccak256(0x1901 ‖ separator ‖ keccak256(type_hash ‖ data))`):
+/// what `eip712_signing_hash` computes, with the separator and the type hash hashed once.
+fn signing_hash(chain_id: u64, type_hash: B256, data: &[u8]) -> B256 {
+    let mut fields = Vec::with_capacity(32 + data.len());
+    fields.extend_from_slice(type_hash.as_slice());
+    fields.extend_from_slice(data);
+    let mut message = [0u8; 66];
+    message[..2].copy_from_slice(&[0x19, 0x01]);
+    message[2..34].copy_from_slice(separator(chain_id).as_slice());
+    message[34..].copy_from_slice(keccak256(&fields).as_slice());
+    keccak256(message)
 }
 
 /// What a seller's requirement binds a channel to (the spec's verification rules 1–5).
@@ -237,7 +273,10 @@ impl Terms {
 /// The digest a payer signs for a voucher of `max_claimable` in all on `channel_id`.
 #[must_use]
 pub fn voucher_digest(chain_id: u64, channel_id: B256, max_claimable: u128) -> B256 {
-    Voucher { channelId: channel_id, maxClaimableAmount: max_claimable }.eip712_signing_hash(&domain(chain_id))
+    static TYPE_HASH: std::sync::LazyLock<B256> =
+        std::sync::LazyLock::new(|| Voucher { channelId: B256::ZERO, maxClaimableAmount: 0 }.eip712_type_hash());
+    let voucher = Voucher { channelId: channel_id, maxClaimableAmount: max_claimable };
+    signing_hash(chain_id, *TYPE_HASH, &voucher.eip712_encode_data())
 }
 
 /// The digest the receiver authorizer signs to refund `amount` at refund nonce `nonce`.
@@ -292,6 +331,31 @@ mod tests {
     use alloy::sol_types::SolCall as _;
 
     use super::*;
+
+    #[test]
+    fn ids_and_voucher_digests_hashed_once_per_chain_are_eip_712s() {
+        // The first chain asked is the cached one; the others are hashed each time.
+        for chain_id in [8453u64, 84532, 1, 8453] {
+            for n in 0..16u8 {
+                let config = ChannelConfig {
+                    payer: Address::repeat_byte(n),
+                    payerAuthorizer: Address::repeat_byte(n ^ 1),
+                    receiver: Address::repeat_byte(n ^ 2),
+                    receiverAuthorizer: Address::repeat_byte(n ^ 3),
+                    token: Address::repeat_byte(n ^ 4),
+                    withdrawDelay: alloy::primitives::Uint::from(900 + u64::from(n)),
+                    salt: B256::repeat_byte(n ^ 5),
+                };
+                let id = config.id(chain_id);
+                assert_eq!(id, config.eip712_signing_hash(&domain(chain_id)));
+                let max = u128::from(n) << 100 | 7;
+                assert_eq!(
+                    voucher_digest(chain_id, id, max),
+                    Voucher { channelId: id, maxClaimableAmount: max }.eip712_signing_hash(&domain(chain_id))
+                );
+            }
+        }
+    }
 
     #[test]
     fn type_hashes_and_selectors_are_the_published_ones() {

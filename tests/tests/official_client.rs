@@ -686,6 +686,66 @@ async fn the_official_batch_client_pays_the_demo_ticker_twenty_times_with_one_de
     assert_eq!(escrow, U256::ZERO, "nothing is left in the escrow");
 }
 
+/// A Tollgate seller (the layer, on the demo's facilitator) selling `/tick` at 100 base units
+/// from channels, claiming at once when 50 calls are charged: the official batch-settlement
+/// client pays it 50 times with one transaction (its deposit); the seller's claim and sweep then
+/// move exactly the 50 charges to the seller (two transactions more); the client's cooperative
+/// refund returns exactly the rest of its deposit, and the escrow is left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_official_batch_client_pays_fifty_times_then_the_seller_claims_exactly_the_charges() {
+    let TokenDemo { _anvil, _dir, demo, evm, rpc, key, seller } = token_demo().await;
+    let network = format!("eip155:{}", evm.chain_id);
+    let token: alloy::primitives::Address = evm.token.parse().unwrap();
+    let balance = |who| balance_of(&rpc, token, who);
+    let price = Price::batch(evm.token.parse().unwrap(), "0.0001", tollgate_demo::DEMO_TOKEN_DECIMALS)
+        .unwrap()
+        .pay_to(evm.seller.parse().unwrap())
+        .on(network.parse().unwrap())
+        .extra(json!({"name": tollgate_demo::DEMO_TOKEN_NAME, "version": "2", "minDeposit": "10000"}));
+    let api_key = std::fs::read_to_string(&demo.seller_api_key_file).unwrap();
+    let policy = tollgate::batch::ClaimPolicy { threshold: Some(AtomicAmount(5_000)), ..Default::default() };
+    let layer = PaymentLayer::builder()
+        .facilitator(FacilitatorClient::new(&demo.facilitator_url, api_key.trim()))
+        .accept(price)
+        .channels(tollgate::batch::MemoryChannels::new())
+        .claim_policy(policy)
+        .build()
+        .unwrap();
+    let app = Router::new().route("/tick", get(|| async { "{\"tick\":1}" })).route_layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/tick", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (buyer_before, seller_before) = (balance(key.address()).await, balance(seller).await);
+    let block_before = rpc.block_number().await.unwrap();
+
+    let envs = [("RPC_URL", evm.rpc_url.as_str())];
+    let report = run_node("batch-buyer.cjs", &[&url, &network, &evm.token, "10000", "50"], &key, &envs).await;
+    let statuses: Vec<u64> = report["statuses"].as_array().unwrap().iter().map(|s| s.as_u64().unwrap()).collect();
+    assert_eq!(statuses, vec![200; 50], "{report}");
+    let responses = report["paymentResponses"].as_array().unwrap();
+    let with_transaction = responses.iter().filter(|r| r["transaction"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(with_transaction.count(), 1, "the deposit alone went on chain: {report}");
+    assert_eq!(responses[49]["extra"]["channelState"]["chargedCumulativeAmount"], "5000", "{report}");
+
+    // The 50th charge reached the threshold: the seller claims and sweeps, exactly the charges.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while balance(seller).await == seller_before {
+        assert!(std::time::Instant::now() < deadline, "the seller never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(balance(seller).await - seller_before, U256::from(5_000));
+    let blocks = rpc.block_number().await.unwrap() - block_before;
+    assert_eq!(blocks, 3, "a deposit, a claim and a sweep");
+    assert_eq!(buyer_before - balance(key.address()).await, U256::from(10_000), "the deposit is still escrowed");
+
+    // The cooperative refund returns exactly what was not charged.
+    let report = run_node("batch-buyer.cjs", &[&url, &network, &evm.token, "10000", "0", "refund"], &key, &envs).await;
+    assert_eq!(report["refund"]["success"], true, "{report}");
+    assert_eq!(buyer_before - balance(key.address()).await, U256::from(5_000), "the buyer paid 50 × 100: {report}");
+    assert_eq!(balance(seller).await - seller_before, U256::from(5_000));
+    assert_eq!(balance(tollgate_encoding::batch::BATCH_SETTLEMENT).await, U256::ZERO, "nothing is left in escrow");
+}
+
 /// The official batch-settlement server (`@x402/core`'s HTTP resource server with `@x402/evm`'s
 /// batch-settlement server scheme, on Node) sells `/tick` through Tollgate's facilitator, which it
 /// reaches over HTTP with the demo seller's key; Tollgate's own buyer pays it: one deposit, then a
