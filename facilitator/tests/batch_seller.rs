@@ -520,6 +520,7 @@ async fn a_channel_that_cannot_be_claimed_keeps_no_other_unclaimed() {
             charged_cumulative_amount: None,
         },
         synced_at: 0,
+        refunding_since: 0,
         version: 0,
     };
     assert!(store.put(&record, None).await.unwrap());
@@ -598,4 +599,57 @@ async fn two_instances_sharing_channels_through_redis_serve_each_voucher_once() 
     let (status, _, said) = s.pay(s.voucher(&s.config, &s.payer, 4_000)).await;
     assert_eq!(status, 200, "{said}");
     assert_eq!(said["extra"]["channelState"]["chargedCumulativeAmount"], "4000", "{said}");
+}
+
+/// A refund under way on one instance closes the channel on every instance sharing the store:
+/// the refund claims the count it read, so a voucher charged meanwhile elsewhere would never be
+/// claimable. (The refund is held mid-way here by writing its mark into the shared store, as an
+/// instance does before it asks the facilitator.) A mark left by an instance that died mid-refund
+/// closes the channel for the window only; then the chain is read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_under_way_on_one_instance_closes_the_channel_on_the_others() {
+    let Some(url) = common::process::redis_url("a_refund_under_way_on_one_instance") else { return };
+    let prefix = format!("tollgate-test-{}", rand::random::<u64>());
+    let shared = tollgate::batch::RedisChannels::connect(&url, &prefix).await.unwrap();
+    let s = seller_with(Some(Arc::new(tollgate::batch::RedisChannels::connect(&url, &prefix).await.unwrap()))).await;
+    let (config, payer) = (&s.config, &s.payer);
+    let id = format!("{:#x}", config.id(s.w.chain()));
+    s.open().await;
+    assert_eq!(s.pay(s.voucher(config, payer, 2_000)).await.0, 200);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let mark = |since: u64| {
+        let (shared, id) = (&shared, &id);
+        async move {
+            let record = shared.get(id).await.unwrap().unwrap();
+            let marked = tollgate::batch::ChannelRecord { refunding_since: since, ..record.clone() };
+            assert!(shared.put(&marked, Some(record.version)).await.unwrap());
+        }
+    };
+
+    // Another instance started a refund (it read a count of 2,000).
+    mark(now).await;
+    let (status, _, said) = s.pay(s.voucher(config, payer, 3_000)).await;
+    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_channel_busy"), "{said}");
+    let refund = json!({"type": "refund", "channelConfig": s.voucher(config, payer, 2_000)["channelConfig"], "voucher": s.voucher(config, payer, 2_000)["voucher"]});
+    let (status, _, said) = s.pay(refund.clone()).await;
+    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_channel_busy"), "a second refund: {said}");
+    assert_eq!(s.served.load(Ordering::SeqCst), 2, "nothing served while the refund may land");
+
+    // That instance died before the refund was sent: past the window, the chain (which shows no
+    // refund) is read again, and the channel serves.
+    mark(now - tollgate::batch::REFUND_WINDOW.as_secs() - 1).await;
+    let (status, body, said) = s.pay(s.voucher(config, payer, 3_000)).await;
+    assert_eq!(status, 200, "{body} {said}");
+    assert_eq!(shared.get(&id).await.unwrap().unwrap().refunding_since, 0, "the stale mark is cleared");
+
+    // A refund through this instance opens the channel again once it landed, and what it left
+    // is all the channel holds: a voucher above it is refused.
+    let refund = json!({"type": "refund", "channelConfig": s.voucher(config, payer, 3_000)["channelConfig"], "voucher": s.voucher(config, payer, 3_000)["voucher"]});
+    let (status, body, said) = s.pay(refund).await;
+    assert_eq!(status, 200, "{body} {said}");
+    let record = shared.get(&id).await.unwrap().unwrap();
+    assert_eq!((record.refunding_since, record.chain.balance.get(), record.charged.get()), (0, 3_000, 3_000));
+    let (status, _, said) = s.pay(s.voucher(config, payer, 4_000)).await;
+    assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_cumulative_exceeds_balance"), "{said}");
+    assert_eq!(s.served.load(Ordering::SeqCst), 3);
 }

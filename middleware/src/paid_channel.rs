@@ -304,6 +304,10 @@ impl Step<'_> {
             Ok(record) => record,
             Err(e) => return Ok(answers.store_failed(&e)),
         };
+        // A refund under way (on any instance) claims what it read: nothing more is served.
+        if record.as_ref().is_some_and(|r| r.refunding(now_secs())) {
+            return Ok(answers.refused(reason::CHANNEL_BUSY));
+        }
         let price = self.requirement().amount;
         let deposit = matches!(parsed, BatchPayload::Deposit(_));
         let max = voucher.max_claimable_amount;
@@ -330,8 +334,11 @@ impl Step<'_> {
             // else by the facilitator, which reads the chain. A channel whose payer started a
             // withdrawal is always read again: once it completes, what is left is only what was
             // claimed, and a voucher above it could never be.
+            // So is one whose refund was started and not seen through (the chain says whether
+            // it landed).
             let fresh = record.as_ref().filter(|r| {
                 r.chain.withdraw_requested_at == 0
+                    && r.refunding_since == 0
                     && now_secs().saturating_sub(r.synced_at) <= self.channels.policy.state_ttl.as_secs()
             });
             match fresh.and_then(|r| signed(self.terms, channel, self.id, voucher).map(|ok| (ok, r))) {
@@ -352,6 +359,7 @@ impl Step<'_> {
             voucher: record.as_ref().and_then(|r| r.voucher.clone()),
             chain: checked.chain,
             synced_at: checked.synced_at,
+            refunding_since: 0,
             version: 0,
         };
         let mut version = record.as_ref().map(|r| r.version);
@@ -425,6 +433,10 @@ impl Step<'_> {
             Ok(None) => return answers.refused(reason::MISSING_CHANNEL),
             Err(e) => return answers.store_failed(&e),
         };
+        let now = now_secs();
+        if record.refunding(now) {
+            return answers.refused(reason::CHANNEL_BUSY);
+        }
         // A refund's voucher is the charge itself: the payer agrees to what was served.
         if refund.voucher.max_claimable_amount != record.charged {
             return answers.corrective(&record.chain, record.charged, record.voucher.as_ref());
@@ -453,12 +465,32 @@ impl Step<'_> {
             claim_authorizer_signature: None,
             ..refund.clone()
         };
+        // Closed on every instance sharing the store before the facilitator is asked: a voucher
+        // charged after the charge read here would be above what the refund leaves claimable.
+        let closed = ChannelRecord { refunding_since: now.max(1), ..record.clone() };
+        match store.put(&closed, Some(record.version)).await {
+            Ok(true) => {}
+            Ok(false) => return answers.refused(reason::CHANNEL_BUSY),
+            Err(e) => return answers.store_failed(&e),
+        }
+        let version = record.version + 1;
         let payload = envelope(self.requirement(), serde_json::to_value(&completed).unwrap_or_default());
         let call = BatchCall { settle: true, payload: &payload, requirement: self.requirement() };
-        let settled = match answers.config.facilitator.batch(call).await {
+        let asked = answers.config.facilitator.batch(call).await;
+        let settled = match asked {
             Ok(a) if a.ok => a,
-            Ok(a) => return answers.refused(a.reason.as_deref().unwrap_or("refund refused")),
-            Err(verdict) => return answers.unavailable(verdict),
+            refused_or_failed => {
+                // Not refunded: the channel opens again. (Were this write lost, the window
+                // closes it for a while, then the chain is read again.)
+                let reopened = ChannelRecord { refunding_since: 0, ..record.clone() };
+                if let Err(e) = store.put(&reopened, Some(version)).await {
+                    tracing::warn!(error = %e, channel = self.channel_id, "a channel whose refund failed stays closed until its window ends");
+                }
+                return match refused_or_failed {
+                    Ok(a) => answers.refused(a.reason.as_deref().unwrap_or("refund refused")),
+                    Err(verdict) => answers.unavailable(verdict),
+                };
+            }
         };
         // The refund's transaction claimed the charges: they are swept now, through this
         // layer's facilitator.
@@ -467,7 +499,8 @@ impl Step<'_> {
         let mut next = record.clone();
         next.chain = reported_state(&settled).unwrap_or(checked.chain);
         next.synced_at = now_secs();
-        if let Err(e) = store.put(&next, Some(record.version)).await {
+        next.refunding_since = 0;
+        if let Err(e) = store.put(&next, Some(version)).await {
             tracing::error!(error = %e, channel = self.channel_id, "a settled refund could not be recorded; the chain has it");
         }
         let state = ChannelState { charged_cumulative_amount: Some(record.charged), ..next.chain.clone() };

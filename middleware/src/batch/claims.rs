@@ -128,9 +128,14 @@ struct Claimer {
 }
 
 impl Claimer {
-    /// Whether `record` is claimed in this pass (`all`: every channel with unclaimed charges).
+    /// Whether `record` is claimed in this pass (`all`: every channel with unclaimed charges);
+    /// never while a refund, which claims the charges itself, may be under way.
     fn due(&self, record: &ChannelRecord, all: bool) -> bool {
-        record.voucher.is_some() && record.unclaimed() > 0 && (all || self.policy.urgent(record))
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        record.voucher.is_some()
+            && record.unclaimed() > 0
+            && !record.refunding(now)
+            && (all || self.policy.urgent(record))
     }
 
     /// One pass: the due channels claimed, in batches per receiver and token, then each swept.

@@ -34,7 +34,7 @@ use tollgate_protocol::x402::{PaymentPayloadV2, PaymentRequirements};
 pub use self::claims::ClaimPolicy;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisChannels;
-pub use self::store::{ChannelRecord, ChannelStore, ChannelStoreError, FileChannels, MemoryChannels};
+pub use self::store::{ChannelRecord, ChannelStore, ChannelStoreError, FileChannels, MemoryChannels, REFUND_WINDOW};
 
 /// The x402 reason codes the layer answers with (the official seller's).
 pub use tollgate_protocol::x402::batch::reason;

@@ -36,11 +36,32 @@ pub struct ChannelRecord {
     pub chain: ChannelState,
     /// Unix seconds the chain was last read for it.
     pub synced_at: u64,
+    /// Unix seconds a cooperative refund was started by an instance (0: none). While it is
+    /// recent ([`REFUND_WINDOW`]), no instance serves or refunds the channel: the refund claims
+    /// the charge it read, and a voucher charged meanwhile would never be claimable.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refunding_since: u64,
     /// Bumped by every write (compare-and-set).
     pub version: u64,
 }
 
+/// How long a refund started on a channel keeps it closed to vouchers and other refunds: past
+/// it (an instance that died mid-refund), the channel is read from the chain again before a
+/// voucher is served, which shows whether the refund landed.
+pub const REFUND_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if takes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl ChannelRecord {
+    /// Whether a refund started at `refunding_since` may still be under way at `now`.
+    #[must_use]
+    pub fn refunding(&self, now: u64) -> bool {
+        self.refunding_since != 0 && now.saturating_sub(self.refunding_since) < REFUND_WINDOW.as_secs()
+    }
+
     /// Charged but not claimed on chain yet.
     #[must_use]
     pub fn unclaimed(&self) -> u128 {
@@ -303,6 +324,7 @@ mod tests {
                 charged_cumulative_amount: None,
             },
             synced_at: 0,
+            refunding_since: 0,
             version: 0,
         }
     }
