@@ -653,3 +653,35 @@ async fn a_refund_under_way_on_one_instance_closes_the_channel_on_the_others() {
     assert_eq!((status, reason(&said)), (402, "invalid_batch_settlement_evm_cumulative_exceeds_balance"), "{said}");
     assert_eq!(s.served.load(Ordering::SeqCst), 3);
 }
+
+/// The same refund sent to two instances sharing the store at once: one refunds, the other is
+/// refused, and the payer gets the rest back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_refund_sent_to_two_instances_at_once_refunds_once() {
+    let Some(url) = common::process::redis_url("one_refund_sent_to_two_instances_at_once") else { return };
+    let prefix = format!("tollgate-test-{}", rand::random::<u64>());
+    let first: Arc<dyn ChannelStore> = Arc::new(tollgate::batch::RedisChannels::connect(&url, &prefix).await.unwrap());
+    let s = seller_with(Some(first)).await;
+    let second: Arc<dyn ChannelStore> = Arc::new(tollgate::batch::RedisChannels::connect(&url, &prefix).await.unwrap());
+    let other = layer(&s.w, (&s.facilitator, &s.key, &s.wallet), "0.001", Some(second));
+    let app = axum::Router::new().route("/tick", get(|| async { "other" })).route_layer(other);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second_url = format!("http://{}/tick", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (config, payer) = (&s.config, &s.payer);
+    s.open().await;
+    assert_eq!(s.pay(s.voucher(config, payer, 2_000)).await.0, 200);
+
+    let before = s.w.token.balance(&s.w.t, payer.address()).await;
+    let refund = json!({"type": "refund", "channelConfig": s.voucher(config, payer, 2_000)["channelConfig"], "voucher": s.voucher(config, payer, 2_000)["voucher"]});
+    let on_second = {
+        let (http, url, header) = (s.http.clone(), second_url.clone(), s.header("/tick", refund.clone()).await);
+        async move { http.get(url).header("PAYMENT-SIGNATURE", header).send().await.unwrap().status().as_u16() }
+    };
+    let (a, b) = tokio::join!(s.pay(refund.clone()), on_second);
+    let mut statuses = [a.0, b];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 402], "{a:?} {b}");
+    assert_eq!(s.w.token.balance(&s.w.t, payer.address()).await - before, 8_000, "the rest, returned once");
+    assert_eq!(s.w.channel(config.id(s.w.chain())).await, (2_000, 2_000), "the charges stay for the seller");
+}
