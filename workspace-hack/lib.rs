@@ -1,0 +1,1 @@
+//! Feature unification for the Tollgate workspace: see scripts/workspace-hack. No code.
