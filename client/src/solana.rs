@@ -18,14 +18,10 @@ use tollgate_protocol::x402::schemes::ExactNativePayload;
 use tollgate_protocol::x402::{Asset, PaymentRequirements, SCHEME_EXACT, SCHEME_EXACT_NATIVE};
 use tollgate_protocol::{Address, ChainFamily, Network};
 
-use tollgate_encoding::solana::{
-    MEMO_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM, Transfer, associated_token_address, transfer_checked,
-};
+use tollgate_encoding::solana::{MEMO_PROGRAM, Transfer, associated_token_address, transfer_checked};
 
 use crate::PayError;
 
-/// Size of a mint account's base state; its decimals are at byte 44, `is_initialized` at 45.
-const MINT_LEN: usize = 82;
 /// Least compute units asked for a sponsored token transfer (it uses ~10,000 with Token-2022).
 const SPONSORED_COMPUTE_UNITS: u32 = 40_000;
 /// Least compute units asked for a native transfer (it uses ~300).
@@ -107,13 +103,10 @@ impl SolanaWallet {
             return Ok(*known);
         }
         let account = self.rpc.get_account(mint).await.map_err(|e| build_error(format!("mint {mint}: {e}")))?;
-        if (account.owner != TOKEN_PROGRAM && account.owner != TOKEN_2022_PROGRAM)
-            || account.data.len() < MINT_LEN
-            || account.data[45] != 1
-        {
+        let Some(decimals) = tollgate_encoding::solana::mint_decimals(&account.owner, &account.data) else {
             return Err(build_error(format!("{mint} is not an SPL token mint")));
-        }
-        let found = (account.owner, account.data[44]);
+        };
+        let found = (account.owner, decimals);
         self.mints.lock().await.insert(*mint, found);
         Ok(found)
     }

@@ -85,8 +85,8 @@ fn bench(c: &mut Criterion) {
     breakdown(&runtime, &buyer, &signer, &demo, "after criterion's payments");
 }
 
-/// The parts, interleaved so that each sees the ledger in the same state (Surfnet gets slower as
-/// its history grows: compare parts within one round, not across runs): p50 and p90 of each.
+/// The parts, interleaved so that each sees the ledger in the same state (compare parts within
+/// one round, not across runs): p50 and p90 of each.
 fn breakdown(
     runtime: &tokio::runtime::Runtime,
     buyer: &tollgate_client::Buyer,

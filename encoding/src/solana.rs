@@ -18,6 +18,48 @@ pub const MEMO_PROGRAM: Pubkey = Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8Ty
 /// Token program instruction tag of `TransferChecked`.
 pub const TRANSFER_CHECKED: u8 = 12;
 
+/// Bytes of an SPL mint (a Token-2022 mint with extensions is longer, typed at [`ACCOUNT_TYPE_OFFSET`]).
+pub const MINT_LEN: usize = 82;
+/// Bytes of an SPL token account (Token-2022 accounts with extensions are longer).
+pub const TOKEN_ACCOUNT_LEN: usize = 165;
+/// Where a Token-2022 account longer than the base layouts says what it is.
+pub const ACCOUNT_TYPE_OFFSET: usize = 165;
+/// Offset of a token account's state byte (1 = initialized, 2 = frozen).
+const TOKEN_ACCOUNT_STATE: usize = 108;
+
+/// A token account's mint, owner, balance and whether it is frozen, when `data` (owned by
+/// `program`) is an initialized token account of the Token or Token-2022 program.
+#[must_use]
+pub fn token_account(program: &Pubkey, data: &[u8]) -> Option<(Pubkey, Pubkey, u64, bool)> {
+    if (*program != TOKEN_PROGRAM && *program != TOKEN_2022_PROGRAM) || data.len() < TOKEN_ACCOUNT_LEN {
+        return None;
+    }
+    if data.len() > TOKEN_ACCOUNT_LEN && data.get(ACCOUNT_TYPE_OFFSET) != Some(&2) {
+        return None; // a Token-2022 account of another type (a mint)
+    }
+    let mint = Pubkey::new_from_array(data[..32].try_into().ok()?);
+    let owner = Pubkey::new_from_array(data[32..64].try_into().ok()?);
+    let amount = u64::from_le_bytes(data[64..72].try_into().ok()?);
+    match data[TOKEN_ACCOUNT_STATE] {
+        1 => Some((mint, owner, amount, false)),
+        2 => Some((mint, owner, amount, true)),
+        _ => None,
+    }
+}
+
+/// The decimals of a mint, when `data` (owned by `program`) is an initialized mint of the Token
+/// program (exactly [`MINT_LEN`] bytes) or of Token-2022 (longer only when typed as a mint).
+#[must_use]
+pub fn mint_decimals(program: &Pubkey, data: &[u8]) -> Option<u8> {
+    let typed_as_mint = match data.len() {
+        MINT_LEN => true,
+        len if len > MINT_LEN && *program == TOKEN_2022_PROGRAM => data.get(ACCOUNT_TYPE_OFFSET) == Some(&1),
+        _ => false,
+    };
+    let initialized = data.get(45) == Some(&1);
+    ((*program == TOKEN_PROGRAM || *program == TOKEN_2022_PROGRAM) && typed_as_mint && initialized).then(|| data[44])
+}
+
 /// The associated token account of `owner` for `mint` under the token `program`.
 #[must_use]
 pub fn associated_token_address(owner: &Pubkey, mint: &Pubkey, program: &Pubkey) -> Pubkey {
@@ -146,5 +188,44 @@ mod tests {
         }
         let plain = Transfer { priority_fee: None, ..t }.message_with_limit(&Hash::default(), Some(1_234));
         assert_eq!(plain.instructions.len(), 2, "a limit, no price");
+    }
+
+    #[test]
+    fn token_accounts_parse_strictly() {
+        let (mint, owner) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let mut data = vec![0u8; TOKEN_ACCOUNT_LEN];
+        data[..32].copy_from_slice(mint.as_ref());
+        data[32..64].copy_from_slice(owner.as_ref());
+        data[64..72].copy_from_slice(&42u64.to_le_bytes());
+        data[TOKEN_ACCOUNT_STATE] = 1;
+        assert_eq!(token_account(&TOKEN_PROGRAM, &data), Some((mint, owner, 42, false)));
+        assert_eq!(token_account(&Pubkey::new_unique(), &data), None, "not a token program");
+        assert_eq!(token_account(&TOKEN_PROGRAM, &data[..100]), None);
+        assert_eq!(mint_decimals(&TOKEN_PROGRAM, &data), None, "a token account is not a mint");
+        data[TOKEN_ACCOUNT_STATE] = 2;
+        assert_eq!(token_account(&TOKEN_2022_PROGRAM, &data), Some((mint, owner, 42, true)), "frozen");
+        data[TOKEN_ACCOUNT_STATE] = 0;
+        assert_eq!(token_account(&TOKEN_PROGRAM, &data), None, "uninitialized");
+    }
+
+    #[test]
+    fn mints_are_read_by_their_programs_layout() {
+        let mut mint = vec![0u8; MINT_LEN];
+        mint[44] = 6;
+        mint[45] = 1;
+        assert_eq!(mint_decimals(&TOKEN_PROGRAM, &mint), Some(6));
+        assert_eq!(mint_decimals(&TOKEN_2022_PROGRAM, &mint), Some(6));
+        assert_eq!(mint_decimals(&Pubkey::new_unique(), &mint), None, "another program's account");
+        // Token-2022 with extensions: typed as a mint at byte 165, or not a mint.
+        let mut extended = mint.clone();
+        extended.resize(ACCOUNT_TYPE_OFFSET, 0);
+        extended.extend_from_slice(&[1, 0, 0]);
+        assert_eq!(mint_decimals(&TOKEN_2022_PROGRAM, &extended), Some(6));
+        assert_eq!(mint_decimals(&TOKEN_PROGRAM, &extended), None, "the Token program's mints are 82 bytes");
+        extended[ACCOUNT_TYPE_OFFSET] = 2;
+        assert_eq!(mint_decimals(&TOKEN_2022_PROGRAM, &extended), None, "typed as a token account");
+        mint[45] = 0;
+        assert_eq!(mint_decimals(&TOKEN_PROGRAM, &mint), None, "uninitialized");
+        assert_eq!(mint_decimals(&TOKEN_PROGRAM, &mint[..50]), None);
     }
 }

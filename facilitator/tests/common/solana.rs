@@ -1,5 +1,5 @@
-//! The Solana side of the chain tests: a facilitator on the embedded ledger (surfpool's Surfnet,
-//! offline, loopback), customers with custodial wallets, signed transfers and SPL tokens made with
+//! The Solana side of the chain tests: a facilitator on the embedded ledger (LiteSVM behind its
+//! own JSON-RPC on 127.0.0.1), customers with custodial wallets, signed transfers and SPL tokens made with
 //! the real Token and Associated Token programs.
 
 use std::sync::Arc;
@@ -263,11 +263,12 @@ pub mod spl_fixture {
     }
 }
 
-/// Writes an account on the embedded ledger (surfpool's `surfnet_setAccount`).
+/// Writes an account on the embedded ledger (its `tollgate_setAccount` development method).
 pub async fn set_account(rpc_url: &str, address: &Pubkey, owner: &Pubkey, data: &[u8]) {
-    let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "surfnet_setAccount",
-        "params": [address.to_string(), {"lamports": 10_000_000, "data": hex, "owner": owner.to_string()}]});
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(data);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tollgate_setAccount",
+        "params": [address.to_string(), {"lamports": 10_000_000, "data": data, "owner": owner.to_string()}]});
     let answer: Value = reqwest::Client::new().post(rpc_url).json(&body).send().await.unwrap().json().await.unwrap();
     assert!(answer.get("error").is_none(), "{answer}");
 }

@@ -29,6 +29,7 @@ use crate::chains::{ProofError, Reason, Refusal};
 
 /// Lighthouse (assertion instructions that wallets such as Phantom append).
 pub const LIGHTHOUSE: Pubkey = Pubkey::from_str_const("L2TExMFKdjpN9kozasaurPirfHy9P8sbXoAN1qA3S95");
+use tollgate_encoding::solana::token_account;
 /// Associated Token Account program.
 pub use tollgate_encoding::solana::{ASSOCIATED_TOKEN_PROGRAM, associated_token_address};
 /// Most instructions a sponsored transaction may hold: two compute-budget, the transfer, and
@@ -40,10 +41,6 @@ pub const MAX_SIGNERS: u8 = 3;
 
 /// Token program instruction tag of `TransferChecked`.
 use tollgate_encoding::solana::TRANSFER_CHECKED;
-/// Bytes of an SPL token account (Token-2022 accounts may be longer).
-const TOKEN_ACCOUNT_LEN: usize = 165;
-/// Offset of a token account's state byte (1 = initialized, 2 = frozen).
-const TOKEN_ACCOUNT_STATE: usize = 108;
 
 /// What the sponsor is willing to pay for beyond the base fee.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,24 +272,6 @@ fn within_policy(budget: &ComputeBudget, others: usize, policy: &SponsorPolicy) 
         ));
     }
     Ok(())
-}
-
-/// A token account's mint, owner and balance, when `data` (owned by `program`) is one.
-fn token_account(program: &Pubkey, data: &[u8]) -> Option<(Pubkey, Pubkey, u64, bool)> {
-    if (*program != TOKEN_PROGRAM && *program != TOKEN_2022_PROGRAM) || data.len() < TOKEN_ACCOUNT_LEN {
-        return None;
-    }
-    if data.len() > TOKEN_ACCOUNT_LEN && data.get(TOKEN_ACCOUNT_LEN) != Some(&2) {
-        return None; // a Token-2022 account of another type (a mint)
-    }
-    let mint = Pubkey::new_from_array(data[..32].try_into().ok()?);
-    let owner = Pubkey::new_from_array(data[32..64].try_into().ok()?);
-    let amount = u64::from_le_bytes(data[64..72].try_into().ok()?);
-    match data[TOKEN_ACCOUNT_STATE] {
-        1 => Some((mint, owner, amount, false)),
-        2 => Some((mint, owner, amount, true)),
-        _ => None,
-    }
 }
 
 /// What a sponsored transfer pays, once its accounts are checked on chain.

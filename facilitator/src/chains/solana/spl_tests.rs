@@ -231,18 +231,3 @@ fn hostile_sponsored_transactions_are_refused() {
     let unsigned = sponsored(&sponsor, &[], &[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
     assert_eq!(c.check(&unsigned).unwrap_err().reason, Reason::SvmTransaction);
 }
-
-#[test]
-fn token_accounts_parse_strictly() {
-    let (mint, owner) = (Pubkey::new_unique(), Pubkey::new_unique());
-    let mut data = vec![0u8; TOKEN_ACCOUNT_LEN];
-    data[..32].copy_from_slice(mint.as_ref());
-    data[32..64].copy_from_slice(owner.as_ref());
-    data[64..72].copy_from_slice(&42u64.to_le_bytes());
-    data[TOKEN_ACCOUNT_STATE] = 1;
-    assert_eq!(token_account(&TOKEN_PROGRAM, &data), Some((mint, owner, 42, false)));
-    assert_eq!(token_account(&Pubkey::new_unique(), &data), None, "not a token program");
-    assert_eq!(token_account(&TOKEN_PROGRAM, &data[..100]), None);
-    data[TOKEN_ACCOUNT_STATE] = 0;
-    assert_eq!(token_account(&TOKEN_PROGRAM, &data), None, "uninitialized");
-}

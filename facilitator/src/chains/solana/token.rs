@@ -24,8 +24,8 @@ pub use tollgate_encoding::solana::TOKEN_PROGRAM;
 /// Metaplex token metadata program.
 pub const METAPLEX_METADATA: Pubkey = Pubkey::from_str_const("metaqbxxUerdq28cj1RbAWkYQm3ybzjb6a8bt518x1s");
 
-const MINT_LEN: usize = 82;
-const ACCOUNT_TYPE_OFFSET: usize = 165;
+use tollgate_encoding::solana::{ACCOUNT_TYPE_OFFSET, MINT_LEN};
+#[cfg(test)]
 const ACCOUNT_TYPE_MINT: u8 = 1;
 const EXTENSION_TOKEN_METADATA: u16 = 19;
 
@@ -242,16 +242,11 @@ pub fn parse_mint(owner: &Pubkey, data: &[u8]) -> Option<Mint> {
     } else {
         return None;
     };
-    if data.len() < MINT_LEN || data[45] != 1 {
-        return None;
-    }
-    // A plain SPL token account is 165 bytes: not a mint.
-    if standard == TokenStandard::SplToken && data.len() != MINT_LEN {
-        return None;
-    }
+    // An initialized mint of its program's layout (a 165-byte token account is not one).
+    let decimals = tollgate_encoding::solana::mint_decimals(owner, data)?;
     let mut mint = Mint {
         standard,
-        decimals: data[44],
+        decimals,
         supply: u64::from_le_bytes(data[36..44].try_into().ok()?),
         mint_authority: coption_pubkey(&data[0..36])?,
         freeze_authority: coption_pubkey(&data[46..82])?,
@@ -260,9 +255,6 @@ pub fn parse_mint(owner: &Pubkey, data: &[u8]) -> Option<Mint> {
         extensions: Vec::new(),
     };
     if standard == TokenStandard::Token2022 && data.len() > MINT_LEN {
-        if data.get(ACCOUNT_TYPE_OFFSET) != Some(&ACCOUNT_TYPE_MINT) {
-            return None;
-        }
         let mut tlv = &data[ACCOUNT_TYPE_OFFSET + 1..];
         while tlv.len() >= 4 {
             let kind = u16::from_le_bytes([tlv[0], tlv[1]]);
@@ -488,14 +480,20 @@ pub(crate) mod tests {
         assert!(parse_mint(&TOKEN_PROGRAM, &[1, 2, 3]).is_none());
     }
 
-    /// Writes an account straight into the embedded ledger (surfpool's `surfnet_setAccount`).
-    async fn set_account(rpc_url: &str, address: &Pubkey, owner: &Pubkey, data: &[u8]) {
-        let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "surfnet_setAccount",
-            "params": [address.to_string(), {"lamports": 10_000_000, "data": hex, "owner": owner.to_string()}]});
-        let answer: serde_json::Value =
-            reqwest::Client::new().post(rpc_url).json(&body).send().await.unwrap().json().await.unwrap();
-        assert!(answer.get("error").is_none(), "{answer}");
+    /// Writes an account straight into the embedded ledger.
+    fn set_account(
+        ledger: &crate::chains::solana::embedded::EmbeddedLedger,
+        address: &Pubkey,
+        owner: &Pubkey,
+        data: &[u8],
+    ) {
+        let account = solana_sdk::account::Account {
+            lamports: 10_000_000,
+            data: data.to_vec(),
+            owner: *owner,
+            ..Default::default()
+        };
+        ledger.set_account(*address, account).unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,18 +503,11 @@ pub(crate) mod tests {
         let ledger = EmbeddedLedger::start().await.unwrap();
         let rpc = SolanaRpc::connect(ledger.rpc_url(), DEFAULT_CALL_TIMEOUT).await.unwrap();
         let (spl, t22, authority) = (Pubkey::new_unique(), Pubkey::new_unique(), Pubkey::new_unique());
-        set_account(ledger.rpc_url(), &spl, &TOKEN_PROGRAM, &mint_bytes(Some(authority), 21_000_000_000_000, 6, None))
-            .await;
-        set_account(
-            ledger.rpc_url(),
-            &metaplex_address(&spl),
-            &METAPLEX_METADATA,
-            &metaplex_bytes(&spl, "Wrapped Thing", "WT"),
-        )
-        .await;
+        set_account(&ledger, &spl, &TOKEN_PROGRAM, &mint_bytes(Some(authority), 21_000_000_000_000, 6, None));
+        set_account(&ledger, &metaplex_address(&spl), &METAPLEX_METADATA, &metaplex_bytes(&spl, "Wrapped Thing", "WT"));
         let with_metadata =
             mint_2022_with_metadata(&mint_bytes(None, 42, 9, Some(authority)), &t22, "Tollgate Dollar", "TGD");
-        set_account(ledger.rpc_url(), &t22, &TOKEN_2022_PROGRAM, &with_metadata).await;
+        set_account(&ledger, &t22, &TOKEN_2022_PROGRAM, &with_metadata);
 
         let info = token_info(&rpc, &spl).await.unwrap().unwrap();
         assert_eq!((info.standard, info.decimals, info.supply.get()), (TokenStandard::SplToken, 6, 21_000_000_000_000));
@@ -532,7 +523,7 @@ pub(crate) mod tests {
 
         assert!(token_info(&rpc, &Pubkey::new_unique()).await.unwrap().is_none(), "no account");
         let not_a_mint = Pubkey::new_unique();
-        set_account(ledger.rpc_url(), &not_a_mint, &TOKEN_PROGRAM, &[0u8; 165]).await;
+        set_account(&ledger, &not_a_mint, &TOKEN_PROGRAM, &[0u8; 165]);
         assert!(token_info(&rpc, &not_a_mint).await.unwrap().is_none(), "a token account is not a mint");
     }
 
