@@ -27,15 +27,28 @@ pub const ACCOUNT_TYPE_OFFSET: usize = 165;
 /// Offset of a token account's state byte (1 = initialized, 2 = frozen).
 const TOKEN_ACCOUNT_STATE: usize = 108;
 
+/// Bytes of an SPL multisig account: never a mint or a token account, whatever its bytes say.
+const MULTISIG_LEN: usize = 355;
+
+/// Whether `data`, owned by `program`, has the layout of the account type `kind` (1 = mint,
+/// 2 = token account) of length `base`: exactly `base` bytes, or for Token-2022 longer and
+/// typed as `kind` at [`ACCOUNT_TYPE_OFFSET`] (the Token program's accounts are never longer).
+fn typed_as(program: &Pubkey, data: &[u8], base: usize, kind: u8) -> bool {
+    match data.len() {
+        len if len == base => *program == TOKEN_PROGRAM || *program == TOKEN_2022_PROGRAM,
+        len if len > ACCOUNT_TYPE_OFFSET && len != MULTISIG_LEN => {
+            *program == TOKEN_2022_PROGRAM && data[ACCOUNT_TYPE_OFFSET] == kind
+        }
+        _ => false,
+    }
+}
+
 /// A token account's mint, owner, balance and whether it is frozen, when `data` (owned by
 /// `program`) is an initialized token account of the Token or Token-2022 program.
 #[must_use]
 pub fn token_account(program: &Pubkey, data: &[u8]) -> Option<(Pubkey, Pubkey, u64, bool)> {
-    if (*program != TOKEN_PROGRAM && *program != TOKEN_2022_PROGRAM) || data.len() < TOKEN_ACCOUNT_LEN {
+    if !typed_as(program, data, TOKEN_ACCOUNT_LEN, 2) {
         return None;
-    }
-    if data.len() > TOKEN_ACCOUNT_LEN && data.get(ACCOUNT_TYPE_OFFSET) != Some(&2) {
-        return None; // a Token-2022 account of another type (a mint)
     }
     let mint = Pubkey::new_from_array(data[..32].try_into().ok()?);
     let owner = Pubkey::new_from_array(data[32..64].try_into().ok()?);
@@ -51,13 +64,7 @@ pub fn token_account(program: &Pubkey, data: &[u8]) -> Option<(Pubkey, Pubkey, u
 /// program (exactly [`MINT_LEN`] bytes) or of Token-2022 (longer only when typed as a mint).
 #[must_use]
 pub fn mint_decimals(program: &Pubkey, data: &[u8]) -> Option<u8> {
-    let typed_as_mint = match data.len() {
-        MINT_LEN => true,
-        len if len > MINT_LEN && *program == TOKEN_2022_PROGRAM => data.get(ACCOUNT_TYPE_OFFSET) == Some(&1),
-        _ => false,
-    };
-    let initialized = data.get(45) == Some(&1);
-    ((*program == TOKEN_PROGRAM || *program == TOKEN_2022_PROGRAM) && typed_as_mint && initialized).then(|| data[44])
+    (typed_as(program, data, MINT_LEN, 1) && data[45] == 1).then(|| data[44])
 }
 
 /// The associated token account of `owner` for `mint` under the token `program`.
@@ -227,5 +234,27 @@ mod tests {
         mint[45] = 0;
         assert_eq!(mint_decimals(&TOKEN_PROGRAM, &mint), None, "uninitialized");
         assert_eq!(mint_decimals(&TOKEN_PROGRAM, &mint[..50]), None);
+    }
+
+    /// A multisig (355 bytes) whose signer keys put "token account" and "initialized" where a
+    /// Token-2022 account's type and state are is neither (an attack on the embedded ledger's
+    /// token balances).
+    #[test]
+    fn a_multisig_is_never_read_as_a_token_account_or_a_mint() {
+        let mut multisig = vec![7u8; MULTISIG_LEN];
+        multisig[TOKEN_ACCOUNT_STATE] = 1;
+        multisig[45] = 1;
+        for kind in [1, 2] {
+            multisig[ACCOUNT_TYPE_OFFSET] = kind;
+            for program in [TOKEN_PROGRAM, TOKEN_2022_PROGRAM] {
+                assert_eq!(token_account(&program, &multisig), None);
+                assert_eq!(mint_decimals(&program, &multisig), None);
+            }
+        }
+        let mut long = vec![0u8; 200];
+        long[TOKEN_ACCOUNT_STATE] = 1;
+        long[ACCOUNT_TYPE_OFFSET] = 2;
+        assert!(token_account(&TOKEN_2022_PROGRAM, &long).is_some(), "an extended Token-2022 account");
+        assert_eq!(token_account(&TOKEN_PROGRAM, &long), None, "the Token program's accounts are 165 bytes");
     }
 }

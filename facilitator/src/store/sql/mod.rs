@@ -9,6 +9,7 @@ mod accounts;
 mod announce;
 mod answers;
 mod idempotency;
+mod migrations;
 mod nonces;
 mod payments;
 mod proofs;
@@ -29,9 +30,6 @@ use tollgate_protocol::{AtomicAmount, Network};
 use super::{NewPayment, Store, StoreError, StoreResult, StoredApiKey, StoredPayment};
 use crate::clock::from_millis;
 use crate::config::DatabaseUrl;
-
-static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -127,11 +125,7 @@ impl SqlStore {
                     .connect_lazy_with(options),
             ),
         };
-        let migrator = match backend {
-            Backend::Sqlite => &SQLITE_MIGRATIONS,
-            Backend::Postgres => &POSTGRES_MIGRATIONS,
-        };
-        migrator.run(&pool).await?;
+        migrations::migrator(backend).await?.run(&pool).await?;
         let listen_url = (backend == Backend::Postgres).then_some(url_text);
         let proofs = match backend {
             Backend::Sqlite => proof_reader(&pool).await?.map(Arc::new),

@@ -4,6 +4,14 @@
 //!
 //! Synchronous and single-owner: [`super::EmbeddedLedger`] keeps it behind a mutex, so a
 //! transaction, its preflight and the balances read around it see one state.
+//!
+//! Blocks and blockhashes: the clock closes a block every slot (the block height is the slot:
+//! no slot is skipped), and a blockhash is usable until `MAX_PROCESSING_AGE` blocks after the
+//! one it was issued in, as on a cluster. A landed transaction also rotates the blockhash within
+//! its block, so the same transfer built again after it landed is a new transaction (on a
+//! cluster, the next slot's blockhash does that within 400 ms). Blockhashes and the genesis
+//! hash chain from a secret drawn at start: none can be predicted, and a transaction signed for
+//! an earlier run of the ledger is unknown to this one.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -27,18 +35,28 @@ pub const MAX_PROCESSING_AGE: u64 = 150;
 const KEPT_TRANSACTIONS: usize = 200_000;
 /// Lamports the faucet behind `requestAirdrop` starts with.
 const FAUCET_LAMPORTS: u64 = u64::MAX / 4;
+/// Most lamports one airdrop gives (1,000,000 SOL): the faucet cannot be drained in one call.
+pub const MAX_AIRDROP: u64 = 1_000_000 * 1_000_000_000;
 
 /// The embedded cluster.
 pub struct Ledger {
     svm: LiteSVM,
+    /// Drawn at start; every blockhash chains from it.
+    secret: [u8; 32],
     genesis: Hash,
     /// Blocks produced; every slot has a block here, so it is also the slot.
     height: u64,
-    /// The current block's blockhash.
+    /// The current block's clock, Unix seconds.
+    unix_timestamp: i64,
+    /// The latest blockhash.
     latest: Hash,
-    /// The blockhashes of the last `MAX_PROCESSING_AGE + 1` blocks, newest last.
-    recent: VecDeque<Hash>,
+    /// Usable blockhashes and the height each was issued at, oldest first.
+    recent: VecDeque<(Hash, u64)>,
+    usable: HashMap<Hash, u64>,
     landed: HashMap<Signature, Landed>,
+    /// The message of every remembered transaction: a message lands once, whoever signs it
+    /// (a cluster's status cache is keyed by message hash too).
+    messages: HashMap<Hash, Signature>,
     landed_order: VecDeque<Signature>,
     faucet: Keypair,
 }
@@ -48,6 +66,8 @@ pub struct Ledger {
 pub struct Landed {
     /// The slot of its block.
     pub slot: u64,
+    /// Its message's hash (what makes a repeat of it a repeat).
+    pub message_hash: Hash,
     /// Its block's time, Unix seconds.
     pub block_time: i64,
     /// The transaction as sent.
@@ -133,18 +153,23 @@ impl Ledger {
             Account { lamports: FAUCET_LAMPORTS, owner: solana_sdk_ids::system_program::ID, ..Account::default() },
         )
         .map_err(|e| format!("the faucet's account: {e:?}"))?;
-        let genesis = solana_sdk::hash::hashv(&[b"tollgate embedded ledger genesis"]);
+        let secret: [u8; 32] = rand::random();
+        let genesis = solana_sdk::hash::hashv(&[b"tollgate embedded ledger genesis", &secret]);
         let mut ledger = Self {
             svm,
+            secret,
             genesis,
             height: 0,
-            latest: Hash::default(),
+            unix_timestamp: 0,
+            latest: genesis,
             recent: VecDeque::new(),
+            usable: HashMap::new(),
             landed: HashMap::new(),
+            messages: HashMap::new(),
             landed_order: VecDeque::new(),
             faucet,
         };
-        ledger.produce_block(0);
+        ledger.rotate_blockhash();
         Ok(ledger)
     }
 
@@ -169,24 +194,29 @@ impl Ledger {
     /// Whether a transaction signed against `blockhash` can still land.
     #[must_use]
     pub fn blockhash_valid(&self, blockhash: &Hash) -> bool {
-        self.recent.contains(blockhash)
+        self.usable.get(blockhash).is_some_and(|issued| issued + MAX_PROCESSING_AGE >= self.height)
     }
 
     /// Closes the current block and opens the next, whose clock reads `unix_timestamp`.
     pub fn produce_block(&mut self, unix_timestamp: i64) {
-        if !self.recent.is_empty() {
-            self.height += 1;
-        }
-        self.svm.expire_blockhash();
-        self.latest = self.svm.latest_blockhash();
-        self.recent.push_back(self.latest);
-        while self.recent.len() as u64 > MAX_PROCESSING_AGE + 1 {
-            self.recent.pop_front();
-        }
-        let mut clock = self.svm.get_sysvar::<solana_sdk::clock::Clock>();
-        clock.slot = self.height;
-        clock.unix_timestamp = unix_timestamp;
+        self.height += 1;
+        self.unix_timestamp = unix_timestamp;
+        let clock = solana_sdk::clock::Clock { slot: self.height, unix_timestamp, ..Default::default() };
         self.svm.set_sysvar(&clock);
+        self.rotate_blockhash();
+    }
+
+    /// A new latest blockhash, issued at the current height; those past their age forgotten.
+    fn rotate_blockhash(&mut self) {
+        self.latest = solana_sdk::hash::hashv(&[self.latest.as_ref(), &self.secret]);
+        self.recent.push_back((self.latest, self.height));
+        self.usable.insert(self.latest, self.height);
+        while let Some(&(hash, issued)) = self.recent.front()
+            && issued + MAX_PROCESSING_AGE < self.height
+        {
+            self.recent.pop_front();
+            self.usable.remove(&hash);
+        }
     }
 
     /// An account, `None` when it does not exist.
@@ -195,11 +225,15 @@ impl Ledger {
         self.svm.get_account(address).filter(|a| a.lamports > 0 || !a.data.is_empty())
     }
 
-    /// Writes an account as given (development and tests: mints, token accounts, programs' data).
+    /// Writes an account as given (development and tests: mints, token accounts, lookup tables).
     ///
     /// # Errors
-    /// When LiteSVM refuses it (a sysvar with data it cannot read).
+    /// For a sysvar or a program (the runtime's own accounts), existing or as written.
     pub fn set_account(&mut self, address: Pubkey, account: Account) -> Result<(), String> {
+        let runtime_owned = |a: &Account| a.executable || RUNTIME_OWNERS.contains(&a.owner);
+        if runtime_owned(&account) || self.svm.get_account(&address).is_some_and(|a| runtime_owned(&a)) {
+            return Err(format!("{address} is a sysvar or a program: the ledger's runtime keeps it"));
+        }
         self.svm.set_account(address, account).map_err(|e| format!("{e:?}"))
     }
 
@@ -239,15 +273,19 @@ impl Ledger {
         } else if !self.blockhash_valid(tx.message.recent_blockhash()) {
             return Execution::refused(TransactionError::BlockhashNotFound);
         }
-        if sig_verify && tx.signatures.first().is_some_and(|s| self.landed.contains_key(s)) {
+        if sig_verify && self.processed(&tx).is_some() {
             return Execution::refused(TransactionError::AlreadyProcessed);
         }
         self.execute_readonly(tx, sig_verify)
     }
 
-    /// Lands `tx` in the current block, and closes it: the next transaction goes into a block
-    /// of its own, with a new blockhash (so the same transfer built again after this one landed
-    /// is a new transaction, as when a cluster's slot has passed). With [`Preflight::Check`] a transaction that would fail
+    /// The signature under which `tx`'s message already landed, if it did.
+    fn processed(&self, tx: &VersionedTransaction) -> Option<Signature> {
+        let by_signature = tx.signatures.first().filter(|s| self.landed.contains_key(s)).copied();
+        by_signature.or_else(|| self.messages.get(&message_hash(&tx.message)).copied())
+    }
+
+    /// Lands `tx` in the current block, then rotates the blockhash (see the module's notes). With [`Preflight::Check`] a transaction that would fail
     /// is refused and nothing changes; a transaction that cannot be processed at all (bad
     /// signature, unknown blockhash, a fee payer that cannot pay, a repeat) is always refused.
     ///
@@ -257,7 +295,7 @@ impl Ledger {
         let Some(&signature) = tx.signatures.first() else {
             return Err(Execution::refused(TransactionError::SanitizeFailure));
         };
-        if self.landed.contains_key(&signature) {
+        if self.processed(&tx).is_some() {
             return Err(Execution::refused(TransactionError::AlreadyProcessed));
         }
         if !self.blockhash_valid(tx.message.recent_blockhash()) {
@@ -285,7 +323,8 @@ impl Ledger {
         let after = (self.lamports(&keys), self.holdings(&keys));
         self.record(Landed {
             slot: self.height,
-            block_time: self.svm.get_sysvar::<solana_sdk::clock::Clock>().unix_timestamp,
+            message_hash: message_hash(&tx.message),
+            block_time: self.unix_timestamp,
             transaction: tx,
             err: execution.err,
             fee: execution.fee,
@@ -295,16 +334,19 @@ impl Ledger {
             lamports: (before.0, after.0),
             tokens: (before.1, after.1),
         });
-        let now = self.svm.get_sysvar::<solana_sdk::clock::Clock>().unix_timestamp;
-        self.produce_block(now);
+        self.rotate_blockhash();
         Ok(signature)
     }
 
     /// Sends `lamports` from the faucet to `to`.
     ///
     /// # Errors
-    /// The refusal (an address that cannot hold lamports, such as a program's).
+    /// The refusal: more than [`MAX_AIRDROP`], or an address that cannot hold lamports (a
+    /// program's).
     pub fn airdrop(&mut self, to: &Pubkey, lamports: u64) -> Result<Signature, Execution> {
+        if lamports > MAX_AIRDROP {
+            return Err(Execution::refused(TransactionError::InsufficientFundsForFee));
+        }
         let transfer = solana_system_interface::instruction::transfer(&self.faucet.pubkey(), to, lamports);
         let message = solana_sdk::message::Message::new_with_blockhash(
             &[transfer],
@@ -327,11 +369,12 @@ impl Ledger {
 
     fn record(&mut self, landed: Landed) {
         let Some(&signature) = landed.transaction.signatures.first() else { return };
+        self.messages.insert(landed.message_hash, signature);
         self.landed.insert(signature, landed);
         self.landed_order.push_back(signature);
         while self.landed_order.len() > KEPT_TRANSACTIONS {
-            if let Some(old) = self.landed_order.pop_front() {
-                self.landed.remove(&old);
+            if let Some(forgotten) = self.landed_order.pop_front().and_then(|old| self.landed.remove(&old)) {
+                self.messages.remove(&forgotten.message_hash);
             }
         }
     }
@@ -379,6 +422,22 @@ impl Ledger {
             })
             .collect()
     }
+}
+
+/// Owners of the runtime's own accounts: sysvars and the program loaders.
+const RUNTIME_OWNERS: [Pubkey; 6] = [
+    solana_sdk_ids::sysvar::ID,
+    solana_sdk_ids::native_loader::ID,
+    solana_sdk_ids::bpf_loader::ID,
+    solana_sdk_ids::bpf_loader_deprecated::ID,
+    solana_sdk_ids::bpf_loader_upgradeable::ID,
+    solana_sdk_ids::loader_v4::ID,
+];
+
+/// What identifies a message: the hash of its wire bytes.
+fn message_hash(message: &VersionedMessage) -> Hash {
+    // A message that came in a transaction always serializes again.
+    bincode::serialize(message).map_or_else(|_| Hash::default(), |bytes| solana_sdk::hash::hashv(&[&bytes]))
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ fn a_transfer_lands_with_its_balances_and_fee() {
     let tx = transfer(&payer, &to, 3_000_000, None, ledger.latest_blockhash().0);
     let signature = ledger.send(tx, Preflight::Check).unwrap();
     let landed = ledger.landed(&signature).unwrap();
-    assert_eq!((landed.err.as_ref(), landed.fee, landed.slot), (None, 5_000, ledger.height() - 1), "its block closed");
+    assert_eq!((landed.err.as_ref(), landed.fee, landed.slot), (None, 5_000, ledger.height()));
     assert_eq!(landed.lamports.0[..2], [SOL, 0]);
     assert_eq!(landed.lamports.1[..2], [SOL - 3_000_000 - 5_000, 3_000_000]);
     assert_eq!(ledger.account(&to).unwrap().lamports, 3_000_000);
@@ -72,7 +72,9 @@ fn a_blockhash_is_usable_for_150_blocks_and_no_longer() {
     assert_eq!(ledger.height(), last_valid);
     assert!(ledger.blockhash_valid(&old));
     ledger.send(transfer(&payer, &Pubkey::new_unique(), 1_000_000, None, old), Preflight::Check).unwrap();
-    assert!(!ledger.blockhash_valid(&old), "the transaction's block closed: one more block");
+    assert!(ledger.blockhash_valid(&old), "a landed transaction rotates the blockhash, not the block");
+    ledger.produce_block(0);
+    assert!(!ledger.blockhash_valid(&old));
     let late =
         ledger.send(transfer(&payer, &Pubkey::new_unique(), 2_000_000, None, old), Preflight::Check).unwrap_err();
     assert_eq!(late.err, Some(TransactionError::BlockhashNotFound));
@@ -183,4 +185,62 @@ fn token_account_data(mint: &Pubkey, owner: &Pubkey, amount: u64) -> Vec<u8> {
     d[64..72].copy_from_slice(&amount.to_le_bytes());
     d[108] = 1;
     d
+}
+
+/// A cluster keys what it has processed by message too: the same message under another
+/// signature (a signer can sign it again with another nonce) is the same transaction.
+#[test]
+fn a_message_lands_once_whatever_signature_it_carries() {
+    let mut ledger = Ledger::new().unwrap();
+    let payer = funded(&mut ledger, SOL);
+    let to = Pubkey::new_unique();
+    let tx = transfer(&payer, &to, 1_000_000, None, ledger.latest_blockhash().0);
+    ledger.send(tx.clone(), Preflight::Check).unwrap();
+    // The repeat is refused before its signature is even checked: the message decides.
+    let mut resigned = tx;
+    resigned.signatures[0] = solana_sdk::signature::Signature::from([9; 64]);
+    for preflight in [Preflight::Check, Preflight::Skip] {
+        assert_eq!(ledger.send(resigned.clone(), preflight).unwrap_err().err, Some(TransactionError::AlreadyProcessed));
+    }
+    assert_eq!(ledger.account(&to).unwrap().lamports, 1_000_000);
+}
+
+#[test]
+fn blockhashes_and_genesis_cannot_be_predicted_or_carried_over() {
+    let (mut first, second) = (Ledger::new().unwrap(), Ledger::new().unwrap());
+    assert_ne!(first.genesis(), second.genesis(), "each start is another cluster");
+    assert!(!second.blockhash_valid(&first.latest_blockhash().0));
+    let before = first.latest_blockhash().0;
+    first.produce_block(0);
+    assert_ne!(first.latest_blockhash().0, before);
+}
+
+#[test]
+fn the_runtimes_own_accounts_cannot_be_written() {
+    let mut ledger = Ledger::new().unwrap();
+    let any =
+        Account { lamports: 0, data: vec![0; 40], owner: solana_sdk_ids::system_program::ID, ..Account::default() };
+    for runtime_owned in [
+        solana_sdk_ids::sysvar::clock::ID,
+        solana_sdk_ids::sysvar::rent::ID,
+        TOKEN_PROGRAM,
+        solana_sdk_ids::system_program::ID,
+    ] {
+        assert!(ledger.set_account(runtime_owned, any.clone()).is_err(), "{runtime_owned}");
+    }
+    let program = Account { executable: true, ..any.clone() };
+    assert!(ledger.set_account(Pubkey::new_unique(), program).is_err());
+    assert!(ledger.set_account(Pubkey::new_unique(), Account { lamports: 1_000_000, ..any }).is_ok());
+    // The ledger still runs.
+    let payer = funded(&mut ledger, SOL);
+    ledger
+        .send(transfer(&payer, &Pubkey::new_unique(), 1_000_000, None, ledger.latest_blockhash().0), Preflight::Check)
+        .unwrap();
+}
+
+#[test]
+fn an_airdrop_is_capped() {
+    let mut ledger = Ledger::new().unwrap();
+    assert!(ledger.airdrop(&Pubkey::new_unique(), super::MAX_AIRDROP + 1).is_err());
+    assert!(ledger.airdrop(&Pubkey::new_unique(), super::MAX_AIRDROP).is_ok());
 }

@@ -51,7 +51,8 @@ impl EmbeddedLedger {
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| ChainError(format!("embedded ledger: cannot bind 127.0.0.1: {e}")))?;
         let port = listener.local_addr().map_err(|e| ChainError(format!("embedded ledger: {e}")))?.port();
-        let ledger = Ledger::new().map_err(|e| ChainError(format!("embedded ledger: {e}")))?;
+        let mut ledger = Ledger::new().map_err(|e| ChainError(format!("embedded ledger: {e}")))?;
+        ledger.produce_block(unix_now()); // the genesis block's clock reads 0
         let ledger: rpc_server::Shared = Arc::new(Mutex::new(ledger));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let served = ledger.clone();
@@ -69,23 +70,27 @@ impl EmbeddedLedger {
     }
 
     /// Produces `blocks` blocks at once (tests: a blockhash's expiry without waiting a minute).
-    pub fn produce_blocks(&self, blocks: u64) {
-        let mut ledger = self.lock();
+    ///
+    /// # Errors
+    /// [`ChainError`] when the ledger has stopped after an internal failure.
+    pub fn produce_blocks(&self, blocks: u64) -> Result<(), ChainError> {
+        let mut ledger = self.lock()?;
         for _ in 0..blocks {
             ledger.produce_block(unix_now());
         }
+        Ok(())
     }
 
     /// Writes an account as given (tests and development: mints, token accounts).
     ///
     /// # Errors
-    /// [`ChainError`] when the runtime refuses the account.
+    /// [`ChainError`] for a sysvar or a program, or when the ledger has stopped.
     pub fn set_account(&self, address: Pubkey, account: Account) -> Result<(), ChainError> {
-        self.lock().set_account(address, account).map_err(ChainError)
+        self.lock()?.set_account(address, account).map_err(ChainError)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
-        self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Ledger>, ChainError> {
+        self.ledger.lock().map_err(|_| ChainError("the embedded ledger stopped after an internal failure".into()))
     }
 
     /// Stops the RPC server and the block clock now (they also stop when dropped); the port is
@@ -133,13 +138,24 @@ fn serve(listener: std::net::TcpListener, ledger: rpc_server::Shared, stop: toki
         let clock = ledger.clone();
         let blocks = async move {
             let mut interval = tokio::time::interval(SLOT_DURATION);
+            // A slot the ledger could not close in time is not made up in a burst.
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             interval.tick().await;
             loop {
                 interval.tick().await;
-                clock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).produce_block(unix_now());
+                let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    clock.lock().map(|mut ledger| ledger.produce_block(unix_now())).is_ok()
+                }));
+                if !matches!(closed, Ok(true)) {
+                    tracing::error!("the embedded ledger failed and produces no more blocks");
+                    std::future::pending::<()>().await;
+                }
             }
         };
-        let app = axum::Router::new().route("/", axum::routing::post(rpc_server::handle)).with_state(ledger);
+        let app = axum::Router::new()
+            .route("/", axum::routing::post(rpc_server::handle))
+            .layer(axum::extract::DefaultBodyLimit::max(rpc_server::MAX_REQUEST_BYTES))
+            .with_state(ledger);
         tokio::select! {
             served = axum::serve(listener, app) => {
                 if let Err(e) = served {

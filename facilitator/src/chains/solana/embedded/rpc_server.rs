@@ -39,15 +39,36 @@ impl RpcError {
     fn invalid_params(message: impl Into<String>) -> Self {
         Self { code: -32602, message: message.into(), data: None }
     }
+
+    fn stopped() -> Self {
+        Self {
+            code: custom_error::JSON_RPC_SERVER_ERROR_NODE_UNHEALTHY,
+            message: "the embedded ledger stopped after an internal failure; restart it".into(),
+            data: None,
+        }
+    }
 }
+
+/// The largest request body (a node's limit: 50 KiB), so that no one request holds the ledger
+/// for long.
+pub const MAX_REQUEST_BYTES: usize = 50 * 1024;
+/// Most signatures one `getSignatureStatuses` asks about (a node's limit).
+const MAX_STATUSES: usize = 256;
 
 /// `POST /`: one JSON-RPC request or a batch of them.
 pub async fn handle(State(ledger): State<Shared>, body: axum::body::Bytes) -> Json<Value> {
     Json(match serde_json::from_slice(&body) {
-        Ok(Value::Array(requests)) => Value::Array(requests.iter().map(|r| answer(&ledger, r)).collect()),
-        Ok(request) => answer(&ledger, &request),
+        Ok(request) => answer_all(&ledger, &request),
         Err(_) => json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}),
     })
+}
+
+/// A request, or a batch answered in order.
+fn answer_all(ledger: &Shared, body: &Value) -> Value {
+    match body {
+        Value::Array(requests) => Value::Array(requests.iter().map(|r| answer(ledger, r)).collect()),
+        request => answer(ledger, request),
+    }
 }
 
 fn answer(ledger: &Shared, request: &Value) -> Value {
@@ -56,10 +77,16 @@ fn answer(ledger: &Shared, request: &Value) -> Value {
         None => Err(RpcError { code: -32600, message: "Invalid request".into(), data: None }),
         Some(method) => {
             let params = request.get("params").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-            // A poisoned lock means a call panicked inside LiteSVM; the state it left is still
-            // the ledger's state (each call writes it whole or not at all), so serve on.
-            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            call(&mut ledger, method, params)
+            // A call that panics (inside LiteSVM) may have left a transaction applied and not
+            // recorded: the lock is then poisoned, and the ledger answers nothing more.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match ledger.lock() {
+                Ok(mut ledger) => call(&mut ledger, method, params),
+                Err(_) => Err(RpcError::stopped()),
+            }))
+            .unwrap_or_else(|_| {
+                tracing::error!(method, "the embedded ledger failed inside a call and stops answering");
+                Err(RpcError::stopped())
+            })
         }
     };
     match outcome {
@@ -96,8 +123,8 @@ fn call(ledger: &mut Ledger, method: &str, params: &[Value]) -> Result<Value, Rp
             with_context(json!(fee))
         }
         "getMinimumBalanceForRentExemption" => {
-            let len = params.first().and_then(Value::as_u64).unwrap_or(0);
-            let len = usize::try_from(len).map_err(|_| RpcError::invalid_params("invalid data length"))?;
+            let len = params.first().and_then(Value::as_u64).and_then(|l| usize::try_from(l).ok());
+            let len = len.ok_or_else(|| RpcError::invalid_params("invalid data length"))?;
             json!(ledger.rent_exempt_minimum(len))
         }
         "getBalance" => with_context(json!(ledger.account(&address(params, 0)?).map_or(0, |a| a.lamports))),
@@ -136,6 +163,9 @@ fn call(ledger: &mut Ledger, method: &str, params: &[Value]) -> Result<Value, Rp
         "getSignatureStatuses" => {
             let signatures =
                 params.first().and_then(Value::as_array).ok_or_else(|| RpcError::invalid_params("signatures"))?;
+            if signatures.len() > MAX_STATUSES {
+                return Err(RpcError::invalid_params(format!("Too many inputs provided; max {MAX_STATUSES}")));
+            }
             let statuses = signatures
                 .iter()
                 .map(|s| {
@@ -375,7 +405,96 @@ fn decimal_text(amount: u64, decimals: u8) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::decimal_text;
+    use std::sync::{Arc, Mutex};
+
+    use base64::Engine as _;
+    use serde_json::{Value, json};
+    use solana_sdk::pubkey::Pubkey;
+    use solana_sdk::signature::Keypair;
+    use solana_sdk::signer::Signer as _;
+    use solana_sdk::transaction::Transaction;
+    use tollgate_encoding::solana::Transfer;
+
+    use super::{Ledger, Shared, answer, decimal_text};
+
+    fn ledger() -> Shared {
+        Arc::new(Mutex::new(Ledger::new().unwrap()))
+    }
+
+    fn rpc(ledger: &Shared, method: &str, params: Value) -> Value {
+        answer(ledger, &json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}))
+    }
+
+    fn signed_transfer(ledger: &Shared, from: &Keypair, lamports: u64) -> Transaction {
+        let blockhash = ledger.lock().unwrap().latest_blockhash().0;
+        let message = Transfer { from: from.pubkey(), to: Pubkey::new_unique(), lamports, priority_fee: None }
+            .message(&blockhash);
+        Transaction::new(&[from], message, blockhash)
+    }
+
+    fn base64(tx: &Transaction) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bincode::serialize(tx).unwrap())
+    }
+
+    #[test]
+    fn requests_a_node_would_refuse_get_json_rpc_errors_not_answers() {
+        let ledger = ledger();
+        assert_eq!(rpc(&ledger, "getEverything", json!([]))["error"]["code"], -32601);
+        assert_eq!(rpc(&ledger, "getBalance", json!(["not an address"]))["error"]["code"], -32602);
+        assert_eq!(rpc(&ledger, "getBalance", json!([]))["error"]["code"], -32602);
+        assert_eq!(rpc(&ledger, "sendTransaction", json!(["%%%", {"encoding": "base64"}]))["error"]["code"], -32602);
+        assert_eq!(
+            rpc(&ledger, "requestAirdrop", json!([Pubkey::new_unique().to_string(), -1]))["error"]["code"],
+            -32602
+        );
+        assert_eq!(answer(&ledger, &json!({"id": 1}))["error"]["code"], -32600);
+        let sim = json!([base64(&signed_transfer(&ledger, &Keypair::new(), 1)), {"encoding": "base64", "sigVerify": true, "replaceRecentBlockhash": true}]);
+        assert_eq!(rpc(&ledger, "simulateTransaction", sim)["error"]["code"], -32602);
+    }
+
+    #[test]
+    fn a_refused_send_says_why_as_a_node_does() {
+        let ledger = ledger();
+        let payer = Keypair::new();
+        let airdrop = rpc(&ledger, "requestAirdrop", json!([payer.pubkey().to_string(), 1_000_000_000u64]));
+        assert!(airdrop["result"].is_string(), "{airdrop}");
+        let too_much = signed_transfer(&ledger, &payer, 5_000_000_000);
+        let refused = rpc(&ledger, "sendTransaction", json!([base64(&too_much), {"encoding": "base64"}]));
+        assert_eq!(refused["error"]["code"], -32002, "{refused}");
+        assert!(refused["error"]["message"].as_str().unwrap().starts_with("Transaction simulation failed"));
+        assert!(refused["error"]["data"]["err"].is_object(), "{refused}");
+        let mut forged = signed_transfer(&ledger, &payer, 1_000_000);
+        forged.signatures[0] = solana_sdk::signature::Signature::from([7; 64]);
+        let refused = rpc(&ledger, "sendTransaction", json!([base64(&forged), {"encoding": "base64"}]));
+        assert_eq!(refused["error"]["code"], -32003, "{refused}");
+        let status = rpc(&ledger, "getSignatureStatuses", json!([[forged.signatures[0].to_string()]]));
+        assert_eq!(status["result"]["value"], json!([null]), "nothing landed");
+    }
+
+    #[test]
+    fn a_landed_transfer_reads_back_as_a_finalized_transaction_with_its_balances() {
+        let ledger = ledger();
+        let payer = Keypair::new();
+        rpc(&ledger, "requestAirdrop", json!([payer.pubkey().to_string(), 1_000_000_000u64]));
+        let tx = signed_transfer(&ledger, &payer, 2_000_000);
+        let sent =
+            rpc(&ledger, "sendTransaction", json!([bs58::encode(bincode::serialize(&tx).unwrap()).into_string()]));
+        let signature = sent["result"].as_str().unwrap().to_owned();
+        assert_eq!(signature, tx.signatures[0].to_string());
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "getSignatureStatuses", "params": [[signature]]},
+            {"jsonrpc": "2.0", "id": 2, "method": "getTransaction", "params": [signature, {"encoding": "base64"}]},
+        ]);
+        let answers = super::answer_all(&ledger, &batch);
+        let status = &answers[0]["result"]["value"][0];
+        assert_eq!((status["confirmationStatus"].as_str(), status["err"].is_null()), (Some("finalized"), true));
+        let meta = &answers[1]["result"]["meta"];
+        assert_eq!(meta["fee"], 5_000);
+        assert_eq!(meta["preBalances"].as_array().unwrap()[..2], [json!(1_000_000_000u64), json!(0)]);
+        let after = [json!(1_000_000_000u64 - 2_005_000), json!(2_000_000)];
+        assert_eq!(meta["postBalances"].as_array().unwrap()[..2], after);
+        assert_eq!(answers[1]["result"]["version"], "legacy");
+    }
 
     #[test]
     fn token_amounts_are_exact_decimal_text() {
