@@ -30,8 +30,8 @@ use tollgate_encoding::solana::{mint_decimals, token_account};
 
 /// How many blocks a blockhash stays usable after its own (agave's `MAX_PROCESSING_AGE`).
 pub const MAX_PROCESSING_AGE: u64 = 150;
-/// How many landed transactions `getTransaction` and `getSignatureStatuses` remember; the
-/// oldest are forgotten first (a real node prunes its history too).
+/// How many landed transactions `getTransaction` and `getSignatureStatuses` remember at least;
+/// older ones are forgotten once their blockhash has expired (a node prunes its history too).
 const KEPT_TRANSACTIONS: usize = 200_000;
 /// Lamports the faucet behind `requestAirdrop` starts with.
 const FAUCET_LAMPORTS: u64 = u64::MAX / 4;
@@ -143,9 +143,9 @@ impl Ledger {
     /// # Errors
     /// When the runtime refuses the faucet's account (it never should).
     pub fn new() -> Result<Self, String> {
-        // Blockhashes are checked here against the window of recent blocks, so LiteSVM's own
-        // check (the latest blockhash only) is off; signatures are verified and a signature
-        // already seen is refused by it as by a cluster.
+        // Blockhashes are checked here against the window of recent blocks, and repeats against
+        // the landed transactions, so LiteSVM's own checks (the latest blockhash only, a
+        // signature history of its own) are off. Signatures are verified by LiteSVM.
         let mut svm = LiteSVM::new().with_blockhash_check(false).with_transaction_history(0);
         let faucet = Keypair::new();
         svm.set_account(
@@ -273,21 +273,22 @@ impl Ledger {
         } else if !self.blockhash_valid(tx.message.recent_blockhash()) {
             return Execution::refused(TransactionError::BlockhashNotFound);
         }
-        if sig_verify && self.processed(&tx).is_some() {
+        if sig_verify && self.already_landed(&tx) {
             return Execution::refused(TransactionError::AlreadyProcessed);
         }
         self.execute_readonly(tx, sig_verify)
     }
 
-    /// The signature under which `tx`'s message already landed, if it did.
-    fn processed(&self, tx: &VersionedTransaction) -> Option<Signature> {
-        let by_signature = tx.signatures.first().filter(|s| self.landed.contains_key(s)).copied();
-        by_signature.or_else(|| self.messages.get(&message_hash(&tx.message)).copied())
+    /// Whether `tx` landed already: its signature, or its message under another signature.
+    fn already_landed(&self, tx: &VersionedTransaction) -> bool {
+        tx.signatures.first().is_some_and(|s| self.landed.contains_key(s))
+            || self.messages.contains_key(&message_hash(&tx.message))
     }
 
-    /// Lands `tx` in the current block, then rotates the blockhash (see the module's notes). With [`Preflight::Check`] a transaction that would fail
-    /// is refused and nothing changes; a transaction that cannot be processed at all (bad
-    /// signature, unknown blockhash, a fee payer that cannot pay, a repeat) is always refused.
+    /// Lands `tx` in the current block, then rotates the blockhash (see the module's notes).
+    /// With [`Preflight::Check`] a transaction that would fail is refused and nothing changes;
+    /// one that cannot be processed at all (bad signature, unknown blockhash, a fee payer that
+    /// cannot pay, a repeat) is always refused.
     ///
     /// # Errors
     /// The refusal, with what the preflight saw.
@@ -295,7 +296,7 @@ impl Ledger {
         let Some(&signature) = tx.signatures.first() else {
             return Err(Execution::refused(TransactionError::SanitizeFailure));
         };
-        if self.processed(&tx).is_some() {
+        if self.already_landed(&tx) {
             return Err(Execution::refused(TransactionError::AlreadyProcessed));
         }
         if !self.blockhash_valid(tx.message.recent_blockhash()) {
@@ -367,12 +368,17 @@ impl Ledger {
         }
     }
 
+    /// Remembers a landed transaction; past [`KEPT_TRANSACTIONS`], forgets the oldest whose
+    /// blockhash has expired (one that could still land again is never forgotten).
     fn record(&mut self, landed: Landed) {
         let Some(&signature) = landed.transaction.signatures.first() else { return };
         self.messages.insert(landed.message_hash, signature);
         self.landed.insert(signature, landed);
         self.landed_order.push_back(signature);
-        while self.landed_order.len() > KEPT_TRANSACTIONS {
+        while self.landed_order.len() > KEPT_TRANSACTIONS
+            && let Some(oldest) = self.landed_order.front().and_then(|s| self.landed.get(s))
+            && !self.blockhash_valid(oldest.transaction.message.recent_blockhash())
+        {
             if let Some(forgotten) = self.landed_order.pop_front().and_then(|old| self.landed.remove(&old)) {
                 self.messages.remove(&forgotten.message_hash);
             }

@@ -448,6 +448,9 @@ mod tests {
             -32602
         );
         assert_eq!(answer(&ledger, &json!({"id": 1}))["error"]["code"], -32600);
+        assert_eq!(rpc(&ledger, "getMinimumBalanceForRentExemption", json!([-1]))["error"]["code"], -32602);
+        let too_many: Vec<String> = (0..257).map(|_| solana_sdk::signature::Signature::default().to_string()).collect();
+        assert_eq!(rpc(&ledger, "getSignatureStatuses", json!([too_many]))["error"]["code"], -32602);
         let sim = json!([base64(&signed_transfer(&ledger, &Keypair::new(), 1)), {"encoding": "base64", "sigVerify": true, "replaceRecentBlockhash": true}]);
         assert_eq!(rpc(&ledger, "simulateTransaction", sim)["error"]["code"], -32602);
     }
@@ -494,6 +497,21 @@ mod tests {
         let after = [json!(1_000_000_000u64 - 2_005_000), json!(2_000_000)];
         assert_eq!(meta["postBalances"].as_array().unwrap()[..2], after);
         assert_eq!(answers[1]["result"]["version"], "legacy");
+    }
+
+    /// A call that panicked may have left a transaction applied and not recorded: the ledger
+    /// says it stopped rather than serve that state.
+    #[test]
+    fn a_ledger_that_failed_inside_a_call_answers_nothing_more() {
+        let ledger = ledger();
+        let failing = ledger.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = failing.lock().unwrap();
+            panic!("a panic inside LiteSVM");
+        })
+        .join();
+        let answer = rpc(&ledger, "getHealth", json!([]));
+        assert_eq!(answer["error"]["code"], -32005, "{answer}");
     }
 
     #[test]
