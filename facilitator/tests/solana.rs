@@ -313,6 +313,29 @@ async fn a_transfer_signed_against_an_unknown_blockhash_is_refused() {
     assert_eq!(t.lamports(&seller_wallet).await, 0);
 }
 
+/// A transfer signed against a real blockhash that then ages past 150 blocks: refused as
+/// expired, and nothing moves (on the embedded ledger, blocks are produced at once to get there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_whose_blockhash_aged_out_is_refused() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (seller, _, seller_wallet) = t.customer().await;
+    let buyer = solana_sdk::signature::Keypair::new();
+    t.call("POST", "/dev/airdrop", &seller, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let (blockhash, last_valid) = backend.rpc.latest_blockhash().await.unwrap();
+    let network = backend.rpc.network().to_string();
+    let proof = signed_proof(&network, &buyer, &seller_wallet.parse().unwrap(), 10_000_000, blockhash);
+    let height = backend.rpc.block_height().await.unwrap();
+    backend.embedded.as_ref().unwrap().produce_blocks(last_valid + 1 - height).unwrap();
+    assert!(!backend.rpc.blockhash_valid(&blockhash).await.unwrap());
+    let body = json!({"walletAddress": seller_wallet, "paymentProof": proof, "expectedAmount": 0.01});
+    let (s, e) = t.call("POST", "/payment/receive", &seller, Some(body)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::PAYMENT_REQUIRED, Some("INVALID_PAYMENT_PROOF")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("expired"), "{e}");
+    assert_eq!(t.lamports(&seller_wallet).await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unseen_transactions_expire_only_past_their_horizon() {
     use tollgate_facilitator::settlement::reconcile::reconcile_once;
