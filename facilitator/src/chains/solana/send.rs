@@ -121,7 +121,7 @@ async fn check_payee(rpc: &SolanaRpc, transfer: &Transfer, rent_minimum: u64) ->
 
 /// A key the runtime reserves (each builtin program and sysvar, as Agave lists them): no
 /// transaction can credit it, whether or not it exists as an account on this cluster.
-fn is_reserved(key: &Pubkey) -> bool {
+pub(crate) fn is_reserved(key: &Pubkey) -> bool {
     use solana_sdk_ids::{sysvar, *};
     let reserved = [
         address_lookup_table::ID,

@@ -231,7 +231,10 @@ impl Ledger {
     /// For a sysvar or a program (the runtime's own accounts), existing or as written.
     pub fn set_account(&mut self, address: Pubkey, account: Account) -> Result<(), String> {
         let runtime_owned = |a: &Account| a.executable || RUNTIME_OWNERS.contains(&a.owner);
-        if runtime_owned(&account) || self.svm.get_account(&address).is_some_and(|a| runtime_owned(&a)) {
+        if crate::chains::solana::send::is_reserved(&address)
+            || runtime_owned(&account)
+            || self.svm.get_account(&address).is_some_and(|a| runtime_owned(&a))
+        {
             return Err(format!("{address} is a sysvar or a program: the ledger's runtime keeps it"));
         }
         self.svm.set_account(address, account).map_err(|e| format!("{e:?}"))
