@@ -142,6 +142,8 @@ impl AppState {
             if let Some(store) = &shared_nonces {
                 backend = backend.with_shared_nonces(store.clone());
             }
+            // The first settlement need not read the fees and the nonce itself.
+            backend.warm_for_settlement().await;
             chains = chains.with_evm(backend);
         }
         let limiter: Option<Arc<dyn auth::rate_limit::RateLimiter>> = match &config.redis_url {

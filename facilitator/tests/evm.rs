@@ -6,7 +6,7 @@
 mod common;
 
 use common::evm::{ETH, EvmApp, TestToken, Token, x402_v2};
-use common::rpc_proxy::calls_since;
+use common::rpc_proxy::{Rule, calls_since};
 
 use alloy::primitives::{Address, U256};
 use alloy::providers::Provider as _;
@@ -444,7 +444,7 @@ async fn eip3009_authorizations_are_verified_settled_once_and_refused_when_wrong
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_facilitator_account_keeps_settling_when_its_nonce_moves_elsewhere() {
+async fn the_facilitator_account_recovers_when_its_nonce_moves_elsewhere() {
     let t = EvmApp::start().await;
     let (key, _) = t.customer().await;
     let token = Token::deploy(&t).await;
@@ -468,19 +468,27 @@ async fn the_facilitator_account_keeps_settling_when_its_nonce_moves_elsewhere()
     assert_eq!(first["success"], true, "{first}");
 
     // The same account sends a transaction the facilitator does not know about (another
-    // process, an operator): the next settlement must not reuse that nonce.
+    // process, an operator). The facilitator asks the node for its nonce at most every
+    // `ASK_EVERY` (a settlement is three calls: estimate, send, receipt), so the next settlement
+    // takes the nonce that transaction used: the node refuses it, nothing moves, the payment
+    // fails (its proof stays claimed: the buyer signs another), and the lease after a refusal
+    // asks the node again, so the next settlement lands.
     let facilitator = t.backend().signer.as_ref().unwrap().0.clone();
     Token::send(&t, &facilitator, alloy::primitives::TxKind::Call(seller), Vec::new()).await;
     let (_, second) = settle(2).await;
-    assert_eq!(second["success"], true, "{second}");
+    assert_eq!(second["success"], false, "{second}");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "refused, nothing moved");
+    let (_, again) = settle(2).await;
+    assert_eq!(again["success"], false, "{again}");
+    let (_, third) = settle(3).await;
+    assert_eq!(third["success"], true, "{third}");
+    assert_eq!(token.balance(&t, seller).await, 2_000_000);
 
     // A restarted facilitator (a fresh nonce manager) starts from the chain.
     let rpc = EvmRpc::connect(&t.anvil.endpoint(), DEFAULT_CALL_TIMEOUT).await.unwrap();
     let restarted = EvmBackend::new(rpc).with_signer(facilitator.clone());
     let lease = restarted.nonces.lease(&restarted.rpc, facilitator.address()).await.unwrap();
     assert_eq!(lease.nonce(), 3, "two settlements and the outside transaction");
-    drop(lease);
-    assert_eq!(token.balance(&t, seller).await, 2_000_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -667,7 +675,11 @@ async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
     let v = verify(body(2)).await;
     assert_eq!(v["isValid"], json!(true), "{v}");
     let calls = calls_since(&before, &proxy.all_calls());
-    assert_eq!(calls, [("eth_call".to_owned(), 1)].into(), "one verify, one call");
+    // What the settlement will sign with (fees, the facilitator's nonce) is read ahead in the
+    // background, not by the verify: see `settlements_make_three_calls_each`.
+    let own: std::collections::BTreeMap<_, _> =
+        calls.into_iter().filter(|(m, _)| !READ_AHEAD.contains(&m.as_str())).collect();
+    assert_eq!(own, [("eth_call".to_owned(), 1)].into(), "one verify, one call");
 
     // Settled: estimated once (no separate simulation), then sent.
     let before = proxy.all_calls();
@@ -729,6 +741,65 @@ async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
     assert_eq!((s, settled["success"].as_bool()), (StatusCode::OK, Some(false)), "{settled}");
     assert_eq!(settled["errorReason"], "invalid_exact_evm_payload_authorization_nonce_used", "{settled}");
     assert_eq!(token.balance(&t, seller).await, 4_000_000);
+}
+
+/// What a facilitator reads ahead of its settlements, in the background.
+const READ_AHEAD: [&str; 2] = ["eth_feeHistory", "eth_getTransactionCount"];
+
+/// `/settle` of an EIP-3009 authorization in two RPC calls on a chain that mines at once and
+/// serves `eth_sendRawTransactionSync` (EIP-7966: the send answers with the receipt), three on
+/// one that does not: the estimate (the settlement simulated as the chain is then, which gives
+/// its gas limit), the broadcast, and the receipt, whose logs carry the transfer (the transaction
+/// itself is the one the facilitator signed, so it is not read back). The fees and the
+/// facilitator's nonce are not read per settlement: the receipts keep them current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_make_two_or_three_calls_each() {
+    let t = EvmApp::start_behind_proxy().await;
+    let proxy = t.proxy.as_ref().unwrap();
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 26_000_000).await;
+    let seller = Address::repeat_byte(0x52);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let requirement = token.requirement(&t, seller, 1_000_000);
+    let (t, key) = (&t, &key);
+    let settle = |n: u8| {
+        let nonce = alloy::primitives::B256::repeat_byte(n);
+        let body = x402_v2(&requirement, token.authorize(t, &buyer, seller, 1_000_000, (now - 60, now + 300), nonce));
+        async move {
+            let settled = t.call("POST", "/settle", key, Some(body)).await.1;
+            assert_eq!(settled["success"], json!(true), "{settled}");
+        }
+    };
+    // The first settlement of a token reads what the token is (its decimals, its domain), and
+    // the facilitator's fees and nonce.
+    settle(0).await;
+
+    let before = proxy.all_calls();
+    for n in 1..=20 {
+        settle(n).await;
+    }
+    let mut calls = calls_since(&before, &proxy.all_calls());
+    let mut made = |m: &str| calls.remove(m).unwrap_or(0);
+    assert_eq!((made("eth_estimateGas"), made("eth_sendRawTransactionSync")), (20, 20), "an estimate and a send each");
+    assert!(calls.is_empty(), "nothing else: {calls:?}");
+
+    // A node without sync sends: given up at the first answer that says so, then plain sends
+    // and one receipt each (another look only when the first comes before the block).
+    proxy.rule("eth_sendRawTransactionSync", Rule::Unknown);
+    let before = proxy.all_calls();
+    for n in 21..=25 {
+        settle(n).await;
+    }
+    let mut calls = calls_since(&before, &proxy.all_calls());
+    let mut made = |m: &str| calls.remove(m).unwrap_or(0);
+    let sends = (made("eth_estimateGas"), made("eth_sendRawTransactionSync"), made("eth_sendRawTransaction"));
+    assert_eq!(sends, (5, 1, 5), "the sync send tried once more, then plain sends");
+    let receipts = made("eth_getTransactionReceipt");
+    assert!((5..10).contains(&receipts), "{receipts} receipts");
+    assert!(calls.is_empty(), "nothing else: {calls:?}");
+    assert_eq!(token.balance(t, seller).await, 26_000_000);
 }
 
 /// A local payment is the transaction built for it, on EVM too: a stranger's build of the same

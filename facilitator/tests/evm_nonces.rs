@@ -69,10 +69,10 @@ async fn a_hosted_send_lost_on_the_way_leaves_no_nonce_gap() {
     let send = json!({"walletAddress": wallet, "recipientAddress": payee, "amount": 0.01});
 
     // The node never gets the first transaction, and the facilitator cannot know.
-    proxy.rule("eth_sendRawTransaction", Rule::Lose);
+    proxy.rule("eth_sendRawTransactionSync", Rule::Lose);
     let (s, lost) = t.call("POST", "/payment/send", &key, Some(send.clone())).await;
     assert_eq!((s, lost["status"].as_str()), (StatusCode::ACCEPTED, Some("pending")), "{lost}");
-    proxy.clear("eth_sendRawTransaction");
+    proxy.clear("eth_sendRawTransactionSync");
 
     // The next send takes the nonce the lost one left unused: it is not stuck behind a gap.
     let (s, paid) = t.call("POST", "/payment/send", &key, Some(send)).await;

@@ -565,6 +565,8 @@ async fn a_payment_left_by_a_killed_instance_is_finished_by_another() {
     let (anvil, evm) = anvil().await;
     // A reaches anvil through a proxy that never tells it how its transaction went.
     let proxy = RpcProxy::start(&anvil.endpoint()).await;
+    // (A node that serves no sync sends: A learns nothing from its send either.)
+    proxy.rule("eth_sendRawTransactionSync", Rule::Unknown);
     proxy.rule("eth_getTransactionReceipt", Rule::Lose);
     let key = shared.cli(&["keys", "create", "--plan", "premium"]);
     shared.evm_rpc_url = Some(proxy.url.clone());

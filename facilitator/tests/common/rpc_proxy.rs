@@ -24,6 +24,8 @@ pub enum Rule {
     /// Do not forward; answer as a broken gateway would (HTTP 502, no JSON-RPC body), so the
     /// caller cannot tell whether the node got it.
     Lose,
+    /// Do not forward; answer as a node that does not serve the method (JSON-RPC -32601).
+    Unknown,
 }
 
 /// The running proxy.
@@ -91,6 +93,12 @@ async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
     let rule = s.rules.lock().unwrap().get(&method).cloned();
     match rule {
         Some(Rule::Lose) => (StatusCode::BAD_GATEWAY, "lost on the way").into_response(),
+        Some(Rule::Unknown) => {
+            let id = body.get("id").cloned().unwrap_or(Value::Null);
+            let message = format!("the method {method} does not exist/is not available");
+            Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": message}}))
+                .into_response()
+        }
         Some(Rule::Rewrite(f)) => match relay(&s, &body).await {
             Ok(mut answer) => {
                 if let Some(result) = answer.get_mut("result") {

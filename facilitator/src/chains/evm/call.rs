@@ -35,7 +35,13 @@ pub(super) async fn prepare(
     let rpc = &backend.rpc;
     let call = TransactionRequest::default().from(sender).to(to).input(Bytes::from(data.clone()).into());
     if intent == Intent::Verify {
-        return Ok(match rpc.simulate(call.gas_limit(backend.max_gas)).await? {
+        let simulated = rpc.simulate(call.gas_limit(backend.max_gas));
+        let simulated = if settler == Settler::Facilitator {
+            tokio::join!(simulated, backend.warm_for_settlement()).0
+        } else {
+            simulated.await
+        };
+        return Ok(match simulated? {
             Ok(_) => Prepared::Passes(Settle::Nothing, None),
             Err(failure) => Prepared::Fails(failure),
         });

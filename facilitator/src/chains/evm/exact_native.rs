@@ -151,7 +151,7 @@ async fn receipt(
     if signature.recover_address_from_msg(message.as_bytes()).ok() != Some(from) {
         return Err(bad("the receipt's signature does not verify for its sender, recipient, network and resource"));
     }
-    let mined = rpc.mined(hash).await?.ok_or_else(|| bad("the receipt's transaction is not mined"))?;
+    let mined = rpc.mined(hash, None).await?.ok_or_else(|| bad("the receipt's transaction is not mined"))?;
     let head = rpc.block_number().await?;
     let confirmations = head.saturating_sub(mined.block) + 1;
     if confirmations < backend.confirmations {

@@ -110,6 +110,24 @@ impl EvmBackend {
         self.signer = Some(FacilitatorSigner(signer));
         self
     }
+
+    /// Reads what the facilitator's next settlement signs with — the fees and its account's
+    /// pending nonce — unless known recently, so that a settlement makes only the calls that must
+    /// be made then (estimate, send, receipt). Done at start and beside every verify's own call
+    /// (a settlement usually follows); the settlements' receipts keep both current after that.
+    /// What cannot be read now is read when needed.
+    pub async fn warm_for_settlement(&self) {
+        let nonce = async {
+            match &self.signer {
+                Some(signer) => self.nonces.warm(&self.rpc, signer.0.address()).await,
+                None => Ok(()),
+            }
+        };
+        let (fees, nonce) = tokio::join!(self.rpc.warm_fees(), nonce);
+        if let Err(e) = fees.and(nonce) {
+            tracing::debug!(error = %e, "could not read ahead what the next settlement signs with");
+        }
+    }
 }
 
 /// The alloy address of a validated EVM address.
@@ -157,7 +175,9 @@ impl EvmBackend {
     /// payee — for a token, its `Transfer` logs from the payer to the payee; for ETH, the
     /// transaction's own value when it goes from the payer to the payee.
     async fn read(&self, tx: &Watched<'_>, hash: B256) -> Result<Read, ChainError> {
-        let Some(mined) = self.rpc.mined(hash).await? else { return Ok(Read::NotMined) };
+        let Some(mined) = self.rpc.mined(hash, tx.raw).await? else { return Ok(Read::NotMined) };
+        // The nonces this instance hands out, checked by the chain.
+        self.nonces.confirmed(mined.from, mined.nonce);
         if self.confirmations > 1 && self.rpc.block_number().await?.saturating_sub(mined.block) + 1 < self.confirmations
         {
             return Ok(Read::Shallow);

@@ -18,6 +18,14 @@
 //! [`GAP_AFTER`] means those transactions were lost (a node restarted, or the load balancer sent
 //! them to a node that dropped them): the lease recovers from the chain's count instead of
 //! leaving a gap forever.
+//!
+//! **The node is not asked for every transaction.** What an instance knows is checked by the
+//! chain whenever one of its transactions is mined (the pipeline reads its receipt: see
+//! [`NonceManager::confirmed`]); a lease within [`ASK_EVERY`] of the last check starts from the
+//! nonce this instance (or, shared, the database) knows to be next, with no call. The
+//! facilitator's account is its own: a transaction some other program sends from it makes the
+//! next settlement's nonce too low, the node refuses it (nothing moves; that payment fails), and
+//! the refusal makes the following lease ask again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,10 +43,35 @@ use crate::store::{NonceLock, NonceStore};
 /// believed instead (its transactions were lost).
 pub const GAP_AFTER: chrono::Duration = chrono::Duration::seconds(30);
 
+/// How long after the chain last checked what this instance knows of an account's nonces (the
+/// node asked, or a transaction of the account's mined) it trusts that without asking again.
+pub const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What this instance knows of an account's nonces: the next one it handed out (one instance),
+/// the node's count as last known, and when the chain last checked them.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    next: Option<u64>,
+    on_chain: u64,
+    checked: tokio::time::Instant,
+}
+
+impl Known {
+    /// Whether the chain checked it recently enough to go without asking the node.
+    fn recent(&self, now: tokio::time::Instant) -> bool {
+        now.saturating_duration_since(self.checked) < ASK_EVERY
+    }
+
+    /// Whether it is worth asking the node ahead of the next lease (half-way through).
+    fn aging(&self, now: tokio::time::Instant) -> bool {
+        now.saturating_duration_since(self.checked) >= ASK_EVERY / 2
+    }
+}
+
 /// Per-address nonce locks, optionally shared with other instances through the database.
 #[derive(Default)]
 pub struct NonceManager {
-    accounts: Mutex<HashMap<Address, Arc<tokio::sync::Mutex<Option<u64>>>>>,
+    accounts: Mutex<HashMap<Address, Arc<tokio::sync::Mutex<Option<Known>>>>>,
     shared: Option<(Arc<dyn NonceStore>, Network)>,
 }
 
@@ -50,8 +83,11 @@ impl std::fmt::Debug for NonceManager {
 
 /// The right to use one nonce of one account; others wait until it is dropped.
 pub struct NonceLease {
-    guard: tokio::sync::OwnedMutexGuard<Option<u64>>,
+    guard: tokio::sync::OwnedMutexGuard<Option<Known>>,
     nonce: u64,
+    /// The node's count as last known, and when the chain last checked it.
+    on_chain: u64,
+    checked: tokio::time::Instant,
     used: bool,
     /// The account's row, held locked in the database (several instances).
     row: Option<Box<dyn NonceLock>>,
@@ -86,7 +122,8 @@ impl Drop for NonceLease {
     fn drop(&mut self) {
         // Not known to be taken: forget, so the next lease asks the node again. (A database row
         // dropped unadvanced rolls back: nothing recorded.)
-        *self.guard = if self.used { Some(self.nonce + 1) } else { None };
+        *self.guard =
+            self.used.then_some(Known { next: Some(self.nonce + 1), on_chain: self.on_chain, checked: self.checked });
     }
 }
 
@@ -111,28 +148,66 @@ impl NonceManager {
     /// # Errors
     /// [`ChainError`] when the node or the shared store cannot be asked.
     pub async fn lease(&self, rpc: &EvmRpc, address: Address) -> Result<NonceLease, ChainError> {
-        let lock = {
-            let mut accounts = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            accounts.entry(address).or_default().clone()
-        };
         // In process first: one database connection per account at most waits for the row.
-        let guard = lock.lock_owned().await;
-        let Some((store, network)) = &self.shared else {
-            let on_chain = rpc.pending_nonce(address).await?;
-            let nonce = guard.map_or(on_chain, |next| next.max(on_chain));
-            return Ok(NonceLease { guard, nonce, used: false, row: None });
+        let guard = self.lock(address).lock_owned().await;
+        let row = match &self.shared {
+            None => None,
+            Some((store, network)) => Some(store.lock_nonce(network, &format!("{address:#x}")).await.map_err(|e| {
+                // The detail (a database error) is for the operator, not the caller.
+                tracing::warn!(error = %e, %address, "cannot lease a nonce");
+                ChainError(format!(
+                    "could not take the next nonce of {address:#x} in time (this instance is sending from many \
+                     accounts at once, or another send from this account is stuck); nothing was sent: try again \
+                     shortly"
+                ))
+            })?),
         };
-        let row = store.lock_nonce(network, &format!("{address:#x}")).await.map_err(|e| {
-            // The detail (a database error) is for the operator, not the caller.
-            tracing::warn!(error = %e, %address, "cannot lease a nonce");
-            ChainError(format!(
-                "could not take the next nonce of {address:#x} in time (this instance is sending from many \
-                 accounts at once, or another send from this account is stuck); nothing was sent: try again shortly"
-            ))
-        })?;
+        let now = tokio::time::Instant::now();
+        let (on_chain, checked) = match *guard {
+            Some(known) if known.recent(now) => (known.on_chain, known.checked),
+            _ => (rpc.pending_nonce(address).await?, now),
+        };
+        let nonce = match &row {
+            Some(row) => next_nonce(row.recorded(), on_chain, Utc::now()),
+            None => guard.and_then(|k| k.next).map_or(on_chain, |next| next.max(on_chain)),
+        };
+        Ok(NonceLease { guard, nonce, on_chain, checked, used: false, row })
+    }
+
+    /// Asks the node for `address`'s pending count now, unless the chain checked what this
+    /// instance knows less than half of [`ASK_EVERY`] ago or a lease is held, so that the next
+    /// lease need not.
+    ///
+    /// # Errors
+    /// [`ChainError`] when the node cannot be asked.
+    pub async fn warm(&self, rpc: &EvmRpc, address: Address) -> Result<(), ChainError> {
+        let Ok(mut guard) = self.lock(address).try_lock_owned() else { return Ok(()) };
+        let now = tokio::time::Instant::now();
+        if guard.is_some_and(|k| !k.aging(now)) {
+            return Ok(());
+        }
         let on_chain = rpc.pending_nonce(address).await?;
-        let nonce = next_nonce(row.recorded(), on_chain, Utc::now());
-        Ok(NonceLease { guard, nonce, used: false, row: Some(row) })
+        *guard = Some(Known { next: guard.and_then(|k| k.next), on_chain, checked: now });
+        Ok(())
+    }
+
+    /// `address`'s transaction under `nonce` was mined: when this instance has handed out that
+    /// nonce, what it knows is right, checked now. (Nothing when it knows nothing of the account,
+    /// or a lease is being taken.)
+    pub fn confirmed(&self, address: Address, nonce: u64) {
+        let lock = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&address).cloned();
+        let Some(Ok(mut known)) = lock.as_ref().map(|l| l.try_lock()) else { return };
+        if let Some(k) = known.as_mut()
+            && k.next.is_some_and(|next| next > nonce)
+        {
+            k.on_chain = k.on_chain.max(nonce + 1);
+            k.checked = tokio::time::Instant::now();
+        }
+    }
+
+    fn lock(&self, address: Address) -> Arc<tokio::sync::Mutex<Option<Known>>> {
+        let mut accounts = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        accounts.entry(address).or_default().clone()
     }
 }
 
@@ -157,6 +232,40 @@ fn next_nonce(recorded: Option<(u64, DateTime<Utc>)>, on_chain: u64, now: DateTi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_known_is_trusted_for_a_while_after_the_chain_checked_it() {
+        let t0 = tokio::time::Instant::now();
+        let known = Known { next: Some(7), on_chain: 5, checked: t0 };
+        assert!(known.recent(t0 + ASK_EVERY - std::time::Duration::from_millis(1)));
+        assert!(!known.recent(t0 + ASK_EVERY), "asked again");
+        assert!(!known.aging(t0 + ASK_EVERY / 2 - std::time::Duration::from_millis(1)));
+        assert!(known.aging(t0 + ASK_EVERY / 2), "read ahead from half-way");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mined_transaction_checks_only_the_nonces_this_instance_handed_out() {
+        let manager = NonceManager::default();
+        let account = Address::repeat_byte(1);
+        let t0 = tokio::time::Instant::now();
+        manager.confirmed(account, 3);
+        assert!(manager.accounts.lock().unwrap().is_empty(), "an account it knows nothing of is not added");
+        *manager.lock(account).lock().await = Some(Known { next: Some(5), on_chain: 2, checked: t0 });
+        tokio::time::advance(std::time::Duration::from_secs(20)).await;
+        manager.confirmed(account, 5);
+        let known = manager.lock(account).lock().await.unwrap();
+        assert_eq!((known.on_chain, known.checked), (2, t0), "not handed out yet: nothing checked");
+        manager.confirmed(account, 4);
+        let known = manager.lock(account).lock().await.unwrap();
+        let t1 = t0 + std::time::Duration::from_secs(20);
+        assert_eq!((known.on_chain, known.checked), (5, t1), "mined up to 4, checked now");
+        // Held by a lease: left alone (the lease writes what it knows when it ends).
+        let held = manager.lock(account).lock_owned().await;
+        tokio::time::advance(std::time::Duration::from_secs(20)).await;
+        manager.confirmed(account, 4);
+        drop(held);
+        assert_eq!(manager.lock(account).lock().await.unwrap().checked, t1);
+    }
 
     #[test]
     fn the_larger_count_wins_until_a_gap_is_old() {

@@ -3,12 +3,21 @@
 //! Every call has a deadline; whatever goes wrong is a [`ChainError`], never a panic or a hang.
 //! Sending tells a transaction the node refused ([`SendError::Rejected`]: it will not land) from
 //! one whose fate is unknown ([`SendError::Uncertain`]: it may still land, so it is watched).
+//!
+//! Fees are not read for every transaction: the node's suggestion (`eth_feeHistory`) is kept, and
+//! the receipt of each transaction this connection sent keeps its base fee current (the price it
+//! paid less the tip it offered), so a settlement signs with what is known while a newer reading
+//! is fetched in the background when one is due; only a suggestion older than [`FEES_MAX_AGE`]
+//! (or none yet) is waited for.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tollgate_protocol::redact::redact_urls;
 
 use alloy::consensus::Transaction as _;
 use alloy::eips::eip1559::Eip1559Estimation;
+use alloy::eips::eip2718::Decodable2718 as _;
 use alloy::network::ReceiptResponse as _;
 use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::{Provider, RootProvider};
@@ -25,6 +34,137 @@ pub struct EvmRpc {
     chain_id: u64,
     url: String,
     call_timeout: Duration,
+    fees: Arc<FeeCache>,
+    sends: Arc<SyncSends>,
+}
+
+/// A send waited for longer than this tells that blocks are not instant on this chain: it is
+/// sent without waiting from then on (waiting would hold the sending account's next nonce for
+/// as long as a block takes).
+pub const SYNC_SEND_SLOW: Duration = Duration::from_millis(250);
+/// Receipts handed back by sends and not read yet, at most (the pipeline reads each at once).
+const LANDED_KEPT: usize = 4096;
+
+/// Whether this node takes `eth_sendRawTransactionSync` (EIP-7966), which answers a send with the
+/// transaction's receipt once it is mined: on a chain whose blocks are instant (anvil's automine,
+/// a sequencer's preconfirmations) a settlement is then sent and read in one call. Tried on the
+/// first send; given up for good when the node does not know the method or a send waits longer
+/// than [`SYNC_SEND_SLOW`].
+#[derive(Default)]
+struct SyncSends {
+    /// 0: not tried yet; 1: in use; 2: given up.
+    state: std::sync::atomic::AtomicU8,
+    /// Receipts the sends answered with, until read.
+    landed: Mutex<HashMap<B256, TransactionReceipt>>,
+}
+
+const SYNC_IN_USE: u8 = 1;
+const SYNC_GIVEN_UP: u8 = 2;
+
+impl SyncSends {
+    fn state(&self) -> u8 {
+        self.state.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set(&self, to: u8) {
+        // Never back from given up.
+        let _ = self.state.fetch_max(to, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn landed(&self) -> std::sync::MutexGuard<'_, HashMap<B256, TransactionReceipt>> {
+        self.landed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn keep(&self, receipt: TransactionReceipt) {
+        let mut landed = self.landed();
+        if landed.len() >= LANDED_KEPT {
+            landed.clear(); // never read: the node has them all the same
+        }
+        landed.insert(receipt.transaction_hash, receipt);
+    }
+}
+
+/// Whether a node's error answer to `eth_sendRawTransactionSync` says it does not serve the method.
+fn unknown_method(code: i64, message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    code == -32601
+        || ["not found", "not supported", "unsupported", "does not exist", "not available", "unknown method"]
+            .iter()
+            .any(|words| message.contains(words))
+}
+
+/// Whether it says the transaction was taken into the pool but not mined in the time it waited
+/// (EIP-7966's code 4; anvil's words).
+fn not_mined_in_time(code: i64, message: &str) -> bool {
+    code == 4 || message.to_ascii_lowercase().contains("timeout")
+}
+
+/// How long a base fee (read, or learnt from a receipt) is used as it is.
+pub const FEES_FRESH: Duration = Duration::from_secs(3);
+/// How long the node's suggested tip is used before it is read again (in the background).
+pub const TIP_FRESH: Duration = Duration::from_secs(60);
+/// How long a base fee is still signed with while a newer one is read (one L1 block): the
+/// `maxFeePerGas` it gives allows for the base fee doubling, which takes six full blocks.
+pub const FEES_MAX_AGE: Duration = Duration::from_secs(12);
+
+/// The fees known, and when the node suggested them and when their base fee was last seen.
+#[derive(Debug, Clone, Copy)]
+struct KnownFees {
+    fees: Eip1559Estimation,
+    read: tokio::time::Instant,
+    seen: tokio::time::Instant,
+}
+
+/// The fees known, and whether a newer suggestion is being read.
+#[derive(Default)]
+struct FeeCache {
+    known: Mutex<Option<KnownFees>>,
+    refreshing: std::sync::atomic::AtomicBool,
+}
+
+/// What the fees known are good for, by their age.
+#[derive(Debug, PartialEq, Eq)]
+enum FeeAge {
+    /// Sign with them.
+    Fresh(Eip1559Estimation),
+    /// Sign with them, and read newer ones in the background.
+    Aging(Eip1559Estimation),
+    /// Read new ones first.
+    Stale,
+}
+
+impl FeeCache {
+    fn known(&self) -> std::sync::MutexGuard<'_, Option<KnownFees>> {
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn look(&self, now: tokio::time::Instant) -> FeeAge {
+        let Some(k) = *self.known() else { return FeeAge::Stale };
+        let seen = now.saturating_duration_since(k.seen);
+        if seen < FEES_FRESH && now.saturating_duration_since(k.read) < TIP_FRESH {
+            FeeAge::Fresh(k.fees)
+        } else if seen < FEES_MAX_AGE {
+            FeeAge::Aging(k.fees)
+        } else {
+            FeeAge::Stale
+        }
+    }
+
+    fn read(&self, fees: Eip1559Estimation, at: tokio::time::Instant) {
+        *self.known() = Some(KnownFees { fees, read: at, seen: at });
+    }
+
+    /// A transaction offering `tip` (at most `max_fee`) per gas was mined at `paid` per gas: when
+    /// it paid less than its cap, the block's base fee was `paid - tip`, and the fees known follow
+    /// it (twice the base fee, plus the suggested tip, as the node's suggestion is made).
+    fn mined(&self, (max_fee, tip): (u128, u128), paid: u128, at: tokio::time::Instant) {
+        let Some(base) = paid.checked_sub(tip).filter(|_| paid < max_fee) else { return };
+        if let Some(k) = self.known().as_mut() {
+            let tip = k.fees.max_priority_fee_per_gas;
+            k.fees.max_fee_per_gas = base.saturating_mul(2).saturating_add(tip);
+            k.seen = at;
+        }
+    }
 }
 
 impl std::fmt::Debug for EvmRpc {
@@ -62,6 +202,8 @@ pub struct MinedTx {
     pub deposits: Vec<(Address, u128)>,
     /// What its sender signed (its signing hash).
     pub signed: B256,
+    /// Its sender's nonce it used.
+    pub nonce: u64,
 }
 
 /// `keccak256("Transfer(address,address,uint256)")`, the ERC-20 transfer event's topic.
@@ -109,7 +251,15 @@ impl EvmRpc {
         let parsed = url.parse().map_err(|_| ChainError(format!("not an RPC URL: {url}")))?;
         let provider = RootProvider::new_http(parsed);
         let chain_id = bounded(call_timeout, "eth_chainId", provider.get_chain_id()).await?;
-        Ok(Self { provider, network: Network::eip155(chain_id), chain_id, url: url.to_owned(), call_timeout })
+        Ok(Self {
+            provider,
+            network: Network::eip155(chain_id),
+            chain_id,
+            url: url.to_owned(),
+            call_timeout,
+            fees: Arc::default(),
+            sends: Arc::default(),
+        })
     }
 
     /// The chain's CAIP-2 id (`eip155:<chainId>`).
@@ -164,12 +314,60 @@ impl EvmRpc {
         .await
     }
 
-    /// EIP-1559 fee suggestion (max fee and tip per gas).
+    /// EIP-1559 fees (max fee and tip per gas) as known (see the module's notes): fresh, or while
+    /// newer ones are read in the background; read first when older than [`FEES_MAX_AGE`].
+    ///
+    /// # Errors
+    /// [`ChainError`] when they must be read and the node fails or times out.
+    pub async fn fees(&self) -> Result<Eip1559Estimation, ChainError> {
+        match self.fees.look(tokio::time::Instant::now()) {
+            FeeAge::Fresh(fees) => Ok(fees),
+            FeeAge::Aging(fees) => {
+                self.refresh_fees();
+                Ok(fees)
+            }
+            FeeAge::Stale => self.read_fees().await,
+        }
+    }
+
+    /// Reads the fees now unless fresh ones are known or a reading is under way (a verify does
+    /// this, beside its own call, for the settlement that usually follows it).
     ///
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
-    pub async fn fees(&self) -> Result<Eip1559Estimation, ChainError> {
-        bounded(self.call_timeout, "eth_feeHistory", self.provider.estimate_eip1559_fees()).await
+    pub async fn warm_fees(&self) -> Result<(), ChainError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// Lowers the flag however the reading ends (a caller that hangs up drops it midway).
+        struct Reading<'a>(&'a AtomicBool);
+        impl Drop for Reading<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        if matches!(self.fees.look(tokio::time::Instant::now()), FeeAge::Fresh(_))
+            || self.fees.refreshing.swap(true, Ordering::AcqRel)
+        {
+            return Ok(());
+        }
+        let _reading = Reading(&self.fees.refreshing);
+        self.read_fees().await.map(|_| ())
+    }
+
+    /// Starts one background reading of the fees (none when one is under way).
+    fn refresh_fees(&self) {
+        let rpc = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = rpc.warm_fees().await {
+                tracing::debug!(error = %e, "could not read the fees; the last reading stands");
+            }
+        });
+    }
+
+    /// Reads the node's fee suggestion now and keeps it.
+    async fn read_fees(&self) -> Result<Eip1559Estimation, ChainError> {
+        let fees = bounded(self.call_timeout, "eth_feeHistory", self.provider.estimate_eip1559_fees()).await?;
+        self.fees.read(fees, tokio::time::Instant::now());
+        Ok(fees)
     }
 
     /// The latest block number.
@@ -222,12 +420,60 @@ impl EvmRpc {
         bounded(self.call_timeout, "eth_getCode", self.provider.get_code_at(address).into_future()).await
     }
 
-    /// Broadcasts a signed transaction (EIP-2718 bytes).
+    /// Broadcasts a signed transaction (EIP-2718 bytes): with `eth_sendRawTransactionSync` where
+    /// the node serves it and mines at once (its receipt is then kept for [`Self::receipt`]), else
+    /// `eth_sendRawTransaction`.
     ///
     /// # Errors
     /// [`SendError::Rejected`] when the node refused it, [`SendError::Uncertain`] when the answer
     /// was lost or late.
     pub async fn send_raw(&self, tx: &[u8]) -> Result<B256, SendError> {
+        let state = self.sends.state();
+        if state == SYNC_GIVEN_UP {
+            return self.send_raw_async(tx).await;
+        }
+        let started = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(self.call_timeout, self.provider.send_raw_transaction_sync(tx)).await;
+        if started.elapsed() > SYNC_SEND_SLOW {
+            self.sends.set(SYNC_GIVEN_UP);
+            tracing::info!(network = %self.network, "blocks are not instant here: transactions are sent without waiting");
+        }
+        let error = match answer {
+            Err(_) => {
+                return Err(SendError::Uncertain(format!(
+                    "eth_sendRawTransactionSync: no answer within {:?}",
+                    self.call_timeout
+                )));
+            }
+            Ok(Ok(receipt)) => {
+                self.sends.set(SYNC_IN_USE);
+                let hash = receipt.transaction_hash;
+                self.sends.keep(receipt);
+                return Ok(hash);
+            }
+            Ok(Err(e)) => e,
+        };
+        match error.as_error_resp() {
+            // Not served here: sent the plain way, now and from now on.
+            Some(resp) if unknown_method(resp.code, &resp.message) => {
+                self.sends.set(SYNC_GIVEN_UP);
+                self.send_raw_async(tx).await
+            }
+            // In the pool, not mined yet: sent, and watched as any other.
+            Some(resp) if not_mined_in_time(resp.code, &resp.message) => Ok(alloy::primitives::keccak256(tx)),
+            Some(resp) if resp.message.contains("already known") || resp.message.contains("already imported") => {
+                Err(SendError::Uncertain(resp.message.to_string()))
+            }
+            Some(resp) if state == SYNC_IN_USE => Err(SendError::Rejected(resp.message.to_string())),
+            // Never answered before: perhaps the node's own words for a method it does not serve.
+            // The plain send gives its verdict on the transaction.
+            Some(_) => self.send_raw_async(tx).await,
+            None => Err(SendError::Uncertain(redact_urls(&error.to_string()))),
+        }
+    }
+
+    /// Broadcasts a signed transaction without waiting for it to be mined.
+    async fn send_raw_async(&self, tx: &[u8]) -> Result<B256, SendError> {
         let sending = self.provider.send_raw_transaction(tx);
         match tokio::time::timeout(self.call_timeout, sending).await {
             Err(_) => {
@@ -250,6 +496,9 @@ impl EvmRpc {
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
     pub async fn receipt(&self, hash: B256) -> Result<Option<TransactionReceipt>, ChainError> {
+        if let Some(receipt) = self.sends.landed().remove(&hash) {
+            return Ok(Some(receipt));
+        }
         bounded(
             self.call_timeout,
             "eth_getTransactionReceipt",
@@ -258,19 +507,34 @@ impl EvmRpc {
         .await
     }
 
-    /// A mined transaction with what its receipt says; `None` while it is not mined.
+    /// A mined transaction with what its receipt says; `None` while it is not mined. `sent`: the
+    /// signed bytes the caller broadcast, when it has them; if they hash to `hash` the transaction
+    /// is read from them (one call, the receipt), else asked of the node as well.
     ///
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
-    pub async fn mined(&self, hash: B256) -> Result<Option<MinedTx>, ChainError> {
+    pub async fn mined(&self, hash: B256, sent: Option<&[u8]>) -> Result<Option<MinedTx>, ChainError> {
         let Some(receipt) = self.receipt(hash).await? else { return Ok(None) };
-        let tx = bounded(
-            self.call_timeout,
-            "eth_getTransactionByHash",
-            self.provider.get_transaction_by_hash(hash).into_future(),
-        )
-        .await?
-        .ok_or_else(|| ChainError(format!("the node has a receipt but no transaction for {hash}")))?;
+        let ours = sent.and_then(|raw| alloy::consensus::TxEnvelope::decode_2718_exact(raw).ok());
+        let tx = match ours {
+            Some(envelope) if *envelope.tx_hash() == hash => {
+                if let Some(cap) =
+                    envelope.as_eip1559().map(|t| (t.tx().max_fee_per_gas, t.tx().max_priority_fee_per_gas))
+                {
+                    self.fees.mined(cap, receipt.effective_gas_price, tokio::time::Instant::now());
+                }
+                envelope
+            }
+            _ => bounded(
+                self.call_timeout,
+                "eth_getTransactionByHash",
+                self.provider.get_transaction_by_hash(hash).into_future(),
+            )
+            .await?
+            .ok_or_else(|| ChainError(format!("the node has a receipt but no transaction for {hash}")))?
+            .inner
+            .into_inner(),
+        };
         Ok(Some(MinedTx {
             from: receipt.from,
             to: tx.to(),
@@ -282,7 +546,8 @@ impl EvmRpc {
             block: receipt.block_number.unwrap_or_default(),
             token_transfers: token_transfers(&receipt),
             deposits: batch_deposits(&receipt),
-            signed: tx.inner.signature_hash(),
+            signed: tx.signature_hash(),
+            nonce: tx.nonce(),
         }))
     }
 
@@ -340,4 +605,70 @@ async fn bounded<T, E: std::fmt::Display>(
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ChainError> {
     crate::chains::bounded("EVM", limit, what, call).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GWEI: u128 = 1_000_000_000;
+
+    fn suggested(base: u128, tip: u128) -> Eip1559Estimation {
+        Eip1559Estimation { max_fee_per_gas: 2 * base + tip, max_priority_fee_per_gas: tip }
+    }
+
+    #[test]
+    fn fees_are_used_while_fresh_refreshed_while_aging_and_read_when_stale() {
+        let cache = FeeCache::default();
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(cache.look(t0), FeeAge::Stale, "none read yet");
+        let fees = suggested(10 * GWEI, GWEI);
+        cache.read(fees, t0);
+        assert_eq!(cache.look(t0 + FEES_FRESH - Duration::from_millis(1)), FeeAge::Fresh(fees));
+        assert_eq!(cache.look(t0 + FEES_FRESH), FeeAge::Aging(fees));
+        assert_eq!(cache.look(t0 + FEES_MAX_AGE - Duration::from_millis(1)), FeeAge::Aging(fees));
+        assert_eq!(cache.look(t0 + FEES_MAX_AGE), FeeAge::Stale);
+    }
+
+    #[test]
+    fn a_mined_transaction_tells_the_base_fee_and_keeps_the_suggested_tip() {
+        let cache = FeeCache::default();
+        let t0 = tokio::time::Instant::now();
+        cache.read(suggested(10 * GWEI, GWEI), t0);
+        // Signed at a 21 gwei cap with a 1 gwei tip, mined paying 13 gwei: the base fee was 12.
+        let later = t0 + FEES_FRESH + Duration::from_secs(1);
+        cache.mined((21 * GWEI, GWEI), 13 * GWEI, later);
+        assert_eq!(cache.look(later), FeeAge::Fresh(suggested(12 * GWEI, GWEI)), "fresh again, following the base fee");
+        // A transaction with a tip of its own (a hosted send's priority fee) tells the same.
+        cache.mined((50 * GWEI, 5 * GWEI), 14 * GWEI, later);
+        assert_eq!(cache.look(later), FeeAge::Fresh(suggested(9 * GWEI, GWEI)));
+        // One that paid its whole cap hides the base fee (at least cap - tip): nothing learnt.
+        cache.mined((21 * GWEI, GWEI), 21 * GWEI, later + FEES_FRESH);
+        assert_eq!(cache.look(later + FEES_FRESH), FeeAge::Aging(suggested(9 * GWEI, GWEI)));
+        // The tip is the node's to suggest: past TIP_FRESH the fees are aging whatever the
+        // receipts say, so that it is read again.
+        let old = t0 + TIP_FRESH;
+        cache.mined((21 * GWEI, GWEI), 13 * GWEI, old);
+        assert_eq!(cache.look(old), FeeAge::Aging(suggested(12 * GWEI, GWEI)));
+    }
+
+    #[test]
+    fn a_node_that_does_not_serve_sync_sends_is_told_from_one_refusing_the_transaction() {
+        assert!(unknown_method(-32601, "the method eth_sendRawTransactionSync does not exist/is not available"));
+        assert!(unknown_method(-32000, "Method not found"));
+        assert!(unknown_method(-32600, "unsupported method: eth_sendRawTransactionSync"));
+        assert!(!unknown_method(-32000, "nonce too low"));
+        assert!(!unknown_method(-32003, "transaction already imported"));
+        assert!(not_mined_in_time(4, "The transaction was added to the mempool but wasn't processed in 2s"));
+        assert!(not_mined_in_time(-32603, "Transaction confirmation timeout"));
+        assert!(!not_mined_in_time(-32000, "insufficient funds for gas * price + value"));
+    }
+
+    #[test]
+    fn nothing_is_learnt_before_the_node_suggested_fees() {
+        let cache = FeeCache::default();
+        let t0 = tokio::time::Instant::now();
+        cache.mined((21 * GWEI, GWEI), 13 * GWEI, t0);
+        assert_eq!(cache.look(t0), FeeAge::Stale);
+    }
 }
