@@ -11,7 +11,7 @@
 //! node.
 //!
 //! **One instance** keeps the last nonce in process (and nothing on disk: after a restart it asks
-//! the node). **Several instances** on one PostgreSQL share it through the database
+//! the node), with the same recovery from lost transactions as below. **Several instances** on one PostgreSQL share it through the database
 //! ([`NonceManager::shared`]): a lease also holds the account's row locked
 //! ([`crate::store::NonceStore`]), so instances take turns, and the next nonce is recorded there
 //! when a broadcast is accepted. A recorded nonce the node still has not counted after
@@ -47,11 +47,12 @@ pub const GAP_AFTER: chrono::Duration = chrono::Duration::seconds(30);
 /// node asked, or a transaction of the account's mined) it trusts that without asking again.
 pub const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// What this instance knows of an account's nonces: the next one it handed out (one instance),
-/// the node's count as last known, and when the chain last checked them.
+/// What this instance knows of an account's nonces: the next one it handed out and when (one
+/// instance; several keep it in the database), the node's count as last known, and when the
+/// chain last checked them.
 #[derive(Debug, Clone, Copy)]
 struct Known {
-    next: Option<u64>,
+    next: Option<(u64, DateTime<Utc>)>,
     on_chain: u64,
     checked: tokio::time::Instant,
 }
@@ -60,6 +61,12 @@ impl Known {
     /// Whether the chain checked it recently enough to go without asking the node.
     fn recent(&self, now: tokio::time::Instant) -> bool {
         now.saturating_duration_since(self.checked) < ASK_EVERY
+    }
+
+    /// Whether nonces it handed out more than [`GAP_AFTER`] ago are still not known to be taken:
+    /// lost, perhaps (the node is asked before going on).
+    fn behind(&self, now: DateTime<Utc>) -> bool {
+        self.next.is_some_and(|(next, at)| next > self.on_chain && now - at > GAP_AFTER)
     }
 
     /// Whether it is worth asking the node ahead of the next lease (half-way through).
@@ -122,8 +129,11 @@ impl Drop for NonceLease {
     fn drop(&mut self) {
         // Not known to be taken: forget, so the next lease asks the node again. (A database row
         // dropped unadvanced rolls back: nothing recorded.)
-        *self.guard =
-            self.used.then_some(Known { next: Some(self.nonce + 1), on_chain: self.on_chain, checked: self.checked });
+        *self.guard = self.used.then(|| Known {
+            next: Some((self.nonce + 1, Utc::now())),
+            on_chain: self.on_chain,
+            checked: self.checked,
+        });
     }
 }
 
@@ -164,12 +174,12 @@ impl NonceManager {
         };
         let now = tokio::time::Instant::now();
         let (on_chain, checked) = match *guard {
-            Some(known) if known.recent(now) => (known.on_chain, known.checked),
+            Some(known) if known.recent(now) && !known.behind(Utc::now()) => (known.on_chain, known.checked),
             _ => (rpc.pending_nonce(address).await?, now),
         };
         let nonce = match &row {
             Some(row) => next_nonce(row.recorded(), on_chain, Utc::now()),
-            None => guard.and_then(|k| k.next).map_or(on_chain, |next| next.max(on_chain)),
+            None => next_nonce(guard.and_then(|k| k.next), on_chain, Utc::now()),
         };
         Ok(NonceLease { guard, nonce, on_chain, checked, used: false, row })
     }
@@ -198,7 +208,7 @@ impl NonceManager {
         let lock = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&address).cloned();
         let Some(Ok(mut known)) = lock.as_ref().map(|l| l.try_lock()) else { return };
         if let Some(k) = known.as_mut()
-            && k.next.is_some_and(|next| next > nonce)
+            && k.next.is_some_and(|(next, _)| next > nonce)
         {
             k.on_chain = k.on_chain.max(nonce + 1);
             k.checked = tokio::time::Instant::now();
@@ -236,11 +246,16 @@ mod tests {
     #[test]
     fn what_is_known_is_trusted_for_a_while_after_the_chain_checked_it() {
         let t0 = tokio::time::Instant::now();
-        let known = Known { next: Some(7), on_chain: 5, checked: t0 };
+        let known = Known { next: Some((7, Utc::now())), on_chain: 5, checked: t0 };
         assert!(known.recent(t0 + ASK_EVERY - std::time::Duration::from_millis(1)));
         assert!(!known.recent(t0 + ASK_EVERY), "asked again");
         assert!(!known.aging(t0 + ASK_EVERY / 2 - std::time::Duration::from_millis(1)));
         assert!(known.aging(t0 + ASK_EVERY / 2), "read ahead from half-way");
+        let now = Utc::now();
+        let sent = |ago: i64| Known { next: Some((7, now - chrono::Duration::seconds(ago))), ..known };
+        assert!(!sent(1).behind(now), "just sent: not mined yet");
+        assert!(sent(GAP_AFTER.num_seconds() + 1).behind(now), "long unmined: the node is asked");
+        assert!(!Known { on_chain: 7, ..sent(GAP_AFTER.num_seconds() + 1) }.behind(now), "mined");
     }
 
     #[tokio::test(start_paused = true)]
@@ -250,7 +265,7 @@ mod tests {
         let t0 = tokio::time::Instant::now();
         manager.confirmed(account, 3);
         assert!(manager.accounts.lock().unwrap().is_empty(), "an account it knows nothing of is not added");
-        *manager.lock(account).lock().await = Some(Known { next: Some(5), on_chain: 2, checked: t0 });
+        *manager.lock(account).lock().await = Some(Known { next: Some((5, Utc::now())), on_chain: 2, checked: t0 });
         tokio::time::advance(std::time::Duration::from_secs(20)).await;
         manager.confirmed(account, 5);
         let known = manager.lock(account).lock().await.unwrap();
