@@ -759,7 +759,7 @@ async fn settlements_make_two_or_three_calls_each() {
     let (key, _) = t.customer().await;
     let token = Token::deploy(&t).await;
     let buyer = PrivateKeySigner::random();
-    token.mint(&t, buyer.address(), 26_000_000).await;
+    token.mint(&t, buyer.address(), 27_000_000).await;
     let seller = Address::repeat_byte(0x52);
     let now = chrono::Utc::now().timestamp().unsigned_abs();
     let requirement = token.requirement(&t, seller, 1_000_000);
@@ -785,11 +785,19 @@ async fn settlements_make_two_or_three_calls_each() {
     assert_eq!((made("eth_estimateGas"), made("eth_sendRawTransactionSync")), (20, 20), "an estimate and a send each");
     assert!(calls.is_empty(), "nothing else: {calls:?}");
 
+    // A node that takes the transaction, then fails while waiting for its receipt: not a refusal
+    // (the transaction lands); the plain send that follows says the node has it, and the
+    // settlement is watched and confirmed as any other.
+    proxy.rule("eth_sendRawTransactionSync", Rule::FailAfter("receipts subscription was closed"));
+    settle(21).await;
+    assert_eq!(token.balance(t, seller).await, 22_000_000, "paid once");
+    proxy.clear("eth_sendRawTransactionSync");
+
     // A node without sync sends: given up at the first answer that says so, then plain sends
     // and one receipt each (another look only when the first comes before the block).
     proxy.rule("eth_sendRawTransactionSync", Rule::Unknown);
     let before = proxy.all_calls();
-    for n in 21..=25 {
+    for n in 22..=26 {
         settle(n).await;
     }
     let mut calls = calls_since(&before, &proxy.all_calls());
@@ -798,8 +806,10 @@ async fn settlements_make_two_or_three_calls_each() {
     assert_eq!(sends, (5, 1, 5), "the sync send tried once more, then plain sends");
     let receipts = made("eth_getTransactionReceipt");
     assert!((5..10).contains(&receipts), "{receipts} receipts");
+    // The send the node answered uncertainly made the next lease ask for the nonce, once.
+    assert_eq!(made("eth_getTransactionCount"), 1);
     assert!(calls.is_empty(), "nothing else: {calls:?}");
-    assert_eq!(token.balance(t, seller).await, 26_000_000);
+    assert_eq!(token.balance(t, seller).await, 27_000_000);
 }
 
 /// A local payment is the transaction built for it, on EVM too: a stranger's build of the same

@@ -26,6 +26,9 @@ pub enum Rule {
     Lose,
     /// Do not forward; answer as a node that does not serve the method (JSON-RPC -32601).
     Unknown,
+    /// Forward, then answer with this error instead of the node's answer (a node that fails
+    /// after doing the work).
+    FailAfter(&'static str),
 }
 
 /// The running proxy.
@@ -94,11 +97,13 @@ async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
     match rule {
         Some(Rule::Lose) => (StatusCode::BAD_GATEWAY, "lost on the way").into_response(),
         Some(Rule::Unknown) => {
-            let id = body.get("id").cloned().unwrap_or(Value::Null);
             let message = format!("the method {method} does not exist/is not available");
-            Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": message}}))
-                .into_response()
+            error_answer(&body, -32601, &message)
         }
+        Some(Rule::FailAfter(message)) => match relay(&s, &body).await {
+            Ok(_) => error_answer(&body, -32000, message),
+            Err(e) => e,
+        },
         Some(Rule::Rewrite(f)) => match relay(&s, &body).await {
             Ok(mut answer) => {
                 if let Some(result) = answer.get_mut("result") {
@@ -111,6 +116,12 @@ async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
         },
         None => relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response()),
     }
+}
+
+/// A JSON-RPC error answer to `body`'s call.
+fn error_answer(body: &Value, code: i64, message: &str) -> Response {
+    let id = body.get("id").cloned().unwrap_or(Value::Null);
+    Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})).into_response()
 }
 
 async fn relay(s: &Shared, body: &Value) -> Result<Value, Response> {

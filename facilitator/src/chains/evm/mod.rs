@@ -176,8 +176,12 @@ impl EvmBackend {
     /// transaction's own value when it goes from the payer to the payee.
     async fn read(&self, tx: &Watched<'_>, hash: B256) -> Result<Read, ChainError> {
         let Some(mined) = self.rpc.mined(hash, tx.raw).await? else { return Ok(Read::NotMined) };
-        // The nonces this instance hands out, checked by the chain.
+        // The nonces this instance hands out, checked by the chain; and the base fee of the
+        // block, told by the facilitator's own transactions.
         self.nonces.confirmed(mined.from, mined.nonce);
+        if self.signer.as_ref().is_some_and(|s| s.0.address() == mined.from) {
+            self.rpc.learn_fees(&mined);
+        }
         if self.confirmations > 1 && self.rpc.block_number().await?.saturating_sub(mined.block) + 1 < self.confirmations
         {
             return Ok(Read::Shallow);

@@ -63,12 +63,6 @@ impl Known {
         now.saturating_duration_since(self.checked) < ASK_EVERY
     }
 
-    /// Whether nonces it handed out more than [`GAP_AFTER`] ago are still not known to be taken:
-    /// lost, perhaps (the node is asked before going on).
-    fn behind(&self, now: DateTime<Utc>) -> bool {
-        self.next.is_some_and(|(next, at)| next > self.on_chain && now - at > GAP_AFTER)
-    }
-
     /// Whether it is worth asking the node ahead of the next lease (half-way through).
     fn aging(&self, now: tokio::time::Instant) -> bool {
         now.saturating_duration_since(self.checked) >= ASK_EVERY / 2
@@ -95,6 +89,9 @@ pub struct NonceLease {
     /// The node's count as last known, and when the chain last checked it.
     on_chain: u64,
     checked: tokio::time::Instant,
+    /// Since when nonces handed out have been ahead of the chain's count: the oldest handout not
+    /// known to be taken (a lost one shows after [`GAP_AFTER`], however busy the account).
+    since: DateTime<Utc>,
     used: bool,
     /// The account's row, held locked in the database (several instances).
     row: Option<Box<dyn NonceLock>>,
@@ -117,9 +114,11 @@ impl NonceLease {
     pub async fn used(mut self) {
         self.used = true;
         if let Some(row) = self.row.take()
-            && let Err(e) = row.advance(self.nonce + 1, Utc::now()).await
+            && let Err(e) = row.advance(self.nonce + 1, self.since).await
         {
-            // Nothing recorded: the next lease reads the node's count, which includes this one.
+            // Nothing recorded: forgotten here too, so that the next lease asks the node, whose
+            // count includes this one.
+            self.used = false;
             tracing::warn!(error = %e, nonce = self.nonce, "could not record the next nonce");
         }
     }
@@ -130,7 +129,7 @@ impl Drop for NonceLease {
         // Not known to be taken: forget, so the next lease asks the node again. (A database row
         // dropped unadvanced rolls back: nothing recorded.)
         *self.guard = self.used.then(|| Known {
-            next: Some((self.nonce + 1, Utc::now())),
+            next: Some((self.nonce + 1, self.since)),
             on_chain: self.on_chain,
             checked: self.checked,
         });
@@ -173,15 +172,26 @@ impl NonceManager {
             })?),
         };
         let now = tokio::time::Instant::now();
-        let (on_chain, checked) = match *guard {
-            Some(known) if known.recent(now) && !known.behind(Utc::now()) => (known.on_chain, known.checked),
-            _ => (rpc.pending_nonce(address).await?, now),
+        let wall = Utc::now();
+        // The next nonce as recorded: by the database (several instances), else in process.
+        let recorded = match &row {
+            Some(row) => row.recorded(),
+            None => guard.and_then(|k| k.next),
         };
-        let nonce = match &row {
-            Some(row) => next_nonce(row.recorded(), on_chain, Utc::now()),
-            None => next_nonce(guard.and_then(|k| k.next), on_chain, Utc::now()),
+        // Trusted without asking the node: checked by the chain lately, and no handout older than
+        // GAP_AFTER still unknown to it (lost, perhaps: only the node's count can tell).
+        let trusted = (*guard).filter(|k| k.recent(now) && !lost_perhaps(recorded, k.on_chain, wall));
+        let (on_chain, checked) = match trusted {
+            Some(known) => (known.on_chain, known.checked),
+            None => (rpc.pending_nonce(address).await?, now),
         };
-        Ok(NonceLease { guard, nonce, on_chain, checked, used: false, row })
+        let nonce = next_nonce(recorded, on_chain, wall);
+        // Ahead of the chain since then: kept while earlier handouts are not known taken.
+        let since = match recorded {
+            Some((next, at)) if next > on_chain && nonce >= next => at,
+            _ => wall,
+        };
+        Ok(NonceLease { guard, nonce, on_chain, checked, since, used: false, row })
     }
 
     /// Asks the node for `address`'s pending count now, unless the chain checked what this
@@ -201,14 +211,14 @@ impl NonceManager {
         Ok(())
     }
 
-    /// `address`'s transaction under `nonce` was mined: when this instance has handed out that
-    /// nonce, what it knows is right, checked now. (Nothing when it knows nothing of the account,
-    /// or a lease is being taken.)
+    /// `address`'s transaction under `nonce` was mined: when it is the last nonce this instance
+    /// handed out, what it knows is right, checked now. (Nothing when it knows nothing of the
+    /// account, or a lease is being taken.)
     pub fn confirmed(&self, address: Address, nonce: u64) {
         let lock = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&address).cloned();
         let Some(Ok(mut known)) = lock.as_ref().map(|l| l.try_lock()) else { return };
         if let Some(k) = known.as_mut()
-            && k.next.is_some_and(|(next, _)| next > nonce)
+            && k.next.is_some_and(|(next, _)| next == nonce + 1)
         {
             k.on_chain = k.on_chain.max(nonce + 1);
             k.checked = tokio::time::Instant::now();
@@ -219,6 +229,12 @@ impl NonceManager {
         let mut accounts = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         accounts.entry(address).or_default().clone()
     }
+}
+
+/// Whether nonces recorded as handed out have been ahead of the chain's count (as last known) for
+/// longer than [`GAP_AFTER`].
+fn lost_perhaps(recorded: Option<(u64, DateTime<Utc>)>, on_chain: u64, now: DateTime<Utc>) -> bool {
+    recorded.is_some_and(|(next, since)| next > on_chain && now - since > GAP_AFTER)
 }
 
 /// The nonce to use: the recorded one when the node has not caught up with it yet (a broadcast a
@@ -251,11 +267,16 @@ mod tests {
         assert!(!known.recent(t0 + ASK_EVERY), "asked again");
         assert!(!known.aging(t0 + ASK_EVERY / 2 - std::time::Duration::from_millis(1)));
         assert!(known.aging(t0 + ASK_EVERY / 2), "read ahead from half-way");
+    }
+
+    #[test]
+    fn handouts_long_unknown_to_the_chain_are_asked_about() {
         let now = Utc::now();
-        let sent = |ago: i64| Known { next: Some((7, now - chrono::Duration::seconds(ago))), ..known };
-        assert!(!sent(1).behind(now), "just sent: not mined yet");
-        assert!(sent(GAP_AFTER.num_seconds() + 1).behind(now), "long unmined: the node is asked");
-        assert!(!Known { on_chain: 7, ..sent(GAP_AFTER.num_seconds() + 1) }.behind(now), "mined");
+        let since = |ago: i64| Some((7, now - chrono::Duration::seconds(ago)));
+        assert!(!lost_perhaps(since(1), 5, now), "just sent: not mined yet");
+        assert!(lost_perhaps(since(GAP_AFTER.num_seconds() + 1), 5, now), "long unknown: the node is asked");
+        assert!(!lost_perhaps(since(GAP_AFTER.num_seconds() + 1), 7, now), "taken");
+        assert!(!lost_perhaps(None, 5, now));
     }
 
     #[tokio::test(start_paused = true)]
@@ -270,10 +291,13 @@ mod tests {
         manager.confirmed(account, 5);
         let known = manager.lock(account).lock().await.unwrap();
         assert_eq!((known.on_chain, known.checked), (2, t0), "not handed out yet: nothing checked");
+        manager.confirmed(account, 3);
+        let known = manager.lock(account).lock().await.unwrap();
+        assert_eq!((known.on_chain, known.checked), (2, t0), "not the last handed out: nothing checked");
         manager.confirmed(account, 4);
         let known = manager.lock(account).lock().await.unwrap();
         let t1 = t0 + std::time::Duration::from_secs(20);
-        assert_eq!((known.on_chain, known.checked), (5, t1), "mined up to 4, checked now");
+        assert_eq!((known.on_chain, known.checked), (5, t1), "the last one mined: checked now");
         // Held by a lease: left alone (the lease writes what it knows when it ends).
         let held = manager.lock(account).lock_owned().await;
         tokio::time::advance(std::time::Duration::from_secs(20)).await;

@@ -43,7 +43,7 @@ pub struct EvmRpc {
 /// as long as a block takes).
 pub const SYNC_SEND_SLOW: Duration = Duration::from_millis(250);
 /// Receipts handed back by sends and not read yet, at most (the pipeline reads each at once).
-const LANDED_KEPT: usize = 4096;
+const LANDED_KEPT: usize = 256;
 
 /// Whether this node takes `eth_sendRawTransactionSync` (EIP-7966), which answers a send with the
 /// transaction's receipt once it is mined: on a chain whose blocks are instant (anvil's automine,
@@ -88,9 +88,10 @@ impl SyncSends {
 fn unknown_method(code: i64, message: &str) -> bool {
     let message = message.to_ascii_lowercase();
     code == -32601
-        || ["not found", "not supported", "unsupported", "does not exist", "not available", "unknown method"]
-            .iter()
-            .any(|words| message.contains(words))
+        || (message.contains("method")
+            && ["not found", "not supported", "unsupported", "does not exist", "not available", "unknown"]
+                .iter()
+                .any(|words| message.contains(words)))
 }
 
 /// Whether it says the transaction was taken into the pool but not mined in the time it waited
@@ -112,6 +113,10 @@ pub const FEES_MAX_AGE: Duration = Duration::from_secs(12);
 #[derive(Debug, Clone, Copy)]
 struct KnownFees {
     fees: Eip1559Estimation,
+    /// The max fee the node suggested: what receipts tell only raises it.
+    suggested: u128,
+    /// The newest block a receipt told the base fee of.
+    block: u64,
     read: tokio::time::Instant,
     seen: tokio::time::Instant,
 }
@@ -152,17 +157,25 @@ impl FeeCache {
     }
 
     fn read(&self, fees: Eip1559Estimation, at: tokio::time::Instant) {
-        *self.known() = Some(KnownFees { fees, read: at, seen: at });
+        let mut known = self.known();
+        let block = known.map_or(0, |k| k.block);
+        *known = Some(KnownFees { fees, suggested: fees.max_fee_per_gas, block, read: at, seen: at });
     }
 
-    /// A transaction offering `tip` (at most `max_fee`) per gas was mined at `paid` per gas: when
-    /// it paid less than its cap, the block's base fee was `paid - tip`, and the fees known follow
-    /// it (twice the base fee, plus the suggested tip, as the node's suggestion is made).
-    fn mined(&self, (max_fee, tip): (u128, u128), paid: u128, at: tokio::time::Instant) {
+    /// A transaction offering `tip` (at most `max_fee`) per gas was mined in `block` at `paid`
+    /// per gas: when it paid less than its cap, the block's base fee was `paid - tip`, and the
+    /// fees known follow it (twice the base fee, plus the suggested tip, as the node's suggestion
+    /// is made) — upwards only from the node's suggestion (a chain whose receipts show less than
+    /// was paid lowers nothing), and only from a block newer than any told before (a receipt read
+    /// again, or an old one, tells nothing new).
+    fn mined(&self, (max_fee, tip): (u128, u128), paid: u128, block: u64, at: tokio::time::Instant) {
         let Some(base) = paid.checked_sub(tip).filter(|_| paid < max_fee) else { return };
-        if let Some(k) = self.known().as_mut() {
+        if let Some(k) = self.known().as_mut()
+            && block > k.block
+        {
             let tip = k.fees.max_priority_fee_per_gas;
-            k.fees.max_fee_per_gas = base.saturating_mul(2).saturating_add(tip);
+            k.fees.max_fee_per_gas = base.saturating_mul(2).saturating_add(tip).max(k.suggested);
+            k.block = block;
             k.seen = at;
         }
     }
@@ -205,6 +218,8 @@ pub struct MinedTx {
     pub signed: B256,
     /// Its sender's nonce it used.
     pub nonce: u64,
+    /// EIP-1559: its max fee and tip per gas, and what it paid per gas.
+    pub priced: Option<((u128, u128), u128)>,
 }
 
 /// `keccak256("Transfer(address,address,uint256)")`, the ERC-20 transfer event's topic.
@@ -354,6 +369,14 @@ impl EvmRpc {
         self.read_fees().await.map(|_| ())
     }
 
+    /// The facilitator's own transaction `tx` was mined: its receipt tells the base fee of its
+    /// block (see [`FeeCache::mined`]).
+    pub fn learn_fees(&self, tx: &MinedTx) {
+        if let Some((cap, paid)) = tx.priced {
+            self.fees.mined(cap, paid, tx.block, tokio::time::Instant::now());
+        }
+    }
+
     /// Starts one background reading of the fees (none when one is under way).
     fn refresh_fees(&self) {
         let rpc = self.clone();
@@ -429,8 +452,7 @@ impl EvmRpc {
     /// [`SendError::Rejected`] when the node refused it, [`SendError::Uncertain`] when the answer
     /// was lost or late.
     pub async fn send_raw(&self, tx: &[u8]) -> Result<B256, SendError> {
-        let state = self.sends.state();
-        if state == SYNC_GIVEN_UP {
+        if self.sends.state() == SYNC_GIVEN_UP {
             return self.send_raw_async(tx).await;
         }
         let started = tokio::time::Instant::now();
@@ -446,11 +468,18 @@ impl EvmRpc {
                     self.call_timeout
                 )));
             }
-            Ok(Ok(receipt)) => {
+            Ok(Ok(receipt)) if receipt.transaction_hash == alloy::primitives::keccak256(tx) => {
                 self.sends.set(SYNC_IN_USE);
                 let hash = receipt.transaction_hash;
                 self.sends.keep(receipt);
                 return Ok(hash);
+            }
+            // A receipt of another transaction: the node's word on this one is unknown.
+            Ok(Ok(other)) => {
+                return Err(SendError::Uncertain(format!(
+                    "eth_sendRawTransactionSync answered with the receipt of {}",
+                    other.transaction_hash
+                )));
             }
             Ok(Err(e)) => e,
         };
@@ -462,12 +491,8 @@ impl EvmRpc {
             }
             // In the pool, not mined yet: sent, and watched as any other.
             Some(resp) if not_mined_in_time(resp.code, &resp.message) => Ok(alloy::primitives::keccak256(tx)),
-            Some(resp) if resp.message.contains("already known") || resp.message.contains("already imported") => {
-                Err(SendError::Uncertain(resp.message.to_string()))
-            }
-            Some(resp) if state == SYNC_IN_USE => Err(SendError::Rejected(resp.message.to_string())),
-            // Never answered before: perhaps the node's own words for a method it does not serve.
-            // The plain send gives its verdict on the transaction.
+            // Anything else, taken or not (a node may fail after taking it, waiting for its
+            // receipt): the plain send says which ("already known" when it was taken).
             Some(_) => self.send_raw_async(tx).await,
             None => Err(SendError::Uncertain(redact_urls(&error.to_string()))),
         }
@@ -483,7 +508,7 @@ impl EvmRpc {
             Ok(Ok(pending)) => Ok(*pending.tx_hash()),
             Ok(Err(e)) => match e.as_error_resp() {
                 // The node has it already (a retry of our own broadcast): it is in flight.
-                Some(resp) if resp.message.contains("already known") => {
+                Some(resp) if resp.message.contains("already known") || resp.message.contains("already imported") => {
                     Err(SendError::Uncertain(resp.message.to_string()))
                 }
                 Some(resp) => Err(SendError::Rejected(resp.message.to_string())),
@@ -518,14 +543,7 @@ impl EvmRpc {
         let Some(receipt) = self.receipt(hash).await? else { return Ok(None) };
         let ours = sent.and_then(|raw| alloy::consensus::TxEnvelope::decode_2718_exact(raw).ok());
         let tx = match ours {
-            Some(envelope) if *envelope.tx_hash() == hash => {
-                if let Some(cap) =
-                    envelope.as_eip1559().map(|t| (t.tx().max_fee_per_gas, t.tx().max_priority_fee_per_gas))
-                {
-                    self.fees.mined(cap, receipt.effective_gas_price, tokio::time::Instant::now());
-                }
-                envelope
-            }
+            Some(envelope) if *envelope.tx_hash() == hash => envelope,
             _ => bounded(
                 self.call_timeout,
                 "eth_getTransactionByHash",
@@ -549,6 +567,7 @@ impl EvmRpc {
             deposits: batch_deposits(&receipt),
             signed: tx.signature_hash(),
             nonce: tx.nonce(),
+            priced: tx.max_priority_fee_per_gas().map(|tip| ((tx.max_fee_per_gas(), tip), receipt.effective_gas_price)),
         }))
     }
 
@@ -638,19 +657,25 @@ mod tests {
         cache.read(suggested(10 * GWEI, GWEI), t0);
         // Signed at a 21 gwei cap with a 1 gwei tip, mined paying 13 gwei: the base fee was 12.
         let later = t0 + FEES_FRESH + Duration::from_secs(1);
-        cache.mined((21 * GWEI, GWEI), 13 * GWEI, later);
+        cache.mined((21 * GWEI, GWEI), 13 * GWEI, 7, later);
         assert_eq!(cache.look(later), FeeAge::Fresh(suggested(12 * GWEI, GWEI)), "fresh again, following the base fee");
-        // A transaction with a tip of its own (a hosted send's priority fee) tells the same.
-        cache.mined((50 * GWEI, 5 * GWEI), 14 * GWEI, later);
-        assert_eq!(cache.look(later), FeeAge::Fresh(suggested(9 * GWEI, GWEI)));
+        // The same receipt read again, or an older one, tells nothing new.
+        let again = later + FEES_FRESH;
+        cache.mined((21 * GWEI, GWEI), 15 * GWEI, 7, again);
+        cache.mined((21 * GWEI, GWEI), 15 * GWEI, 6, again);
+        assert_eq!(cache.look(again), FeeAge::Aging(suggested(12 * GWEI, GWEI)));
+        // A transaction with a tip of its own tells the base fee as well; a lower one than the
+        // node suggested lowers nothing.
+        cache.mined((50 * GWEI, 5 * GWEI), 14 * GWEI, 8, again);
+        assert_eq!(cache.look(again), FeeAge::Fresh(suggested(10 * GWEI, GWEI)), "the node's 21 gwei cap stands");
         // One that paid its whole cap hides the base fee (at least cap - tip): nothing learnt.
-        cache.mined((21 * GWEI, GWEI), 21 * GWEI, later + FEES_FRESH);
-        assert_eq!(cache.look(later + FEES_FRESH), FeeAge::Aging(suggested(9 * GWEI, GWEI)));
+        cache.mined((21 * GWEI, GWEI), 21 * GWEI, 9, again + FEES_FRESH);
+        assert_eq!(cache.look(again + FEES_FRESH), FeeAge::Aging(suggested(10 * GWEI, GWEI)));
         // The tip is the node's to suggest: past TIP_FRESH the fees are aging whatever the
         // receipts say, so that it is read again.
         let old = t0 + TIP_FRESH;
-        cache.mined((21 * GWEI, GWEI), 13 * GWEI, old);
-        assert_eq!(cache.look(old), FeeAge::Aging(suggested(12 * GWEI, GWEI)));
+        cache.mined((31 * GWEI, GWEI), 16 * GWEI, 10, old);
+        assert_eq!(cache.look(old), FeeAge::Aging(suggested(15 * GWEI, GWEI)));
     }
 
     #[test]
@@ -658,6 +683,7 @@ mod tests {
         assert!(unknown_method(-32601, "the method eth_sendRawTransactionSync does not exist/is not available"));
         assert!(unknown_method(-32000, "Method not found"));
         assert!(unknown_method(-32600, "unsupported method: eth_sendRawTransactionSync"));
+        assert!(!unknown_method(-32000, "transaction type not supported"), "a refusal of the transaction");
         assert!(!unknown_method(-32000, "nonce too low"));
         assert!(!unknown_method(-32003, "transaction already imported"));
         assert!(not_mined_in_time(4, "The transaction was added to the mempool but wasn't processed in 2s"));
@@ -670,7 +696,7 @@ mod tests {
     fn nothing_is_learnt_before_the_node_suggested_fees() {
         let cache = FeeCache::default();
         let t0 = tokio::time::Instant::now();
-        cache.mined((21 * GWEI, GWEI), 13 * GWEI, t0);
+        cache.mined((21 * GWEI, GWEI), 13 * GWEI, 1, t0);
         assert_eq!(cache.look(t0), FeeAge::Stale);
     }
 }
