@@ -174,6 +174,10 @@ impl AccountStore for SqlStore {
     }
 
     async fn sponsorship_spent(&self, account: &str, family: ChainFamily, day: i64) -> StoreResult<(u64, u64)> {
+        let direct = self.direct.as_ref().and_then(|direct| direct.spent(account, family.namespace(), day));
+        if let Some((spent, largest)) = direct {
+            return Ok((u64::try_from(spent).unwrap_or_default(), u64::try_from(largest).unwrap_or_default()));
+        }
         let sql = self.sql("SELECT spent, largest FROM sponsorship WHERE account_id = ? AND family = ? AND day = ?");
         let row = sqlx::query(&sql).bind(account).bind(family.namespace()).bind(day).fetch_optional(&self.pool).await?;
         let Some(row) = row else { return Ok((0, 0)) };

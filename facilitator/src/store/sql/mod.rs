@@ -8,11 +8,11 @@
 mod accounts;
 mod announce;
 mod answers;
+mod direct;
 mod idempotency;
 mod migrations;
 mod nonces;
 mod payments;
-mod proofs;
 mod webhooks;
 
 use std::borrow::Cow;
@@ -48,8 +48,9 @@ pub struct SqlStore {
     backend: Backend,
     /// PostgreSQL: the URL again, for the connection that listens to announcements (secret).
     listen_url: Option<String>,
-    /// SQLite on a file: whether a proof is held, read without the pool's worker threads.
-    proofs: Option<Arc<proofs::ProofReader>>,
+    /// SQLite on a file: the reads every `/verify` makes (is its proof held, the account's
+    /// sponsorship spent today), without the pool's worker threads.
+    direct: Option<Arc<direct::DirectReader>>,
     /// Told of every payment written here, once its write commits ([`Store::on_change`]).
     hooks: Arc<std::sync::RwLock<Vec<super::ChangeHook>>>,
 }
@@ -127,11 +128,11 @@ impl SqlStore {
         };
         migrations::migrator(backend).await?.run(&pool).await?;
         let listen_url = (backend == Backend::Postgres).then_some(url_text);
-        let proofs = match backend {
-            Backend::Sqlite => proof_reader(&pool).await?.map(Arc::new),
+        let direct = match backend {
+            Backend::Sqlite => direct_reader(&pool).await?.map(Arc::new),
             Backend::Postgres => None,
         };
-        Ok(Self { pool, locks, backend, listen_url, proofs, hooks: Arc::default() })
+        Ok(Self { pool, locks, backend, listen_url, direct, hooks: Arc::default() })
     }
 
     /// A payment was inserted or moved, and its write committed: counted, and told to the hooks.
@@ -145,17 +146,17 @@ impl SqlStore {
         }
     }
 
-    /// Whether "no payment holds this proof" is read without the pool (SQLite on a file).
+    /// Whether a verify's reads are made without the pool (SQLite on a file).
     #[cfg(test)]
-    pub(in crate::store) fn reads_proofs_directly(&self) -> bool {
-        self.proofs.is_some()
+    pub(in crate::store) fn reads_directly(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// Closes the pool (waits for connections to be returned).
     pub async fn close(&self) {
         // First: no connection of the reader outlives the pool.
-        if let Some(proofs) = &self.proofs {
-            proofs.close();
+        if let Some(direct) = &self.direct {
+            direct.close();
         }
         if let Some(locks) = &self.locks {
             locks.close().await;
@@ -172,17 +173,17 @@ impl SqlStore {
     }
 }
 
-/// The proof lookup on the file `pool` has open (as SQLite resolved its name); none for a
+/// The direct reader of the file `pool` has open (as SQLite resolved its name); none for a
 /// database in memory, which no other connection can open, nor when it cannot be opened (then
-/// every lookup goes through the pool, as it always may).
-async fn proof_reader(pool: &AnyPool) -> StoreResult<Option<proofs::ProofReader>> {
+/// every read goes through the pool, as it always may).
+async fn direct_reader(pool: &AnyPool) -> StoreResult<Option<direct::DirectReader>> {
     let file: Option<String> =
         sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'").fetch_optional(pool).await?;
     let Some(file) = file.filter(|file| !file.is_empty()) else { return Ok(None) };
-    match proofs::ProofReader::open(std::path::Path::new(&file)) {
+    match direct::DirectReader::open(std::path::Path::new(&file)) {
         Ok(reader) => Ok(Some(reader)),
         Err(e) => {
-            tracing::warn!(error = %e, "used-proof lookups go through the pool: the SQLite file could not be opened for reading");
+            tracing::warn!(error = %e, "a verify's reads go through the pool: the SQLite file could not be opened for reading");
             Ok(None)
         }
     }

@@ -155,7 +155,7 @@ impl PaymentStore for SqlStore {
 
     async fn payment_by_proof(&self, proof_id: &str) -> StoreResult<Option<StoredPayment>> {
         // Nearly every proof asked about is new: that answer comes without the pool.
-        if let Some(false) = self.proofs.as_ref().and_then(|proofs| proofs.holds(proof_id)) {
+        if let Some(false) = self.direct.as_ref().and_then(|direct| direct.holds(proof_id)) {
             return Ok(None);
         }
         let sql = format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE proof_id = ?");

@@ -1,19 +1,22 @@
-//! SQLite: whether a payment holds a proof, read on the caller's thread.
+//! SQLite: the reads every `/verify` makes, on the caller's thread.
 //!
-//! Every `/verify` asks whether a payment holds its proof, and nearly always none does. Through
-//! sqlx that read is a hop to a connection's worker thread and back: on a 2-core machine under
-//! load, about a quarter of a verify's own CPU (issue 16). Here it is one lookup in the unique
-//! index `payments_proof`, made on the caller's thread through connections of its own, opened
-//! read-only on the same file. In WAL mode such a read sees every committed write, does not wait
-//! for the writer and takes microseconds, so it does not hold up the async runtime.
+//! Every `/verify` asks whether a payment holds its proof (nearly always none does) and, for a
+//! scheme whose fees the facilitator pays, what the account's sponsorship spent today. Through
+//! sqlx each read is a hop to a connection's worker thread and back, four context switches: on a
+//! 2-core machine under load, about a quarter of a verify's own CPU each (issues 16 and 45). Here
+//! each is one lookup in a unique index (`payments_proof`; the sponsorship table's key), made on
+//! the caller's thread through connections of its own, opened read-only on the same file. In WAL
+//! mode such a read sees every committed write, does not wait for the writer and takes
+//! microseconds, so it does not hold up the async runtime.
 //!
 //! It never waits on a lock: when it cannot answer at once (the file busy, as during recovery
 //! after a crash, or any other error), it answers "don't know" and the caller reads through the
-//! pool. It only says whether a proof is held; the holder itself is read through the pool.
+//! pool. It only says whether a proof is held (the holder itself is read through the pool), and
+//! what a sponsorship row holds.
 //!
 //! Two things keep it reading the pool's database and nothing else: a connection is opened only
 //! while the path still names the file it was opened on (the same device and inode; a file
-//! moved in its place answers "don't know"), and [`ProofReader::close`] drops its connections
+//! moved in its place answers "don't know"), and [`DirectReader::close`] drops its connections
 //! before the pool closes.
 //!
 //! What can still hold up the caller: SQLite's own short retries of the WAL's read lock under
@@ -28,12 +31,13 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 const HELD: &str = "SELECT 1 FROM payments WHERE proof_id = ?1";
+const SPENT: &str = "SELECT spent, largest FROM sponsorship WHERE account_id = ?1 AND family = ?2 AND day = ?3";
 
 /// Idle connections kept. Callers never wait on one another: one without an idle connection
 /// opens its own. At most one per thread that reads at once, so about the runtime's workers.
 const KEEP_IDLE: usize = 4;
 
-pub(super) struct ProofReader {
+pub(super) struct DirectReader {
     path: PathBuf,
     /// The file `path` named when the pool had it open: a connection is opened only on it.
     file: FileId,
@@ -70,7 +74,7 @@ pub(super) enum OpenError {
     Moved,
 }
 
-impl ProofReader {
+impl DirectReader {
     /// Opens a first connection on `path` (which must exist and hold the schema) and prepares
     /// the lookup, so that a wrong file fails here rather than at the first verify.
     pub(super) fn open(path: &Path) -> Result<Self, OpenError> {
@@ -82,6 +86,7 @@ impl ProofReader {
         };
         let conn = reader.connect()?;
         conn.prepare_cached(HELD)?;
+        conn.prepare_cached(SPENT)?;
         reader.keep(conn);
         Ok(reader)
     }
@@ -113,6 +118,22 @@ impl ProofReader {
 
     /// Whether a payment holds `proof_id` now; `None` when that could not be read at once.
     pub(super) fn holds(&self, proof_id: &str) -> Option<bool> {
+        self.read(|conn| conn.prepare_cached(HELD)?.exists([proof_id]))
+    }
+
+    /// The sponsorship row of `account` on chain family `family` (its namespace) on `day`: spent
+    /// and largest, `(0, 0)` when there is none; `None` when that could not be read at once.
+    pub(super) fn spent(&self, account: &str, family: &str, day: i64) -> Option<(i64, i64)> {
+        use rusqlite::OptionalExtension as _;
+        self.read(|conn| {
+            let mut lookup = conn.prepare_cached(SPENT)?;
+            let row = lookup.query_row(rusqlite::params![account, family, day], |r| Ok((r.get(0)?, r.get(1)?)));
+            Ok(row.optional()?.unwrap_or((0, 0)))
+        })
+    }
+
+    /// One read through an idle connection (or a new one); `None` when it cannot be made at once.
+    fn read<T>(&self, lookup: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Option<T> {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
@@ -122,20 +143,19 @@ impl ProofReader {
             None => match self.connect() {
                 Ok(conn) => conn,
                 Err(e) => {
-                    tracing::debug!(error = %e, "the proof lookup could not open the SQLite file; asking the pool");
+                    tracing::debug!(error = %e, "a direct read could not open the SQLite file; asking the pool");
                     return None;
                 }
             },
         };
-        let held = conn.prepare_cached(HELD).and_then(|mut lookup| lookup.exists([proof_id]));
-        match held {
-            Ok(held) => {
+        match lookup(&conn) {
+            Ok(answer) => {
                 self.keep(conn);
-                Some(held)
+                Some(answer)
             }
             Err(e) => {
                 // The connection is dropped: the next read starts from a fresh one.
-                tracing::debug!(error = %e, "the proof lookup could not read SQLite at once; asking the pool");
+                tracing::debug!(error = %e, "a direct read could not read SQLite at once; asking the pool");
                 None
             }
         }
@@ -155,7 +175,9 @@ mod tests {
         writer
             .execute_batch(
                 "CREATE TABLE payments (id TEXT PRIMARY KEY, proof_id TEXT);
-                 CREATE UNIQUE INDEX payments_proof ON payments (proof_id) WHERE proof_id IS NOT NULL;",
+                 CREATE UNIQUE INDEX payments_proof ON payments (proof_id) WHERE proof_id IS NOT NULL;
+                 CREATE TABLE sponsorship (account_id TEXT, family TEXT, day INTEGER, spent INTEGER, largest INTEGER,
+                   PRIMARY KEY (account_id, family, day));",
             )
             .unwrap();
         (path, writer)
@@ -165,7 +187,7 @@ mod tests {
     fn a_committed_claim_and_its_release_are_seen_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let (path, writer) = database(dir.path());
-        let reader = ProofReader::open(&path).unwrap();
+        let reader = DirectReader::open(&path).unwrap();
         assert_eq!(reader.holds("p1"), Some(false));
         writer.execute("INSERT INTO payments VALUES ('pay_1', 'p1')", []).unwrap();
         assert_eq!(reader.holds("p1"), Some(true));
@@ -175,10 +197,27 @@ mod tests {
     }
 
     #[test]
+    fn a_sponsorship_row_is_read_as_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = database(dir.path());
+        let reader = DirectReader::open(&path).unwrap();
+        assert_eq!(reader.spent("acc_1", "eip155", 20_000), Some((0, 0)), "nothing spent: no row");
+        writer.execute("INSERT INTO sponsorship VALUES ('acc_1', 'eip155', 20000, 700, 400)", []).unwrap();
+        assert_eq!(reader.spent("acc_1", "eip155", 20_000), Some((700, 400)));
+        assert_eq!(reader.spent("acc_1", "solana", 20_000), Some((0, 0)), "another family");
+        assert_eq!(reader.spent("acc_1", "eip155", 20_001), Some((0, 0)), "another day");
+        assert_eq!(reader.spent("acc_2", "eip155", 20_000), Some((0, 0)), "another account");
+        writer.execute_batch("BEGIN IMMEDIATE; UPDATE sponsorship SET spent = 900;").unwrap();
+        assert_eq!(reader.spent("acc_1", "eip155", 20_000), Some((700, 400)), "uncommitted: not seen, not waited for");
+        writer.execute_batch("COMMIT").unwrap();
+        assert_eq!(reader.spent("acc_1", "eip155", 20_000), Some((900, 400)));
+    }
+
+    #[test]
     fn an_uncommitted_claim_is_not_seen_and_the_writer_is_not_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let (path, writer) = database(dir.path());
-        let reader = ProofReader::open(&path).unwrap();
+        let reader = DirectReader::open(&path).unwrap();
         writer.execute_batch("BEGIN IMMEDIATE; INSERT INTO payments VALUES ('pay_1', 'p1');").unwrap();
         assert_eq!(reader.holds("p1"), Some(false), "a read during a write answers at once");
         writer.execute_batch("COMMIT").unwrap();
@@ -189,7 +228,7 @@ mod tests {
     fn a_locked_file_is_a_dont_know_not_a_wait() {
         let dir = tempfile::tempdir().unwrap();
         let (path, writer) = database(dir.path());
-        let reader = ProofReader::open(&path).unwrap();
+        let reader = DirectReader::open(&path).unwrap();
         // A connection in exclusive locking mode keeps every other one out of the file, once
         // none is open on it.
         reader.idle.lock().unwrap().clear();
@@ -206,7 +245,7 @@ mod tests {
     fn a_file_moved_in_place_of_the_database_is_not_read() {
         let dir = tempfile::tempdir().unwrap();
         let (path, writer) = database(dir.path());
-        let reader = ProofReader::open(&path).unwrap();
+        let reader = DirectReader::open(&path).unwrap();
         writer.execute("INSERT INTO payments VALUES ('pay_1', 'p1')", []).unwrap();
         // A restore by `mv` while running: the pool (here, the writer) keeps the old file.
         std::fs::rename(&path, dir.path().join("old.db")).unwrap();
@@ -222,7 +261,7 @@ mod tests {
     fn a_closed_reader_keeps_no_connection() {
         let dir = tempfile::tempdir().unwrap();
         let (path, _writer) = database(dir.path());
-        let reader = ProofReader::open(&path).unwrap();
+        let reader = DirectReader::open(&path).unwrap();
         reader.close();
         assert_eq!(reader.holds("p1"), None);
         assert!(reader.idle.lock().unwrap().is_empty());
@@ -233,7 +272,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("empty.db");
         Connection::open(&path).unwrap();
-        assert!(ProofReader::open(&path).is_err());
-        assert!(ProofReader::open(&dir.path().join("missing.db")).is_err());
+        assert!(DirectReader::open(&path).is_err());
+        assert!(DirectReader::open(&dir.path().join("missing.db")).is_err());
     }
 }
