@@ -186,15 +186,18 @@ async fn a_timed_withdrawal_waits_its_delay_and_leaves_what_the_receiver_claimed
         "more than escrowed"
     );
     assert!(w.send(&payer, &start).await);
+    let initiated = w.now().await;
     assert!(!w.send(&payer, &start).await, "one withdrawal at a time");
     let finalize = Contract::finalizeWithdrawCall { config: config.clone() };
     assert!(!w.send(&payer, &finalize).await, "not before its delay");
 
     // The receiver claims during the delay what the payer promised.
     assert!(w.send(&w.relayer, &signed_claim(&w, vec![row(&config, 400, voucher_400, 400)], &receiver_key)).await);
-    w.wait(899).await;
+    // The chain's clock set, not the wall clock's: a second boundary crossed on the way would
+    // otherwise put the first attempt at the delay's end.
+    w.next_block_at(initiated + 899).await;
     assert!(!w.send(&payer, &finalize).await, "still within the delay");
-    w.wait(2).await;
+    w.next_block_at(initiated + 900).await;
     assert!(w.send(&payer, &finalize).await);
     assert_eq!(w.balance(payer.address()).await, 600, "what was not claimed");
     assert_eq!(w.channel(id).await, (400, 400));

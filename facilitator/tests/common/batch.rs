@@ -80,6 +80,19 @@ impl World {
         self.token.balance(&self.t, owner).await
     }
 
+    /// The latest block's timestamp.
+    pub async fn now(&self) -> u64 {
+        let provider = self.t.backend().rpc.provider().clone();
+        let block: Value = provider.raw_request("eth_getBlockByNumber".into(), ("latest", false)).await.unwrap();
+        u64::from_str_radix(block["timestamp"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    }
+
+    /// The next block is mined at `timestamp`, whatever the wall clock says.
+    pub async fn next_block_at(&self, timestamp: u64) {
+        let provider = self.t.backend().rpc.provider().clone();
+        let _: Value = provider.raw_request("evm_setNextBlockTimestamp".into(), (timestamp,)).await.unwrap();
+    }
+
     /// Moves the chain's clock `secs` forward and mines a block.
     pub async fn wait(&self, secs: u64) {
         let provider = self.t.backend().rpc.provider().clone();
