@@ -379,6 +379,10 @@ impl EvmRpc {
 
     /// Starts one background reading of the fees (none when one is under way).
     fn refresh_fees(&self) {
+        // Most settlements while the fees age find a reading under way: no task, no clone.
+        if self.fees.refreshing.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let rpc = self.clone();
         tokio::spawn(async move {
             if let Err(e) = rpc.warm_fees().await {

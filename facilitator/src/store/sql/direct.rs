@@ -236,6 +236,7 @@ mod tests {
         writer.execute("INSERT INTO payments VALUES ('pay_1', 'p1')", []).unwrap();
         let started = std::time::Instant::now();
         assert_eq!(reader.holds("p1"), None);
+        assert_eq!(reader.spent("acc_1", "eip155", 20_000), None, "the sponsorship read too: the pool answers");
         assert!(started.elapsed() < Duration::from_secs(1), "it did not wait for the lock");
         drop(writer);
         assert_eq!(reader.holds("p1"), Some(true), "a fresh connection reads again once the file is free");
