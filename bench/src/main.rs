@@ -448,13 +448,17 @@ struct ProxyState {
     upstream: String,
     http: reqwest::Client,
     counts: Counts,
+    /// HTTP requests (a batch of calls is one).
+    requests: Arc<std::sync::atomic::AtomicU64>,
 }
 
 async fn proxy(upstream: String) -> anyhow::Result<()> {
-    let state = ProxyState { upstream, http: reqwest::Client::new(), counts: Counts::default() };
+    let state =
+        ProxyState { upstream, http: reqwest::Client::new(), counts: Counts::default(), requests: Arc::default() };
     let app = axum::Router::new()
         .route("/", axum::routing::post(forward))
         .route("/__counts", axum::routing::get(counts))
+        .route("/__requests", axum::routing::get(requests))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on http://{}", listener.local_addr()?);
@@ -467,6 +471,7 @@ async fn forward(
     body: bytes::Bytes,
 ) -> Result<axum::response::Response, axum::http::StatusCode> {
     let bad_gateway = |_| axum::http::StatusCode::BAD_GATEWAY;
+    s.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if let Ok(call) = serde_json::from_slice::<Value>(&body) {
         let calls = match call {
             Value::Array(batch) => batch,
@@ -493,6 +498,10 @@ async fn forward(
         .header("content-type", "application/json")
         .body(axum::body::Body::from(bytes))
         .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+async fn requests(axum::extract::State(s): axum::extract::State<ProxyState>) -> String {
+    s.requests.load(std::sync::atomic::Ordering::Relaxed).to_string()
 }
 
 async fn counts(axum::extract::State(s): axum::extract::State<ProxyState>) -> axum::Json<BTreeMap<String, u64>> {

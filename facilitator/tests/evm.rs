@@ -746,6 +746,45 @@ async fn a_verify_is_one_call_and_a_settlement_one_estimate() {
 /// What a facilitator reads ahead of its settlements, in the background.
 const READ_AHEAD: [&str; 2] = ["eth_feeHistory", "eth_getTransactionCount"];
 
+/// Verifications at once go to the node together, in JSON-RPC batches: each still gets its own
+/// verdict (payers who cannot pay among payers who can).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verifications_at_once_share_batches_and_keep_their_own_verdicts() {
+    let t = EvmApp::start_behind_proxy().await;
+    let proxy = t.proxy.as_ref().unwrap();
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let (rich, poor) = (PrivateKeySigner::random(), PrivateKeySigner::random());
+    token.mint(&t, rich.address(), 5_000_000).await;
+    token.mint(&t, poor.address(), 999_999).await;
+    let seller = Address::repeat_byte(0x53);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let requirement = token.requirement(&t, seller, 1_000_000);
+    let body = |payer: &PrivateKeySigner, n: u8| {
+        let nonce = alloy::primitives::B256::repeat_byte(n);
+        x402_v2(&requirement, token.authorize(&t, payer, seller, 1_000_000, (now - 60, now + 300), nonce))
+    };
+    let verify = |b: Value| async { t.call("POST", "/verify", &key, Some(b)).await.1 };
+    // The first verify of a token also reads its decimals.
+    assert_eq!(verify(body(&rich, 0)).await["isValid"], json!(true));
+
+    let before = proxy.all_calls();
+    let payers: Vec<bool> = (1..=48).map(|n| n % 3 != 0).collect();
+    let bodies = payers.iter().zip(1u8..).map(|(can, n)| body(if *can { &rich } else { &poor }, n));
+    let verdicts = futures_util::future::join_all(bodies.map(verify)).await;
+    for (verdict, can) in verdicts.iter().zip(&payers) {
+        let expected = if *can { (true, "") } else { (false, "insufficient_funds") };
+        let got = (verdict["isValid"].as_bool().unwrap(), verdict["invalidReason"].as_str().unwrap_or_default());
+        assert_eq!(got, expected, "{verdict}");
+    }
+    // One simulation each; a refused one's reason is read after it (the payer's balance, whether
+    // its nonce was used).
+    let calls = calls_since(&before, &proxy.all_calls());
+    assert_eq!(calls.get("eth_call"), Some(&(32 + 16 * 3)), "{calls:?}");
+    let batches = proxy.batches();
+    assert!(batches.iter().any(|n| *n > 1), "48 verifications at once shared no batch: {batches:?}");
+}
+
 /// `/settle` of an EIP-3009 authorization in two RPC calls on a chain that mines at once and
 /// serves `eth_sendRawTransactionSync` (EIP-7966: the send answers with the receipt), three on
 /// one that does not: the estimate (the settlement simulated as the chain is then, which gives

@@ -38,6 +38,7 @@ pub struct RpcProxy {
     pub url: String,
     rules: Arc<Mutex<HashMap<String, Rule>>>,
     calls: Arc<Mutex<HashMap<String, usize>>>,
+    batches: Arc<Mutex<Vec<usize>>>,
 }
 
 #[derive(Clone)]
@@ -46,6 +47,7 @@ struct Shared {
     http: reqwest::Client,
     rules: Arc<Mutex<HashMap<String, Rule>>>,
     calls: Arc<Mutex<HashMap<String, usize>>>,
+    batches: Arc<Mutex<Vec<usize>>>,
 }
 
 impl RpcProxy {
@@ -53,17 +55,19 @@ impl RpcProxy {
     pub async fn start(upstream: &str) -> Self {
         let rules = Arc::new(Mutex::new(HashMap::new()));
         let calls = Arc::new(Mutex::new(HashMap::new()));
+        let batches = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared {
             upstream: upstream.to_owned(),
             http: reqwest::Client::new(),
             rules: rules.clone(),
             calls: calls.clone(),
+            batches: batches.clone(),
         };
         let app = axum::Router::new().route("/", axum::routing::post(forward)).with_state(shared);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url, rules, calls }
+        Self { url, rules, calls, batches }
     }
 
     /// Sets the rule of `method` (replacing any earlier one).
@@ -81,6 +85,11 @@ impl RpcProxy {
         self.calls.lock().unwrap().clone()
     }
 
+    /// The size of each batch forwarded so far, in order.
+    pub fn batches(&self) -> Vec<usize> {
+        self.batches.lock().unwrap().clone()
+    }
+
     /// How many times `method` was called through the proxy.
     pub fn calls(&self, method: &str) -> usize {
         self.calls.lock().unwrap().get(method).copied().unwrap_or(0)
@@ -88,7 +97,18 @@ impl RpcProxy {
 }
 
 async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
-    // Batches are forwarded untouched.
+    // Batches (the facilitator's concurrent `eth_call`s) are counted call by call and forwarded
+    // untouched: rules apply to lone calls.
+    if let Some(batch) = body.as_array() {
+        {
+            let mut calls = s.calls.lock().unwrap();
+            for method in batch.iter().filter_map(|c| c.get("method").and_then(Value::as_str)) {
+                *calls.entry(method.to_owned()).or_default() += 1;
+            }
+        }
+        s.batches.lock().unwrap().push(batch.len());
+        return relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response());
+    }
     let Some(method) = body.get("method").and_then(Value::as_str).map(str::to_owned) else {
         return relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response());
     };

@@ -15,6 +15,7 @@
 pub mod batch;
 pub mod build;
 mod call;
+mod coalesce;
 pub mod erc20;
 pub mod exact;
 pub mod exact_native;

@@ -24,6 +24,7 @@ use alloy::providers::{Provider, RootProvider};
 use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
 use tollgate_protocol::Network;
 
+use super::coalesce::Coalescer;
 use crate::chains::{ChainError, SendError, TxOutcome};
 
 /// An EVM node reached over JSON-RPC (cheap to clone: the connection is shared).
@@ -36,6 +37,7 @@ pub struct EvmRpc {
     call_timeout: Duration,
     fees: Arc<FeeCache>,
     sends: Arc<SyncSends>,
+    calls: Arc<Coalescer>,
 }
 
 /// A send waited for longer than this tells that blocks are not instant on this chain: it is
@@ -275,6 +277,7 @@ impl EvmRpc {
             call_timeout,
             fees: Arc::default(),
             sends: Arc::default(),
+            calls: Arc::new(Coalescer::new(call_timeout)),
         })
     }
 
@@ -419,7 +422,7 @@ impl EvmRpc {
     /// # Errors
     /// [`ChainError`] when it reverts, or the node fails or times out.
     pub async fn call(&self, tx: TransactionRequest) -> Result<Bytes, ChainError> {
-        bounded(self.call_timeout, "eth_call", self.provider.call(tx).into_future()).await
+        bounded(self.call_timeout, "eth_call", self.calls.call(&self.provider, tx)).await
     }
 
     /// Runs a call without sending it: `Ok(Ok(output))` when it succeeds, `Ok(Err(why))` when the
@@ -429,7 +432,7 @@ impl EvmRpc {
     /// # Errors
     /// [`ChainError`] when the node fails or times out.
     pub async fn simulate(&self, tx: TransactionRequest) -> Result<Result<Bytes, String>, ChainError> {
-        bounded(self.call_timeout, "eth_call", verdict(self.provider.call(tx).into_future())).await
+        bounded(self.call_timeout, "eth_call", verdict(self.calls.call(&self.provider, tx))).await
     }
 
     /// Gas a call would use, as [`Self::simulate`] answers: `Ok(Err(why))` when it would fail.
