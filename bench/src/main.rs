@@ -95,6 +95,9 @@ enum Command {
         /// How many pairs.
         #[arg(long, default_value_t = 20)]
         count: usize,
+        /// Bodies left out first, from the end of the file (settled by an earlier run).
+        #[arg(long, default_value_t = 0)]
+        skip: usize,
     },
     /// A shop on the daemon: `--count` payments, each answered then repeated `--repeats` times.
     Repeats {
@@ -195,7 +198,9 @@ async fn main() -> anyhow::Result<()> {
             prepare(&rpc, count, (facilitator_key.address(), scheme), &out).await
         }
         Command::Proxy { upstream } => proxy(upstream).await,
-        Command::Pairs { daemon, key, proxy, bodies, count } => pairs(&daemon, &key, &proxy, &bodies, count).await,
+        Command::Pairs { daemon, key, proxy, bodies, count, skip } => {
+            pairs(&daemon, &key, &proxy, &bodies, (skip, count)).await
+        }
         Command::Channels {
             rpc,
             daemon,
@@ -525,7 +530,13 @@ async fn counted(
         .collect())
 }
 
-async fn pairs(daemon: &str, key: &str, proxy: &str, bodies: &std::path::Path, count: usize) -> anyhow::Result<()> {
+async fn pairs(
+    daemon: &str,
+    key: &str,
+    proxy: &str,
+    bodies: &std::path::Path,
+    (skip, count): (usize, usize),
+) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let bodies = std::fs::read_to_string(bodies)?;
     let (mut verify_calls, mut settle_calls) = (BTreeMap::<String, u64>::new(), BTreeMap::<String, u64>::new());
@@ -536,7 +547,7 @@ async fn pairs(daemon: &str, key: &str, proxy: &str, bodies: &std::path::Path, c
     };
     let mut done = 0;
     // The last bodies: the load runs post the first ones, and a settled authorization is used.
-    for line in bodies.lines().rev().take(count) {
+    for line in bodies.lines().rev().skip(skip).take(count) {
         let body: Value = serde_json::from_str(line)?;
         let before = counted(&http, proxy, &BTreeMap::new()).await?;
         let verdict: Value =
