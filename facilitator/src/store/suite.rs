@@ -1092,7 +1092,7 @@ async fn sqlite_file_is_created_in_wal_mode_and_migrations_rerun_cleanly() {
     assert!(path.exists());
     let again = SqlStore::connect(&url).await.unwrap();
     again.ping().await.unwrap();
-    assert!(again.reads_directly(), "a SQLite file gets the direct proof lookup");
+    assert!(again.reads_directly(), "a SQLite file gets the direct reads");
     let mode: String = sqlx::Row::get(&sqlx::query("PRAGMA journal_mode").fetch_one(&again.pool).await.unwrap(), 0);
     assert_eq!(mode, "wal");
 }

@@ -4,20 +4,20 @@
 //! (a gap stalls every later transaction). A [`NonceManager`] keeps a lock per address: a payment
 //! holds its [`NonceLease`] from taking the nonce until its transaction's broadcast is known to
 //! have reached the node, and each lease starts from the larger of the node's pending count (as
-//! last known) and the last nonce handed out. Any other end — not broadcast, refused, or an answer lost on the way
-//! — forgets what it knew, so the next lease starts again from the node's pending count: a
-//! transaction that never reached the node leaves no gap (its nonce is reused, and the payment
-//! that held it is expired once the chain shows the nonce taken), one that did is counted by the
-//! node.
+//! last known) and the last nonce handed out. Any other end — not broadcast, refused, or an
+//! answer lost on the way — forgets what it knew, so the next lease starts again from the node's
+//! pending count: a transaction that never reached the node leaves no gap (its nonce is reused,
+//! and the payment that held it is expired once the chain shows the nonce taken), one that did is
+//! counted by the node.
 //!
 //! **One instance** keeps the last nonce in process (and nothing on disk: after a restart it asks
 //! the node), with the same recovery from lost transactions as below. **Several instances** on
 //! one PostgreSQL share it through the database ([`NonceManager::shared`]): a lease also holds
 //! the account's row locked ([`crate::store::NonceStore`]), so instances take turns, and the next
-//! nonce is recorded there when a broadcast is accepted. A recorded nonce the node still has not counted after
-//! [`GAP_AFTER`] means those transactions were lost (a node restarted, or the load balancer sent
-//! them to a node that dropped them): the lease recovers from the chain's count instead of
-//! leaving a gap forever.
+//! nonce is recorded there when a broadcast is accepted. A recorded nonce the node still has not
+//! counted after [`GAP_AFTER`] means those transactions were lost (a node restarted, or the load
+//! balancer sent them to a node that dropped them): the lease recovers from the chain's count
+//! instead of leaving a gap forever.
 //!
 //! **The node is not asked for every transaction.** What an instance knows is checked by the
 //! chain whenever one of its transactions is mined (the pipeline reads its receipt: see
