@@ -322,7 +322,7 @@ impl Payments {
 
     /// The account of a custodial wallet, when `address` is one.
     async fn account_of(&self, address: &str) -> Result<Option<String>, PaymentError> {
-        Ok(self.store().get_wallet(address).await?.map(|w| w.account_id))
+        Ok(self.store().wallet_account(address).await?)
     }
 
     /// The payment `account` receives for a checked proof, `payload`, claimed under `proof_id`

@@ -13,7 +13,7 @@ use tollgate_protocol::gateway::PaymentStatus;
 
 use super::{PaymentError, Payments, RECONCILE_AFTER_WAIT};
 use crate::chains::{Chain, Landed, Outgoing, SendError, Sent, Signable, TxStatus, Watched};
-use crate::settlement::{AdvanceError, Event, advance, record_outcome};
+use crate::settlement::{AdvanceError, Event, advance, advance_seen, record_outcome_seen};
 use crate::store::{NewPayment, StoreError, StoredPayment};
 
 /// The longest pause between two asks for a verdict while waiting (the first ones are shorter: see
@@ -98,12 +98,12 @@ impl Payments {
     ) -> Result<StoredPayment, PaymentError> {
         let id = stored.payment.id.clone();
         let submit = Event::Submit { transaction: outgoing.tx_id.clone() };
-        match advance(self.store(), &id, &submit, self.now()).await {
-            Ok(_) => {}
+        let submitted = match advance_seen(self.store(), &stored, &submit, self.now()).await {
+            Ok(submitted) => submitted,
             // Another attempt at this payment submitted it first and broadcasts it.
-            Err(AdvanceError::Transition(_)) => return self.watch(chain, &stored.payment, wait).await,
+            Err(AdvanceError::Transition(_)) => return self.watch(chain, &stored, wait).await,
             Err(e) => return Err(PaymentError::Internal(e.to_string())),
-        }
+        };
         match chain.broadcast(&outgoing.raw).await {
             Ok(()) => outgoing.release(Sent::Accepted).await,
             Err(SendError::Uncertain(reason)) => {
@@ -112,10 +112,10 @@ impl Payments {
             }
             Err(SendError::Rejected(reason)) => {
                 outgoing.release(Sent::Unknown).await;
-                return self.refused_by_node(chain, &stored, &outgoing, reason).await;
+                return self.refused_by_node(chain, &submitted, &outgoing, reason).await;
             }
         }
-        self.watch(chain, &stored.payment, wait).await
+        self.watch(chain, &submitted, wait).await
     }
 
     /// The node refused the broadcast. The transaction may be on chain all the same (the buyer
@@ -130,7 +130,7 @@ impl Payments {
     ) -> Result<StoredPayment, PaymentError> {
         let id = &stored.payment.id;
         match chain.status(&Watched::of(&stored.payment, &outgoing.tx_id)).await {
-            Ok(TxStatus::Landed(landed)) => self.record(id, &landed).await,
+            Ok(TxStatus::Landed(landed)) => self.record(stored, &landed).await,
             Ok(TxStatus::Unseen | TxStatus::Dropped { .. }) => {
                 tracing::info!(payment_id = %id, %reason, "transaction refused by the node");
                 self.advance(id, &Event::Fail { reason }).await
@@ -143,14 +143,16 @@ impl Payments {
         }
     }
 
-    /// Polls the chain for a verdict on payment `p`'s transaction for at most `wait`; records it,
-    /// or moves the payment to `pending` when the budget runs out.
+    /// Polls the chain for a verdict on payment `seen`'s transaction for at most `wait`; records
+    /// it, or moves the payment to `pending` when the budget runs out. `seen` is the payment as
+    /// last written or read here (another writer may have moved it since: the records correct it).
     pub(super) async fn watch(
         &self,
         chain: &dyn Chain,
-        p: &NewPayment,
+        seen: &StoredPayment,
         wait: Duration,
     ) -> Result<StoredPayment, PaymentError> {
+        let p = &seen.payment;
         let id = &p.id;
         let Some(tx_id) = p.transaction.as_deref() else { return self.current(id).await };
         let watched = Watched::of(p, tx_id);
@@ -158,7 +160,7 @@ impl Payments {
         let mut attempt = 0;
         while !wait.is_zero() {
             match chain.outcome(&watched).await {
-                Ok(Some(landed)) => return self.record(id, &landed).await,
+                Ok(Some(landed)) => return self.record(seen, &landed).await,
                 Ok(None) => {}
                 Err(e) => tracing::warn!(payment_id = %id, error = %e, "cannot read the transaction's status yet"),
             }
@@ -182,9 +184,12 @@ impl Payments {
         }
     }
 
-    /// Records the chain's verdict; a payment another writer moved on is reported as it stands.
-    async fn record(&self, id: &str, landed: &Landed) -> Result<StoredPayment, PaymentError> {
-        record_outcome(self.store(), id, landed, self.now()).await.map_err(|e| PaymentError::Internal(e.to_string()))
+    /// Records the chain's verdict on `seen`; a payment another writer moved on is reported as it
+    /// stands.
+    async fn record(&self, seen: &StoredPayment, landed: &Landed) -> Result<StoredPayment, PaymentError> {
+        record_outcome_seen(self.store(), seen, landed, self.now())
+            .await
+            .map_err(|e| PaymentError::Internal(e.to_string()))
     }
 
     async fn current(&self, id: &str) -> Result<StoredPayment, PaymentError> {
@@ -208,10 +213,10 @@ impl Payments {
             }
             // A receipt whose confirmation was not recorded: the chain has it.
             (PaymentStatus::Verified, None) => match chain.status(&Watched::of(p, &tx_id)).await? {
-                TxStatus::Landed(landed) => self.record(&p.id, &landed).await,
+                TxStatus::Landed(landed) => self.record(&stored, &landed).await,
                 TxStatus::Unseen | TxStatus::Dropped { .. } => Ok(stored),
             },
-            _ => self.watch(chain, p, wait).await,
+            _ => self.watch(chain, &stored, wait).await,
         }
     }
 }

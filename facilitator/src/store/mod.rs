@@ -378,6 +378,11 @@ pub trait AccountStore: Send + Sync + 'static {
     async fn insert_wallet(&self, wallet: &StoredWallet) -> StoreResult<()>;
     /// A custodial wallet by canonical address.
     async fn get_wallet(&self, address: &str) -> StoreResult<Option<StoredWallet>>;
+    /// The account whose custodial wallet `address` (canonical) is, if any: [`Self::get_wallet`]'s
+    /// account, the question every settlement asks of its payer.
+    async fn wallet_account(&self, address: &str) -> StoreResult<Option<String>> {
+        Ok(self.get_wallet(address).await?.map(|w| w.account_id))
+    }
     /// How many custodial wallets are stored (sealed under the master key).
     async fn count_wallets(&self) -> StoreResult<u64>;
     /// The oldest custodial wallet, if any (to check the master key opens what is sealed).

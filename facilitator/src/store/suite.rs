@@ -709,9 +709,13 @@ async fn wallets(store: Arc<SqlStore>) {
         sealed_secret: "sealed".into(),
         created_at: t0(),
     };
+    assert_eq!(store.wallet_account("W1").await.unwrap(), None, "not yet a wallet");
     store.insert_wallet(&w).await.unwrap();
     assert_eq!(store.get_wallet("W1").await.unwrap(), Some(w.clone()));
     assert!(store.get_wallet("W2").await.unwrap().is_none());
+    // The question a settlement asks of its payer (SQLite: read without the pool).
+    assert_eq!(store.wallet_account("W1").await.unwrap().as_deref(), Some("acct_w"));
+    assert_eq!(store.wallet_account("W2").await.unwrap(), None);
     assert!(store.insert_wallet(&w).await.is_err(), "one row per address");
     let orphan = StoredWallet { address: "W3".into(), account_id: "acct_missing".into(), ..w };
     assert!(store.insert_wallet(&orphan).await.is_err(), "a wallet belongs to an existing account");

@@ -123,6 +123,13 @@ impl AccountStore for SqlStore {
         }))
     }
 
+    async fn wallet_account(&self, address: &str) -> StoreResult<Option<String>> {
+        if let Some(account) = self.direct.as_ref().and_then(|direct| direct.wallet_account(address)) {
+            return Ok(account);
+        }
+        Ok(self.get_wallet(address).await?.map(|w| w.account_id))
+    }
+
     async fn reserve_sponsorship(
         &self,
         account: &str,
@@ -140,6 +147,8 @@ impl AccountStore for SqlStore {
              ELSE sponsorship.largest END \
              WHERE sponsorship.spent + excluded.spent <= ? RETURNING spent",
         );
+        // Through the connection a payment's writes take (SQLite: a settlement's first write).
+        let mut writer = self.writer().await?;
         let row = sqlx::query(&sql)
             .bind(account)
             .bind(family.namespace())
@@ -149,8 +158,10 @@ impl AccountStore for SqlStore {
             .bind(amount)
             .bind(budget)
             .bind(budget)
-            .fetch_optional(&self.pool)
-            .await?;
+            .fetch_optional(&mut *writer)
+            .await
+            .map_err(Into::into);
+        let row = writer.done(row).await?;
         row.map(|r| r.try_get::<i64, _>("spent").map(|spent| u64::try_from(spent).unwrap_or_default()))
             .transpose()
             .map_err(Into::into)

@@ -9,9 +9,10 @@
 
 use async_trait::async_trait;
 use sqlx::postgres::PgListener;
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyPool, Row};
 use tollgate_protocol::gateway::PaymentStatus;
 
+use super::batch::Batch;
 use super::{Backend, SqlStore};
 use crate::store::{Announcement, Announcements, PaymentNotice, PaymentRoute, StoreError, StoreResult, StoredPayment};
 
@@ -22,28 +23,27 @@ pub const KEY_CHANNEL: &str = "tollgate_api_keys";
 
 impl SqlStore {
     /// Writes `stored`'s change for every instance to hear (PostgreSQL; nothing on SQLite, where
-    /// the instance publishes its own changes), on `conn`: inside the transaction that made it.
-    pub(super) async fn announce(&self, conn: &mut AnyConnection, stored: &StoredPayment) -> StoreResult<()> {
+    /// the instance publishes its own changes), in `batch`: inside the transaction that made it.
+    pub(super) fn announce(&self, batch: &mut Batch, stored: &StoredPayment) {
         if self.backend != Backend::Postgres {
-            return Ok(());
+            return;
         }
         let PaymentNotice { route: r, message } = PaymentNotice::of(stored);
         let [from, to] = r.wallets;
-        sqlx::query(&self.sql(
+        batch.push(
             "INSERT INTO payment_events (payment_id, owner_account, counterparty_account, from_address, to_address, \
              status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        ))
-        .bind(r.payment_id)
-        .bind(r.owner_account)
-        .bind(r.counterparty_account)
-        .bind(from)
-        .bind(to)
-        .bind(r.status.as_str())
-        .bind(message)
-        .bind(stored.updated_at.timestamp_millis())
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
+            vec![
+                r.payment_id.into(),
+                r.owner_account.into(),
+                r.counterparty_account.into(),
+                from.into(),
+                to.into(),
+                r.status.as_str().into(),
+                message.into(),
+                stored.updated_at.timestamp_millis().into(),
+            ],
+        );
     }
 }
 

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use tollgate_protocol::ticket::{Answered, Ticket};
 
+use super::batch::Batch;
 use super::{SqlStore, to_i64};
 use crate::store::{AnswerClaim, AnswerStore, NewPayment, Pass, StoreError, StoreResult};
 
@@ -27,38 +28,32 @@ fn count(row: &sqlx::any::AnyRow, column: &str) -> StoreResult<u32> {
 impl SqlStore {
     /// Claims the first answer of `p`'s ticket, and records the pass it buys, inside the
     /// transaction that inserts `p`.
-    pub(super) async fn insert_first_answer(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        p: &NewPayment,
-    ) -> StoreResult<()> {
+    pub(super) fn insert_first_answer(&self, batch: &mut Batch, p: &NewPayment) -> StoreResult<()> {
         let Some(ticket) = &p.ticket else { return Ok(()) };
         if let Some(pass) = &ticket.pass {
             let seconds = to_i64(pass.seconds.saturating_mul(1_000), "pass length")?;
-            let sql = self.sql(
+            batch.push(
                 "INSERT INTO passes (payment_id, account_id, scope, payer, network, valid_until) VALUES (?, ?, ?, ?, ?, ?)",
+                vec![
+                    p.id.as_str().into(),
+                    p.owner_account.as_str().into(),
+                    pass.scope.as_str().into(),
+                    p.from.as_str().into(),
+                    p.network.to_string().into(),
+                    p.created_at.timestamp_millis().saturating_add(seconds).into(),
+                ],
             );
-            sqlx::query(&sql)
-                .bind(&p.id)
-                .bind(&p.owner_account)
-                .bind(&pass.scope)
-                .bind(&p.from)
-                .bind(p.network.to_string())
-                .bind(p.created_at.timestamp_millis().saturating_add(seconds))
-                .execute(&mut **tx)
-                .await?;
         }
-        let sql = self.sql(
+        batch.push(
             "INSERT INTO answers (payment_id, uses, served, request, window_ms, opened_at) VALUES (?, ?, 1, ?, ?, ?)",
+            vec![
+                p.id.as_str().into(),
+                i64::from(ticket.uses).into(),
+                ticket.request.as_deref().into(),
+                window_ms(ticket)?.into(),
+                p.created_at.timestamp_millis().into(),
+            ],
         );
-        sqlx::query(&sql)
-            .bind(&p.id)
-            .bind(i64::from(ticket.uses))
-            .bind(ticket.request.as_deref())
-            .bind(window_ms(ticket)?)
-            .bind(p.created_at.timestamp_millis())
-            .execute(&mut **tx)
-            .await?;
         Ok(())
     }
 }

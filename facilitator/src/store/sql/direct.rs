@@ -1,7 +1,8 @@
 //! SQLite: the reads every `/verify` makes, on the caller's thread.
 //!
 //! Every `/verify` asks whether a payment holds its proof (nearly always none does) and, for a
-//! scheme whose fees the facilitator pays, what the account's sponsorship spent today. Through
+//! scheme whose fees the facilitator pays, what the account's sponsorship spent today; every
+//! settlement, whether its payer is a custodial wallet here. Through
 //! sqlx each read is a hop to a connection's worker thread and back, four context switches: on a
 //! 2-core machine under load, about a quarter of a verify's own CPU each (issues 16 and 45). Here
 //! each is one lookup in a unique index (`payments_proof`; the sponsorship table's key), made on
@@ -32,6 +33,7 @@ use rusqlite::{Connection, OpenFlags};
 
 const HELD: &str = "SELECT 1 FROM payments WHERE proof_id = ?1";
 const SPENT: &str = "SELECT spent, largest FROM sponsorship WHERE account_id = ?1 AND family = ?2 AND day = ?3";
+const WALLET: &str = "SELECT account_id FROM wallets WHERE address = ?1";
 
 /// Idle connections kept. Callers never wait on one another: one without an idle connection
 /// opens its own. At most one per thread that reads at once, so about the runtime's workers.
@@ -87,6 +89,7 @@ impl DirectReader {
         let conn = reader.connect()?;
         conn.prepare_cached(HELD)?;
         conn.prepare_cached(SPENT)?;
+        conn.prepare_cached(WALLET)?;
         reader.keep(conn);
         Ok(reader)
     }
@@ -130,6 +133,13 @@ impl DirectReader {
             let row = lookup.query_row(rusqlite::params![account, family, day], |r| Ok((r.get(0)?, r.get(1)?)));
             Ok(row.optional()?.unwrap_or((0, 0)))
         })
+    }
+
+    /// The account whose custodial wallet `address` is (`Some(None)`: none's), the question
+    /// every settlement asks of its payer; `None` when that could not be read at once.
+    pub(super) fn wallet_account(&self, address: &str) -> Option<Option<String>> {
+        use rusqlite::OptionalExtension as _;
+        self.read(|conn| conn.prepare_cached(WALLET)?.query_row([address], |r| r.get(0)).optional())
     }
 
     /// One read through an idle connection (or a new one); `None` when it cannot be made at once.
@@ -177,7 +187,8 @@ mod tests {
                 "CREATE TABLE payments (id TEXT PRIMARY KEY, proof_id TEXT);
                  CREATE UNIQUE INDEX payments_proof ON payments (proof_id) WHERE proof_id IS NOT NULL;
                  CREATE TABLE sponsorship (account_id TEXT, family TEXT, day INTEGER, spent INTEGER, largest INTEGER,
-                   PRIMARY KEY (account_id, family, day));",
+                   PRIMARY KEY (account_id, family, day));
+                 CREATE TABLE wallets (address TEXT PRIMARY KEY, account_id TEXT NOT NULL);",
             )
             .unwrap();
         (path, writer)
@@ -214,6 +225,19 @@ mod tests {
     }
 
     #[test]
+    fn a_custodial_wallet_is_read_as_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writer) = database(dir.path());
+        let reader = DirectReader::open(&path).unwrap();
+        assert_eq!(reader.wallet_account("0xabc"), Some(None), "no such wallet");
+        writer.execute_batch("BEGIN IMMEDIATE; INSERT INTO wallets VALUES ('0xabc', 'acc_1');").unwrap();
+        assert_eq!(reader.wallet_account("0xabc"), Some(None), "uncommitted: not seen");
+        writer.execute_batch("COMMIT").unwrap();
+        assert_eq!(reader.wallet_account("0xabc"), Some(Some("acc_1".into())));
+        assert_eq!(reader.wallet_account("0xABC"), Some(None), "addresses are compared as stored");
+    }
+
+    #[test]
     fn an_uncommitted_claim_is_not_seen_and_the_writer_is_not_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let (path, writer) = database(dir.path());
@@ -237,6 +261,7 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(reader.holds("p1"), None);
         assert_eq!(reader.spent("acc_1", "eip155", 20_000), None, "the sponsorship read too: the pool answers");
+        assert_eq!(reader.wallet_account("0xabc"), None, "and the wallet read");
         assert!(started.elapsed() < Duration::from_secs(1), "it did not wait for the lock");
         drop(writer);
         assert_eq!(reader.holds("p1"), Some(true), "a fresh connection reads again once the file is free");

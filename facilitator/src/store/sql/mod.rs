@@ -8,6 +8,7 @@
 mod accounts;
 mod announce;
 mod answers;
+mod batch;
 mod direct;
 mod idempotency;
 mod migrations;
@@ -23,7 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Connection as _, Executor, Row};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
@@ -51,6 +53,8 @@ pub struct SqlStore {
     /// SQLite on a file: the reads every `/verify` makes (is its proof held, the account's
     /// sponsorship spent today), without the pool's worker threads.
     direct: Option<Arc<direct::DirectReader>>,
+    /// SQLite: the connection a payment's writes go through, taken in turn ([`SqlStore::writer`]).
+    kept: Option<Arc<tokio::sync::Mutex<Option<AnyConnection>>>>,
     /// Told of every payment written here, once its write commits ([`Store::on_change`]).
     hooks: Arc<std::sync::RwLock<Vec<super::ChangeHook>>>,
 }
@@ -98,17 +102,23 @@ impl SqlStore {
         let options = AnyConnectOptions::from_str(&url_text)?;
         let mut pool_options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
         pool_options = match backend {
-            Backend::Sqlite => pool_options.max_connections(8).after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    // WAL lets readers proceed while one writer writes; busy_timeout makes
-                    // writers queue instead of failing with SQLITE_BUSY.
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA busy_timeout = 10000").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
-                    conn.execute("PRAGMA foreign_keys = ON").await?;
-                    Ok(())
+            // No ping before each use: a connection to a local file does not go stale the way a
+            // network one does, and the ping is one more trip to its worker thread per use (four
+            // context switches; a settlement uses the pool four times). A connection whose worker
+            // failed fails its next statement, and is closed when given back (sqlx pings it then).
+            Backend::Sqlite => {
+                pool_options.max_connections(8).test_before_acquire(false).after_connect(|conn, _meta| {
+                    Box::pin(async move {
+                        // WAL lets readers proceed while one writer writes; busy_timeout makes
+                        // writers queue instead of failing with SQLITE_BUSY.
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        Ok(())
+                    })
                 })
-            }),
+            }
             Backend::Postgres => {
                 pool_options.max_connections(max_connections.max(2)).idle_timeout(Duration::from_secs(60))
             }
@@ -132,7 +142,8 @@ impl SqlStore {
             Backend::Sqlite => direct_reader(&pool).await?.map(Arc::new),
             Backend::Postgres => None,
         };
-        Ok(Self { pool, locks, backend, listen_url, direct, hooks: Arc::default() })
+        let kept = (backend == Backend::Sqlite).then(Arc::default);
+        Ok(Self { pool, locks, backend, listen_url, direct, kept, hooks: Arc::default() })
     }
 
     /// A payment was inserted or moved, and its write committed: counted, and told to the hooks.
@@ -144,6 +155,23 @@ impl SqlStore {
         for hook in hooks.iter() {
             hook(stored);
         }
+    }
+
+    /// A connection for one write transaction of a payment. SQLite: always the same one, kept
+    /// out of the pool and taken in turn. SQLite lets one writer in at a time anyway (the others
+    /// would wait in its busy handler), and a pooled connection costs a spawned task and one more
+    /// trip to its worker thread each time it is given back (sqlx pings it then): two of the
+    /// four uses of a settlement's writes. PostgreSQL: a connection of the pool.
+    ///
+    /// Give it back with [`Writer::done`].
+    async fn writer(&self) -> StoreResult<Writer<'_>> {
+        let Some(kept) = &self.kept else { return Ok(Writer::Pooled(self.pool.acquire().await?)) };
+        let mut guard = kept.lock().await;
+        if guard.is_none() {
+            // Opened as the pool opens its own (its pragmas), and then kept apart from it.
+            *guard = Some(self.pool.acquire().await?.detach());
+        }
+        Ok(Writer::Kept(guard))
     }
 
     /// Whether a verify's reads are made without the pool (SQLite on a file).
@@ -158,6 +186,11 @@ impl SqlStore {
         if let Some(direct) = &self.direct {
             direct.close();
         }
+        if let Some(kept) = &self.kept
+            && let Some(conn) = kept.lock().await.take()
+        {
+            let _ = conn.close().await;
+        }
         if let Some(locks) = &self.locks {
             locks.close().await;
         }
@@ -169,6 +202,51 @@ impl SqlStore {
         match self.backend {
             Backend::Sqlite => Cow::Borrowed(query),
             Backend::Postgres => Cow::Owned(number_placeholders(query)),
+        }
+    }
+}
+
+/// A connection for one write transaction ([`SqlStore::writer`]).
+enum Writer<'a> {
+    /// SQLite's kept connection (always `Some` while lent).
+    Kept(tokio::sync::MutexGuard<'a, Option<AnyConnection>>),
+    Pooled(PoolConnection<Any>),
+}
+
+impl Writer<'_> {
+    /// Gives the connection back after `result`. After a failure the kept connection is tested;
+    /// one that no longer answers is dropped, and the next writer opens another. (A transaction
+    /// left open by a failure or a cancelled caller is rolled back before the connection's next
+    /// statement: sqlx queues the rollback when the transaction is dropped.)
+    async fn done<T>(self, result: StoreResult<T>) -> StoreResult<T> {
+        if result.is_err()
+            && let Self::Kept(mut guard) = self
+            && let Some(conn) = guard.as_mut()
+            && let Err(e) = conn.ping().await
+        {
+            tracing::warn!(error = %e, "the SQLite connection for payment writes failed; opening another");
+            *guard = None;
+        }
+        result
+    }
+}
+
+impl std::ops::Deref for Writer<'_> {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        match self {
+            Self::Kept(guard) => guard.as_ref().unwrap_or_else(|| unreachable!("a kept writer is lent open")),
+            Self::Pooled(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Writer<'_> {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        match self {
+            Self::Kept(guard) => guard.as_mut().unwrap_or_else(|| unreachable!("a kept writer is lent open")),
+            Self::Pooled(conn) => conn,
         }
     }
 }

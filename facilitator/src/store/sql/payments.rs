@@ -8,51 +8,148 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
+use sqlx::{AnyConnection, Connection as _, Row};
 use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
 
+use super::batch::Batch;
 use super::{Backend, PAYMENT_COLUMNS, PAYMENT_COLUMNS_P, SqlStore, direction, opt_millis, payment_from_row, to_i64};
 use crate::store::{HistoryPage, NewPayment, PaymentStore, PaymentUpdate, StoreError, StoreResult, StoredPayment};
 
 const INSERT: &str = "INSERT INTO payments (id, owner_account, owner_side, counterparty_account, status, mode, network, \
      from_address, to_address, amount_atomic, asset, decimals, fee_atomic, tx_id, tx_raw, resource, metadata, proof_id, \
      expires_at, last_valid_block_height, next_check_at, checks, error, created_at, updated_at, confirmed_at) \
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, NULL) \
-     ON CONFLICT DO NOTHING RETURNING seq";
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, NULL) RETURNING seq";
+
+/// What a transition wrote.
+enum Moved {
+    Moved(Box<StoredPayment>),
+    /// The payment's status was not the one expected: nothing written.
+    NotAsExpected,
+    /// Its transaction is another payment's: nothing written.
+    TransactionUsed,
+}
 
 impl SqlStore {
-    /// Lists payment `p` (insertion sequence `seq`) in the history of each of `accounts`, under its
-    /// payer's and payee's wallets, and counts it there.
-    async fn index_history(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        accounts: &[&str],
-        p: &NewPayment,
-        seq: i64,
-    ) -> StoreResult<()> {
+    /// Lists payment `p` in the history of each of `accounts`, under its payer's and payee's
+    /// wallets, and counts it there (its insertion sequence read by its id, so this can go in the
+    /// batch that inserts it).
+    fn index_history(&self, batch: &mut Batch, accounts: &[&str], p: &NewPayment) {
         let mut entries: Vec<(&str, &str, Direction)> = accounts
             .iter()
             .flat_map(|a| [(*a, p.from.as_str(), Direction::Sent), (*a, p.to.as_str(), Direction::Received)])
             .collect();
-        // One order for every writer: no two inserts wait on each other's counters in a cycle.
+        // One order for every writer: no two inserts wait on each other's counters in a cycle
+        // (PostgreSQL takes a multi-row insert's rows in the order written).
         entries.sort_by(|a, b| (a.0, a.1, a.2.as_str()).cmp(&(b.0, b.1, b.2.as_str())));
-        let index = self.sql("INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES (?, ?, ?, ?)");
-        let count = self.sql(
-            "INSERT INTO wallet_payment_counts (account_id, wallet, direction, n) VALUES (?, ?, ?, 1) \
-             ON CONFLICT (account_id, wallet, direction) DO UPDATE SET n = wallet_payment_counts.n + 1",
-        );
+        let n = entries.len();
+        let rows = |row: &str| vec![row; n].join(", ");
+        let mut index = Vec::new();
+        let mut count = Vec::new();
         for (account, wallet, direction) in entries {
-            sqlx::query(&index)
-                .bind(account)
-                .bind(wallet)
-                .bind(direction.as_str())
-                .bind(seq)
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query(&count).bind(account).bind(wallet).bind(direction.as_str()).execute(&mut **tx).await?;
+            index.extend([account.into(), wallet.into(), direction.as_str().into(), p.id.as_str().into()]);
+            count.extend([account.into(), wallet.into(), direction.as_str().into()]);
         }
-        Ok(())
+        batch.push(
+            format!(
+                "INSERT INTO wallet_payments (account_id, wallet, direction, seq) VALUES {}",
+                rows("(?, ?, ?, (SELECT seq FROM payments WHERE id = ?))")
+            ),
+            index,
+        );
+        batch.push(
+            format!(
+                "INSERT INTO wallet_payment_counts (account_id, wallet, direction, n) VALUES {} \
+                 ON CONFLICT (account_id, wallet, direction) DO UPDATE SET n = wallet_payment_counts.n + 1",
+                rows("(?, ?, ?, 1)")
+            ),
+            count,
+        );
+    }
+
+    /// Runs a payment's insert `batch` (its first statement returns the payment's sequence) in
+    /// one transaction on `conn`: the sequence, or `None` when a unique key refused it (nothing
+    /// written).
+    async fn insert_rows(&self, conn: &mut AnyConnection, batch: &Batch) -> StoreResult<Option<i64>> {
+        let mut tx = conn.begin().await?;
+        match self.run(&mut tx, batch).await {
+            Ok(rows) => {
+                let row = rows.first().ok_or_else(|| StoreError::Database("the insert returned no sequence".into()))?;
+                let seq = row.try_get("seq")?;
+                tx.commit().await?;
+                Ok(Some(seq))
+            }
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                tx.rollback().await?;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies `u` to payment `id` if its status is still `expected`, with the rows that go
+    /// with the change, in one transaction on `conn`.
+    async fn move_rows(
+        &self,
+        conn: &mut AnyConnection,
+        id: &str,
+        expected: PaymentStatus,
+        u: &PaymentUpdate,
+    ) -> StoreResult<Moved> {
+        let at = u.at.timestamp_millis();
+        let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
+        let sql = format!(
+            "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
+             amount_atomic = COALESCE(?, amount_atomic), counterparty_account = COALESCE(counterparty_account, ?), \
+             error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
+             proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
+             next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
+             WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
+        );
+        // One transaction: the change and what goes with it commit together, and the row
+        // returned is the one this change wrote.
+        let mut tx = conn.begin().await?;
+        let moved = sqlx::query(&self.sql(&sql))
+            .bind(u.status.as_str())
+            .bind(u.transaction.as_deref())
+            .bind(u.fee_atomic.map(|f| f.to_string()))
+            .bind(u.amount_atomic.map(|a| a.to_string()))
+            .bind(u.counterparty_account.as_deref())
+            .bind(u.error.as_deref())
+            .bind(at)
+            .bind(confirmed_at)
+            .bind(u.release_proof)
+            .bind(u.status.is_final())
+            .bind(id)
+            .bind(expected.as_str())
+            .fetch_optional(&mut *tx)
+            .await;
+        let moved = match moved {
+            Ok(Some(row)) => payment_from_row(&row)?,
+            Ok(None) => {
+                tx.rollback().await?;
+                return Ok(Moved::NotAsExpected);
+            }
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                tx.rollback().await?;
+                return Ok(Moved::TransactionUsed);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // The other side learns of the payment now (a local build, once it is confirmed): it
+        // enters that account's history with this change.
+        let mut batch = Batch::default();
+        if let Some(revealed) = u.counterparty_account.as_deref()
+            && moved.payment.counterparty_account.as_deref() == Some(revealed)
+            && revealed != moved.payment.owner_account
+        {
+            self.index_history(&mut batch, &[revealed], &moved.payment);
+        }
+        self.announce(&mut batch, &moved);
+        self.queue_webhooks(&mut batch, &moved);
+        self.run(&mut tx, &batch).await?;
+        tx.commit().await?;
+        Ok(Moved::Moved(Box::new(moved)))
     }
 
     /// The payment whose own transfer `tx_id` is, on `p`'s side (of any account).
@@ -91,58 +188,62 @@ impl PaymentStore for SqlStore {
     async fn insert_payment(&self, p: &NewPayment) -> StoreResult<StoredPayment> {
         let metadata = p.metadata.as_ref().map(|m| serde_json::Value::Object(m.clone()).to_string());
         let created = p.created_at.timestamp_millis();
-        let mut tx = self.pool.begin().await?;
-        let insert = self.sql(INSERT);
-        let row = sqlx::query(&insert)
-            .bind(&p.id)
-            .bind(&p.owner_account)
-            .bind(p.owner_side.as_str())
-            .bind(p.counterparty_account.as_deref())
-            .bind(p.status.as_str())
-            .bind(p.mode.as_str())
-            .bind(p.network.to_string())
-            .bind(&p.from)
-            .bind(&p.to)
-            .bind(p.amount_atomic.to_string())
-            .bind(&p.asset)
-            .bind(i64::from(p.decimals))
-            .bind(p.fee_atomic.map(|f| f.to_string()))
-            .bind(p.transaction.as_deref())
-            .bind(p.tx_raw.clone())
-            .bind(p.resource.as_deref())
-            .bind(metadata)
-            .bind(p.proof_id.as_deref())
-            .bind(opt_millis(p.expires_at))
-            .bind(p.last_valid_block_height.map(|h| to_i64(h, "block height")).transpose()?)
-            .bind(opt_millis(p.next_check_at))
-            .bind(created)
-            .bind(created)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            tx.rollback().await?;
-            return Err(self.insert_conflict(p).await);
-        };
-        let seq: i64 = row.try_get("seq")?;
-
-        let mut accounts = vec![p.owner_account.as_str()];
-        if let Some(other) = p.counterparty_account.as_deref().filter(|o| *o != p.owner_account) {
-            accounts.push(other);
-        }
-        self.index_history(&mut tx, &accounts, p, seq).await?;
-        self.insert_first_answer(&mut tx, p).await?;
-        let stored = StoredPayment {
+        let mut stored = StoredPayment {
             payment: p.clone(),
-            seq,
+            // Read back from the insert below; the events queued with it do not carry it.
+            seq: 0,
             updated_at: p.created_at,
             confirmed_at: None,
             error: None,
             checks: 0,
             answers: None,
         };
-        self.announce(&mut tx, &stored).await?;
-        self.queue_webhooks(&mut tx, &stored).await?;
-        tx.commit().await?;
+        // Every row of the payment in one batch: on SQLite one trip to the database.
+        let mut batch = Batch::default();
+        batch.push(
+            INSERT,
+            vec![
+                p.id.as_str().into(),
+                p.owner_account.as_str().into(),
+                p.owner_side.as_str().into(),
+                p.counterparty_account.as_deref().into(),
+                p.status.as_str().into(),
+                p.mode.as_str().into(),
+                p.network.to_string().into(),
+                p.from.as_str().into(),
+                p.to.as_str().into(),
+                p.amount_atomic.to_string().into(),
+                p.asset.as_str().into(),
+                i64::from(p.decimals).into(),
+                p.fee_atomic.map(|f| f.to_string()).into(),
+                p.transaction.as_deref().into(),
+                p.tx_raw.clone().into(),
+                p.resource.as_deref().into(),
+                metadata.into(),
+                p.proof_id.as_deref().into(),
+                opt_millis(p.expires_at).into(),
+                p.last_valid_block_height.map(|h| to_i64(h, "block height")).transpose()?.into(),
+                opt_millis(p.next_check_at).into(),
+                created.into(),
+                created.into(),
+            ],
+        );
+        let mut accounts = vec![p.owner_account.as_str()];
+        if let Some(other) = p.counterparty_account.as_deref().filter(|o| *o != p.owner_account) {
+            accounts.push(other);
+        }
+        self.index_history(&mut batch, &accounts, p);
+        self.insert_first_answer(&mut batch, p)?;
+        self.announce(&mut batch, &stored);
+        self.queue_webhooks(&mut batch, &stored);
+
+        let mut writer = self.writer().await?;
+        let written = self.insert_rows(&mut writer, &batch).await;
+        let Some(seq) = writer.done(written).await? else {
+            // Its id, proof or transaction is another payment's: nothing of it was written.
+            return Err(self.insert_conflict(p).await);
+        };
+        stored.seq = seq;
         self.changed(&stored);
         Ok(stored)
     }
@@ -169,63 +270,25 @@ impl PaymentStore for SqlStore {
         expected: PaymentStatus,
         u: &PaymentUpdate,
     ) -> StoreResult<StoredPayment> {
-        let at = u.at.timestamp_millis();
-        let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
-        let sql = format!(
-            "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
-             amount_atomic = COALESCE(?, amount_atomic), counterparty_account = COALESCE(counterparty_account, ?), \
-             error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
-             proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
-             next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
-             WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
-        );
-        // One transaction: the change and its announcement (PostgreSQL) commit together, and the
-        // row returned is the one this change wrote.
-        let mut tx = self.pool.begin().await?;
-        let moved = sqlx::query(&self.sql(&sql))
-            .bind(u.status.as_str())
-            .bind(u.transaction.as_deref())
-            .bind(u.fee_atomic.map(|f| f.to_string()))
-            .bind(u.amount_atomic.map(|a| a.to_string()))
-            .bind(u.counterparty_account.as_deref())
-            .bind(u.error.as_deref())
-            .bind(at)
-            .bind(confirmed_at)
-            .bind(u.release_proof)
-            .bind(u.status.is_final())
-            .bind(id)
-            .bind(expected.as_str())
-            .fetch_optional(&mut *tx)
-            .await;
-        let moved = match moved {
-            Ok(Some(row)) => payment_from_row(&row)?,
-            Ok(None) => {
-                tx.rollback().await?;
-                let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
-                return Err(StoreError::Conflict { current: current.payment.status });
+        let mut writer = self.writer().await?;
+        let moved = self.move_rows(&mut writer, id, expected, u).await;
+        // The explanations of a refusal are read with the writer given back.
+        match writer.done(moved).await? {
+            Moved::Moved(moved) => {
+                self.changed(&moved);
+                Ok(*moved)
             }
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                tx.rollback().await?;
+            Moved::NotAsExpected => {
+                let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
+                Err(StoreError::Conflict { current: current.payment.status })
+            }
+            Moved::TransactionUsed => {
                 let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
                 let tx_id = u.transaction.as_deref().unwrap_or_default();
                 let holder = self.transaction_holder(&current.payment, tx_id).await?.unwrap_or_default();
-                return Err(StoreError::TransactionUsed { payment_id: holder });
+                Err(StoreError::TransactionUsed { payment_id: holder })
             }
-            Err(e) => return Err(e.into()),
-        };
-        // The other side learns of the payment now (a local build, once it is confirmed): it
-        // enters that account's history with this change.
-        if let Some(revealed) = u.counterparty_account.as_deref()
-            && moved.payment.counterparty_account.as_deref() == Some(revealed)
-            && revealed != moved.payment.owner_account
-        {
-            self.index_history(&mut tx, &[revealed], &moved.payment, moved.seq).await?;
         }
-        self.announce(&mut tx, &moved).await?;
-        self.queue_webhooks(&mut tx, &moved).await?;
-        tx.commit().await?;
-        self.changed(&moved);
-        Ok(moved)
     }
 
     async fn claim_due_payments(

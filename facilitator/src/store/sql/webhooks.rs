@@ -2,9 +2,10 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
 
+use super::batch::Batch;
 use super::{Backend, SqlStore, opt_millis};
 use crate::clock::from_millis;
 use crate::store::{
@@ -16,28 +17,27 @@ use crate::store::{
 const MAX_ERROR_CHARS: usize = 300;
 
 impl SqlStore {
-    /// Queues `stored`'s change for every webhook endpoint of the accounts that may see it, on
-    /// `conn`: inside the transaction that made the change.
-    pub(super) async fn queue_webhooks(&self, conn: &mut AnyConnection, stored: &StoredPayment) -> StoreResult<()> {
+    /// Queues `stored`'s change for every webhook endpoint of the accounts that may see it, in
+    /// `batch`: inside the transaction that made the change.
+    pub(super) fn queue_webhooks(&self, batch: &mut Batch, stored: &StoredPayment) {
         let p = &stored.payment;
         let event = WebhookEvent::of(stored);
         let at = stored.updated_at.timestamp_millis();
-        sqlx::query(&self.sql(
+        batch.push(
             "INSERT INTO webhook_deliveries (endpoint_id, account_id, event_id, event_type, body, state, attempts, \
              next_attempt_at, created_at) \
              SELECT id, account_id, ?, ?, ?, 'pending', 0, ?, ? FROM webhook_endpoints WHERE account_id IN (?, ?) \
              ON CONFLICT (endpoint_id, event_id) DO NOTHING",
-        ))
-        .bind(&event.id)
-        .bind(&event.kind)
-        .bind(&event.body)
-        .bind(at)
-        .bind(at)
-        .bind(&p.owner_account)
-        .bind(p.counterparty_account.as_deref().unwrap_or(&p.owner_account))
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
+            vec![
+                event.id.into(),
+                event.kind.into(),
+                event.body.into(),
+                at.into(),
+                at.into(),
+                p.owner_account.as_str().into(),
+                p.counterparty_account.as_deref().unwrap_or(&p.owner_account).into(),
+            ],
+        );
     }
 }
 
