@@ -22,7 +22,7 @@ const INSERT: &str = "INSERT INTO payments (id, owner_account, owner_side, count
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, NULL) RETURNING seq";
 
 /// What a transition wrote.
-enum Moved {
+enum MoveOutcome {
     Moved(Box<StoredPayment>),
     /// The payment's status was not the one expected: nothing written.
     NotAsExpected,
@@ -95,7 +95,7 @@ impl SqlStore {
         id: &str,
         expected: PaymentStatus,
         u: &PaymentUpdate,
-    ) -> StoreResult<Moved> {
+    ) -> StoreResult<MoveOutcome> {
         let at = u.at.timestamp_millis();
         let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
         let sql = format!(
@@ -128,11 +128,11 @@ impl SqlStore {
             Ok(Some(row)) => payment_from_row(&row)?,
             Ok(None) => {
                 tx.rollback().await?;
-                return Ok(Moved::NotAsExpected);
+                return Ok(MoveOutcome::NotAsExpected);
             }
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 tx.rollback().await?;
-                return Ok(Moved::TransactionUsed);
+                return Ok(MoveOutcome::TransactionUsed);
             }
             Err(e) => return Err(e.into()),
         };
@@ -149,7 +149,7 @@ impl SqlStore {
         self.queue_webhooks(&mut batch, &moved);
         self.run(&mut tx, &batch).await?;
         tx.commit().await?;
-        Ok(Moved::Moved(Box::new(moved)))
+        Ok(MoveOutcome::Moved(Box::new(moved)))
     }
 
     /// The payment whose own transfer `tx_id` is, on `p`'s side (of any account).
@@ -274,15 +274,15 @@ impl PaymentStore for SqlStore {
         let moved = self.move_rows(&mut writer, id, expected, u).await;
         // The explanations of a refusal are read with the writer given back.
         match writer.done(moved).await? {
-            Moved::Moved(moved) => {
+            MoveOutcome::Moved(moved) => {
                 self.changed(&moved);
                 Ok(*moved)
             }
-            Moved::NotAsExpected => {
+            MoveOutcome::NotAsExpected => {
                 let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
                 Err(StoreError::Conflict { current: current.payment.status })
             }
-            Moved::TransactionUsed => {
+            MoveOutcome::TransactionUsed => {
                 let current = self.get_payment(id).await?.ok_or(StoreError::NotFound)?;
                 let tx_id = u.transaction.as_deref().unwrap_or_default();
                 let holder = self.transaction_holder(&current.payment, tx_id).await?.unwrap_or_default();
