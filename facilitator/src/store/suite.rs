@@ -616,6 +616,88 @@ async fn opposite_payments_do_not_deadlock(store: Arc<SqlStore>) {
     assert_eq!(store.history("acct_b", "B", Some(Direction::Sent), 50, 0).await.unwrap().total, 24);
 }
 
+/// A write whose caller goes away while the database runs it (a client that hangs up) is written
+/// whole or not at all, and the next writes go through: nothing is left open on the connection
+/// payments are written with (SQLite keeps one for them; a transaction of its own begun there is
+/// undone by the next borrower).
+async fn a_write_whose_caller_left_is_whole_or_absent(store: Arc<SqlStore>) {
+    let mut left = Vec::new();
+    for i in 0..20 {
+        let gone = payment(&format!("pay_gone{i}"), "acct_c", "F", "T", t0() + Duration::seconds(i));
+        // Polled once (sent to the database), then dropped.
+        let _ = tokio::time::timeout(std::time::Duration::ZERO, store.insert_payment(&gone)).await;
+        if i % 2 == 0 {
+            // ... and a transition, the same way.
+            let moving = payment(&format!("pay_moving{i}"), "acct_c", "F", "T", t0() + Duration::seconds(i));
+            store.insert_payment(&moving).await.unwrap();
+            let _ = tokio::time::timeout(
+                std::time::Duration::ZERO,
+                store.transition_payment(&moving.id, PaymentStatus::Verified, &update(PaymentStatus::Submitted)),
+            )
+            .await;
+            left.push(moving.id);
+        }
+        // The next writes go through, after whatever the dropped one left.
+        let next = payment(&format!("pay_next{i}"), "acct_c", "F", "T", t0() + Duration::seconds(i));
+        let next = store.insert_payment(&next).await.unwrap();
+        store
+            .transition_payment(&next.payment.id, PaymentStatus::Verified, &update(PaymentStatus::Submitted))
+            .await
+            .unwrap();
+        left.push(gone.id);
+    }
+    // Each dropped write is whole or absent: every payment written is in the history, counted once.
+    let mut written = 20;
+    for id in &left {
+        match store.get_payment(id).await.unwrap() {
+            Some(p) => {
+                written += 1;
+                assert!(matches!(p.payment.status, PaymentStatus::Verified | PaymentStatus::Submitted), "{id}");
+            }
+            None => assert!(id.starts_with("pay_gone"), "{id} was inserted whole before"),
+        }
+    }
+    let history = store.history("acct_c", "F", Some(Direction::Sent), 200, 0).await.unwrap();
+    assert_eq!(history.total, written, "counted once per payment written");
+    assert_eq!(history.entries.len() as u64, written, "listed once per payment written");
+}
+
+/// A write the database rolls back whole on its own (SQLite: a trigger's `RAISE(ROLLBACK)`, as a
+/// full disk at `COMMIT` does; PostgreSQL: an error, which aborts the transaction), then a write
+/// refused by its compare-and-set, leave the writes after them committed, seen by every other
+/// connection. (The attack that found it, on 45bf136: the connection kept for payment writes
+/// then stayed inside a transaction that never committed, and settlements answered success with
+/// nothing recorded.)
+async fn writes_after_one_the_database_rolled_back_are_committed(store: Arc<SqlStore>) {
+    store.insert_payment(&payment("pay_a", "acct", "A", "B", t0())).await.unwrap();
+    let mut ddl = store.pool.acquire().await.unwrap();
+    let (fault, heal) = if store.announces_changes() {
+        failing_inserts(&store, "wallet_payment_counts").await
+    } else {
+        (
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON wallet_payment_counts WHEN NEW.wallet = 'BOOM' \
+             BEGIN SELECT RAISE(ROLLBACK, 'disk full (injected)'); END"
+                .to_owned(),
+            "DROP TRIGGER refuse_boom".to_owned(),
+        )
+    };
+    sqlx::query(&fault).execute(&mut *ddl).await.unwrap();
+    let boom = payment("pay_boom", "acct", "BOOM", "B", t0());
+    assert!(store.insert_payment(&boom).await.is_err());
+    sqlx::query(&heal).execute(&mut *ddl).await.unwrap();
+    let refused = store.transition_payment("pay_a", PaymentStatus::Submitted, &update(PaymentStatus::Pending)).await;
+    assert!(matches!(refused, Err(StoreError::Conflict { current: PaymentStatus::Verified })), "{refused:?}");
+
+    store.insert_payment(&payment("pay_c", "acct", "C", "B", t0())).await.unwrap();
+    store.transition_payment("pay_c", PaymentStatus::Verified, &update(PaymentStatus::Submitted)).await.unwrap();
+    // Read through the pool, whose connections are not the one payments are written with.
+    let c = store.get_payment("pay_c").await.unwrap().expect("committed");
+    assert_eq!(c.payment.status, PaymentStatus::Submitted);
+    assert!(store.get_payment("pay_boom").await.unwrap().is_none());
+    // And a write through the pool is not kept waiting by a transaction left open.
+    sqlx::query("UPDATE payments SET checks = checks + 1 WHERE id = 'pay_c'").execute(&mut *ddl).await.unwrap();
+}
+
 async fn history_is_newest_first_filtered_and_private(store: Arc<SqlStore>) {
     // acct_a's wallet A pays B three times and receives from C twice; acct_z pays A once.
     for i in 0..3 {
@@ -1074,6 +1156,8 @@ suite!(
     racing_settlements_never_spend_past_the_sponsorship_budget,
     opposite_payments_do_not_deadlock,
     history_is_newest_first_filtered_and_private,
+    a_write_whose_caller_left_is_whole_or_absent,
+    writes_after_one_the_database_rolled_back_are_committed,
     idempotency_records,
     wallets,
     payment_changes_queue_webhook_deliveries,

@@ -149,6 +149,7 @@ impl AccountStore for SqlStore {
         );
         // Through the connection a payment's writes take (SQLite: a settlement's first write).
         let mut writer = self.writer().await?;
+        let conn = writer.conn();
         let row = sqlx::query(&sql)
             .bind(account)
             .bind(family.namespace())
@@ -158,7 +159,7 @@ impl AccountStore for SqlStore {
             .bind(amount)
             .bind(budget)
             .bind(budget)
-            .fetch_optional(&mut *writer)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(Into::into);
         let row = writer.done(row).await?;

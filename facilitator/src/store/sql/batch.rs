@@ -1,18 +1,10 @@
 //! Writes that go together, sent together.
 //!
 //! A payment's insert or change writes several rows in one transaction: the payment, its history
-//! entries and counters, its first answer, its announcement, its webhook deliveries. Through sqlx
-//! each statement on SQLite is a trip to the connection's worker thread and back, four context
-//! switches, which cost a settlement more CPU than its statements (issue 45). A [`Batch`] goes to
-//! SQLite as one query, whose `?` parameters sqlx binds in order across its statements: the whole
-//! list is one trip. PostgreSQL prepares one statement per query: there they run one after
-//! another, each with its placeholders numbered.
-
-use sqlx::any::{AnyArguments, AnyRow};
-use sqlx::query::Query;
-use sqlx::{Any, AnyConnection};
-
-use super::{Backend, SqlStore, number_placeholders};
+//! entries and counters, its first answer, its announcement, its webhook deliveries. A [`Batch`]
+//! lists them, with their values, for [`super::writer::Writer`] to send: to SQLite as one query
+//! (one trip to its connection's worker thread, where each statement through sqlx is a trip of
+//! its own, four context switches), to PostgreSQL one after another.
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,45 +83,9 @@ impl Batch {
         self.statements.push((sql, values));
     }
 
-    /// The statements as one SQLite query, and its values in order.
-    fn joined(&self) -> (String, impl Iterator<Item = &Value>) {
-        let sql = self.statements.iter().map(|(sql, _)| sql.as_str()).collect::<Vec<_>>().join(";\n");
-        (sql, self.statements.iter().flat_map(|(_, values)| values))
-    }
-}
-
-fn bind<'q>(query: Query<'q, Any, AnyArguments<'q>>, value: &'q Value) -> Query<'q, Any, AnyArguments<'q>> {
-    match value {
-        Value::Text(v) => query.bind(v.as_deref()),
-        Value::Int(v) => query.bind(*v),
-        Value::Bool(v) => query.bind(*v),
-        Value::Bytes(v) => query.bind(v.as_deref()),
-    }
-}
-
-impl SqlStore {
-    /// Runs `batch` on `conn` (inside the caller's transaction, which the first error leaves to
-    /// roll back): the rows its statements return, in order.
-    pub(super) async fn run(&self, conn: &mut AnyConnection, batch: &Batch) -> Result<Vec<AnyRow>, sqlx::Error> {
-        if batch.statements.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self.backend {
-            Backend::Sqlite => {
-                let (sql, values) = batch.joined();
-                let query = values.fold(sqlx::query(&sql), bind);
-                query.fetch_all(&mut *conn).await
-            }
-            Backend::Postgres => {
-                let mut rows = Vec::new();
-                for (sql, values) in &batch.statements {
-                    let sql = number_placeholders(sql);
-                    let query = values.iter().fold(sqlx::query(&sql), bind);
-                    rows.extend(query.fetch_all(&mut *conn).await?);
-                }
-                Ok(rows)
-            }
-        }
+    /// The statements in order, each with its values.
+    pub(super) fn statements(&self) -> impl Iterator<Item = (&str, &[Value])> {
+        self.statements.iter().map(|(sql, values)| (sql.as_str(), values.as_slice()))
     }
 }
 
@@ -138,13 +94,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_batch_is_one_query_with_its_values_in_order() {
+    fn a_batch_keeps_its_statements_and_values_in_order() {
         let mut batch = Batch::default();
         batch.push("INSERT INTO a VALUES (?, ?)", vec![1_i64.into(), "x".into()]);
         batch.push("UPDATE b SET c = ? WHERE d = ?", vec![None::<String>.into(), true.into()]);
-        let (sql, values) = batch.joined();
-        assert_eq!(sql, "INSERT INTO a VALUES (?, ?);\nUPDATE b SET c = ? WHERE d = ?");
-        let values: Vec<_> = values.cloned().collect();
-        assert_eq!(values, vec![Value::Int(Some(1)), "x".into(), Value::Text(None), Value::Bool(true)]);
+        let statements: Vec<_> = batch.statements().collect();
+        assert_eq!(statements[0], ("INSERT INTO a VALUES (?, ?)", &[Value::Int(Some(1)), "x".into()][..]));
+        assert_eq!(statements[1], ("UPDATE b SET c = ? WHERE d = ?", &[Value::Text(None), Value::Bool(true)][..]));
+        assert_eq!(statements.len(), 2);
     }
 }

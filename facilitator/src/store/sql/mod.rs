@@ -15,6 +15,7 @@ mod migrations;
 mod nonces;
 mod payments;
 mod webhooks;
+mod writer;
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -24,8 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Connection as _, Executor, Row};
+use sqlx::{AnyPool, Executor, Row};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
@@ -54,7 +54,7 @@ pub struct SqlStore {
     /// sponsorship spent today), without the pool's worker threads.
     direct: Option<Arc<direct::DirectReader>>,
     /// SQLite: the connection a payment's writes go through, taken in turn ([`SqlStore::writer`]).
-    kept: Option<Arc<tokio::sync::Mutex<Option<AnyConnection>>>>,
+    kept: Option<Arc<tokio::sync::Mutex<Option<writer::Kept>>>>,
     /// Told of every payment written here, once its write commits ([`Store::on_change`]).
     hooks: Arc<std::sync::RwLock<Vec<super::ChangeHook>>>,
 }
@@ -157,23 +157,6 @@ impl SqlStore {
         }
     }
 
-    /// A connection for one write transaction of a payment. SQLite: always the same one, kept
-    /// out of the pool and taken in turn. SQLite lets one writer in at a time anyway (the others
-    /// would wait in its busy handler), and a pooled connection costs a spawned task and one more
-    /// trip to its worker thread each time it is given back (sqlx pings it then): two of the
-    /// four uses of a settlement's writes. PostgreSQL: a connection of the pool.
-    ///
-    /// Give it back with [`Writer::done`].
-    async fn writer(&self) -> StoreResult<Writer<'_>> {
-        let Some(kept) = &self.kept else { return Ok(Writer::Pooled(self.pool.acquire().await?)) };
-        let mut guard = kept.lock().await;
-        if guard.is_none() {
-            // Opened as the pool opens its own (its pragmas), and then kept apart from it.
-            *guard = Some(self.pool.acquire().await?.detach());
-        }
-        Ok(Writer::Kept(guard))
-    }
-
     /// Whether a verify's reads are made without the pool (SQLite on a file).
     #[cfg(test)]
     pub(in crate::store) fn reads_directly(&self) -> bool {
@@ -186,11 +169,7 @@ impl SqlStore {
         if let Some(direct) = &self.direct {
             direct.close();
         }
-        if let Some(kept) = &self.kept
-            && let Some(conn) = kept.lock().await.take()
-        {
-            let _ = conn.close().await;
-        }
+        self.close_writer().await;
         if let Some(locks) = &self.locks {
             locks.close().await;
         }
@@ -202,51 +181,6 @@ impl SqlStore {
         match self.backend {
             Backend::Sqlite => Cow::Borrowed(query),
             Backend::Postgres => Cow::Owned(number_placeholders(query)),
-        }
-    }
-}
-
-/// A connection for one write transaction ([`SqlStore::writer`]).
-enum Writer<'a> {
-    /// SQLite's kept connection (always `Some` while lent).
-    Kept(tokio::sync::MutexGuard<'a, Option<AnyConnection>>),
-    Pooled(PoolConnection<Any>),
-}
-
-impl Writer<'_> {
-    /// Gives the connection back after `result`. After a failure the kept connection is tested;
-    /// one that no longer answers is dropped, and the next writer opens another. (A transaction
-    /// left open by a failure or a cancelled caller is rolled back before the connection's next
-    /// statement: sqlx queues the rollback when the transaction is dropped.)
-    async fn done<T>(self, result: StoreResult<T>) -> StoreResult<T> {
-        if result.is_err()
-            && let Self::Kept(mut guard) = self
-            && let Some(conn) = guard.as_mut()
-            && let Err(e) = conn.ping().await
-        {
-            tracing::warn!(error = %e, "the SQLite connection for payment writes failed; opening another");
-            *guard = None;
-        }
-        result
-    }
-}
-
-impl std::ops::Deref for Writer<'_> {
-    type Target = AnyConnection;
-
-    fn deref(&self) -> &AnyConnection {
-        match self {
-            Self::Kept(guard) => guard.as_ref().unwrap_or_else(|| unreachable!("a kept writer is lent open")),
-            Self::Pooled(conn) => conn,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Writer<'_> {
-    fn deref_mut(&mut self) -> &mut AnyConnection {
-        match self {
-            Self::Kept(guard) => guard.as_mut().unwrap_or_else(|| unreachable!("a kept writer is lent open")),
-            Self::Pooled(conn) => conn,
         }
     }
 }

@@ -8,11 +8,12 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{AnyConnection, Connection as _, Row};
+use sqlx::Row;
 use tollgate_protocol::Network;
 use tollgate_protocol::gateway::{Direction, PaymentStatus};
 
 use super::batch::Batch;
+use super::writer::Writer;
 use super::{Backend, PAYMENT_COLUMNS, PAYMENT_COLUMNS_P, SqlStore, direction, opt_millis, payment_from_row, to_i64};
 use crate::store::{HistoryPage, NewPayment, PaymentStore, PaymentUpdate, StoreError, StoreResult, StoredPayment};
 
@@ -67,20 +68,16 @@ impl SqlStore {
         );
     }
 
-    /// Runs a payment's insert `batch` (its first statement returns the payment's sequence) in
-    /// one transaction on `conn`: the sequence, or `None` when a unique key refused it (nothing
-    /// written).
-    async fn insert_rows(&self, conn: &mut AnyConnection, batch: &Batch) -> StoreResult<Option<i64>> {
-        let mut tx = conn.begin().await?;
-        match self.run(&mut tx, batch).await {
+    /// Runs a payment's insert `batch` (its first statement returns the payment's sequence) as
+    /// one transaction: the sequence, or `None` when a unique key refused it (nothing written).
+    async fn insert_rows(writer: &mut Writer, batch: &Batch) -> StoreResult<Option<i64>> {
+        match writer.transact(batch).await {
             Ok(rows) => {
                 let row = rows.first().ok_or_else(|| StoreError::Database("the insert returned no sequence".into()))?;
-                let seq = row.try_get("seq")?;
-                tx.commit().await?;
-                Ok(Some(seq))
+                Ok(Some(row.try_get("seq")?))
             }
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                tx.rollback().await?;
+                writer.rollback().await?;
                 Ok(None)
             }
             Err(e) => Err(e.into()),
@@ -88,50 +85,53 @@ impl SqlStore {
     }
 
     /// Applies `u` to payment `id` if its status is still `expected`, with the rows that go
-    /// with the change, in one transaction on `conn`.
+    /// with the change, in one transaction.
     async fn move_rows(
         &self,
-        conn: &mut AnyConnection,
+        writer: &mut Writer,
         id: &str,
         expected: PaymentStatus,
         u: &PaymentUpdate,
     ) -> StoreResult<MoveOutcome> {
         let at = u.at.timestamp_millis();
         let confirmed_at = (u.status == PaymentStatus::Confirmed).then_some(at);
-        let sql = format!(
-            "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
-             amount_atomic = COALESCE(?, amount_atomic), counterparty_account = COALESCE(counterparty_account, ?), \
-             error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
-             proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
-             next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
-             WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
+        let mut update = Batch::default();
+        update.push(
+            format!(
+                "UPDATE payments SET status = ?, tx_id = COALESCE(?, tx_id), fee_atomic = COALESCE(?, fee_atomic), \
+                 amount_atomic = COALESCE(?, amount_atomic), counterparty_account = COALESCE(counterparty_account, ?), \
+                 error = COALESCE(?, error), updated_at = ?, confirmed_at = COALESCE(?, confirmed_at), \
+                 proof_id = CASE WHEN ? THEN NULL ELSE proof_id END, \
+                 next_check_at = CASE WHEN ? THEN NULL ELSE next_check_at END \
+                 WHERE id = ? AND status = ? RETURNING {PAYMENT_COLUMNS}"
+            ),
+            vec![
+                u.status.as_str().into(),
+                u.transaction.as_deref().into(),
+                u.fee_atomic.map(|f| f.to_string()).into(),
+                u.amount_atomic.map(|a| a.to_string()).into(),
+                u.counterparty_account.as_deref().into(),
+                u.error.as_deref().into(),
+                at.into(),
+                confirmed_at.into(),
+                u.release_proof.into(),
+                u.status.is_final().into(),
+                id.into(),
+                expected.as_str().into(),
+            ],
         );
         // One transaction: the change and what goes with it commit together, and the row
         // returned is the one this change wrote.
-        let mut tx = conn.begin().await?;
-        let moved = sqlx::query(&self.sql(&sql))
-            .bind(u.status.as_str())
-            .bind(u.transaction.as_deref())
-            .bind(u.fee_atomic.map(|f| f.to_string()))
-            .bind(u.amount_atomic.map(|a| a.to_string()))
-            .bind(u.counterparty_account.as_deref())
-            .bind(u.error.as_deref())
-            .bind(at)
-            .bind(confirmed_at)
-            .bind(u.release_proof)
-            .bind(u.status.is_final())
-            .bind(id)
-            .bind(expected.as_str())
-            .fetch_optional(&mut *tx)
-            .await;
-        let moved = match moved {
-            Ok(Some(row)) => payment_from_row(&row)?,
-            Ok(None) => {
-                tx.rollback().await?;
-                return Ok(MoveOutcome::NotAsExpected);
-            }
+        let moved = match writer.begin(&update).await {
+            Ok(rows) => match rows.first() {
+                Some(row) => payment_from_row(row)?,
+                None => {
+                    writer.rollback().await?;
+                    return Ok(MoveOutcome::NotAsExpected);
+                }
+            },
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                tx.rollback().await?;
+                writer.rollback().await?;
                 return Ok(MoveOutcome::TransactionUsed);
             }
             Err(e) => return Err(e.into()),
@@ -147,8 +147,7 @@ impl SqlStore {
         }
         self.announce(&mut batch, &moved);
         self.queue_webhooks(&mut batch, &moved);
-        self.run(&mut tx, &batch).await?;
-        tx.commit().await?;
+        writer.commit(&batch).await?;
         Ok(MoveOutcome::Moved(Box::new(moved)))
     }
 
@@ -238,7 +237,7 @@ impl PaymentStore for SqlStore {
         self.queue_webhooks(&mut batch, &stored);
 
         let mut writer = self.writer().await?;
-        let written = self.insert_rows(&mut writer, &batch).await;
+        let written = Self::insert_rows(&mut writer, &batch).await;
         let Some(seq) = writer.done(written).await? else {
             // Its id, proof or transaction is another payment's: nothing of it was written.
             return Err(self.insert_conflict(p).await);
