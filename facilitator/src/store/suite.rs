@@ -698,6 +698,46 @@ async fn writes_after_one_the_database_rolled_back_are_committed(store: Arc<SqlS
     sqlx::query("UPDATE payments SET checks = checks + 1 WHERE id = 'pay_c'").execute(&mut *ddl).await.unwrap();
 }
 
+/// SQLite: a pooled write whose transaction SQLite rolled back itself (a trigger's
+/// `RAISE(ROLLBACK)`, as a full disk at `COMMIT` does) does not leave its connection in the pool
+/// to swallow later writes (an attack on 002cbd4: webhook registrations answered 201 and were
+/// never committed, and SQLite's write lock stayed held).
+async fn pooled_writes_after_one_the_database_rolled_back_are_committed(store: Arc<SqlStore>) {
+    use super::WebhookStore as _;
+    if store.announces_changes() {
+        return; // PostgreSQL ends an aborted transaction with the rollback sqlx sends.
+    }
+    store.create_account("acct", t0()).await.unwrap();
+    let mut ddl = store.pool.acquire().await.unwrap();
+    for trigger in [
+        "CREATE TRIGGER refuse_boom BEFORE INSERT ON webhook_endpoints WHEN NEW.id = 'whe_boom' \
+         BEGIN SELECT RAISE(ROLLBACK, 'disk full (injected)'); END",
+        "CREATE TRIGGER refuse_abort BEFORE INSERT ON webhook_endpoints WHEN NEW.id = 'whe_abort' \
+         BEGIN SELECT RAISE(ABORT, 'refused (injected)'); END",
+    ] {
+        sqlx::query(trigger).execute(&mut *ddl).await.unwrap();
+    }
+    drop(ddl);
+    assert!(store.insert_webhook_endpoint(&endpoint("whe_boom", "acct"), 100).await.is_err());
+    // Failed writes roll back (on a connection still counted in a transaction: to a savepoint,
+    // leaving open the transaction that savepoint began).
+    for _ in 0..8 {
+        assert!(store.insert_webhook_endpoint(&endpoint("whe_abort", "acct"), 100).await.is_err());
+    }
+    // More writes than the pool has connections: each goes through one of them in turn.
+    for i in 0..12 {
+        assert!(store.insert_webhook_endpoint(&endpoint(&format!("whe_{i}"), "acct"), 100).await.unwrap());
+    }
+    // Seen by a store of its own on the same file: committed.
+    let file: String = sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    let other = SqlStore::connect(&DatabaseUrl::parse(&format!("sqlite://{file}")).unwrap()).await.unwrap();
+    assert_eq!(other.webhook_endpoints(Some("acct")).await.unwrap().len(), 12);
+    other.close().await;
+}
+
 async fn history_is_newest_first_filtered_and_private(store: Arc<SqlStore>) {
     // acct_a's wallet A pays B three times and receives from C twice; acct_z pays A once.
     for i in 0..3 {
@@ -1158,6 +1198,7 @@ suite!(
     history_is_newest_first_filtered_and_private,
     a_write_whose_caller_left_is_whole_or_absent,
     writes_after_one_the_database_rolled_back_are_committed,
+    pooled_writes_after_one_the_database_rolled_back_are_committed,
     idempotency_records,
     wallets,
     payment_changes_queue_webhook_deliveries,

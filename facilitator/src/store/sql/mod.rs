@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::{AnyPool, Connection as _, Executor, Row};
 use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::{AtomicAmount, Network};
 
@@ -107,17 +107,28 @@ impl SqlStore {
             // context switches; a settlement uses the pool four times). A connection whose worker
             // failed fails its next statement, and is closed when given back (sqlx pings it then).
             Backend::Sqlite => {
-                pool_options.max_connections(8).test_before_acquire(false).after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        // WAL lets readers proceed while one writer writes; busy_timeout makes
-                        // writers queue instead of failing with SQLITE_BUSY.
-                        conn.execute("PRAGMA journal_mode = WAL").await?;
-                        conn.execute("PRAGMA busy_timeout = 10000").await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
-                        Ok(())
+                pool_options
+                    .max_connections(8)
+                    .test_before_acquire(false)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            // WAL lets readers proceed while one writer writes; busy_timeout makes
+                            // writers queue instead of failing with SQLITE_BUSY.
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            Ok(())
+                        })
                     })
-                })
+                    // Given back while sqlx still counts a transaction open on it: closed, not pooled.
+                    // A transaction SQLite rolled back itself (a full disk at `COMMIT`, a trigger's
+                    // `RAISE(ROLLBACK)`) stays counted (sqlx lowers its count only on a `COMMIT` or
+                    // `ROLLBACK` that succeeds), and sqlx would begin every later transaction on the
+                    // connection as a savepoint inside one that never commits: writes answered as
+                    // done and lost, and SQLite's write lock held. (Also closes a connection whose
+                    // transaction was dropped and whose rollback is still queued: error paths only.)
+                    .after_release(|conn, _meta| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
             }
             Backend::Postgres => {
                 pool_options.max_connections(max_connections.max(2)).idle_timeout(Duration::from_secs(60))
