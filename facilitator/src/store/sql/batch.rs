@@ -21,12 +21,6 @@ impl From<&str> for Value {
     }
 }
 
-impl From<&String> for Value {
-    fn from(v: &String) -> Self {
-        Self::Text(Some(v.clone()))
-    }
-}
-
 impl From<String> for Value {
     fn from(v: String) -> Self {
         Self::Text(Some(v))

@@ -96,7 +96,7 @@ impl Writer {
     pub(super) fn conn(&mut self) -> &mut AnyConnection {
         match &mut self.lent {
             Lent::Kept(guard) => {
-                &mut guard.as_mut().and_then(|g| g.as_mut()).unwrap_or_else(|| unreachable!("lent open")).conn
+                &mut guard.as_deref_mut().and_then(Option::as_mut).unwrap_or_else(|| unreachable!("lent open")).conn
             }
             Lent::Pooled { conn, .. } => conn,
         }
@@ -105,7 +105,7 @@ impl Writer {
     fn set_open(&mut self, now: bool) {
         match &mut self.lent {
             Lent::Kept(guard) => {
-                if let Some(kept) = guard.as_mut().and_then(|g| g.as_mut()) {
+                if let Some(kept) = guard.as_deref_mut().and_then(Option::as_mut) {
                     kept.open = now;
                 }
             }
@@ -115,7 +115,7 @@ impl Writer {
 
     fn is_open(&self) -> bool {
         match &self.lent {
-            Lent::Kept(guard) => guard.as_ref().and_then(|g| g.as_ref()).is_some_and(|kept| kept.open),
+            Lent::Kept(guard) => guard.as_deref().and_then(Option::as_ref).is_some_and(|kept| kept.open),
             Lent::Pooled { open, .. } => *open,
         }
     }
@@ -223,12 +223,13 @@ impl Drop for Writer {
         // Dropped inside a transaction (its borrower was cancelled): a pooled connection is not
         // given back with it open; the kept one is rolled back at once by a task that holds it
         // until then (it keeps SQLite's write lock meanwhile), or else by its next borrower.
+        if !self.is_open() {
+            return;
+        }
         match &mut self.lent {
-            Lent::Pooled { conn, open: true } => conn.close_on_drop(),
+            Lent::Pooled { conn, .. } => conn.close_on_drop(),
             Lent::Kept(guard) => {
-                let open = guard.as_ref().and_then(|g| g.as_ref()).is_some_and(|kept| kept.open);
-                if open
-                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
+                if let Ok(runtime) = tokio::runtime::Handle::try_current()
                     && let Some(mut guard) = guard.take()
                 {
                     runtime.spawn(async move {
@@ -241,7 +242,6 @@ impl Drop for Writer {
                     });
                 }
             }
-            Lent::Pooled { .. } => {}
         }
     }
 }
