@@ -204,8 +204,7 @@ async fn feed(State(page): State<Arc<Page>>) -> Response {
             Err(e) => return fail(StatusCode::BAD_GATEWAY, e.to_string()),
         }
     }
-    // RFC 3339 times in UTC sort as text.
-    payments.sort_by(|a, b| b["createdAt"].as_str().cmp(&a["createdAt"].as_str()));
+    newest_first(&mut payments);
     payments.truncate(10);
     // Tokens by their symbols (`0.05 TUSD`), not their addresses.
     for payment in &mut payments {
@@ -215,6 +214,13 @@ async fn feed(State(page): State<Arc<Page>>) -> Response {
         }
     }
     Json(json!({"payments": payments})).into_response()
+}
+
+/// Sorts payments by `createdAt`, newest first. By time, not as text: the facilitator writes
+/// whole seconds without a fraction (`…:08Z`), which sorts as text after `…:08.054Z`.
+fn newest_first(payments: &mut [Value]) {
+    let created = |p: &Value| p["createdAt"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    payments.sort_by_key(|p| std::cmp::Reverse(created(p)));
 }
 
 /// `GET /demo/channels`: the channels `/ticker` is paid from, as its layer keeps them — what each
@@ -245,4 +251,19 @@ async fn channels(State(page): State<Arc<Page>>) -> Response {
         })
         .collect();
     Json(json!({"channels": listed})).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payments_are_listed_newest_first_by_time_whatever_their_precision() {
+        let at = |t: &str| json!({"createdAt": t});
+        let mut payments =
+            vec![at("2026-11-29T13:47:08Z"), at("2026-11-29T13:47:08.054Z"), at("2026-11-29T13:47:07.999Z")];
+        newest_first(&mut payments);
+        let order: Vec<&str> = payments.iter().map(|p| p["createdAt"].as_str().unwrap()).collect();
+        assert_eq!(order, ["2026-11-29T13:47:08.054Z", "2026-11-29T13:47:08Z", "2026-11-29T13:47:07.999Z"]);
+    }
 }

@@ -262,6 +262,8 @@ async fn evm_backends(config: &Config) -> anyhow::Result<Vec<chains::evm::EvmBac
         backend.max_gas = config.limits.evm_max_gas;
         backend.max_fee_per_gas = config.limits.evm_max_fee_per_gas;
         backend.valid_before_margin_secs = config.limits.evm_valid_before_margin_secs;
+        let gap = i64::try_from(config.limits.evm_nonce_gap_secs).ok().and_then(chrono::Duration::try_seconds);
+        backend = backend.with_nonce_gap(gap.unwrap_or(chrono::Duration::MAX));
         if let Some(key) = &config.evm_signer_key {
             let signer: alloy::signers::local::PrivateKeySigner = key
                 .expose()

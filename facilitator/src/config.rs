@@ -210,6 +210,10 @@ pub struct Limits {
     /// time a settlement takes to land (blocks of 12 s, the confirmations asked), or it reverts
     /// after its expiry at the facilitator's cost.
     pub evm_valid_before_margin_secs: u64,
+    /// Seconds the facilitator's own EVM nonces may stay handed out and unknown to the node
+    /// before those transactions are taken as lost and their nonces used again (a node that
+    /// restarted, a load balancer that sent them to a node that dropped them).
+    pub evm_nonce_gap_secs: u64,
     /// Most wallets and payments one WebSocket connection may follow.
     pub ws_max_subscriptions: usize,
     /// Largest WebSocket message accepted from a client, bytes.
@@ -246,6 +250,7 @@ impl Default for Limits {
             evm_max_gas: 500_000,
             evm_max_fee_per_gas: 500_000_000_000,
             evm_valid_before_margin_secs: 30,
+            evm_nonce_gap_secs: 30,
             ws_max_subscriptions: 100,
             ws_max_message_bytes: 16 * 1024,
             ws_ping_secs: 30,
@@ -439,6 +444,7 @@ struct FileLimits {
     evm_max_gas: Option<u64>,
     evm_max_fee_per_gas: Option<u128>,
     evm_valid_before_margin_secs: Option<u64>,
+    evm_nonce_gap_secs: Option<u64>,
     ws_max_subscriptions: Option<usize>,
     ws_max_message_bytes: Option<usize>,
     ws_ping_secs: Option<u64>,
@@ -480,6 +486,7 @@ impl Limits {
         self.evm_max_fee_per_gas = l.evm_max_fee_per_gas.unwrap_or(self.evm_max_fee_per_gas);
         self.evm_valid_before_margin_secs =
             l.evm_valid_before_margin_secs.unwrap_or(self.evm_valid_before_margin_secs).max(6);
+        self.evm_nonce_gap_secs = l.evm_nonce_gap_secs.unwrap_or(self.evm_nonce_gap_secs).max(1);
         self.ws_max_subscriptions = l.ws_max_subscriptions.unwrap_or(self.ws_max_subscriptions);
         self.ws_max_message_bytes = l.ws_max_message_bytes.unwrap_or(self.ws_max_message_bytes);
         self.ws_ping_secs = l.ws_ping_secs.unwrap_or(self.ws_ping_secs).max(1);

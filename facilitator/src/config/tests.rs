@@ -211,6 +211,7 @@ fn sponsorship_budgets_margin_and_solana_depth_are_read_exactly() {
 solana_commitment = "finalized"
 [limits]
 evm_valid_before_margin_secs = 2
+evm_nonce_gap_secs = 0
 [plans.premium]
 sponsor_sol_per_day = "0.5"
 sponsor_eth_per_day = "0.000000000000000001"
@@ -220,6 +221,8 @@ sponsor_eth_per_day = "0.000000000000000001"
     let c = Config::load(Some(&file), env_of(&[]), &Flags::default()).unwrap();
     assert_eq!(c.solana_commitment, SolanaCommitment::Finalized);
     assert_eq!(c.limits.evm_valid_before_margin_secs, 6, "never under 6 s");
+    assert_eq!(c.limits.evm_nonce_gap_secs, 1, "never under 1 s");
+    assert_eq!(Limits::default().evm_nonce_gap_secs, 30);
     let premium = c.plans.get(Plan::Premium).sponsorship;
     assert_eq!((premium.lamports_per_day, premium.wei_per_day), (500_000_000, 1));
     assert_eq!(c.plans.get(Plan::Standard).sponsorship.lamports_per_day, 10_000_000, "defaults kept");

@@ -102,8 +102,8 @@ impl Payments {
     /// A claimed proof presented again. Only the request that claimed it is ever answered with
     /// its verdict (a seller serves once per proof): a twin of the caller's with the same terms
     /// pushes an unfinished payment on (so a retry after a failure between two steps completes
-    /// it) and is answered with it while it is still unfinished; once it has a verdict, and for
-    /// anyone else, the proof is used.
+    /// it) and is answered with it while it is still unfinished, and with a verdict that moved
+    /// nothing (failed, expired); once it is confirmed, and for anyone else, the proof is used.
     async fn answer_claimed(
         &self,
         chain: &dyn Chain,
@@ -122,6 +122,11 @@ impl Payments {
             }
         }
         let confirmed = holder.payment.status == PaymentStatus::Confirmed;
+        // A verdict that moved nothing (failed, or expired: its transaction can no longer land)
+        // is its claimer's to hear again: nothing was paid, so nothing is served twice.
+        if own && holder.payment.status.is_final() && !confirmed {
+            return Ok(holder);
+        }
         if let (true, true, Repeat::Counted(ticket)) = (own, confirmed, &r.repeat) {
             return self.answer_again(holder, ticket).await;
         }

@@ -29,6 +29,10 @@ pub enum Rule {
     /// Forward, then answer with this error instead of the node's answer (a node that fails
     /// after doing the work).
     FailAfter(&'static str),
+    /// Once (the rule is then cleared), do not forward; answer this JSON-RPC error (code,
+    /// message): what a node says of a call it took and then lost, say a transaction it put in
+    /// its pool and forgot when it restarted.
+    AnswerOnce(i64, &'static str),
 }
 
 /// The running proxy.
@@ -113,13 +117,23 @@ async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
         return relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response());
     };
     *s.calls.lock().unwrap().entry(method.clone()).or_default() += 1;
-    let rule = s.rules.lock().unwrap().get(&method).cloned();
+    let rule = {
+        let mut rules = s.rules.lock().unwrap();
+        match rules.get(&method).cloned() {
+            once @ Some(Rule::AnswerOnce(..)) => {
+                rules.remove(&method);
+                once
+            }
+            rule => rule,
+        }
+    };
     match rule {
         Some(Rule::Lose) => (StatusCode::BAD_GATEWAY, "lost on the way").into_response(),
         Some(Rule::Unknown) => {
             let message = format!("the method {method} does not exist/is not available");
             error_answer(&body, -32601, &message)
         }
+        Some(Rule::AnswerOnce(code, message)) => error_answer(&body, code, message),
         Some(Rule::FailAfter(message)) => match relay(&s, &body).await {
             Ok(_) => error_answer(&body, -32000, message),
             Err(e) => e,

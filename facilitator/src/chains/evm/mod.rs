@@ -101,7 +101,16 @@ impl EvmBackend {
     /// instances on one PostgreSQL).
     #[must_use]
     pub fn with_shared_nonces(mut self, store: Arc<dyn crate::store::NonceStore>) -> Self {
-        self.nonces = Arc::new(nonce::NonceManager::shared(store, self.rpc.network().clone()));
+        let shared = nonce::NonceManager::shared(store, self.rpc.network().clone());
+        self.nonces = Arc::new(shared.with_gap_after(self.nonces.gap_after()));
+        self
+    }
+
+    /// The same backend, taking its own transactions' nonces still unknown to the node after
+    /// `gap` as lost (see [`nonce`]).
+    #[must_use]
+    pub fn with_nonce_gap(mut self, gap: chrono::Duration) -> Self {
+        self.nonces = Arc::new(self.nonces.with_gap_after(gap));
         self
     }
 

@@ -8,16 +8,19 @@
 //! answer lost on the way — forgets what it knew, so the next lease starts again from the node's
 //! pending count: a transaction that never reached the node leaves no gap (its nonce is reused,
 //! and the payment that held it is expired once the chain shows the nonce taken), one that did is
-//! counted by the node.
+//! counted by the node. Until the node's count passes that nonce, every lease asks the node
+//! again: a transaction that reached it behind a gap waits in its pool out of the pending count,
+//! and the count jumps past it once the gap is filled (no nonce handed out twice).
 //!
 //! **One instance** keeps the last nonce in process (and nothing on disk: after a restart it asks
 //! the node), with the same recovery from lost transactions as below. **Several instances** on
 //! one PostgreSQL share it through the database ([`NonceManager::shared`]): a lease also holds
 //! the account's row locked ([`crate::store::NonceStore`]), so instances take turns, and the next
 //! nonce is recorded there when a broadcast is accepted. A recorded nonce the node still has not
-//! counted after [`GAP_AFTER`] means those transactions were lost (a node restarted, or the load
-//! balancer sent them to a node that dropped them): the lease recovers from the chain's count
-//! instead of leaving a gap forever.
+//! counted after a while ([`GAP_AFTER`] unless `[limits] evm_nonce_gap_secs` says otherwise)
+//! means those transactions were lost (a node restarted, or the load balancer sent them to a node
+//! that dropped them): the lease recovers from the chain's count instead of leaving a gap
+//! forever.
 //!
 //! **The node is not asked for every transaction.** What an instance knows is checked by the
 //! chain whenever one of its transactions is mined (the pipeline reads its receipt: see
@@ -40,7 +43,8 @@ use crate::chains::{ChainError, Hold, Sent};
 use crate::store::{NonceLock, NonceStore};
 
 /// How long a recorded nonce may stay ahead of the node's pending count before the node is
-/// believed instead (its transactions were lost).
+/// believed instead (its transactions were lost), unless configured otherwise
+/// ([`NonceManager::with_gap_after`]).
 pub const GAP_AFTER: chrono::Duration = chrono::Duration::seconds(30);
 
 /// How long after the chain last checked what this instance knows of an account's nonces (the
@@ -48,13 +52,18 @@ pub const GAP_AFTER: chrono::Duration = chrono::Duration::seconds(30);
 pub const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What this instance knows of an account's nonces: the next one it handed out and when (one
-/// instance; several keep it in the database), the node's count as last known, and when the
-/// chain last checked them.
+/// instance; several keep it in the database), the node's count as last known, when the chain
+/// last checked them, and the highest nonce it handed out whose broadcast's fate is unknown
+/// (and when).
 #[derive(Debug, Clone, Copy)]
 struct Known {
     next: Option<(u64, DateTime<Utc>)>,
     on_chain: u64,
     checked: tokio::time::Instant,
+    /// A handout that may sit in the node's pool behind a gap, out of its pending count: while
+    /// the count has not passed it (and for no longer than the gap), every lease asks the node,
+    /// whose count moves past it the moment the gap is filled.
+    unsure: Option<(u64, DateTime<Utc>)>,
 }
 
 impl Known {
@@ -70,10 +79,17 @@ impl Known {
 }
 
 /// Per-address nonce locks, optionally shared with other instances through the database.
-#[derive(Default)]
 pub struct NonceManager {
     accounts: Mutex<HashMap<Address, Arc<tokio::sync::Mutex<Option<Known>>>>>,
     shared: Option<(Arc<dyn NonceStore>, Network)>,
+    /// How long handouts may stay unknown to the node before they count as lost.
+    gap_after: chrono::Duration,
+}
+
+impl Default for NonceManager {
+    fn default() -> Self {
+        Self { accounts: Mutex::default(), shared: None, gap_after: GAP_AFTER }
+    }
 }
 
 impl std::fmt::Debug for NonceManager {
@@ -90,9 +106,11 @@ pub struct NonceLease {
     on_chain: u64,
     checked: tokio::time::Instant,
     /// Since when nonces handed out have been ahead of the chain's count: the oldest handout not
-    /// known to be taken (a lost one shows after [`GAP_AFTER`], however busy the account).
+    /// known to be taken (a lost one shows after the manager's gap, however busy the account).
     since: DateTime<Utc>,
     used: bool,
+    /// A handout of this instance the node's count has not passed yet, its fate unknown.
+    unsure: Option<(u64, DateTime<Utc>)>,
     /// The account's row, held locked in the database (several instances).
     row: Option<Box<dyn NonceLock>>,
 }
@@ -126,12 +144,20 @@ impl NonceLease {
 
 impl Drop for NonceLease {
     fn drop(&mut self) {
-        // Not known to be taken: forget, so the next lease asks the node again. (A database row
-        // dropped unadvanced rolls back: nothing recorded.)
-        *self.guard = self.used.then(|| Known {
-            next: Some((self.nonce + 1, self.since)),
+        // Not known to be taken: what this instance handed out is forgotten, and the next leases
+        // ask the node until its count passes this nonce (the transaction may be in its pool,
+        // waiting behind a gap). (A database row dropped unadvanced rolls back: nothing
+        // recorded.)
+        let unsure = match self.unsure {
+            _ if self.used => self.unsure,
+            Some((higher, at)) if higher > self.nonce => Some((higher, at)),
+            _ => Some((self.nonce, Utc::now())),
+        };
+        *self.guard = Some(Known {
+            next: self.used.then_some((self.nonce + 1, self.since)),
             on_chain: self.on_chain,
             checked: self.checked,
+            unsure,
         });
     }
 }
@@ -149,7 +175,20 @@ impl NonceManager {
     /// Nonces shared with every instance using `store`, for accounts on `network`.
     #[must_use]
     pub fn shared(store: Arc<dyn NonceStore>, network: Network) -> Self {
-        Self { accounts: Mutex::default(), shared: Some((store, network)) }
+        Self { shared: Some((store, network)), ..Self::default() }
+    }
+
+    /// A manager like this one (shared alike; before any lease), taking handouts still unknown
+    /// to the node after `gap` as lost instead of [`GAP_AFTER`].
+    #[must_use]
+    pub fn with_gap_after(&self, gap: chrono::Duration) -> Self {
+        Self { accounts: Mutex::default(), shared: self.shared.clone(), gap_after: gap }
+    }
+
+    /// How long handouts may stay unknown to the node before they count as lost.
+    #[must_use]
+    pub const fn gap_after(&self) -> chrono::Duration {
+        self.gap_after
     }
 
     /// Waits for `address`'s lock and returns its next nonce.
@@ -178,20 +217,25 @@ impl NonceManager {
             Some(row) => row.recorded(),
             None => guard.and_then(|k| k.next),
         };
-        // Trusted without asking the node: checked by the chain lately, and no handout older than
-        // GAP_AFTER still unknown to it (lost, perhaps: only the node's count can tell).
-        let trusted = (*guard).filter(|k| k.recent(now) && !lost_perhaps(recorded, k.on_chain, wall));
+        // Trusted without asking the node: checked by the chain lately, no handout whose fate is
+        // unknown, and no handout older than the gap still unknown to it (lost, perhaps: only the
+        // node's count can tell).
+        let gap = self.gap_after;
+        let trusted =
+            (*guard).filter(|k| k.unsure.is_none() && k.recent(now) && !lost_perhaps(recorded, k.on_chain, wall, gap));
         let (on_chain, checked) = match trusted {
             Some(known) => (known.on_chain, known.checked),
             None => (rpc.pending_nonce(address).await?, now),
         };
-        let nonce = next_nonce(recorded, on_chain, wall);
+        // Unsure no longer once the node counted it (it was in its pool), or after the gap (lost).
+        let unsure = guard.and_then(|k| k.unsure).filter(|&(n, at)| n >= on_chain && wall - at <= gap);
+        let nonce = next_nonce(recorded, on_chain, wall, gap);
         // Ahead of the chain since then: kept while earlier handouts are not known taken.
         let since = match recorded {
             Some((next, at)) if next > on_chain && nonce >= next => at,
             _ => wall,
         };
-        Ok(NonceLease { guard, nonce, on_chain, checked, since, used: false, row })
+        Ok(NonceLease { guard, nonce, on_chain, checked, since, used: false, unsure, row })
     }
 
     /// Asks the node for `address`'s pending count now, unless the chain checked what this
@@ -207,7 +251,12 @@ impl NonceManager {
             return Ok(());
         }
         let on_chain = rpc.pending_nonce(address).await?;
-        *guard = Some(Known { next: guard.and_then(|k| k.next), on_chain, checked: now });
+        *guard = Some(Known {
+            next: guard.and_then(|k| k.next),
+            on_chain,
+            checked: now,
+            unsure: guard.and_then(|k| k.unsure),
+        });
         Ok(())
     }
 
@@ -232,17 +281,22 @@ impl NonceManager {
 }
 
 /// Whether nonces recorded as handed out have been ahead of the chain's count (as last known) for
-/// longer than [`GAP_AFTER`].
-fn lost_perhaps(recorded: Option<(u64, DateTime<Utc>)>, on_chain: u64, now: DateTime<Utc>) -> bool {
-    recorded.is_some_and(|(next, since)| next > on_chain && now - since > GAP_AFTER)
+/// longer than `gap`.
+fn lost_perhaps(
+    recorded: Option<(u64, DateTime<Utc>)>,
+    on_chain: u64,
+    now: DateTime<Utc>,
+    gap: chrono::Duration,
+) -> bool {
+    recorded.is_some_and(|(next, since)| next > on_chain && now - since > gap)
 }
 
 /// The nonce to use: the recorded one when the node has not caught up with it yet (a broadcast a
 /// moment ago, or on another node), the node's count otherwise — and the node's count when the
-/// recorded one is ahead for longer than [`GAP_AFTER`] (the transactions were lost).
-fn next_nonce(recorded: Option<(u64, DateTime<Utc>)>, on_chain: u64, now: DateTime<Utc>) -> u64 {
+/// recorded one is ahead for longer than `gap` (the transactions were lost).
+fn next_nonce(recorded: Option<(u64, DateTime<Utc>)>, on_chain: u64, now: DateTime<Utc>, gap: chrono::Duration) -> u64 {
     match recorded {
-        Some((next, at)) if next > on_chain && now - at > GAP_AFTER => {
+        Some((next, at)) if next > on_chain && now - at > gap => {
             tracing::warn!(
                 recorded = next,
                 on_chain,
@@ -262,7 +316,7 @@ mod tests {
     #[test]
     fn what_is_known_is_trusted_for_a_while_after_the_chain_checked_it() {
         let t0 = tokio::time::Instant::now();
-        let known = Known { next: Some((7, Utc::now())), on_chain: 5, checked: t0 };
+        let known = Known { next: Some((7, Utc::now())), on_chain: 5, checked: t0, unsure: None };
         assert!(known.recent(t0 + ASK_EVERY - std::time::Duration::from_millis(1)));
         assert!(!known.recent(t0 + ASK_EVERY), "asked again");
         assert!(!known.aging(t0 + ASK_EVERY / 2 - std::time::Duration::from_millis(1)));
@@ -273,10 +327,14 @@ mod tests {
     fn handouts_long_unknown_to_the_chain_are_asked_about() {
         let now = Utc::now();
         let since = |ago: i64| Some((7, now - chrono::Duration::seconds(ago)));
-        assert!(!lost_perhaps(since(1), 5, now), "just sent: not mined yet");
-        assert!(lost_perhaps(since(GAP_AFTER.num_seconds() + 1), 5, now), "long unknown: the node is asked");
-        assert!(!lost_perhaps(since(GAP_AFTER.num_seconds() + 1), 7, now), "taken");
-        assert!(!lost_perhaps(None, 5, now));
+        let gap = GAP_AFTER;
+        assert!(!lost_perhaps(since(1), 5, now, gap), "just sent: not mined yet");
+        assert!(lost_perhaps(since(gap.num_seconds() + 1), 5, now, gap), "long unknown: the node is asked");
+        assert!(!lost_perhaps(since(gap.num_seconds() + 1), 7, now, gap), "taken");
+        assert!(!lost_perhaps(None, 5, now, gap));
+        let short = chrono::Duration::seconds(2);
+        assert!(lost_perhaps(since(3), 5, now, short), "a shorter gap configured");
+        assert!(!lost_perhaps(since(2), 5, now, short));
     }
 
     #[tokio::test(start_paused = true)]
@@ -286,7 +344,8 @@ mod tests {
         let t0 = tokio::time::Instant::now();
         manager.confirmed(account, 3);
         assert!(manager.accounts.lock().unwrap().is_empty(), "an account it knows nothing of is not added");
-        *manager.lock(account).lock().await = Some(Known { next: Some((5, Utc::now())), on_chain: 2, checked: t0 });
+        *manager.lock(account).lock().await =
+            Some(Known { next: Some((5, Utc::now())), on_chain: 2, checked: t0, unsure: None });
         tokio::time::advance(std::time::Duration::from_secs(20)).await;
         manager.confirmed(account, 5);
         let known = manager.lock(account).lock().await.unwrap();
@@ -309,10 +368,11 @@ mod tests {
     #[test]
     fn the_larger_count_wins_until_a_gap_is_old() {
         let t = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
-        assert_eq!(next_nonce(None, 4, t), 4, "nothing recorded: the chain");
-        assert_eq!(next_nonce(Some((7, t)), 4, t), 7, "just recorded: the node has not seen them yet");
-        assert_eq!(next_nonce(Some((3, t)), 4, t), 4, "the chain moved on (another sender)");
-        assert_eq!(next_nonce(Some((7, t)), 4, t + GAP_AFTER), 7);
-        assert_eq!(next_nonce(Some((7, t)), 4, t + GAP_AFTER + chrono::Duration::seconds(1)), 4, "a lost gap");
+        let gap = GAP_AFTER;
+        assert_eq!(next_nonce(None, 4, t, gap), 4, "nothing recorded: the chain");
+        assert_eq!(next_nonce(Some((7, t)), 4, t, gap), 7, "just recorded: the node has not seen them yet");
+        assert_eq!(next_nonce(Some((3, t)), 4, t, gap), 4, "the chain moved on (another sender)");
+        assert_eq!(next_nonce(Some((7, t)), 4, t + gap, gap), 7);
+        assert_eq!(next_nonce(Some((7, t)), 4, t + gap + chrono::Duration::seconds(1), gap), 4, "a lost gap");
     }
 }
