@@ -851,6 +851,42 @@ async fn settlements_make_two_or_three_calls_each() {
     assert_eq!(token.balance(t, seller).await, 27_000_000);
 }
 
+/// A node that answers a plain send with an error that is not a refusal (its own internal
+/// error, after taking the transaction): the settlement is not failed on its word. The
+/// transaction waits in the pool; the settlement answers "not confirmed within the wait", and
+/// once the block comes the seller following it is answered success: the money moved once,
+/// recorded once. (Failed at once, it would have been recorded failed while the transfer landed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_the_node_answers_with_its_own_error_is_watched_not_failed() {
+    let t = EvmApp::start_behind_proxy().await;
+    let proxy = t.proxy.as_ref().unwrap();
+    let (key, _) = t.customer().await;
+    let token = Token::deploy(&t).await;
+    let buyer = PrivateKeySigner::random();
+    token.mint(&t, buyer.address(), 1_000_000).await;
+    let seller = Address::repeat_byte(0x53);
+    let now = chrono::Utc::now().timestamp().unsigned_abs();
+    let mut requirement = token.requirement(&t, seller, 1_000_000);
+    requirement["maxTimeoutSeconds"] = json!(1);
+    let nonce = alloy::primitives::B256::repeat_byte(1);
+    let body = x402_v2(&requirement, token.authorize(&t, &buyer, seller, 1_000_000, (now - 60, now + 300), nonce));
+
+    // Plain sends (this node serves no sync sends), which it takes and answers with an error;
+    // nothing is mined until the test says.
+    let direct = t.direct_rpc().await;
+    let _: Value = direct.provider().raw_request("evm_setAutomine".into(), (false,)).await.unwrap();
+    proxy.rule("eth_sendRawTransactionSync", Rule::Unknown);
+    proxy.rule("eth_sendRawTransaction", Rule::FailAfter("internal error"));
+    let (_, first) = t.call("POST", "/settle", &key, Some(body.clone())).await;
+    assert_eq!(first["errorReason"], "settle_exact_evm_transaction_confirmation_timed_out", "{first}");
+
+    let _: Value = direct.provider().raw_request("evm_mine".into(), ()).await.unwrap();
+    let (_, settled) = t.call("POST", "/settle", &key, Some(body)).await;
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["transaction"], first["transaction"], "the transaction it sent, followed");
+    assert_eq!(token.balance(&t, seller).await, 1_000_000, "paid once");
+}
+
 /// A local payment is the transaction built for it, on EVM too: a stranger's build of the same
 /// order (same sender, nonce and recipient) is another transaction, and the transfer the buyer
 /// signed from another account's build does not confirm it; nor does a transfer the buyer made

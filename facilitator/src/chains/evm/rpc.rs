@@ -103,6 +103,32 @@ fn not_mined_in_time(code: i64, message: &str) -> bool {
     code == 4 || message == "Transaction confirmation timeout"
 }
 
+/// Whether a node's error answer to a plain send says it checked the transaction and refused
+/// it for good (EIP-1474's -32003 "transaction rejected", or the refusals every node words
+/// alike: a nonce or fee too low, funds short, a bad signature or chain id, a limit exceeded).
+/// Anything else — an internal error, a gateway's, a timeout — may come after the node took the
+/// transaction or passed it on: it may still land, so it is watched until it does or its nonce
+/// is taken, never failed on the node's word.
+fn refused_for_good(code: i64, message: &str) -> bool {
+    const REFUSALS: [&str; 13] = [
+        "nonce too low",
+        "nonce too high",
+        "insufficient funds",
+        "underpriced",
+        "intrinsic gas too low",
+        "gas limit",
+        "fee cap",
+        "less than block base fee",
+        "invalid sender",
+        "invalid signature",
+        "chain id",
+        "type not supported",
+        "exceeds",
+    ];
+    let message = message.to_ascii_lowercase();
+    code == -32003 || REFUSALS.iter().any(|words| message.contains(words))
+}
+
 /// How long a base fee (read, or learnt from a receipt) is used as it is.
 pub const FEES_FRESH: Duration = Duration::from_secs(3);
 /// How long the node's suggested tip is used before it is read again (in the background).
@@ -518,7 +544,10 @@ impl EvmRpc {
                 Some(resp) if resp.message.contains("already known") || resp.message.contains("already imported") => {
                     Err(SendError::Uncertain(resp.message.to_string()))
                 }
-                Some(resp) => Err(SendError::Rejected(resp.message.to_string())),
+                Some(resp) if refused_for_good(resp.code, &resp.message) => {
+                    Err(SendError::Rejected(resp.message.to_string()))
+                }
+                Some(resp) => Err(SendError::Uncertain(resp.message.to_string())),
                 None => Err(SendError::Uncertain(redact_urls(&e.to_string()))),
             },
         }
@@ -697,6 +726,35 @@ mod tests {
         assert!(not_mined_in_time(-32603, "Transaction confirmation timeout"));
         assert!(!not_mined_in_time(-32000, "insufficient funds for gas * price + value"));
         assert!(!not_mined_in_time(-32000, "upstream request timeout"), "a gateway's words: not known to be taken");
+    }
+
+    #[test]
+    fn only_a_node_that_checked_a_transaction_refuses_it_for_good() {
+        // anvil's, geth's and EIP-1474's refusals.
+        for (code, message) in [
+            (-32003, "Insufficient funds for gas * price + value"),
+            (-32003, "nonce too low"),
+            (-32000, "nonce too low: next nonce 5, tx nonce 3"),
+            (-32000, "replacement transaction underpriced"),
+            (-32000, "max fee per gas less than block base fee"),
+            (-32000, "intrinsic gas too low"),
+            (-32000, "exceeds block gas limit"),
+            (-32000, "invalid sender"),
+            (-32602, "transaction type not supported"),
+        ] {
+            assert!(refused_for_good(code, message), "{code} {message}");
+        }
+        // Words that may come after the node took it: watched, not failed.
+        for (code, message) in [
+            (-32603, "Transaction confirmation timeout"),
+            (-32603, "internal error"),
+            (-32000, "receipts subscription was closed"),
+            (-32000, "upstream request timeout"),
+            (-32005, "request rate limited"),
+            (-32000, "already known"),
+        ] {
+            assert!(!refused_for_good(code, message), "{code} {message}");
+        }
     }
 
     #[test]
