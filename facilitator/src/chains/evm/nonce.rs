@@ -296,7 +296,7 @@ fn lost_perhaps(
 /// recorded one is ahead for longer than `gap` (the transactions were lost).
 fn next_nonce(recorded: Option<(u64, DateTime<Utc>)>, on_chain: u64, now: DateTime<Utc>, gap: chrono::Duration) -> u64 {
     match recorded {
-        Some((next, at)) if next > on_chain && now - at > gap => {
+        Some((next, _)) if lost_perhaps(recorded, on_chain, now, gap) => {
             tracing::warn!(
                 recorded = next,
                 on_chain,
