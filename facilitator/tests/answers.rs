@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::PathBuf;

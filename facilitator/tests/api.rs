@@ -21,9 +21,7 @@ use tollgate_facilitator::{AppState, router};
 use tollgate_protocol::{AtomicAmount, Network};
 use tower::ServiceExt as _;
 
-#[path = "common/process.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod process;
+use crate::common::process;
 
 const SOL_A: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 const SOL_B: &str = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4";

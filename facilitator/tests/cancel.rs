@@ -6,7 +6,7 @@
 //! each await point is hit for sure; storage, the API and the payment core are the real ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use common::evm::{ETH, EvmApp, TestToken, Token, x402_v2};
 use common::rpc_proxy::{Rule, calls_since};

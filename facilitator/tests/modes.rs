@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use alloy::node_bindings::Anvil;
 use serde_json::Value;

@@ -3,12 +3,12 @@
 //! continuing the caller's `traceparent`, with their status; chain RPC calls as child spans;
 //! no secret and no id in what is exported; the last spans sent at shutdown.
 //!
-//! Run with `cargo test -p tollgate-facilitator --features otel --test otel` (scripts/test does).
+//! Run with `cargo test -p tollgate-facilitator --features otel --test facilitator otel::` (scripts/test does).
 
 #![cfg(feature = "otel")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

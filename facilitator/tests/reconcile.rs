@@ -3,7 +3,7 @@
 //! every pass. Time is a manual clock; the chain is the fake one.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed unwrap is a failed test
 
-mod common;
+use crate::common;
 
 use common::solana::{SolanaApp, signed_message, signed_proof, signed_transfer, spl_fixture, x402_exact};
 

@@ -548,9 +548,13 @@ fn check_command(command: &str, problems: &mut Vec<String>, at: &str) {
             if let Some(i) = words.iter().position(|w| w == flag) {
                 let name = &words[i + 1];
                 let package = words.iter().position(|w| w == "-p").map(|i| words[i + 1].clone());
+                // A file or folder of that name, or a target its manifest names (`[[test]]`).
+                let kind = flag.trim_start_matches("--");
                 let found = package.map(|p| package_dir(&p)).is_some_and(|d| {
                     d.is_some_and(|d| {
-                        d.join(dir).join(format!("{name}.rs")).exists() || d.join(dir).join(name).is_dir()
+                        d.join(dir).join(format!("{name}.rs")).exists()
+                            || d.join(dir).join(name).is_dir()
+                            || declared_target(&d, kind, name)
                     })
                 });
                 if !found {
@@ -743,4 +747,13 @@ fn the_references_name_everything_the_code_has() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Whether the manifest in `dir` declares a `[[kind]]` target named `name`.
+fn declared_target(dir: &Path, kind: &str, name: &str) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml")) else { return false };
+    let Ok(manifest) = text.parse::<toml::Table>() else { return false };
+    manifest.get(kind).and_then(toml::Value::as_array).is_some_and(|targets| {
+        targets.iter().any(|target| target.get("name").and_then(toml::Value::as_str) == Some(name))
+    })
 }
