@@ -33,6 +33,8 @@ pub struct AppState {
     pub events: events::EventBus,
     /// The last probe of the chains' RPCs for `/readyz`: when, each chain's entry, all answered.
     pub readiness: Arc<tokio::sync::Mutex<Option<ReadinessProbe>>>,
+    /// The discovery catalog's writer.
+    pub catalog: Arc<crate::discovery::Catalog>,
 }
 
 /// A probe of the chains' RPCs: when, each network's entry, whether all answered.
@@ -67,6 +69,7 @@ impl AppState {
         );
         Self {
             config: Arc::new(config),
+            catalog: Arc::new(crate::discovery::Catalog::new(store.clone())),
             store,
             auth: Arc::new(auth),
             clock,

@@ -289,6 +289,24 @@ impl Default for WebhookSettings {
     }
 }
 
+/// The discovery catalog (`[discovery]`, x402 `bazaar`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoverySettings {
+    /// Catalog what sellers declare when their payments settle (default on).
+    pub catalog: bool,
+    /// Serve `GET /discovery/resources` and `/discovery/search` without an API key (default on,
+    /// like `/supported`); `false` puts them behind a key, its plan and limits.
+    pub public: bool,
+    /// Entries not settled for this many days leave the lists, then the catalog (default 30).
+    pub max_age_days: u32,
+}
+
+impl Default for DiscoverySettings {
+    fn default() -> Self {
+        Self { catalog: true, public: true, max_age_days: 30 }
+    }
+}
+
 /// The daemon's whole configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -329,6 +347,8 @@ pub struct Config {
     pub limits: Limits,
     /// Webhook delivery.
     pub webhooks: WebhookSettings,
+    /// The discovery catalog.
+    pub discovery: DiscoverySettings,
     /// Log format.
     pub log_format: LogFormat,
     /// Development mode (`serve --dev`, `TOLLGATE_DEV=1`): the embedded Solana ledger, a master
@@ -371,6 +391,7 @@ impl Default for Config {
             plans: Plans::default(),
             limits: Limits::default(),
             webhooks: WebhookSettings::default(),
+            discovery: DiscoverySettings::default(),
             log_format: LogFormat::Text,
             dev: false,
         }
@@ -419,6 +440,15 @@ struct FileConfig {
     limits: Option<FileLimits>,
     plans: Option<FilePlans>,
     webhooks: Option<FileWebhooks>,
+    discovery: Option<FileDiscovery>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDiscovery {
+    catalog: Option<bool>,
+    public: Option<bool>,
+    max_age_days: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -633,6 +663,12 @@ impl Config {
         }
         if let Some(w) = file.webhooks {
             self.webhooks.apply(w);
+        }
+        if let Some(d) = file.discovery {
+            let settings = &mut self.discovery;
+            settings.catalog = d.catalog.unwrap_or(settings.catalog);
+            settings.public = d.public.unwrap_or(settings.public);
+            settings.max_age_days = d.max_age_days.unwrap_or(settings.max_age_days).clamp(1, 3650);
         }
         if let Some(p) = file.plans {
             apply_plans(&mut self.plans, p)?;

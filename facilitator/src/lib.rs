@@ -12,6 +12,7 @@
 //! | operations | [`admin`], [`devnet`] | key, wallet and webhook management for the CLI and dashboard; development-chain helpers for the demo and tests |
 //! | application | [`app`] | [`AppState`]: what a handler reaches, assembled over a store and chains or from configuration |
 //! | payment core | [`payment`], [`channels`] | [`payment::Payments`]: receive, verify, hand over, send, build, confirm — claims, records and settles, detached from requests; [`channels::Channels`]: x402 `batch-settlement` checked against its channels |
+//! | catalog | [`discovery`] | the x402 `bazaar` catalog: what confirmed settlements declare, checked against its schema and sanitized, written in the background |
 //! | lifecycle | [`settlement`] | the state machine, applied with compare-and-set; the reconciler |
 //! | chains | [`chains`] | the [`chains::Chain`] trait (a proof decoded once, checked, settled, read back whole), terms and refusals; [`chains::solana`], [`chains::evm`] split by scheme |
 //! | access | [`auth`] | API keys, rate limits, dashboard sessions and CSRF |
@@ -34,6 +35,7 @@ pub mod channels;
 pub mod clock;
 pub mod config;
 pub mod devnet;
+pub mod discovery;
 pub mod events;
 #[cfg(feature = "otel")]
 pub mod otel;

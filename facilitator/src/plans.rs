@@ -118,6 +118,11 @@ pub enum Endpoint {
     DevAirdrop,
     /// `/webhooks*`: register, list, delete endpoints; read their delivery log.
     Webhooks,
+    /// `GET /discovery/resources` and `/discovery/search`, when `[discovery] public = false`
+    /// (granted with `/supported`).
+    Discovery,
+    /// `/discovery/own*`: a seller's own catalog entries (granted with `/settle`).
+    DiscoveryOwn,
 }
 
 impl Endpoint {
@@ -136,7 +141,8 @@ impl Endpoint {
             Self::TokenInfo => EndpointGroup::Token,
             Self::Verify => EndpointGroup::Verify,
             Self::Settle => EndpointGroup::Settle,
-            Self::Supported => EndpointGroup::Supported,
+            Self::Supported | Self::Discovery => EndpointGroup::Supported,
+            Self::DiscoveryOwn => EndpointGroup::Settle,
             Self::Ws => EndpointGroup::Ws,
             Self::Webhooks => EndpointGroup::Webhooks,
         }

@@ -119,7 +119,8 @@ async fn reconcile_periodically(state: AppState, mut stop: tokio::sync::watch::R
     }
 }
 
-/// Deletes idempotency records past their retention, hourly.
+/// Deletes idempotency records past their retention, announcements read long ago and catalog
+/// entries aged out, hourly.
 async fn purge_idempotency_keys(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut every = tokio::time::interval(Duration::from_secs(3600));
     loop {
@@ -140,6 +141,13 @@ async fn purge_idempotency_keys(state: AppState, mut stop: tokio::sync::watch::R
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "purged announced payment changes"),
             Err(e) => tracing::warn!(error = %e, "could not purge announced payment changes"),
+        }
+        // Catalog entries no longer listed (not settled for `[discovery] max_age_days`).
+        let max_age = chrono::Duration::days(i64::from(state.config.discovery.max_age_days));
+        match state.store.catalog_purge((state.clock.now() - max_age).timestamp_millis()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "purged discovery entries not settled for max_age_days"),
+            Err(e) => tracing::warn!(error = %e, "could not purge discovery entries"),
         }
     }
 }

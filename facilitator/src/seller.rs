@@ -32,6 +32,9 @@ pub struct InProcess {
     channels: std::sync::Arc<crate::channels::Channels>,
     account: String,
     sponsorship: Sponsorship,
+    /// Where a confirmed settlement's route declaration is cataloged; `None` when the catalog is
+    /// off.
+    catalog: Option<(std::sync::Arc<crate::discovery::Catalog>, crate::clock::SharedClock)>,
 }
 
 impl std::fmt::Debug for InProcess {
@@ -50,7 +53,21 @@ impl InProcess {
             channels: std::sync::Arc::new(state.channels()),
             account: account.into(),
             sponsorship: state.config.plans.get(plan).sponsorship,
+            catalog: state.config.discovery.catalog.then(|| (state.catalog.clone(), state.clock.clone())),
         }
+    }
+
+    /// Catalogs what the layer declares of the route a confirmed settlement paid for (the
+    /// layer's declaration: a buyer's echo never reaches the core).
+    fn catalog(&self, claim: Claim<'_>) {
+        let (Some((catalog, clock)), Some(declared)) = (&self.catalog, claim.discovery) else { return };
+        let mut extensions = serde_json::Map::new();
+        extensions.insert(tollgate_protocol::x402::bazaar::EXTENSION.to_owned(), declared.clone());
+        let version = match claim.payload {
+            tollgate_protocol::x402::PaymentPayload::V1(_) => 1,
+            tollgate_protocol::x402::PaymentPayload::V2(_) => 2,
+        };
+        catalog.settled(&self.account, version, claim.resource, claim.requirement, &extensions, clock.now());
     }
 
     /// The core's job for a claim: its requirement as the terms, bound to the layer's resource
@@ -112,7 +129,12 @@ impl Facilitator for InProcess {
     async fn settle(&self, claim: Claim<'_>) -> Verdict {
         let Some(job) = self.job(claim) else { return unbound() };
         match self.payments.settle_x402(job).await {
-            Ok(Settlement::Settled(stored)) => verdict(*stored, claim),
+            Ok(Settlement::Settled(stored)) => {
+                if stored.payment.status == tollgate_protocol::gateway::PaymentStatus::Confirmed {
+                    self.catalog(claim);
+                }
+                verdict(*stored, claim)
+            }
             Ok(Settlement::NothingCharged { payer }) => {
                 let r = claim.requirement;
                 let nothing = Payment::new(r.network.clone(), r.asset, AtomicAmount(0), r.pay_to);
@@ -284,6 +306,7 @@ mod tests {
             description: String::new(),
             mime_type: String::new(),
             method: Some("GET".into()),
+            service: tollgate_protocol::x402::bazaar::ServiceMetadata::default(),
         };
         let requirement = requirement();
         let ticket = tollgate_protocol::ticket::Ticket { uses: 2, seconds: 60, request: None, pass: None };
@@ -294,6 +317,7 @@ mod tests {
             decimals: ChainFamily::Solana.native_decimals(),
             resource: &resource,
             ticket: &ticket,
+            discovery: None,
         };
         let answered = tollgate_protocol::ticket::Answered { served: 2, uses: 2 };
         let counted = StoredPayment { answers: Some(answered), ..confirmed(chrono::Duration::seconds(1)) };

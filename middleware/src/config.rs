@@ -46,6 +46,8 @@ pub(crate) struct Config {
     pub pricing: Option<PriceFn>,
     pub description: String,
     pub mime_type: String,
+    /// Who sells the route (x402 `bazaar` service metadata), in every 402's `resource`.
+    pub service: tollgate_protocol::x402::bazaar::ServiceMetadata,
     pub resource: ResourceUrl,
     pub order: SettlementOrder,
     pub max_timeout_seconds: u64,

@@ -55,6 +55,13 @@ pub enum BuildError {
     /// Layers sharing a channel store name different claim policies.
     #[error("claim_policy: {0}")]
     ClaimPolicy(String),
+    /// The route's `bazaar` declaration breaks a rule of the extension.
+    #[error("discovery: {0}")]
+    Discovery(#[from] crate::discovery::DeclarationError),
+    /// Service metadata the `bazaar` rules would drop (a name or tag not printable ASCII of at
+    /// most 32 characters, more than 5 tags or one twice, an icon not on a public http(s) host).
+    #[error("service metadata: {0}")]
+    Service(&'static str),
 }
 
 /// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
@@ -111,6 +118,8 @@ pub struct PaymentLayerBuilder {
     tasks: Option<TaskTracker>,
     channels: Option<Arc<dyn crate::batch::ChannelStore>>,
     claim_policy: crate::batch::ClaimPolicy,
+    discovery: Option<crate::discovery::Discovery>,
+    service: crate::discovery::ServiceMetadata,
 }
 
 /// What one payment buys by default: its answer, and one retry of it when it was lost.
@@ -147,6 +156,8 @@ impl Default for PaymentLayerBuilder {
             tasks: None,
             channels: None,
             claim_policy: crate::batch::ClaimPolicy::default(),
+            discovery: None,
+            service: crate::discovery::ServiceMetadata::default(),
         }
     }
 }
@@ -205,6 +216,22 @@ impl PaymentLayerBuilder {
         use tollgate_protocol::x402::payment_identifier;
         self.extensions.insert(payment_identifier::KEY.into(), payment_identifier::declaration(required));
         self.payment_identifier = Some(required);
+        self
+    }
+
+    /// Declares how to call the route and what it answers (x402 `bazaar`), for agents and
+    /// facilitators' catalogs: put in every 402 as `extensions["bazaar"]`. Checked when the
+    /// layer is built ([`BuildError::Discovery`]).
+    pub fn discovery(mut self, discovery: crate::discovery::Discovery) -> Self {
+        self.discovery = Some(discovery);
+        self
+    }
+
+    /// Who sells the route: a service name, up to 5 topical tags and an icon URL, shown in the
+    /// 402's `resource` and in catalogs. Checked when the layer is built
+    /// ([`BuildError::Service`]).
+    pub fn service(mut self, service: crate::discovery::ServiceMetadata) -> Self {
+        self.service = service;
         self
     }
 
@@ -382,7 +409,7 @@ impl PaymentLayerBuilder {
     ///
     /// # Errors
     /// [`BuildError`] for missing or inconsistent settings.
-    pub fn build(self) -> Result<PaymentLayer, BuildError> {
+    pub fn build(mut self) -> Result<PaymentLayer, BuildError> {
         let sign_in_origin = self.origin_signed_for()?;
         let facilitator = self.facilitator.ok_or(BuildError::NoFacilitator)?;
         if self.ticket_uses == 0 {
@@ -470,6 +497,14 @@ impl PaymentLayerBuilder {
         } else {
             None
         };
+        if let Some(discovery) = &self.discovery {
+            let declaration = discovery.declaration()?;
+            self.extensions.insert(
+                tollgate_protocol::x402::bazaar::EXTENSION.to_owned(),
+                crate::discovery::extension(&declaration),
+            );
+        }
+        check_service(&self.service)?;
         let cache = Arc::new(ProofCache::new(self.cache_capacity, self.accepted_ttl, self.refused_ttl));
         let fixed = self.pricing.is_none() && !self.prices.iter().any(crate::offers::needs_supported);
         let static_offers = fixed.then(|| {
@@ -492,6 +527,7 @@ impl PaymentLayerBuilder {
                 pricing: self.pricing,
                 description: self.description,
                 mime_type: self.mime_type,
+                service: self.service,
                 resource: self.resource,
                 order: self.order,
                 max_timeout_seconds: self.max_timeout_seconds,
@@ -518,4 +554,19 @@ impl PaymentLayerBuilder {
             }),
         })
     }
+}
+
+/// Service metadata as the `bazaar` rules keep it, or which rule it breaks.
+fn check_service(service: &crate::discovery::ServiceMetadata) -> Result<(), BuildError> {
+    use tollgate_protocol::x402::bazaar::{MAX_TAGS, is_valid_icon_url, is_valid_service_name, sanitize_tags};
+    if service.service_name.as_deref().is_some_and(|name| !is_valid_service_name(name)) {
+        return Err(BuildError::Service("the service name is 1 to 32 printable ASCII characters"));
+    }
+    if service.tags.len() > MAX_TAGS || sanitize_tags(service.tags.clone()) != service.tags {
+        return Err(BuildError::Service("at most 5 tags, each 1 to 32 printable ASCII characters, none twice"));
+    }
+    if service.icon_url.as_deref().is_some_and(|url| !is_valid_icon_url(url)) {
+        return Err(BuildError::Service("the icon URL is an absolute http(s) URL on a public host name"));
+    }
+    Ok(())
 }

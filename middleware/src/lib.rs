@@ -80,6 +80,7 @@
 //! | `identifiers` | the `payment-identifier` extension: ids claimed by proofs, and their paid answers |
 //! | `pass` | passes: the terms a pass payment sends, the sign-in challenge a 402 declares, a holder's sign-in |
 //! | [`batch`] | batch-settlement: channels checked and charged per request, their store, the claimer |
+//! | [`discovery`] | the `bazaar` extension: how to call the route and what it answers, and who sells it |
 //! | `metered` | the facilitator calls that may claim an answer, each on a task of its own (`Settlement`); a metered answer's body settled at its end |
 
 mod answer;
@@ -89,6 +90,7 @@ mod cache;
 mod challenge;
 mod charge;
 mod config;
+pub mod discovery;
 pub mod facilitator;
 pub mod future;
 mod handler;

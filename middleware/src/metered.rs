@@ -78,6 +78,7 @@ impl Settlement {
             decimals: self.decimals,
             resource: &self.resource,
             ticket: &self.terms,
+            discovery: self.config.extensions.get(tollgate_protocol::x402::bazaar::EXTENSION),
         };
         let facilitator = &self.config.facilitator;
         let verdict = match &ask {

@@ -162,7 +162,13 @@ pub(crate) fn resource_info(config: &Config, parts: &http::request::Parts, named
             format!("{base}{path}")
         }
     };
-    ResourceInfo { url, description: config.description.clone(), mime_type: config.mime_type.clone(), method: None }
+    ResourceInfo {
+        url,
+        description: config.description.clone(),
+        mime_type: config.mime_type.clone(),
+        method: None,
+        service: config.service.clone(),
+    }
 }
 
 /// `scheme://host` as the request, or the proxy in front of it, names them.

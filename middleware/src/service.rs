@@ -168,6 +168,7 @@ where
         decimals: *decimals,
         resource: &bound,
         ticket: &terms,
+        discovery: config.extensions.get(tollgate_protocol::x402::bazaar::EXTENSION),
     };
     let paid = Paid { config: &config, claim, resource: &resource, ticket: &ticket, v1: presented.v1 };
     let key = &presented.decoded.key;

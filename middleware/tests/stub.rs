@@ -151,6 +151,81 @@ async fn a_plain_service_answers_402_without_payment() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
+#[tokio::test]
+async fn a_declared_route_says_in_its_402_how_to_call_it_and_who_sells_it() {
+    use tollgate::discovery::{Discovery, ServiceMetadata};
+    let service = ServiceMetadata {
+        service_name: Some("Weather Co".into()),
+        tags: vec!["weather".into(), "forecast".into()],
+        icon_url: Some("https://cdn.weather.example/icon.png".into()),
+    };
+    let paywall = PaymentLayer::builder()
+        .facilitator(scripted("confirmed"))
+        .accept(Price::native_sol("0.01").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+        .description("Today's weather")
+        .discovery(Discovery::http().query_example(json!({"city": "Lisbon"})).output_example(json!({"celsius": 18})))
+        .service(service)
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        // The second 402 comes from the layer's cache of challenges: the same declaration.
+        let request = Request::get("http://shop.example/weather?city=Porto").body(Full::default()).unwrap();
+        let response = paywall.clone().layer(plain(runs.clone())).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+        let header = response.headers()["payment-required"].to_str().unwrap().to_owned();
+        let required: Value = tollgate::protocol::x402::header::decode(&header).unwrap();
+        let bazaar = &required["extensions"]["bazaar"];
+        assert_eq!(
+            bazaar["info"]["input"],
+            json!({"type": "http", "method": "GET", "queryParams": {"city": "Lisbon"}})
+        );
+        assert_eq!(bazaar["info"]["output"], json!({"type": "json", "example": {"celsius": 18}}));
+        assert_eq!(
+            bazaar["schema"]["properties"]["input"]["properties"]["method"]["enum"],
+            json!(["GET", "HEAD", "DELETE"])
+        );
+        assert_eq!(required["resource"]["serviceName"], "Weather Co");
+        assert_eq!(required["resource"]["tags"], json!(["weather", "forecast"]));
+        assert_eq!(required["resource"]["iconUrl"], "https://cdn.weather.example/icon.png");
+        assert_eq!(required["resource"]["description"], "Today's weather");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_declaration_or_service_metadata_the_bazaar_rules_refuse_fails_at_build() {
+    use tollgate::BuildError;
+    use tollgate::discovery::{BodyType, DeclarationError, Discovery, ServiceMetadata};
+    let builder = || {
+        PaymentLayer::builder()
+            .facilitator(FacilitatorClient::new("http://127.0.0.1:9", "k"))
+            .accept(Price::native_sol("0.01").unwrap().pay_to(PAY_TO.parse().unwrap()))
+    };
+    let get_with_body = Discovery::http().method("GET").body_example(BodyType::Json, json!({"q": 1}));
+    assert!(matches!(
+        builder().discovery(get_with_body).build(),
+        Err(BuildError::Discovery(DeclarationError::Body(_)))
+    ));
+    let outside = Discovery::http().input_schema(json!({"properties": {"q": {"$ref": "https://schemas.example/q"}}}));
+    assert!(matches!(
+        builder().discovery(outside).build(),
+        Err(BuildError::Discovery(DeclarationError::ExternalReference(_)))
+    ));
+    let megabyte = Discovery::http().output_example(json!({"blob": "x".repeat(1 << 20)}));
+    assert!(matches!(builder().discovery(megabyte).build(), Err(BuildError::Discovery(DeclarationError::TooLarge(_)))));
+    let bad = [
+        ServiceMetadata { service_name: Some("Weather\u{1b}[31m".into()), ..ServiceMetadata::default() },
+        ServiceMetadata { tags: (0..100).map(|i| format!("t{i}")).collect(), ..ServiceMetadata::default() },
+        ServiceMetadata { tags: vec!["a".into(), "A".into()], ..ServiceMetadata::default() },
+        ServiceMetadata { icon_url: Some("http://127.0.0.1/i.png".into()), ..ServiceMetadata::default() },
+        ServiceMetadata { icon_url: Some("http://0x7f000001/i.png".into()), ..ServiceMetadata::default() },
+    ];
+    for service in bad {
+        assert!(matches!(builder().service(service.clone()).build(), Err(BuildError::Service(_))), "{service:?}");
+    }
+}
+
 #[test]
 fn invalid_configuration_fails_at_build() {
     use tollgate::BuildError;

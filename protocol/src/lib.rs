@@ -6,7 +6,8 @@
 //!   (JSON numbers in whole units, read from their text).
 //! * [`network`]: CAIP-2 [`Network`]s and [`ChainFamily`], with x402 v1 names.
 //! * [`address`]: validated EVM / Solana [`Address`]es.
-//! * [`x402`]: x402 v1 and v2 messages, the base64 header codec, and scheme payloads.
+//! * [`x402`]: x402 v1 and v2 messages, the base64 header codec, scheme payloads, and the
+//!   extensions (`bazaar`: what a paid route or tool takes and gives, to be found).
 //! * [`gateway`]: the gateway API's requests, responses and payment record.
 //! * [`error`]: the error envelope and the code → HTTP status table.
 //! * [`redact`]: endpoint URLs shown without the credentials they carry.

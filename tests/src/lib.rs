@@ -31,6 +31,8 @@ pub mod book {
     pub struct SellARoute;
     #[doc = include_str!("../../docs/src/sell/proxy.md")]
     pub struct SellAnyService;
+    #[doc = include_str!("../../docs/src/sell/be-found.md")]
+    pub struct BeFound;
     #[doc = include_str!("../../docs/src/pay/index.md")]
     pub struct Pay;
     #[doc = include_str!("../../docs/src/pay/agents.md")]

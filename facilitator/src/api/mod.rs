@@ -8,6 +8,7 @@
 
 pub mod dashboard;
 pub mod dev;
+pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -56,6 +57,12 @@ pub fn router(state: AppState) -> Router {
 
     let supported = get(x402::supported);
     let supported = if state.config.public_supported { supported } else { guard(Endpoint::Supported, supported) };
+    let (list, search) = (get(discovery::list), get(discovery::search));
+    let (list, search) = if state.config.discovery.public {
+        (list, search)
+    } else {
+        (guard(Endpoint::Discovery, list), guard(Endpoint::Discovery, search))
+    };
 
     let mut app = Router::new();
     if state.chains.embedded_solana().is_some() {
@@ -74,6 +81,13 @@ pub fn router(state: AppState) -> Router {
         .route("/verify", guard_post(Endpoint::Verify, post(x402::verify)))
         .route("/settle", guard_post(Endpoint::Settle, post(x402::settle)))
         .route("/supported", supported)
+        .route("/discovery/resources", list)
+        .route("/discovery/search", search)
+        .route("/discovery/own", guard(Endpoint::DiscoveryOwn, get(discovery::own)))
+        .route(
+            "/discovery/own/{id}",
+            guard(Endpoint::DiscoveryOwn, axum::routing::patch(discovery::change).delete(discovery::delete)),
+        )
         .route("/ws", guard(Endpoint::Ws, get(events::ws)))
         // Not under the Idempotency-Key layer: a replayed answer would have to keep the secret.
         .route("/webhooks", guard(Endpoint::Webhooks, post(webhooks::create).get(webhooks::list)))

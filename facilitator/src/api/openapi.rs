@@ -14,7 +14,7 @@ use tollgate_protocol::address::PATTERN as ADDRESS_PATTERN;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{dev, events, passes, payments, reference, system, tokens, transactions, webhooks, x402};
+use super::{dev, discovery, events, passes, payments, reference, system, tokens, transactions, webhooks, x402};
 use crate::app::AppState;
 
 /// The OpenAPI 3.1 description of the facilitator (served at `/openapi.json`).
@@ -29,6 +29,7 @@ use crate::app::AppState;
         x402::verify, x402::settle, x402::supported,
         events::ws,
         webhooks::create, webhooks::list, webhooks::delete, webhooks::deliveries,
+        discovery::list, discovery::search, discovery::own, discovery::change, discovery::delete,
         system::healthz, system::readyz, openapi, docs,
         dev::airdrop,
     ),
@@ -61,6 +62,7 @@ impl Modify for BearerAuth {
                 (HttpMethod::Get, &mut item.get),
                 (HttpMethod::Post, &mut item.post),
                 (HttpMethod::Delete, &mut item.delete),
+                (HttpMethod::Patch, &mut item.patch),
             ];
             for (method, operation) in methods {
                 let Some(operation) = operation.as_mut() else { continue };
@@ -333,13 +335,19 @@ pub fn document(state: &AppState) -> Value {
     }
     // `GET /supported` is open unless configured behind a key (`public_supported`): open, it
     // takes no key and answers none of the guard's refusals.
-    if state.config.public_supported
-        && let Some(supported) = document.pointer_mut("/paths/~1supported/get").and_then(Value::as_object_mut)
-    {
-        supported.insert("security".into(), json!([]));
-        if let Some(responses) = supported.get_mut("responses").and_then(Value::as_object_mut) {
-            for status in ["401", "403", "429"] {
-                responses.remove(status);
+    // So are the discovery catalog's list and search (`[discovery] public`).
+    let open = [
+        ("/paths/~1supported/get", state.config.public_supported),
+        ("/paths/~1discovery~1resources/get", state.config.discovery.public),
+        ("/paths/~1discovery~1search/get", state.config.discovery.public),
+    ];
+    for (pointer, public) in open {
+        if public && let Some(operation) = document.pointer_mut(pointer).and_then(Value::as_object_mut) {
+            operation.insert("security".into(), json!([]));
+            if let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) {
+                for status in ["401", "403", "429"] {
+                    responses.remove(status);
+                }
             }
         }
     }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::{Extension, Json};
 use tollgate_protocol::gateway::PaymentStatus;
-use tollgate_protocol::x402::{FacilitatorRequest, SettleResponse, Supported, VerifyResponse};
+use tollgate_protocol::x402::{
+    FacilitatorRequest, PaymentRequirements, ResourceInfo, SettleResponse, Supported, VerifyResponse,
+};
 use tollgate_protocol::{AtomicAmount, ChainFamily, Network};
 
 use crate::api::error::ApiError;
@@ -139,6 +141,7 @@ pub async fn settle(
     // Settling a proof settled before for the caller, with the same terms, answers that
     // settlement again (a seller following a settlement it saw pending).
     let v1 = matches!(req, FacilitatorRequest::V1(_));
+    let declared = declared(&state, &req);
     let receive = receive_of(&state, &caller, req, Repeat::Confirmed)?;
     let family = receive.terms.network.family();
     let network = network_name(v1, &receive.terms.network);
@@ -181,6 +184,11 @@ pub async fn settle(
     let payment_id = Some(p.id.clone());
     let transaction = p.transaction.unwrap_or_default();
     let payer = Some(p.from);
+    if p.status == PaymentStatus::Confirmed
+        && let Some((resource, requirement, extensions)) = declared
+    {
+        state.catalog.settled(&caller.account_id, 2, &resource, &requirement, &extensions, state.clock.now());
+    }
     Ok((
         None,
         Json(match p.status {
@@ -201,6 +209,24 @@ pub async fn settle(
             }
         }),
     ))
+}
+
+/// What a v2 settle request declares for the discovery catalog, as the seller sent it: the
+/// resource it names, the requirement and the payload's extensions (Tollgate's layer puts its
+/// own `bazaar` declaration there in place of the buyer's echo). `None` when the catalog is off
+/// or nothing is declared.
+fn declared(
+    state: &AppState,
+    req: &FacilitatorRequest,
+) -> Option<(ResourceInfo, PaymentRequirements, serde_json::Map<String, serde_json::Value>)> {
+    let FacilitatorRequest::V2(r) = req else { return None };
+    if !state.config.discovery.catalog
+        || !r.payment_payload.extensions.contains_key(tollgate_protocol::x402::bazaar::EXTENSION)
+    {
+        return None;
+    }
+    let resource = r.payment_payload.resource.clone()?;
+    Some((resource, r.payment_requirements.clone(), r.payment_payload.extensions.clone()))
 }
 
 /// `/settle` of x402 `batch-settlement` ([`crate::channels::Channels::settle_x402`]): a

@@ -547,9 +547,118 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     async fn idempotency_purge(&self, before: DateTime<Utc>) -> StoreResult<u64>;
 }
 
+/// The most ways to pay kept per entry (the newest settled).
+pub const MAX_ACCEPTS: usize = 8;
+/// A discovery catalog entry (x402 `bazaar`), as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogEntry {
+    /// `dres_…`.
+    pub id: String,
+    /// The seller account that settled it.
+    pub account_id: String,
+    /// The resource URL (a dynamic route's template in place of its concrete path).
+    pub url: String,
+    /// An MCP tool's name; empty for an HTTP route.
+    pub tool_name: String,
+    /// `http` or `mcp`.
+    pub kind: String,
+    /// The x402 version it was settled in.
+    pub x402_version: u8,
+    /// What the buyer gets.
+    pub description: String,
+    /// MIME type of the answer.
+    pub mime_type: String,
+    /// Service metadata, sanitized.
+    pub service: tollgate_protocol::x402::bazaar::ServiceMetadata,
+    /// The ways to pay seen settled, newest first.
+    pub accepts: Vec<tollgate_protocol::x402::PaymentRequirements>,
+    /// `{"bazaar": declaration}`.
+    pub extensions: Map<String, Value>,
+    /// Taken out of the lists by its seller.
+    pub hidden: bool,
+    /// When it was first cataloged.
+    pub created_at: DateTime<Utc>,
+    /// When it was last settled.
+    pub last_settled_at: DateTime<Utc>,
+}
+
+/// What a confirmed settlement adds to the catalog (or refreshes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewCatalogEntry {
+    /// A fresh id, used when the entry is new.
+    pub id: String,
+    /// The seller account.
+    pub account_id: String,
+    /// The catalog's URL of the resource.
+    pub url: String,
+    /// An MCP tool's name; empty for an HTTP route.
+    pub tool_name: String,
+    /// `http` or `mcp`.
+    pub kind: String,
+    /// The x402 version.
+    pub x402_version: u8,
+    /// What the buyer gets.
+    pub description: String,
+    /// MIME type of the answer.
+    pub mime_type: String,
+    /// Service metadata, sanitized.
+    pub service: tollgate_protocol::x402::bazaar::ServiceMetadata,
+    /// The way to pay just settled.
+    pub accept: tollgate_protocol::x402::PaymentRequirements,
+    /// `{"bazaar": declaration}`.
+    pub extensions: Map<String, Value>,
+    /// Lower-case words searched.
+    pub search_text: String,
+    /// When it was settled.
+    pub at: DateTime<Utc>,
+}
+
+/// Which entries a list or search answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatalogFilter {
+    /// `http` or `mcp`.
+    pub kind: Option<String>,
+    /// A recipient of one of the entry's ways to pay.
+    pub pay_to: Option<String>,
+    /// A scheme of one of them.
+    pub scheme: Option<String>,
+    /// A network of one of them.
+    pub network: Option<String>,
+    /// An extension key the entry carries (`bazaar`).
+    pub extension: Option<String>,
+    /// Words that must all appear (search).
+    pub words: Vec<String>,
+    /// Only entries settled at or after this (ms); older ones have aged out.
+    pub settled_since: i64,
+    /// At most this many.
+    pub limit: u32,
+    /// After skipping this many.
+    pub offset: u64,
+}
+
+/// The discovery catalog (x402 `bazaar`): what settled payments declare.
+#[async_trait]
+pub trait CatalogStore: Send + Sync + 'static {
+    /// Adds the entry a settlement makes, or refreshes the seller's entry of the same URL and
+    /// tool (its description, metadata, declaration and last settlement), and records the way
+    /// it was paid (the newest [`MAX_ACCEPTS`] kept).
+    async fn catalog(&self, entry: &NewCatalogEntry) -> StoreResult<()>;
+    /// The listed entries `filter` matches (not hidden, settled since `filter.settled_since`),
+    /// the most recently settled first, with their ways to pay; and how many match in all.
+    async fn catalog_list(&self, filter: &CatalogFilter) -> StoreResult<(Vec<CatalogEntry>, u64)>;
+    /// An account's own entries, hidden ones too (at most 1,000, the most recent first).
+    async fn catalog_of(&self, account_id: &str) -> StoreResult<Vec<CatalogEntry>>;
+    /// Hides (or lists again) an account's entry; false when the account has no such entry.
+    async fn catalog_hide(&self, account_id: &str, id: &str, hidden: bool) -> StoreResult<bool>;
+    /// Deletes an account's entry; false when the account has no such entry.
+    async fn catalog_delete(&self, account_id: &str, id: &str) -> StoreResult<bool>;
+    /// Deletes the entries last settled before `settled_before` (Unix ms); how many.
+    async fn catalog_purge(&self, settled_before: i64) -> StoreResult<u64>;
+}
+
 /// Everything Tollgate persists.
 #[async_trait]
-pub trait Store: AccountStore + PaymentStore + AnswerStore + IdempotencyStore + WebhookStore {
+pub trait Store: AccountStore + PaymentStore + AnswerStore + IdempotencyStore + WebhookStore + CatalogStore {
     /// Checks the database answers.
     async fn ping(&self) -> StoreResult<()>;
 

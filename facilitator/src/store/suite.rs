@@ -1130,6 +1130,131 @@ async fn a_sign_in_nonce_is_used_once(store: Arc<SqlStore>) {
 
 /// The statements that make inserts into `table` fail ("disk full", injected with a trigger) and
 /// that heal it, for the store's engine.
+/// A catalog entry of `account` for `url`, settled `at`, paid to `pay_to` in `scheme`.
+fn cataloged(account: &str, url: &str, scheme: &str, pay_to: &str, at: DateTime<Utc>) -> crate::store::NewCatalogEntry {
+    let requirement = serde_json::from_value(serde_json::json!({"scheme": scheme, "network": "eip155:8453",
+        "amount": "1000", "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "payTo": pay_to, "maxTimeoutSeconds": 60}))
+    .unwrap();
+    let mut extensions = serde_json::Map::new();
+    extensions.insert(
+        "bazaar".into(),
+        serde_json::json!({"info": {"input": {"type": "http", "method": "GET"}}, "schema": {}}),
+    );
+    crate::store::NewCatalogEntry {
+        id: format!("dres_{}", ulid::Ulid::new()),
+        account_id: account.into(),
+        url: url.into(),
+        tool_name: String::new(),
+        kind: "http".into(),
+        x402_version: 2,
+        description: format!("about {url}"),
+        mime_type: "application/json".into(),
+        service: tollgate_protocol::x402::bazaar::ServiceMetadata::default(),
+        accept: requirement,
+        extensions,
+        search_text: format!("about {url} 100%_sure"),
+        at,
+    }
+}
+
+const PAY_A: &str = "0x1111111111111111111111111111111111111111";
+const PAY_B: &str = "0x2222222222222222222222222222222222222222";
+
+async fn the_catalog_keeps_one_entry_per_seller_and_resource(store: Arc<SqlStore>) {
+    use crate::store::CatalogFilter as Filter;
+    use crate::store::CatalogStore as _;
+    let all = Filter { settled_since: 0, limit: 100, ..Filter::default() };
+    store.catalog(&cataloged("a", "https://w.example/weather", "exact", PAY_A, t0())).await.unwrap();
+    // Settled again, later, in another scheme and with a new description: one entry, two ways.
+    let mut again = cataloged("a", "https://w.example/weather", "upto", PAY_A, t0() + Duration::seconds(5));
+    again.description = "now with forecasts".into();
+    again.search_text = "now with forecasts".into();
+    store.catalog(&again).await.unwrap();
+    // Another seller naming the same URL gets an entry of its own; a's is untouched.
+    store
+        .catalog(&cataloged("b", "https://w.example/weather", "exact", PAY_B, t0() + Duration::seconds(9)))
+        .await
+        .unwrap();
+    let (entries, total) = store.catalog_list(&all).await.unwrap();
+    assert_eq!(total, 2);
+    let a = entries.iter().find(|e| e.account_id == "a").unwrap();
+    assert_eq!(a.description, "now with forecasts");
+    assert_eq!(a.accepts.iter().map(|r| r.scheme.as_str()).collect::<Vec<_>>(), ["upto", "exact"]);
+    assert_eq!(a.last_settled_at, t0() + Duration::seconds(5));
+    // Newest settlement first.
+    assert_eq!(entries[0].account_id, "b");
+    // A late write of an older settlement changes nothing of the entry.
+    store.catalog(&cataloged("a", "https://w.example/weather", "exact", PAY_A, t0())).await.unwrap();
+    let own = store.catalog_of("a").await.unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].last_settled_at, t0() + Duration::seconds(5));
+    assert_eq!(own[0].description, "now with forecasts");
+    // Filters: scheme, recipient, type, extension, age; words, with LIKE's wildcards escaped.
+    let by = |f: Filter| {
+        let store = store.clone();
+        async move { store.catalog_list(&Filter { limit: 100, ..f }).await.unwrap().1 }
+    };
+    assert_eq!(by(Filter { scheme: Some("upto".into()), ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { pay_to: Some(PAY_B.into()), ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { scheme: Some("upto".into()), pay_to: Some(PAY_B.into()), ..Filter::default() }).await, 0);
+    assert_eq!(by(Filter { kind: Some("mcp".into()), ..Filter::default() }).await, 0);
+    assert_eq!(by(Filter { extension: Some("bazaar".into()), ..Filter::default() }).await, 2);
+    assert_eq!(by(Filter { extension: Some("sign-in-with-x".into()), ..Filter::default() }).await, 0);
+    let since = (t0() + Duration::seconds(6)).timestamp_millis();
+    assert_eq!(by(Filter { settled_since: since, ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { words: vec!["forecasts".into()], ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { words: vec!["about".into(), "weather".into()], ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { words: vec!["100%_sure".into()], ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { words: vec!["100__sure".into()], ..Filter::default() }).await, 0);
+    assert_eq!(by(Filter { words: vec!["%".into()], ..Filter::default() }).await, 1);
+    assert_eq!(by(Filter { words: vec!["_".into(), "forecasts".into()], ..Filter::default() }).await, 0);
+    // Paging.
+    let (page, total) = store.catalog_list(&Filter { limit: 1, offset: 1, ..all.clone() }).await.unwrap();
+    assert_eq!((page.len(), total, page[0].account_id.as_str()), (1, 2, "a"));
+}
+
+async fn a_seller_hides_and_deletes_only_its_own_entries(store: Arc<SqlStore>) {
+    use crate::store::CatalogFilter as Filter;
+    use crate::store::CatalogStore as _;
+    let all = Filter { settled_since: 0, limit: 100, ..Filter::default() };
+    store.catalog(&cataloged("a", "https://a.example/x", "exact", PAY_A, t0())).await.unwrap();
+    store.catalog(&cataloged("b", "https://b.example/y", "exact", PAY_B, t0())).await.unwrap();
+    let a = store.catalog_of("a").await.unwrap().remove(0);
+    assert!(!store.catalog_hide("b", &a.id, true).await.unwrap(), "b hid a's entry");
+    assert!(!store.catalog_delete("b", &a.id).await.unwrap(), "b deleted a's entry");
+    assert!(store.catalog_hide("a", &a.id, true).await.unwrap());
+    assert_eq!(store.catalog_list(&all).await.unwrap().1, 1);
+    assert!(store.catalog_of("a").await.unwrap()[0].hidden);
+    // Settling again does not list a hidden entry again: hiding is the seller's choice.
+    store.catalog(&cataloged("a", "https://a.example/x", "exact", PAY_A, t0() + Duration::seconds(1))).await.unwrap();
+    assert_eq!(store.catalog_list(&all).await.unwrap().1, 1);
+    assert!(store.catalog_hide("a", &a.id, false).await.unwrap());
+    assert_eq!(store.catalog_list(&all).await.unwrap().1, 2);
+    assert!(store.catalog_delete("a", &a.id).await.unwrap());
+    assert!(store.catalog_of("a").await.unwrap().is_empty());
+    // Aged out: entries last settled before the cut are purged with their ways to pay.
+    assert_eq!(store.catalog_purge((t0() + Duration::seconds(1)).timestamp_millis()).await.unwrap(), 1);
+    assert_eq!(store.catalog_list(&all).await.unwrap().1, 0);
+}
+
+async fn racing_settlements_of_one_resource_make_one_entry(store: Arc<SqlStore>) {
+    use crate::store::CatalogStore as _;
+    let writes = (0..16).map(|i| {
+        let store = store.clone();
+        let scheme = if i % 2 == 0 { "exact" } else { "upto" };
+        tokio::spawn(async move {
+            store.catalog(&cataloged("a", "https://r.example/x", scheme, PAY_A, t0() + Duration::seconds(i))).await
+        })
+    });
+    for write in futures_util::future::join_all(writes).await {
+        write.unwrap().unwrap();
+    }
+    let own = store.catalog_of("a").await.unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].accepts.len(), 2);
+    assert_eq!(own[0].last_settled_at, t0() + Duration::seconds(15));
+}
+
 async fn failing_inserts(store: &SqlStore, table: &str) -> (String, String) {
     if store.announces_changes() {
         let function = format!(
@@ -1209,6 +1334,9 @@ suite!(
     a_payment_whose_first_answer_cannot_be_counted_is_not_recorded,
     a_pass_opens_its_scope_to_its_payer_while_confirmed,
     a_sign_in_nonce_is_used_once,
+    the_catalog_keeps_one_entry_per_seller_and_resource,
+    a_seller_hides_and_deletes_only_its_own_entries,
+    racing_settlements_of_one_resource_make_one_entry,
 );
 
 #[tokio::test]

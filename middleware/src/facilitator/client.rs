@@ -312,7 +312,7 @@ impl FacilitatorClient {
         claim: Claim<'_>,
         deadline: Option<Duration>,
     ) -> Result<T, Verdict> {
-        let mut body = facilitator_request(claim.payload, claim.requirement, claim.resource);
+        let mut body = facilitator_request(claim.payload, claim.requirement, claim.resource, claim.discovery);
         // Facilitators other than Tollgate's ignore what they do not know.
         match &mut body {
             FacilitatorRequest::V1(r) => r.ticket = Some(claim.ticket.clone()),
@@ -513,6 +513,7 @@ fn facilitator_request(
     payload: &PaymentPayload,
     requirement: &PaymentRequirements,
     resource: &ResourceInfo,
+    discovery: Option<&serde_json::Value>,
 ) -> FacilitatorRequest {
     match payload {
         PaymentPayload::V1(p) => FacilitatorRequest::V1(FacilitatorRequestV1 {
@@ -522,13 +523,23 @@ fn facilitator_request(
             ticket: None,
         }),
         // The buyer's copy of the resource is a claim: the seller names what is paid for, and
-        // the facilitator binds (and answers a repeat for) the resource it is sent.
-        PaymentPayload::V2(p) => FacilitatorRequest::V2(FacilitatorRequestV2 {
-            x402_version: V2,
-            payment_payload: PaymentPayloadV2 { resource: Some(resource.clone()), ..(**p).clone() },
-            payment_requirements: requirement.clone(),
-            ticket: None,
-        }),
+        // the facilitator binds (and answers a repeat for) the resource it is sent. So with the
+        // route's discovery declaration: the seller's, or none, whatever the buyer echoed.
+        PaymentPayload::V2(p) => {
+            let mut extensions = p.extensions.clone();
+            match discovery {
+                Some(declared) => {
+                    extensions.insert(tollgate_protocol::x402::bazaar::EXTENSION.to_owned(), declared.clone())
+                }
+                None => extensions.remove(tollgate_protocol::x402::bazaar::EXTENSION),
+            };
+            FacilitatorRequest::V2(FacilitatorRequestV2 {
+                x402_version: V2,
+                payment_payload: PaymentPayloadV2 { resource: Some(resource.clone()), extensions, ..(**p).clone() },
+                payment_requirements: requirement.clone(),
+                ticket: None,
+            })
+        }
     }
 }
 
@@ -590,8 +601,40 @@ mod tests {
             description: String::new(),
             mime_type: String::new(),
             method: Some("GET".into()),
+            service: tollgate_protocol::x402::bazaar::ServiceMetadata::default(),
         };
-        let FacilitatorRequest::V2(sent) = facilitator_request(&payload, &accepted, &seller) else { panic!("v2") };
+        let FacilitatorRequest::V2(sent) = facilitator_request(&payload, &accepted, &seller, None) else {
+            panic!("v2")
+        };
         assert_eq!(sent.payment_payload.resource, Some(seller));
+    }
+
+    #[test]
+    fn the_facilitator_is_sent_the_sellers_discovery_declaration_never_the_buyers() {
+        let accepted = requirement();
+        let buyers = json!({"info": {"input": {"type": "http", "method": "GET"}}, "schema": {}, "note": "buy me"});
+        let payload: PaymentPayload = serde_json::from_value(json!({"x402Version": 2, "accepted": accepted,
+            "payload": {"transaction": "0x00"}, "extensions": {"bazaar": buyers, "payment-identifier": {"info": {"id": "abc"}}}}))
+        .unwrap();
+        let seller = ResourceInfo {
+            url: "https://shop.example/weather".into(),
+            description: String::new(),
+            mime_type: String::new(),
+            method: Some("GET".into()),
+            service: tollgate_protocol::x402::bazaar::ServiceMetadata::default(),
+        };
+        let declared = json!({"info": {"input": {"type": "http", "method": "GET", "queryParams": {"city": "Lisbon"}}}, "schema": {}});
+        let FacilitatorRequest::V2(sent) = facilitator_request(&payload, &accepted, &seller, Some(&declared)) else {
+            panic!("v2")
+        };
+        assert_eq!(sent.payment_payload.extensions["bazaar"], declared);
+        assert_eq!(sent.payment_payload.extensions["payment-identifier"], json!({"info": {"id": "abc"}}));
+        let FacilitatorRequest::V2(sent) = facilitator_request(&payload, &accepted, &seller, None) else {
+            panic!("v2")
+        };
+        assert!(
+            !sent.payment_payload.extensions.contains_key("bazaar"),
+            "a buyer's declaration reached the facilitator"
+        );
     }
 }

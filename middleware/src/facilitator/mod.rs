@@ -160,6 +160,10 @@ pub struct Claim<'a> {
     /// What the payment buys: the layer's ticket terms, with this request's digest. A
     /// facilitator that counts answers claims one for every verdict that pays.
     pub ticket: &'a Ticket,
+    /// The seller's `bazaar` declaration of the route (x402 discovery), sent to the facilitator
+    /// in place of whatever the buyer's payload echoes: a catalog holds what the seller
+    /// declared, never what a buyer wrote. `None`: the route declares nothing.
+    pub discovery: Option<&'a serde_json::Value>,
 }
 
 impl<'a> Claim<'a> {

@@ -10,6 +10,7 @@
 //! networks); the v1 forms are converted at the edge.
 
 pub mod batch;
+pub mod bazaar;
 pub mod header;
 pub mod payment_identifier;
 pub mod schemes;
@@ -173,6 +174,10 @@ pub struct ResourceInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Z]{1,16}$"))]
     pub method: Option<String>,
+    /// Service metadata (x402 `bazaar`): the service's name, topical tags and icon. A stranger's
+    /// copy is read through [`crate::x402::bazaar::ServiceMetadata::sanitized`].
+    #[serde(flatten)]
+    pub service: crate::x402::bazaar::ServiceMetadata,
 }
 
 /// One way to pay for a resource (x402 v2 shape, CAIP-2 network).
@@ -306,6 +311,7 @@ impl PaymentRequirementsV1 {
                 description: self.description.clone(),
                 mime_type: self.mime_type.clone(),
                 method: self.method.clone(),
+                service: crate::x402::bazaar::ServiceMetadata::default(),
             },
         )
     }
@@ -761,6 +767,7 @@ mod tests {
             description: "Daily report".into(),
             mime_type: "application/json".into(),
             method: None,
+            service: crate::x402::bazaar::ServiceMetadata::default(),
         }
     }
 

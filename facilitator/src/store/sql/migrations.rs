@@ -33,6 +33,7 @@ const FILES: &[(&str, &str, &str)] = migrations![
     "20261127000002_dashboard_sessions",
     "20261128000001_answers",
     "20261128000002_passes",
+    "20261207000001_discovery",
 ];
 
 /// The migrations of one backend.

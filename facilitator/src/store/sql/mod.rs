@@ -10,6 +10,7 @@ mod announce;
 mod answers;
 mod batch;
 mod direct;
+mod discovery;
 mod idempotency;
 mod migrations;
 mod nonces;
