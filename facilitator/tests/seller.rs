@@ -200,3 +200,130 @@ async fn verify_then_settle_settles_only_what_the_handler_served() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(t.lamports(&seller.to_string()).await, PRICE);
 }
+
+/// A shop selling `/weather` (declared for discovery, with service metadata) and `/plain`
+/// (declared nothing), both 0.001 SOL to `seller`, settled in process for `acct_found`.
+async fn declared_shop(t: &SolanaApp, seller: &Pubkey) -> Router {
+    use serde_json::json;
+    use tollgate::discovery::{Discovery, ServiceMetadata};
+    t.store.create_account("acct_found", chrono::Utc::now()).await.ok();
+    let network = t.state.chains.embedded_solana().unwrap().rpc.network().clone();
+    let price = || Price::native_sol("0.001").unwrap().on(network.clone()).pay_to(seller.to_string().parse().unwrap());
+    let facilitator = || InProcess::new(&t.state, "acct_found", Plan::Premium);
+    let declared = PaymentLayer::builder()
+        .facilitator(facilitator())
+        .accept(price())
+        .resource_base("https://shop.test")
+        .description("Today's weather")
+        .discovery(Discovery::http().query_example(json!({"city": "Lisbon"})))
+        .service(ServiceMetadata { service_name: Some("Weather Co".into()), ..ServiceMetadata::default() })
+        .build()
+        .unwrap();
+    let plain = PaymentLayer::builder().facilitator(facilitator()).accept(price()).resource_base("https://shop.test");
+    Router::new()
+        .route("/weather", get(|| async { "sunny" }).route_layer(declared.clone()))
+        .route("/forecast", get(|| async { "rain" }).route_layer(declared))
+        .route("/plain", get(|| async { "plain" }).route_layer(plain.build().unwrap()))
+}
+
+/// A v2 payment of `lamports` for `path`'s first offer, echoing `bazaar` as the buyer's own
+/// declaration of the resource.
+async fn v2_proof(
+    t: &SolanaApp,
+    shop: &Router,
+    path: &str,
+    buyer: &Keypair,
+    to: &Pubkey,
+    bazaar: serde_json::Value,
+) -> String {
+    let response = shop.clone().oneshot(Request::get(path).body(axum::body::Body::empty()).unwrap()).await.unwrap();
+    let header = response.headers()["payment-required"].to_str().unwrap().to_owned();
+    let required: serde_json::Value = tollgate_protocol::x402::header::decode(&header).unwrap();
+    let rpc = &t.state.chains.embedded_solana().unwrap().rpc;
+    let (blockhash, _) = rpc.latest_blockhash().await.unwrap();
+    let transaction = common::solana::signed_transfer(buyer, to, PRICE, blockhash);
+    let mut resource = required["resource"].clone();
+    resource["description"] = serde_json::json!("free money, pay nothing");
+    tollgate_protocol::x402::header::encode(&serde_json::json!({
+        "x402Version": 2, "accepted": required["accepts"][0], "resource": resource,
+        "payload": {"transaction": transaction}, "extensions": {"bazaar": bazaar},
+    }))
+    .unwrap()
+}
+
+/// The catalog's entries of `account` once `expected` are there (writes are in the background).
+async fn cataloged(t: &SolanaApp, account: &str, expected: usize) -> Vec<tollgate_facilitator::store::CatalogEntry> {
+    use tollgate_facilitator::store::CatalogStore as _;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let entries = t.store.catalog_of(account).await.unwrap();
+        if entries.len() >= expected || std::time::Instant::now() > deadline {
+            return entries;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_route_is_cataloged_as_its_seller_declared_it_never_as_the_buyer_wrote() {
+    use serde_json::json;
+    let t = SolanaApp::start().await;
+    let seller = Keypair::new().pubkey();
+    let shop = declared_shop(&t, &seller).await;
+    let buyer = buyer(&t).await;
+    // The buyer echoes a declaration of its own: another method, another example, a tool.
+    let forged = json!({"info": {"input": {"type": "mcp", "toolName": "drain", "inputSchema": {"type": "object"}}},
+        "schema": {"type": "object"}, "routeTemplate": "/admin"});
+
+    let paid = v2_proof(&t, &shop, "/weather?city=Porto", &buyer, &seller, forged.clone()).await;
+    let (status, body) = call(&shop, "GET", "/weather?city=Porto", Some(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let entries = cataloged(&t, "acct_found", 1).await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    assert_eq!(entry.url, "https://shop.test/weather");
+    assert_eq!((entry.kind.as_str(), entry.tool_name.as_str()), ("http", ""));
+    assert_eq!(entry.description, "Today's weather", "the buyer's description was cataloged");
+    assert_eq!(entry.service.service_name.as_deref(), Some("Weather Co"));
+    assert_eq!(entry.extensions["bazaar"]["info"]["input"]["queryParams"], json!({"city": "Lisbon"}));
+    assert_eq!(entry.accepts.len(), 1);
+    assert_eq!(entry.accepts[0].pay_to.to_string(), seller.to_string());
+
+    // A route that declares nothing is not cataloged, whatever the buyer's payment says of it.
+    let paid = v2_proof(&t, &shop, "/plain", &buyer, &seller, forged).await;
+    let (status, body) = call(&shop, "GET", "/plain", Some(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // (A later declared route's entry is written after anything the first could have started.)
+    let paid = v2_proof(&t, &shop, "/forecast", &buyer, &seller, json!({})).await;
+    let (status, body) = call(&shop, "GET", "/forecast", Some(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let urls: Vec<String> = cataloged(&t, "acct_found", 2).await.into_iter().map(|e| e.url).collect();
+    assert_eq!(urls.len(), 2, "{urls:?}");
+    assert!(urls.contains(&"https://shop.test/forecast".to_owned()) && !urls.iter().any(|u| u.ends_with("/plain")));
+
+    // Listed to anyone through the API, found by its words.
+    let (status, list) = common::call(&t.app, "GET", "/discovery/search?query=weather%20co", "", None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["resources"].as_array().map(Vec::len), Some(2), "{list}");
+    let (status, list) = common::call(&t.app, "GET", "/discovery/search?query=FORECAST", "", None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["resources"].as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list["resources"][0]["resource"], "https://shop.test/forecast");
+    assert_eq!(list["resources"][0]["serviceName"], "Weather Co");
+    assert_eq!(list["partialResults"], false);
+    let (status, list) = common::call(&t.app, "GET", "/discovery/resources?type=mcp", "", None).await;
+    assert_eq!((status, &list["pagination"]["total"]), (StatusCode::OK, &json!(0)), "{list}");
+    let (status, list) = common::call(&t.app, "GET", "/discovery/search?query=%20%21", "", None).await;
+    assert_eq!((status, &list["resources"]), (StatusCode::OK, &json!([])), "{list}");
+    // Bounds are answered 400, not served.
+    for bad in [
+        "/discovery/resources?limit=0",
+        "/discovery/resources?limit=101",
+        "/discovery/resources?offset=100001",
+        "/discovery/search?query=a&cursor=abc",
+        "/discovery/resources?type=12345678901234567",
+    ] {
+        let (status, body) = common::call(&t.app, "GET", bad, "", None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+}

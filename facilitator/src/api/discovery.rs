@@ -189,16 +189,17 @@ pub struct SearchQuery {
     #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
     /// The cursor of the previous page's `pagination`.
-    #[param(max_length = 32)]
+    #[param(max_length = 6, pattern = "^(100000|[0-9]{0,5})$")]
     pub cursor: Option<String>,
 }
 
-/// A filter value: at most `max` characters, no control characters.
+/// A filter value of at most `max` characters (compared for equality only: any other text
+/// matches nothing).
 fn bounded(name: &str, value: Option<String>, max: usize) -> Result<Option<String>, ApiError> {
     match value {
-        Some(v) if v.chars().count() > max || v.chars().any(char::is_control) => Err(ApiError::invalid_params(
-            format!("{name} must be at most {max} characters, without control characters"),
-        )),
+        Some(v) if v.chars().count() > max => {
+            Err(ApiError::invalid_params(format!("{name} must be at most {max} characters")))
+        }
         other => Ok(other),
     }
 }
@@ -271,13 +272,11 @@ pub async fn search(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
-    if q.query.chars().count() > 512 || q.query.chars().any(char::is_control) {
-        return Err(ApiError::invalid_params("query must be at most 512 characters, without control characters"));
+    // Words are runs of letters and digits: anything else separates them.
+    if q.query.is_empty() || q.query.chars().count() > 512 {
+        return Err(ApiError::invalid_params("query must be 1 to 512 characters"));
     }
     let found = words(&q.query);
-    if found.is_empty() {
-        return Err(ApiError::invalid_params("query must hold at least one word"));
-    }
     let limit = limit(q.limit)?;
     let offset = match q.cursor.as_deref() {
         None | Some("") => 0,
@@ -286,8 +285,13 @@ pub async fn search(
         }
     };
     let mut filter = filter(&state, q.kind, q.pay_to, q.scheme, q.network, q.extensions, limit, offset)?;
-    filter.words = found;
-    let (entries, total) = state.store.catalog_list(&filter).await.map_err(ApiError::internal)?;
+    // A query without a word (only punctuation) finds nothing.
+    let (entries, total) = if found.is_empty() {
+        (Vec::new(), 0)
+    } else {
+        filter.words = found;
+        state.store.catalog_list(&filter).await.map_err(ApiError::internal)?
+    };
     let next = offset.saturating_add(entries.len() as u64);
     let more = next < total;
     Ok(Json(SearchResults {
@@ -337,11 +341,12 @@ pub struct OwnDeleted {
     pub deleted: bool,
 }
 
+/// An id that names no entry is not found, as an unknown one is.
 fn own_id(id: &str) -> Result<&str, ApiError> {
     if id.len() <= 64 && id.starts_with("dres_") && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         Ok(id)
     } else {
-        Err(ApiError::invalid_params("id must be a catalog entry id (dres_…)"))
+        Err(ApiError::not_found(format!("no catalog entry {id:?} of this account")))
     }
 }
 
@@ -391,7 +396,6 @@ pub async fn change(
     params(("id" = String, Path, description = "The entry's id (`dres_…`)")),
     responses(
         (status = 200, body = OwnDeleted),
-        (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
         (status = 404, description = "NOT_FOUND (unknown, or not the caller's)", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]
 pub async fn delete(
