@@ -154,16 +154,18 @@ impl boon::UrlLoader for NoLoader {
     }
 }
 
-/// How long an unchanged entry goes without being written again: settlements of one resource
-/// within it cost no write (its `last_settled_at` is at most this late).
+/// How long a settlement that declares what one declared before goes without a check or a
+/// write: settlements of one resource within it cost nothing (its `last_settled_at` is at most
+/// this late).
 pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Catalogs what confirmed settlements declare, in the background of their answers, writing an
-/// entry that has not changed at most once per [`REFRESH`] (per instance).
+/// Catalogs what confirmed settlements declare, in the background of their answers. The same
+/// declaration (same account, resource, requirement and `bazaar`) is checked and written at most
+/// once per [`REFRESH`] per instance: the answer's path only hashes it.
 pub struct Catalog {
     store: std::sync::Arc<dyn crate::store::Store>,
-    /// (account, URL, tool) → (digest of what was written, when).
-    written: moka::sync::Cache<(String, String, String), (u64, DateTime<Utc>)>,
+    /// Digests of the declarations handled within [`REFRESH`].
+    handled: moka::sync::Cache<u64, ()>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -176,30 +178,7 @@ impl Catalog {
     /// A catalog over `store`.
     #[must_use]
     pub fn new(store: std::sync::Arc<dyn crate::store::Store>) -> Self {
-        Self { store, written: moka::sync::Cache::builder().max_capacity(10_000).time_to_live(REFRESH).build() }
-    }
-
-    /// Writes `entry` unless the same was written within [`REFRESH`]; whether it wrote.
-    ///
-    /// # Errors
-    /// The store's.
-    pub async fn record(&self, entry: &NewEntry) -> crate::store::StoreResult<bool> {
-        use std::hash::{Hash as _, Hasher as _};
-        let key = (entry.account_id.clone(), entry.url.clone(), entry.tool_name.clone());
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (&entry.kind, entry.x402_version, &entry.description, &entry.mime_type).hash(&mut hasher);
-        serde_json::to_string(&entry.service).unwrap_or_default().hash(&mut hasher);
-        serde_json::to_string(&entry.accept).unwrap_or_default().hash(&mut hasher);
-        serde_json::to_string(&entry.extensions).unwrap_or_default().hash(&mut hasher);
-        let digest = hasher.finish();
-        if self.written.get(&key).is_some_and(|(seen, at)| {
-            seen == digest && entry.at - at < chrono::Duration::from_std(REFRESH).unwrap_or_default()
-        }) {
-            return Ok(false);
-        }
-        self.store.catalog(entry).await?;
-        self.written.insert(key, (digest, entry.at));
-        Ok(true)
+        Self { store, handled: moka::sync::Cache::builder().max_capacity(10_000).time_to_live(REFRESH).build() }
     }
 
     /// Catalogs, on a task of its own, what a confirmed settlement of `account_id` declares:
@@ -213,18 +192,35 @@ impl Catalog {
         extensions: &Map<String, Value>,
         at: DateTime<Utc>,
     ) {
-        let entry = match entry_of(account_id, x402_version, resource, requirement, extensions, at) {
-            Ok(entry) => entry,
-            Err(Rejected::Undeclared) => return,
-            Err(why) => {
-                tracing::info!(resource = %resource.url, reason = %why, "discovery: not cataloged");
-                return;
-            }
-        };
-        let catalog = self.clone();
+        use std::hash::{Hash as _, Hasher as _};
+        let Some(declared) = extensions.get(EXTENSION) else { return };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (account_id, x402_version).hash(&mut hasher);
+        for part in
+            [serde_json::to_string(resource), serde_json::to_string(requirement), serde_json::to_string(declared)]
+        {
+            part.unwrap_or_default().hash(&mut hasher);
+        }
+        let digest = hasher.finish();
+        if self.handled.contains_key(&digest) {
+            return;
+        }
+        let mut kept = Map::new();
+        kept.insert(EXTENSION.to_owned(), declared.clone());
+        let (catalog, account, resource, requirement) =
+            (self.clone(), account_id.to_owned(), resource.clone(), requirement.clone());
         tokio::spawn(async move {
-            if let Err(e) = catalog.record(&entry).await {
-                tracing::warn!(resource = %entry.url, error = %e, "discovery: the catalog could not be written");
+            match entry_of(&account, x402_version, &resource, &requirement, &kept, at) {
+                Ok(entry) => match catalog.store.catalog(&entry).await {
+                    Ok(()) => catalog.handled.insert(digest, ()),
+                    Err(e) => {
+                        tracing::warn!(resource = %entry.url, error = %e, "discovery: the catalog could not be written")
+                    }
+                },
+                Err(why) => {
+                    tracing::info!(resource = %resource.url, reason = %why, "discovery: not cataloged");
+                    catalog.handled.insert(digest, ());
+                }
             }
         });
     }
