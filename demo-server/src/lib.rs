@@ -371,8 +371,9 @@ pub async fn start(options: &Options) -> anyhow::Result<Demo> {
         followed,
         live.clone(),
     ));
-    let app = shop::router(&catalog, &facilitator, &shop_url, &data_dir.join("channels.jsonl"))?
-        .merge(page::router(page, live));
+    let (shop, storefront) = shop::router(&catalog, &facilitator, &shop_url, &data_dir.join("channels.jsonl"))?;
+    // The storefront's layer around everything: /.well-known/x402.json is no route's.
+    let app = shop.merge(page::router(page, live)).layer(storefront.layer());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let proxied = match proxied::start(

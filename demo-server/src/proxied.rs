@@ -137,6 +137,7 @@ path = "/summary"
 methods = ["GET"]
 description = "A summary, charged 0.001 PUSD a word it has (at most 0.05)"
 usage = {{ header = "X-Usage-Words", unit_price = "0.001" }}
+discovery = {{ query_example = {{ words = "12" }}, output_example = {{ summary = "lorem ipsum" }} }}
 [[route.accept]]
 asset = "{pusd}"
 max = "0.05"
@@ -175,6 +176,8 @@ name = "forecast"
 path = "/forecast"
 methods = ["GET"]
 description = "Tomorrow's forecast for a city"
+# How agents learn to call it (x402 bazaar): in its 402s and the proxy's /.well-known/x402.json.
+discovery = {{ query_example = {{ city = "Paris" }}, output_example = {{ city = "Paris", forecast = "sunny, 21 C" }}, service_name = "Demo weather", tags = ["weather", "demo"] }}
 {forecast}
 [[route]]
 name = "events"
@@ -192,6 +195,7 @@ description = "Stores a file of any size (streamed)"
 name = "whoami"
 path = "/whoami"
 description = "Who paid, as the upstream reads it"
+discovery = {{ output_example = {{ paid_by = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin" }} }}
 {events}{summary}"#,
         key = data_dir.join("proxy-facilitator.key").display(),
         secret = data_dir.join("proxy-upstream.secret").display(),

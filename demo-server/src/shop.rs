@@ -9,6 +9,7 @@ use axum::extract::Query;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::json;
+use tollgate::discovery::{BodyType, Discovery, ServiceMetadata, Storefront};
 use tollgate::{Charge, FacilitatorClient, Payment, PaymentLayer, Price};
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
@@ -279,59 +280,113 @@ async fn story(
 }
 
 /// The paid routes; `origin` is the shop's public origin (a pass's sign-ins are bound to it);
-/// payment channels are kept in `channels` (a journal file).
+/// payment channels are kept in `channels` (a journal file). With the storefront listing them
+/// (`/.well-known/x402.json`), for a layer around the whole app.
 pub(crate) fn router(
     catalog: &Catalog,
     facilitator: &FacilitatorClient,
     origin: &str,
     channels: &std::path::Path,
-) -> anyhow::Result<Router> {
-    let priced = |prices: &[Price], description: &str| -> anyhow::Result<PaymentLayer> {
-        let mut builder = PaymentLayer::builder().facilitator(facilitator.clone()).description(description);
+) -> anyhow::Result<(Router, Storefront)> {
+    // Every paid route is declared (how to call it, what it answers: x402 `bazaar`) and listed
+    // in the shop's /.well-known/x402.json.
+    let storefront = Storefront::new();
+    let service = || ServiceMetadata {
+        service_name: Some("Tollgate demo shop".into()),
+        tags: vec!["demo".into(), "market-data".into()],
+        icon_url: None,
+    };
+    let listed = |path: &str, description: &str, discovery: Discovery| {
+        PaymentLayer::builder()
+            .facilitator(facilitator.clone())
+            .description(description)
+            .discovery(discovery)
+            .service(service())
+            .listed(&storefront, path)
+    };
+    let priced = |prices: &[Price], path: &str, description: &str, discovery: Discovery| {
+        let mut builder = listed(path, description, discovery);
         for price in prices {
             builder = builder.accept(price.clone());
         }
-        Ok(builder.build()?)
+        builder.build()
     };
+    let pair = json!({"pair": "SOL/USD", "price": "142.17", "at": "2026-12-07T12:00:00Z"});
     // Dynamic: 0.001 SOL per word asked for, at least one, at most nine.
     let seller = catalog.seller;
-    let per_word = PaymentLayer::builder()
-        .facilitator(facilitator.clone())
-        .pricing(move |parts| {
-            let words = parts.uri.query().unwrap_or_default().split('+').filter(|w| !w.is_empty()).count().max(1);
-            let amount = format!("0.00{}", words.min(9));
-            async move { Some(vec![Price::native_sol(&amount).ok()?.pay_to(seller)]) }
-        })
-        .description("Words, priced per word (0.001 SOL each, up to 9)")
-        .build()?;
+    let per_word = listed(
+        "/words",
+        "Words, priced per word (0.001 SOL each, up to 9)",
+        Discovery::http().output_example(json!({"words": "hello+world"})),
+    )
+    .pricing(move |parts| {
+        let words = parts.uri.query().unwrap_or_default().split('+').filter(|w| !w.is_empty()).count().max(1);
+        let amount = format!("0.00{}", words.min(9));
+        async move { Some(vec![Price::native_sol(&amount).ok()?.pay_to(seller)]) }
+    })
+    .build()?;
     let mut router = Router::new()
-        .route("/quote", get(quote).route_layer(priced(&catalog.quote, "A SOL/USD quote")?))
-        .route("/report", get(report).route_layer(priced(&catalog.report, "The daily report")?))
-        .route("/summarize", post(summarize).route_layer(priced(&catalog.quote, "A summary of the text posted")?))
+        .route(
+            "/quote",
+            get(quote).route_layer(priced(
+                &catalog.quote,
+                "/quote",
+                "A SOL/USD quote",
+                Discovery::http().output_example(json!({"quote": pair})),
+            )?),
+        )
+        .route(
+            "/report",
+            get(report).route_layer(priced(
+                &catalog.report,
+                "/report",
+                "The daily report",
+                Discovery::http().output_example(json!({"report": "Daily report: 1,284 paid requests"})),
+            )?),
+        )
+        .route(
+            "/summarize",
+            post(summarize).route_layer(priced(
+                &catalog.quote,
+                "/summarize",
+                "A summary of the text posted",
+                Discovery::http()
+                    .body_example(BodyType::Text, json!("Paid per request, settled on chain."))
+                    .output_example(json!({"words": 6, "summary": "Paid per request, settled on chain."})),
+            )?),
+        )
         .route("/words", get(words).route_layer(per_word));
-    let mut pass = PaymentLayer::builder()
-        .facilitator(facilitator.clone())
-        .description("Today's figures: a day pass for the wallet that pays")
-        .sign_in_origin(origin);
+    let mut pass = listed(
+        "/daily",
+        "Today's figures: a day pass for the wallet that pays",
+        Discovery::http().output_example(json!({"figures": {"paidRequests": 1_284, "medianSettlementMs": 400}})),
+    )
+    .sign_in_origin(origin);
     for price in &catalog.daily {
         pass = pass.accept(price.clone());
     }
     router = router.route("/daily", get(daily).route_layer(pass.build()?));
     if let Some(price) = &catalog.story {
         let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";
-        router = router.route("/story", get(story).route_layer(priced(std::slice::from_ref(price), told)?));
+        let declared = Discovery::http()
+            .query_example(json!({"words": "12"}))
+            .output_example(json!({"story": "once a buyer paid", "words": 4, "charged": "4000"}));
+        router = router
+            .route("/story", get(story).route_layer(priced(std::slice::from_ref(price), "/story", told, declared)?));
     }
     if let Some(price) = &catalog.ticker {
-        let per_call = PaymentLayer::builder()
-            .facilitator(facilitator.clone())
-            .description("A price tick, paid per call from a payment channel")
-            .accept(price.clone())
-            .channels(tollgate::batch::FileChannels::open(channels)?)
-            .build()?;
+        let per_call = listed(
+            "/ticker",
+            "A price tick, paid per call from a payment channel",
+            Discovery::http().output_example(json!({"tick": {"pair": "ETH/USD", "price": "3120.55"}})),
+        )
+        .accept(price.clone())
+        .channels(tollgate::batch::FileChannels::open(channels)?)
+        .build()?;
         router = router.route("/ticker", get(ticker).route_layer(per_call));
     }
     // The same goods as MCP tools, paid in x402's MCP transport.
     let tools = crate::mcp::paywall(facilitator, &catalog.quote, catalog.story.as_ref())?;
     router = router.nest_service("/mcp", crate::mcp::http_service(tools, catalog.story.is_some()));
-    Ok(router)
+    Ok((router, storefront))
 }

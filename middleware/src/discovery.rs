@@ -8,7 +8,9 @@
 
 use serde_json::{Map, Value};
 use tollgate_protocol::x402::bazaar::{BODY_METHODS, HttpInput, Info, Input, McpInput};
-pub use tollgate_protocol::x402::bazaar::{BodyType, Declaration, DeclarationError, Output, ServiceMetadata};
+pub use tollgate_protocol::x402::bazaar::{BodyType, Declaration, DeclarationError, Manifest, Output, ServiceMetadata};
+
+pub use crate::storefront::{ListingError, Storefront, StorefrontLayer, StorefrontService, route_template};
 
 /// How to call a paid route or MCP tool, and what it answers. Start with [`Discovery::http`] or
 /// [`Discovery::tool`].

@@ -62,6 +62,9 @@ pub enum BuildError {
     /// most 32 characters, more than 5 tags or one twice, an icon not on a public http(s) host).
     #[error("service metadata: {0}")]
     Service(&'static str),
+    /// The path given to [`PaymentLayerBuilder::listed`] is not one a route template can say.
+    #[error(transparent)]
+    Listing(#[from] crate::discovery::ListingError),
 }
 
 /// Makes the routes it wraps payable (see the crate docs). Cheap to clone.
@@ -120,6 +123,7 @@ pub struct PaymentLayerBuilder {
     claim_policy: crate::batch::ClaimPolicy,
     discovery: Option<crate::discovery::Discovery>,
     service: crate::discovery::ServiceMetadata,
+    listed: Option<(crate::discovery::Storefront, String)>,
 }
 
 /// What one payment buys by default: its answer, and one retry of it when it was lost.
@@ -158,6 +162,7 @@ impl Default for PaymentLayerBuilder {
             claim_policy: crate::batch::ClaimPolicy::default(),
             discovery: None,
             service: crate::discovery::ServiceMetadata::default(),
+            listed: None,
         }
     }
 }
@@ -244,6 +249,15 @@ impl PaymentLayerBuilder {
     /// MIME type of the paid response (default `application/json`).
     pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
         self.mime_type = mime_type.into();
+        self
+    }
+
+    /// Lists the route in `storefront`'s `/.well-known/x402.json` at `path`, the router's path
+    /// (`/weather/{city}`; a parameter also `:city`). A path with parameters becomes the
+    /// declaration's `routeTemplate` (`/weather/:city`) unless [`crate::discovery::Discovery`]
+    /// names one, so that catalogs list the route once, not once per city.
+    pub fn listed(mut self, storefront: &crate::discovery::Storefront, path: impl Into<String>) -> Self {
+        self.listed = Some((storefront.clone(), path.into()));
         self
     }
 
@@ -497,8 +511,17 @@ impl PaymentLayerBuilder {
         } else {
             None
         };
+        let listed = match self.listed.take() {
+            Some((storefront, path)) => Some((storefront, crate::discovery::route_template(&path)?)),
+            None => None,
+        };
         if let Some(discovery) = &self.discovery {
-            let declaration = discovery.declaration()?;
+            let mut declaration = discovery.declaration()?;
+            if let Some((_, template)) = listed.as_ref().filter(|(_, t)| t.contains(':'))
+                && declaration.route_template.is_none()
+            {
+                declaration.route_template = Some(template.clone());
+            }
             self.extensions.insert(
                 tollgate_protocol::x402::bazaar::EXTENSION.to_owned(),
                 crate::discovery::extension(&declaration),
@@ -520,7 +543,7 @@ impl PaymentLayerBuilder {
                     .collect(),
             )
         });
-        Ok(PaymentLayer {
+        let layer = PaymentLayer {
             config: Arc::new(Config {
                 facilitator,
                 prices: self.prices,
@@ -552,7 +575,11 @@ impl PaymentLayerBuilder {
                 tasks: self.tasks.unwrap_or_default(),
                 channels,
             }),
-        })
+        };
+        if let Some((storefront, template)) = listed {
+            storefront.add(template, None, layer.config.clone());
+        }
+        Ok(layer)
     }
 }
 

@@ -103,6 +103,7 @@ mod paid_channel;
 mod pass;
 pub mod price;
 pub mod service;
+mod storefront;
 
 pub use charge::{Charge, DeferredCharge};
 pub use facilitator::{BatchAnswer, BatchCall, Claim, Facilitator, FacilitatorClient, Payment, SignInClaim, Verdict};

@@ -172,7 +172,7 @@ pub(crate) fn resource_info(config: &Config, parts: &http::request::Parts, named
 }
 
 /// `scheme://host` as the request, or the proxy in front of it, names them.
-fn request_base(headers: &http::HeaderMap, uri: &http::Uri) -> String {
+pub(crate) fn request_base(headers: &http::HeaderMap, uri: &http::Uri) -> String {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // RFC 7239: the first element is the one the client's first proxy wrote.
     let forwarded = text("forwarded").and_then(|f| f.split(',').next()).map(|first| {

@@ -60,6 +60,13 @@ impl<S> PaymentService<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
+
+    /// The layer this service was made by (sharing its settings and memory of proofs), e.g. to
+    /// [`crate::discovery::Storefront::list`] it.
+    #[must_use]
+    pub fn layer(&self) -> crate::PaymentLayer {
+        crate::PaymentLayer { config: self.config.clone() }
+    }
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for PaymentService<S>
@@ -273,7 +280,7 @@ where
 }
 
 /// What a request is offered.
-enum Priced {
+pub(crate) enum Priced {
     /// The requirements, and the resource the pricing function named.
     Offers(Arc<Vec<Offer>>, Option<String>),
     /// Free for this request: straight to the handler.
@@ -283,7 +290,7 @@ enum Priced {
 }
 
 /// Step 1: the offers, made once for fixed prices, else from this request's quote.
-async fn priced(config: &Config, parts: &http::request::Parts) -> Priced {
+pub(crate) async fn priced(config: &Config, parts: &http::request::Parts) -> Priced {
     if let Some(offers) = &config.static_offers {
         return Priced::Offers(offers.clone(), None);
     }

@@ -85,9 +85,18 @@ pub struct ProxyFile {
     /// seller share one, other sellers use others.
     #[serde(default)]
     pub channels_redis_prefix: Option<String>,
+    /// Whether `/.well-known/x402.json` lists the paid routes (x402 well-known discovery:
+    /// each route's offers, as its 402 makes them, and its `[route.discovery]`). Default on; it
+    /// answers before any route.
+    #[serde(default = "yes")]
+    pub well_known: bool,
     /// The routes, tried in order: the first that matches takes the request.
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteFile>,
+}
+
+const fn yes() -> bool {
+    true
 }
 
 /// `[facilitator]`.
@@ -241,6 +250,46 @@ pub struct RouteFile {
     /// request's (canonical) path.
     #[serde(default)]
     pub rewrite: Option<String>,
+    /// How agents learn to call the route and who sells it (x402 `bazaar`), in its 402s and in
+    /// `/.well-known/x402.json`.
+    #[serde(default)]
+    pub discovery: Option<DiscoveryFile>,
+}
+
+/// `[route.discovery]`: what a paid route declares. Examples and schemas are TOML tables
+/// (written as JSON would be; a schema's `$ref` key is quoted: `"$ref" = "#/$defs/city"`).
+/// Checked when the file is read: a declaration the `bazaar` rules refuse is an error.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryFile {
+    /// The method declared; default the route's first method, else `GET`.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Example query parameters.
+    #[serde(default)]
+    pub query_example: Option<serde_json::Value>,
+    /// The body's type: `json` (default), `form-data` or `text`.
+    #[serde(default)]
+    pub body_type: Option<String>,
+    /// An example body: a table, or a string for `text`.
+    #[serde(default)]
+    pub body_example: Option<serde_json::Value>,
+    /// A JSON Schema of the query parameters (query methods) or of the body (body methods);
+    /// references inside the schema only.
+    #[serde(default)]
+    pub input_schema: Option<serde_json::Value>,
+    /// An example JSON answer.
+    #[serde(default)]
+    pub output_example: Option<serde_json::Value>,
+    /// The service's name (1 to 32 printable ASCII characters).
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Up to 5 tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The service's icon: an https URL on a public host.
+    #[serde(default)]
+    pub icon_url: Option<String>,
 }
 
 /// When a route settles.

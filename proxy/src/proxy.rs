@@ -138,6 +138,12 @@ impl Proxy {
                 return error(status, &why.to_string());
             }
         };
+        // The manifest answers before any route (a catch-all route would otherwise take it).
+        if let Some(storefront) = &routes.storefront
+            && tollgate::discovery::Storefront::asked(&request)
+        {
+            return storefront.respond(&request).await.map(|b| b.boxed_unsync());
+        }
         let response = match &route.action {
             Action::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
             Action::Free(forwarder) => forwarder.clone().oneshot(request).await.unwrap_or_else(|never| match never {}),

@@ -10,7 +10,9 @@ use tollgate::protocol::{Address, DecimalAmount, Network};
 use tollgate::{FacilitatorClient, PaymentLayer, PaymentService, Price, SettlementOrder};
 use tower::Layer as _;
 
-use crate::config::{AcceptFile, ConfigError, ProxyFile, RouteFile, Settle, UnmatchedAction};
+use tollgate::discovery::{BodyType, Discovery, ServiceMetadata, Storefront};
+
+use crate::config::{AcceptFile, ConfigError, DiscoveryFile, ProxyFile, RouteFile, Settle, UnmatchedAction};
 use crate::forward::{Forward, Forwarder, Upstream, Usage};
 use crate::identity::Identity;
 use crate::route::{HostPattern, PathPattern, QueryValue};
@@ -34,6 +36,9 @@ struct Layered<'a> {
     ticket: (Option<u32>, Option<u64>),
     description: &'a str,
     mime: Option<&'a str>,
+    /// What it declares, and its path and methods (the declaration's defaults).
+    /// Every paid route with a path declares itself, from `[route.discovery]` or by default.
+    discovery: Option<(Option<&'a DiscoveryFile>, &'a str, &'a [String])>,
 }
 
 /// What a matched request gets.
@@ -84,6 +89,8 @@ pub struct Routes {
     shared: ProxyFile,
     /// The channels kept in Redis, if any.
     channels: Option<SharedChannels>,
+    /// The paid routes' `/.well-known/x402.json`, unless `well_known = false`.
+    pub storefront: Option<Storefront>,
 }
 
 fn invalid(why: impl Into<String>) -> ConfigError {
@@ -180,6 +187,58 @@ fn finished(accept: &AcceptFile, at: &str, price: Price) -> Result<Price, Config
     Ok(price)
 }
 
+/// A route's `[route.discovery]` as the layer takes it: its declaration (method by default the
+/// route's first, a path with parameters its `routeTemplate`) and service metadata. Without the
+/// table a route still declares how it is called, when a query method calls it (a body method's
+/// declaration needs an example body: that route is listed with its method alone).
+fn declaration(
+    file: Option<&DiscoveryFile>,
+    path: &str,
+    methods: &[String],
+) -> Result<Option<(Discovery, ServiceMetadata)>, String> {
+    let method = file.and_then(|f| f.method.clone()).or_else(|| methods.first().cloned());
+    let query_method =
+        method.as_deref().is_none_or(|m| matches!(m.to_ascii_uppercase().as_str(), "GET" | "HEAD" | "DELETE"));
+    if file.is_none() && !query_method {
+        return Ok(None);
+    }
+    let file = file.cloned().unwrap_or_default();
+    let mut discovery = Discovery::http();
+    if let Some(method) = &method {
+        discovery = discovery.method(method);
+    }
+    if let Some(query) = &file.query_example {
+        discovery = discovery.query_example(query.clone());
+    }
+    let body_type = match file.body_type.as_deref() {
+        None | Some("json") => BodyType::Json,
+        Some("form-data") => BodyType::FormData,
+        Some("text") => BodyType::Text,
+        Some(other) => return Err(format!("body_type: json, form-data or text, not {other:?}")),
+    };
+    match (&file.body_example, &file.body_type) {
+        (Some(body), _) => discovery = discovery.body_example(body_type, body.clone()),
+        (None, Some(_)) => return Err("body_type goes with body_example".into()),
+        (None, None) => {}
+    }
+    if let Some(schema) = &file.input_schema {
+        discovery = discovery.input_schema(schema.clone());
+    }
+    if let Some(output) = &file.output_example {
+        discovery = discovery.output_example(output.clone());
+    }
+    let template = tollgate::discovery::route_template(path).map_err(|e| e.to_string())?;
+    if template.contains(':') {
+        discovery = discovery.route_template(template);
+    }
+    let service = ServiceMetadata {
+        service_name: file.service_name.clone(),
+        tags: file.tags.clone(),
+        icon_url: file.icon_url.clone(),
+    };
+    Ok(Some((discovery, service)))
+}
+
 /// What every route is built with.
 struct Shared<'a> {
     file: &'a ProxyFile,
@@ -261,7 +320,7 @@ impl Shared<'_> {
         settings: Layered<'_>,
         forwarder: Forwarder,
     ) -> Result<PaymentService<Forwarder>, ConfigError> {
-        let Layered { route, settle, max_held, ticket: (uses, secs), description, mime } = settings;
+        let Layered { route, settle, max_held, ticket: (uses, secs), description, mime, discovery } = settings;
         let order = match settle {
             Settle::Before => SettlementOrder::SettleBefore,
             Settle::After => SettlementOrder::VerifyThenSettle,
@@ -304,6 +363,12 @@ impl Shared<'_> {
                     )));
                 }
             };
+        }
+        if let Some((declared, path, methods)) = discovery
+            && let Some((discovery, service)) =
+                declaration(declared, path, methods).map_err(|why| invalid(format!("{at}: discovery: {why}")))?
+        {
+            builder = builder.discovery(discovery).service(service);
         }
         let layer = builder.build().map_err(|e| invalid(format!("{at}: {e}")))?;
         Ok(layer.layer(forwarder))
@@ -362,6 +427,7 @@ impl Shared<'_> {
                 ticket: (definition.ticket_uses, definition.ticket_secs),
                 description: &definition.description,
                 mime: definition.mime_type.as_deref(),
+                discovery: Some((definition.discovery.as_ref(), definition.path.as_str(), &definition.methods[..])),
             };
             Action::Paid(self.paid(&at, &definition.accept, settings, forwarder)?)
         };
@@ -472,6 +538,15 @@ impl Routes {
             .chain(file.routes.iter().filter_map(|r| r.upstream.as_deref()).filter_map(|u| Upstream::parse(u).ok()))
             .collect();
         upstreams.dedup();
+        let storefront = file.well_known.then(Storefront::new);
+        for route in &routes {
+            if let (Some(storefront), Action::Paid(service)) = (&storefront, &route.action) {
+                let method = route.methods.first().cloned().unwrap_or(Method::GET);
+                storefront
+                    .list_with_method(method, &route.definition.path, &service.layer())
+                    .map_err(|e| invalid(format!("route {:?}: {e}", route.definition.name)))?;
+            }
+        }
         Ok(Self {
             routes,
             unmatched,
@@ -481,6 +556,7 @@ impl Routes {
             upstreams,
             shared: shared_part,
             channels,
+            storefront,
         })
     }
 }
@@ -524,6 +600,7 @@ impl Shared<'_> {
                         ticket: (None, None),
                         description: &u.description,
                         mime: None,
+                        discovery: None,
                     },
                     forwarder(),
                 )?)
@@ -546,6 +623,7 @@ impl Shared<'_> {
             mime_type: None,
             upstream: None,
             rewrite: None,
+            discovery: None,
         };
         let path = "/{*path}".parse().map_err(|e: crate::route::PatternError| invalid(e.to_string()))?;
         let metrics = crate::telemetry::RouteMetrics::new(&name);
@@ -621,5 +699,69 @@ extra = {{ name = "USDC", version = "2" }}
         assert_eq!(key(&first), key(&build("shop", Some(&first))), "one store kept across the reload");
         assert_ne!(key(&first), key(&build("other", Some(&first))), "another prefix, another store");
         assert_ne!(key(&first), key(&build("shop", None)), "another process's store");
+    }
+
+    /// A file with one SOL route at `path` (methods `methods`), and `discovery` in it.
+    fn declared(path: &str, methods: &str, discovery: &str) -> Result<Routes, ConfigError> {
+        let file = ProxyFile::parse(&format!(
+            r#"listen = "127.0.0.1:8090"
+upstream = "http://127.0.0.1:9000"
+
+[facilitator]
+url = "http://127.0.0.1:8402"
+
+[[route]]
+name = "weather"
+path = "{path}"
+methods = {methods}
+{discovery}
+[[route.accept]]
+asset = "SOL"
+amount = "0.001"
+pay_to = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
+network = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"
+"#
+        ))?;
+        Routes::build(&file, &tollgate::TaskTracker::new(), None)
+    }
+
+    #[tokio::test]
+    async fn a_route_declares_what_its_discovery_table_says_and_is_listed_by_its_template() {
+        let routes = declared(
+            "/weather/{city}",
+            r#"["GET"]"#,
+            r#"discovery = { query_example = { units = "metric" }, service_name = "Weather", tags = ["weather"] }"#,
+        )
+        .unwrap();
+        let manifest = routes.storefront.as_ref().unwrap().manifest("https://api.example").await;
+        let [item] = manifest.items.as_slice() else { panic!("{manifest:?}") };
+        assert_eq!(item.resource.url, "https://api.example/weather/:city");
+        assert_eq!(item.input["method"], "GET");
+        assert_eq!(item.input["queryParams"], serde_json::json!({"units": "metric"}));
+        assert_eq!(item.input["routeTemplate"], "/weather/:city");
+        assert_eq!(item.resource.service.service_name.as_deref(), Some("Weather"));
+        assert_eq!(item.accepts.len(), 1);
+
+        // A body method declared without a body, a bad tag, an outside reference: refused.
+        for (methods, discovery, says) in [
+            (r#"["POST"]"#, "discovery = { output_example = { ok = true } }", "body method"),
+            (r#"["GET"]"#, r#"discovery = { tags = ["a", "a"] }"#, "tags"),
+            (r#"["GET"]"#, r#"discovery = { input_schema = { "$ref" = "https://evil.example/s.json" } }"#, "discovery"),
+            (r#"["GET"]"#, r#"discovery = { body_type = "xml" }"#, "body_type"),
+            (r#"["GET"]"#, r#"discovery = { icon_url = "http://127.0.0.1/i.png" }"#, "icon"),
+        ] {
+            match declared("/weather", methods, discovery) {
+                Err(ConfigError::Invalid(why)) => assert!(why.contains(says), "{discovery}: {why}"),
+                Err(other) => panic!("{other}"),
+                Ok(_) => panic!("{discovery} was taken"),
+            }
+        }
+        // No table: a POST route is listed with its method alone; `well_known = false` lists nothing.
+        let routes = declared("/upload", r#"["POST"]"#, "").unwrap();
+        let manifest = routes.storefront.as_ref().unwrap().manifest("http://h").await;
+        assert_eq!(serde_json::Value::Object(manifest.items[0].input.clone()), serde_json::json!({"method": "POST"}));
+        let mut file = ProxyFile::parse("listen = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\nwell_known = false\n[facilitator]\nurl = \"http://127.0.0.1:3\"\n").unwrap();
+        file.routes.clear();
+        assert!(Routes::build(&file, &tollgate::TaskTracker::new(), None).unwrap().storefront.is_none());
     }
 }

@@ -178,3 +178,86 @@ async fn an_evm_buyer_pays_through_permit2_and_a_metered_story_what_it_used() {
     assert_eq!(paid.payment.unwrap().whole.to_string(), "0.012");
     assert_eq!(pusd_of(seller).await, U256::from(124_000));
 }
+
+/// Every paid route of the demo's shop and of the service it sells through `tollgate-proxy` is
+/// in its origin's `/.well-known/x402.json`, offered exactly as its live 402 offers it, with the
+/// route's declaration; free routes are not; the origin is the one the request names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_well_known_manifests_list_every_paid_route_as_its_402_offers_it() {
+    use tollgate_protocol::x402::PaymentRequiredV2;
+    use tollgate_protocol::x402::bazaar::Manifest;
+
+    let (_anvil, _dir, demo) = evm_demo().await;
+    let proxy = demo.proxied.as_ref().expect("python3 runs the proxied service").url.clone();
+    let http = reqwest::Client::new();
+    let origins = [
+        (demo.shop_url.clone(), vec!["/quote", "/report", "/summarize", "/words", "/daily", "/story", "/ticker"]),
+        (proxy, vec!["/forecast", "/events", "/upload", "/whoami", "/summary"]),
+    ];
+    for (origin, mut paid) in origins {
+        let answer = http.get(format!("{origin}/.well-known/x402.json")).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.headers()["access-control-allow-origin"], "*");
+        let manifest: Manifest = answer.json().await.unwrap();
+        assert_eq!(manifest.x402_version, 2);
+        let mut listed: Vec<String> = manifest.items.iter().map(|item| item.resource.url.clone()).collect();
+        listed.sort();
+        paid.sort_unstable();
+        assert_eq!(listed, paid.iter().map(|path| format!("{origin}{path}")).collect::<Vec<_>>(), "{origin}");
+        for item in &manifest.items {
+            assert_eq!(item.kind, "http");
+            let method = item.input["method"].as_str().unwrap();
+            let live = match method {
+                "GET" => http.get(&item.resource.url),
+                "POST" => http.post(&item.resource.url).body("some words"),
+                other => panic!("{other}"),
+            }
+            .send()
+            .await
+            .unwrap();
+            assert_eq!(live.status(), 402, "{}", item.resource.url);
+            let required: PaymentRequiredV2 =
+                tollgate_protocol::x402::header::decode(live.headers()["payment-required"].to_str().unwrap()).unwrap();
+            assert_eq!(item.accepts, required.accepts, "{}", item.resource.url);
+            assert_eq!(item.resource.description.as_deref(), Some(required.resource.description.as_str()));
+            assert_eq!(item.resource.service, required.resource.service);
+            // The declaration the 402 carries is the one the manifest lifts; a route declaring
+            // nothing (the proxy's /upload: a body method without an example) is listed with
+            // its method alone.
+            match required.extensions.get("bazaar") {
+                Some(declaration) => {
+                    let declared: tollgate_protocol::x402::bazaar::Declaration =
+                        serde_json::from_value(declaration.clone()).unwrap();
+                    assert_eq!(declared.lifted_input(), item.input, "{}", item.resource.url);
+                    assert_eq!(declared.info.output, item.output);
+                }
+                None => {
+                    assert!(item.resource.url.ends_with("/upload"), "{} declares nothing", item.resource.url);
+                    assert_eq!(serde_json::Value::Object(item.input.clone()), serde_json::json!({"method": "POST"}));
+                }
+            }
+        }
+    }
+
+    // The proxy's forecast, as its [route.discovery] declares it.
+    let proxy = &demo.proxied.as_ref().unwrap().url;
+    let manifest: Manifest =
+        http.get(format!("{proxy}/.well-known/x402.json")).send().await.unwrap().json().await.unwrap();
+    let forecast = manifest.items.iter().find(|item| item.resource.url.ends_with("/forecast")).unwrap();
+    assert_eq!(forecast.input["queryParams"], serde_json::json!({"city": "Paris"}));
+    assert_eq!(forecast.resource.service.service_name.as_deref(), Some("Demo weather"));
+    assert_eq!(forecast.resource.service.tags, ["weather", "demo"]);
+
+    // Asked through a proxy naming another host, the shop's items are on that origin.
+    let manifest: Manifest = http
+        .get(format!("{}/.well-known/x402.json", demo.shop_url))
+        .header("x-forwarded-host", "shop.example")
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(manifest.items.iter().all(|item| item.resource.url.starts_with("https://shop.example/")), "{manifest:?}");
+}
