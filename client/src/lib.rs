@@ -57,6 +57,7 @@ use tollgate_protocol::{Address, AtomicAmount, ChainFamily, DecimalAmount, Netwo
 
 mod budget;
 mod channels;
+pub mod discovery;
 mod evm;
 mod middleware;
 mod solana;
@@ -142,6 +143,9 @@ pub enum PayError {
     /// is unknown).
     #[error("payment channel: {0}")]
     Channel(String),
+    /// A manifest or a catalog could not be read ([`Buyer::discover`], [`Buyer::search`]).
+    #[error("discovery: {0}")]
+    Discovery(String),
     /// No cap or budget limits what this offer would take, and the buyer was not told to pay
     /// without one ([`Buyer::without_cap`], `tollgate-pay --no-cap`). Nothing was signed.
     #[error(

@@ -39,6 +39,22 @@ pub struct SendPaymentRequest {
     pub network: Option<Network>,
 }
 
+/// What a receive declares for the discovery catalog ([`ReceivePaymentRequest::discovery`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReceiveDiscovery {
+    /// The resource as the seller's 402 names it (URL, description, MIME type, service
+    /// metadata); its URL is the payment's `resource`.
+    pub resource: crate::x402::ResourceInfo,
+    /// The offer paid, as the seller's 402 makes it; it must be the payment's own terms
+    /// (network, asset, amount, recipient), or nothing is cataloged.
+    pub accepted: crate::x402::PaymentRequirements,
+    /// The `bazaar` declaration.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub declaration: Value,
+}
+
 /// Body of `POST /payment/receive`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -84,6 +100,12 @@ pub struct ReceivePaymentRequest {
     /// presented for another request. Without it, a proof presented again is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket: Option<crate::ticket::Ticket>,
+    /// The route's discovery declaration (extension, sent by Tollgate's seller layer for a
+    /// route that declares itself, x402 `bazaar`): once the payment is confirmed, the
+    /// facilitator catalogs the route under the caller's account, as it does for an x402
+    /// `/settle`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<ReceiveDiscovery>,
 }
 
 /// Body of `POST /payment/answer/release` (extension): gives back one answer of a payment

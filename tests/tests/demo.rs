@@ -261,3 +261,71 @@ async fn the_well_known_manifests_list_every_paid_route_as_its_402_offers_it() {
         .unwrap();
     assert!(manifest.items.iter().all(|item| item.resource.url.starts_with("https://shop.example/")), "{manifest:?}");
 }
+
+/// After the demo's first payments the facilitator's catalog holds its routes as the shop and
+/// the proxy declared them, and `tollgate-pay search` and `discover` print them with a command
+/// line that buys them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_its_first_payments_the_demo_is_found_in_the_catalog_and_by_its_manifest() {
+    use tollgate_client::discovery::ForSale;
+
+    let dir = tempfile::tempdir().unwrap();
+    let demo = tollgate_demo::start(&Options::new(dir.path())).await.unwrap();
+    let key = tollgate_facilitator::wallets::read_solana_keypair(&demo.buyer_key_file).unwrap();
+    let buyer = Buyer::new().with_solana(key, &demo.solana_rpc_url).with_cap(Cap::whole("0.05").unwrap());
+    assert_eq!(buyer.get(&format!("{}/quote", demo.shop_url)).await.unwrap().status, 200);
+    assert_eq!(buyer.get(&demo.proxy_url().expect("python3 runs the proxied service")).await.unwrap().status, 200);
+
+    // The catalog is written in the background of each settlement.
+    let found = |query: &'static str| {
+        let (buyer, facilitator) = (&buyer, demo.facilitator_url.clone());
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let page = buyer.search(&facilitator, query, None).await.unwrap();
+                if !page.resources.is_empty() || std::time::Instant::now() > deadline {
+                    return page.resources.into_iter().map(ForSale::from).collect::<Vec<_>>();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let quote = found("sol/usd quote").await;
+    let [quote] = quote.as_slice() else { panic!("{quote:?}") };
+    assert_eq!(quote.url, format!("{}/quote", demo.shop_url));
+    assert_eq!(quote.service_name.as_deref(), Some("Tollgate demo shop"));
+    let manifest = buyer.discover(&demo.shop_url).await.unwrap();
+    let listed = manifest.items.into_iter().map(ForSale::from).find(|i| i.url == quote.url).unwrap();
+    assert_eq!(listed.input, quote.input, "the catalog holds what the shop declares");
+    assert!(listed.accepts.contains(&quote.accepts[0]), "the settled way to pay is one the shop offers");
+    let forecast = found("weather forecast").await;
+    assert_eq!(forecast.len(), 1, "{forecast:?}");
+    let line = forecast[0].command_line().unwrap();
+    let proxy = &demo.proxied.as_ref().unwrap().url;
+    assert!(line.starts_with(&format!("tollgate-pay '{proxy}/forecast?city=Paris'")), "{line}");
+
+    // The command, as a buyer types it.
+    let pay = tollgate_e2e::built("tollgate-pay");
+    let searched = std::process::Command::new(&pay)
+        .args(["search", "--facilitator", &demo.facilitator_url, "quote"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&searched.stdout);
+    assert!(searched.status.success(), "{}", String::from_utf8_lossy(&searched.stderr));
+    assert!(text.contains(&format!("GET {}/quote — A SOL/USD quote", demo.shop_url)), "{text}");
+    assert!(text.contains(&format!("tollgate-pay '{}/quote' --max", demo.shop_url)), "{text}");
+    let discovered = std::process::Command::new(&pay).args(["discover", &demo.shop_url]).output().unwrap();
+    let text = String::from_utf8_lossy(&discovered.stdout);
+    assert!(discovered.status.success(), "{}", String::from_utf8_lossy(&discovered.stderr));
+    for path in ["/quote", "/report", "/summarize", "/words", "/daily"] {
+        assert!(text.contains(&format!("{}{path} — ", demo.shop_url)), "{path}: {text}");
+    }
+    assert!(text.contains("-d 'Paid per request, settled on chain.'"), "{text}");
+    let nowhere = std::process::Command::new(&pay).args(["discover", &demo.facilitator_url]).output().unwrap();
+    assert_eq!(
+        nowhere.status.code(),
+        Some(1),
+        "a facilitator has no manifest: {}",
+        String::from_utf8_lossy(&nowhere.stderr)
+    );
+}

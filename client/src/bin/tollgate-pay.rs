@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tollgate_client::discovery::ForSale;
 use tollgate_client::{Budget, Buyer, Cap, Limit, PayError, PaymentMade, Request};
 
 /// What each exit code means (also in `--help`).
@@ -30,7 +31,9 @@ macro_rules! exit_codes {
 /// What `tollgate-pay --help` says after the flags.
 const AFTER_HELP: &str = concat!(
     "Payment channels (x402 batch-settlement): tollgate-pay channels list | refund <url> | \
-withdraw <channel> | finish <channel> (tollgate-pay channels --help).\n\n",
+withdraw <channel> | finish <channel> (tollgate-pay channels --help).\n\n\
+What is for sale: tollgate-pay discover <origin> (its /.well-known/x402.json) | search <words> \
+(a facilitator's catalog; tollgate-pay search --help).\n\n",
     exit_codes!()
 );
 
@@ -147,6 +150,35 @@ enum ChannelAction {
         /// The channel's id.
         channel: String,
     },
+}
+
+/// `tollgate-pay discover <origin>`: what an origin sells, from its `/.well-known/x402.json`.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate-pay discover", bin_name = "tollgate-pay discover", version)]
+struct DiscoverArgs {
+    /// Print the manifest as JSON on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The origin (`https://api.example.com`).
+    origin: String,
+}
+
+/// `tollgate-pay search <words>`: what a facilitator's catalog holds (what it settled).
+#[derive(Debug, Parser)]
+#[command(name = "tollgate-pay search", bin_name = "tollgate-pay search", version)]
+struct SearchArgs {
+    /// The facilitator whose catalog is searched.
+    #[arg(long, env = "TOLLGATE_FACILITATOR_URL", default_value = "http://127.0.0.1:8402")]
+    facilitator: String,
+    /// The most results (1–100; the facilitator's default: 20).
+    #[arg(long)]
+    limit: Option<u32>,
+    /// Print the results as JSON on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The words to find (every one must match).
+    #[arg(required = true)]
+    words: Vec<String>,
 }
 
 /// A failure and its exit code.
@@ -470,15 +502,75 @@ async fn channels(args: ChannelsArgs) -> Result<ExitCode, Failed> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `tollgate-pay discover` and `search`: each item, its prices and a command line that buys it.
+async fn for_sale(items: Vec<ForSale>, json: Option<String>) -> Result<ExitCode, Failed> {
+    let mut out = std::io::stdout().lock();
+    let written = (|| -> std::io::Result<()> {
+        if let Some(json) = json {
+            return writeln!(out, "{json}");
+        }
+        if items.is_empty() {
+            eprintln!("nothing found");
+        }
+        for item in &items {
+            let service = match (&item.service_name, item.tags.is_empty()) {
+                (Some(name), true) => format!(" [{name}]"),
+                (Some(name), false) => format!(" [{name}: {}]", item.tags.join(", ")),
+                (None, false) => format!(" [{}]", item.tags.join(", ")),
+                (None, true) => String::new(),
+            };
+            let how = match (item.kind.as_str(), item.input.get("toolName").and_then(|t| t.as_str())) {
+                ("mcp", Some(tool)) => format!("MCP tool {tool} at"),
+                _ => item.method().to_owned(),
+            };
+            writeln!(out, "{how} {} — {}{service}", item.url, item.description)?;
+            for requirement in &item.accepts {
+                writeln!(out, "  {}", ForSale::price(requirement))?;
+            }
+            if let Some(line) = item.command_line() {
+                writeln!(out, "  {line}")?;
+            }
+        }
+        Ok(())
+    })();
+    written.map_err(|e| Failed(1, format!("cannot write: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    // `tollgate-pay channels …` has its own commands; anything else is a URL to send.
+    // `tollgate-pay channels …`, `discover …` and `search …` have their own arguments; anything
+    // else is a URL to send.
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let outcome = if argv.get(1).is_some_and(|a| a == "channels") {
-        argv.remove(1);
-        channels(ChannelsArgs::parse_from(argv)).await
-    } else {
-        run(Args::parse_from(argv)).await
+    let command = argv.get(1).and_then(|a| a.to_str()).map(str::to_owned);
+    let outcome = match command.as_deref() {
+        Some("channels") => {
+            argv.remove(1);
+            channels(ChannelsArgs::parse_from(argv)).await
+        }
+        Some("discover") => {
+            argv.remove(1);
+            let args = DiscoverArgs::parse_from(argv);
+            match Buyer::new().discover(&args.origin).await {
+                Ok(manifest) => {
+                    let json = args.json.then(|| serde_json::to_string_pretty(&manifest).unwrap_or_default());
+                    for_sale(manifest.items.into_iter().map(ForSale::from).collect(), json).await
+                }
+                Err(e) => Err(Failed(1, e.to_string())),
+            }
+        }
+        Some("search") => {
+            argv.remove(1);
+            let args = SearchArgs::parse_from(argv);
+            match Buyer::new().search(&args.facilitator, &args.words.join(" "), args.limit).await {
+                Ok(found) => {
+                    let json = args.json.then(|| serde_json::to_string_pretty(&found).unwrap_or_default());
+                    for_sale(found.resources.into_iter().map(ForSale::from).collect(), json).await
+                }
+                Err(e) => Err(Failed(1, e.to_string())),
+            }
+        }
+        _ => run(Args::parse_from(argv)).await,
     };
     match outcome {
         Ok(code) => code,

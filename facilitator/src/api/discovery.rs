@@ -13,7 +13,6 @@ use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ApiError;
@@ -21,50 +20,12 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::discovery::{CatalogEntry, Filter, MAX_LIMIT, words};
+pub use tollgate_protocol::x402::bazaar::{CursorPage, DiscoveryResource, OffsetPage, ResourceList, SearchResults};
 
 /// Entries listed when `limit` is not given.
 const DEFAULT_LIMIT: u32 = 20;
 /// The deepest page: `offset` (or a cursor) beyond this is refused.
 const MAX_OFFSET: u64 = 100_000;
-
-/// One cataloged resource, as the official discovery client reads it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DiscoveryResource {
-    /// The resource's URL (a dynamic route's template in place of its path).
-    pub resource: String,
-    /// `http` or `mcp`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The x402 version it was settled in.
-    pub x402_version: u8,
-    /// The ways to pay it was settled in, newest first (advisory: its live 402 decides).
-    #[schema(value_type = Vec<Object>)]
-    pub accepts: Vec<tollgate_protocol::x402::PaymentRequirements>,
-    /// When it was last settled.
-    pub last_updated: DateTime<Utc>,
-    /// What the buyer gets.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub description: String,
-    /// MIME type of the answer.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub mime_type: String,
-    /// The service's name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service_name: Option<String>,
-    /// Topical tags.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
-    /// The service's icon.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub icon_url: Option<String>,
-    /// An MCP tool's name (the catalog's key is the URL and this).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub tool_name: String,
-    /// `{"bazaar": declaration}`: how to call it and what it answers.
-    #[schema(value_type = Object)]
-    pub extensions: Map<String, Value>,
-}
 
 impl From<CatalogEntry> for DiscoveryResource {
     fn from(e: CatalogEntry) -> Self {
@@ -83,52 +44,6 @@ impl From<CatalogEntry> for DiscoveryResource {
             extensions: e.extensions,
         }
     }
-}
-
-/// `GET /discovery/resources`.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ResourceList {
-    /// Always 2.
-    pub x402_version: u8,
-    /// The page, most recently settled first.
-    pub items: Vec<DiscoveryResource>,
-    /// Where the page is.
-    pub pagination: OffsetPage,
-}
-
-/// A page by offset.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct OffsetPage {
-    /// The most entries in a page.
-    pub limit: u32,
-    /// Entries skipped.
-    pub offset: u64,
-    /// Entries matching in all.
-    pub total: u64,
-}
-
-/// `GET /discovery/search`.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SearchResults {
-    /// Always 2.
-    pub x402_version: u8,
-    /// The matches of this page, most recently settled first.
-    pub resources: Vec<DiscoveryResource>,
-    /// Whether more matches follow this page.
-    pub partial_results: bool,
-    /// The next page's cursor.
-    pub pagination: CursorPage,
-}
-
-/// A page by cursor.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CursorPage {
-    /// The most entries in a page.
-    pub limit: u32,
-    /// The next page's cursor, or null after the last.
-    pub cursor: Option<String>,
 }
 
 /// Filters common to listing and search.

@@ -145,7 +145,32 @@ pub async fn receive(
     let wait = Duration::from_secs(timeout);
     let receive = receive_of(&state, &caller, &ReceiveFields::of_hosted(&req), wait)?;
     let stored = state.payments().receive(receive).await?;
+    if let Some(discovery) = &req.discovery {
+        catalog(&state, &caller, &stored, discovery);
+    }
     received(&stored)
+}
+
+/// Catalogs a confirmed receive's route as its seller declared it, when the offer declared is
+/// the payment's own (network, asset, amount, recipient and resource), like an x402 `/settle`.
+fn catalog(
+    state: &AppState,
+    caller: &Caller,
+    stored: &StoredPayment,
+    discovery: &tollgate_protocol::gateway::ReceiveDiscovery,
+) {
+    let (p, accepted) = (&stored.payment, &discovery.accepted);
+    let own_terms = p.network == accepted.network
+        && p.to == accepted.pay_to.to_string()
+        && p.asset == accepted.asset.to_string()
+        && p.amount_atomic == accepted.amount
+        && p.resource.as_deref() == Some(discovery.resource.url.as_str());
+    if !state.config.discovery.catalog || p.status != PaymentStatus::Confirmed || !own_terms {
+        return;
+    }
+    let mut extensions = serde_json::Map::new();
+    extensions.insert(tollgate_protocol::x402::bazaar::EXTENSION.to_owned(), discovery.declaration.clone());
+    state.catalog.settled(&caller.account_id, 2, &discovery.resource, accepted, &extensions, state.clock.now());
 }
 
 /// The answer to a receive: 200 confirmed, 202 pending, 402 when the transaction failed.

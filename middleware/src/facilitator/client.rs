@@ -198,6 +198,12 @@ impl FacilitatorClient {
             network: Some(requirement.network.clone()),
             asset: Some(requirement.asset),
             ticket: Some(claim.ticket.clone()),
+            // The seller's declaration (never the buyer's echo), for the facilitator's catalog.
+            discovery: claim.discovery.map(|declaration| tollgate_protocol::gateway::ReceiveDiscovery {
+                resource: claim.resource.clone(),
+                accepted: requirement.clone(),
+                declaration: declaration.clone(),
+            }),
         };
         let sent = self
             .request(reqwest::Method::POST, "/payment/receive")

@@ -532,6 +532,101 @@ pub struct ManifestResource {
     pub service: ServiceMetadata,
 }
 
+// A facilitator's catalog (`GET /discovery/resources`, `GET /discovery/search`), as both sides
+// read it: the shapes the official discovery client reads.
+
+/// One cataloged resource, as the official discovery client reads it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryResource {
+    /// The resource's URL (a dynamic route's template in place of its path).
+    pub resource: String,
+    /// `http` or `mcp`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The x402 version it was settled in.
+    pub x402_version: u8,
+    /// The ways to pay it was settled in, newest first (advisory: its live 402 decides).
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub accepts: Vec<super::PaymentRequirements>,
+    /// When it was last settled.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub last_updated: chrono::DateTime<chrono::Utc>,
+    /// What the buyer gets.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// MIME type of the answer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mime_type: String,
+    /// The service's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// Topical tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The service's icon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon_url: Option<String>,
+    /// An MCP tool's name (the catalog's key is the URL and this).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tool_name: String,
+    /// `{"bazaar": declaration}`: how to call it and what it answers.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[serde(default)]
+    pub extensions: Map<String, Value>,
+}
+
+/// `GET /discovery/resources`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceList {
+    /// Always 2.
+    pub x402_version: u8,
+    /// The page, most recently settled first.
+    pub items: Vec<DiscoveryResource>,
+    /// Where the page is.
+    pub pagination: OffsetPage,
+}
+
+/// A page by offset.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffsetPage {
+    /// The most entries in a page.
+    pub limit: u32,
+    /// Entries skipped.
+    pub offset: u64,
+    /// Entries matching in all.
+    pub total: u64,
+}
+
+/// `GET /discovery/search`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchResults {
+    /// Always 2.
+    pub x402_version: u8,
+    /// The matches of this page, most recently settled first.
+    pub resources: Vec<DiscoveryResource>,
+    /// Whether more matches follow this page.
+    pub partial_results: bool,
+    /// The next page's cursor.
+    pub pagination: CursorPage,
+}
+
+/// A page by cursor.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CursorPage {
+    /// The most entries in a page.
+    pub limit: u32,
+    /// The next page's cursor, or null after the last.
+    pub cursor: Option<String>,
+}
+
 impl Declaration {
     /// The manifest's `input` for this declaration: its input's fields but `type`, with the
     /// route template when the route has one.
