@@ -15,6 +15,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use tollgate::discovery::Storefront;
 use tollgate::{FacilitatorClient, Payment, PaymentLayer, Price};
 use tollgate_mcp::{CHARGE_META, PaidServer, ToolPaywall};
 use tollgate_protocol::AtomicAmount;
@@ -53,17 +54,10 @@ fn answer(value: &Value) -> CallToolResult {
     result
 }
 
-impl ServerHandler for DemoTools {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("Tollgate demo tools: summarize is paid (x402), count_words is free.")
-    }
-
-    async fn list_tools(
-        &self,
-        _: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
+impl DemoTools {
+    /// The tools, as `tools/list` gives them (and as their discovery declarations say them).
+    #[must_use]
+    pub fn tools(&self) -> Vec<Tool> {
         let text = schema(&json!({"text": {"type": "string", "description": "The text"}}), &["text"]);
         let mut tools = vec![
             Tool::new("summarize", "A summary of the text: its word count and first eight words (paid)", text.clone()),
@@ -77,6 +71,22 @@ impl ServerHandler for DemoTools {
                 schema(&words, &["words"]),
             ));
         }
+        tools
+    }
+}
+
+impl ServerHandler for DemoTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("Tollgate demo tools: summarize is paid (x402), count_words is free.")
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self.tools();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -129,17 +139,27 @@ pub fn paywall(
     facilitator: &FacilitatorClient,
     summarize: &[Price],
     story: Option<&Price>,
+    listed: Option<&Storefront>,
 ) -> anyhow::Result<ToolPaywall> {
+    // Each priced tool declares itself (x402 `bazaar`) from its own listing.
+    let tools = DemoTools { story: story.is_some() }.tools();
+    let tool = |name: &str| tools.iter().find(|t| t.name == name).cloned();
     let mut layer = PaymentLayer::builder().facilitator(facilitator.clone()).description("A summary of the text");
     for price in summarize {
         layer = layer.accept(price.clone());
     }
     // One payment serves its call, and one retry of a buyer whose answer was lost.
-    let mut builder = ToolPaywall::builder().tool("summarize", layer.ticket_uses(2));
-    if let Some(story) = story {
+    let summarize = tool("summarize").ok_or_else(|| anyhow::anyhow!("no summarize tool"))?;
+    let mut builder = ToolPaywall::builder().declared_tool(&summarize, layer.ticket_uses(2));
+    if let Some(story) = story
+        && let Some(tell_story) = tool("tell_story")
+    {
         let told = "A story, charged 0.001 PUSD a word it tells (at most 50 words, 0.05 PUSD)";
         let layer = PaymentLayer::builder().facilitator(facilitator.clone()).description(told).accept(story.clone());
-        builder = builder.tool("tell_story", layer.ticket_uses(2));
+        builder = builder.declared_tool(&tell_story, layer.ticket_uses(2));
+    }
+    if let Some(storefront) = listed {
+        builder = builder.listed(storefront);
     }
     builder.build().map_err(|(tool, e)| anyhow::anyhow!("tool {tool}: {e}"))
 }

@@ -386,7 +386,7 @@ pub(crate) fn router(
         router = router.route("/ticker", get(ticker).route_layer(per_call));
     }
     // The same goods as MCP tools, paid in x402's MCP transport.
-    let tools = crate::mcp::paywall(facilitator, &catalog.quote, catalog.story.as_ref())?;
+    let tools = crate::mcp::paywall(facilitator, &catalog.quote, catalog.story.as_ref(), Some(&storefront))?;
     router = router.nest_service("/mcp", crate::mcp::http_service(tools, catalog.story.is_some()));
     Ok((router, storefront))
 }

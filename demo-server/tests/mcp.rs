@@ -91,6 +91,20 @@ async fn paid_tools_are_paid_once_over_http_and_stdio_within_the_budget() {
     assert!(names.contains(&"summarize") && names.contains(&"count_words"), "{names:?}");
     let client = PaidClient::new(http.peer().clone(), buyer.clone(), demo.mcp_url());
 
+    // The prices, before any call: the paid tool's are its payment-required result's; the free
+    // tool has none. The paid tool's result declares it (x402 bazaar) from its own listing.
+    let priced = client.priced_tools().await.unwrap();
+    let price_of = |name: &str| priced.iter().find(|t| t.tool.name == name).unwrap().accepts.clone();
+    assert!(price_of("count_words").is_empty());
+    let unpaid = http.peer().call_tool(text_call("summarize", "a b")).await.unwrap();
+    let Some(tollgate_protocol::x402::PaymentRequired::V2(required)) = payment_required(&unpaid) else {
+        panic!("a v2 payment-required result: {unpaid:?}")
+    };
+    assert_eq!(price_of("summarize"), required.accepts);
+    let declared = &required.extensions["bazaar"]["info"]["input"];
+    assert_eq!(declared["toolName"], "summarize");
+    assert_eq!(declared["inputSchema"]["required"], json!(["text"]));
+
     // A free tool is called once and costs nothing.
     let free = client.call_tool(text_call("count_words", "one two three")).await.unwrap();
     assert!(free.payment.is_none());

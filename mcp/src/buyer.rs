@@ -44,6 +44,17 @@ pub struct PaidCall {
     pub signed_in: Option<String>,
 }
 
+/// A tool of the server, with the ways to pay it its `tools/list` entry names
+/// ([`crate::ACCEPTS_META`]); none for a free tool (or a server that does not say).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PricedTool {
+    /// The tool, as listed.
+    pub tool: rmcp::model::Tool,
+    /// Its ways to pay (advisory: a call's payment-required result decides).
+    pub accepts: Vec<tollgate_protocol::x402::PaymentRequirements>,
+}
+
 /// Calls tools through an `rmcp` client, paying those that answer payment-required: once per
 /// call, with the offer its [`Buyer`] takes (the first its keys can pay within its cap and
 /// budget). Cheap to clone.
@@ -69,6 +80,28 @@ impl PaidClient {
     pub fn paying_only<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tools: I) -> Self {
         self.paying = Some(Arc::new(tools.into_iter().map(Into::into).collect()));
         self
+    }
+
+    /// The server's tools and their prices, before calling any: what a Tollgate server lists in
+    /// each priced tool's `_meta["tollgate/accepts"]` (an entry that cannot be read counts as no
+    /// price; the call's payment-required result is what is paid, within the buyer's cap).
+    ///
+    /// # Errors
+    /// [`McpPayError::Mcp`] when `tools/list` fails.
+    pub async fn priced_tools(&self) -> Result<Vec<PricedTool>, McpPayError> {
+        let tools = self.peer.list_all_tools().await?;
+        Ok(tools
+            .into_iter()
+            .map(|tool| {
+                let accepts = tool
+                    .meta
+                    .as_ref()
+                    .and_then(|meta| meta.get(crate::ACCEPTS_META))
+                    .and_then(|accepts| serde_json::from_value(accepts.clone()).ok())
+                    .unwrap_or_default();
+                PricedTool { tool, accepts }
+            })
+            .collect())
     }
 
     /// The client it calls through.

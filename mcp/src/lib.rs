@@ -26,7 +26,7 @@
 pub mod buyer;
 pub mod seller;
 
-pub use buyer::{McpPayError, PaidCall, PaidClient};
+pub use buyer::{McpPayError, PaidCall, PaidClient, PricedTool};
 pub use rmcp;
 pub use seller::{CHARGE_META, PaidServer, ToolPaywall, ToolPaywallBuilder, tool_resource};
 
@@ -47,6 +47,10 @@ pub const ERROR_KEY: &str = "x402/error";
 /// Tollgate's key, in a tool result's `structuredContent`, of a payment broadcast but not yet
 /// confirmed: call again with the same payment after `retryAfter` seconds.
 pub const PENDING_KEY: &str = "tollgate/pending";
+/// The `_meta` key of a priced tool in `tools/list` holding the ways to pay it (x402
+/// `PaymentRequirements`, advisory: the payment-required result of a call decides), so that a
+/// buyer sees the prices before calling ([`PaidClient::priced_tools`]). A Tollgate extension.
+pub const ACCEPTS_META: &str = "tollgate/accepts";
 
 /// The payment request of a tool result, read in the order x402's MCP transport asks of
 /// clients: `structuredContent` as a `PaymentRequired`, then `structuredContent["x402/error"].data`,

@@ -42,6 +42,7 @@ use rmcp::model::{
 use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use tollgate::discovery::{Discovery, Storefront};
 use tollgate::{BuildError, Charge, Payment, PaymentLayer, PaymentLayerBuilder, TaskTracker};
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::x402::header::{
@@ -49,7 +50,7 @@ use tollgate_protocol::x402::header::{
 };
 use tower::{Layer as _, ServiceExt as _};
 
-use crate::{ERROR_KEY, PAYMENT_META, PAYMENT_RESPONSE_META, PENDING_KEY, SIGN_IN_META};
+use crate::{ACCEPTS_META, ERROR_KEY, PAYMENT_META, PAYMENT_RESPONSE_META, PENDING_KEY, SIGN_IN_META};
 
 /// The result `_meta` key in which a metered tool (`upto`) reports what its call used, in atomic
 /// units of the price's asset (a string of digits, or a number). It is charged that, capped at
@@ -78,6 +79,8 @@ pub fn tool_resource(name: &str) -> String {
 pub struct ToolPaywall {
     tools: Arc<HashMap<String, PaymentLayer>>,
     tasks: TaskTracker,
+    /// Every priced tool, for the prices `tools/list` shows.
+    storefront: Storefront,
 }
 
 /// Builds a [`ToolPaywall`].
@@ -86,6 +89,7 @@ pub struct ToolPaywall {
 pub struct ToolPaywallBuilder {
     tools: Vec<(String, PaymentLayerBuilder)>,
     tasks: Option<TaskTracker>,
+    listed: Option<Storefront>,
 }
 
 impl ToolPaywallBuilder {
@@ -94,6 +98,25 @@ impl ToolPaywallBuilder {
     /// Its resource is set to [`tool_resource`].
     pub fn tool(mut self, name: impl Into<String>, layer: PaymentLayerBuilder) -> Self {
         self.tools.push((name.into(), layer));
+        self
+    }
+
+    /// Prices `tool` as [`Self::tool`] does, declared for discovery (x402 `bazaar`) from the
+    /// tool itself: its name, description and `inputSchema`, as `tools/list` gives them (an
+    /// `rmcp` tool router's `list_all()`). The declaration is in every payment-required result
+    /// of the tool, and facilitators catalog the tool under its seller from it.
+    pub fn declared_tool(self, tool: &Tool, layer: PaymentLayerBuilder) -> Self {
+        let mut declared = Discovery::tool(tool.name.to_string(), Value::Object((*tool.input_schema).clone()));
+        if let Some(description) = &tool.description {
+            declared = declared.tool_description(description.to_string());
+        }
+        self.tool(tool.name.to_string(), layer.discovery(declared))
+    }
+
+    /// Lists every priced tool in `storefront` too: an HTTP server serving the tools lists them
+    /// in its `/.well-known/x402.json` (as `mcp` items, at their `mcp://tool/<name>`).
+    pub fn listed(mut self, storefront: &Storefront) -> Self {
+        self.listed = Some(storefront.clone());
         self
     }
 
@@ -110,12 +133,18 @@ impl ToolPaywallBuilder {
     /// The first tool's [`BuildError`], named.
     pub fn build(self) -> Result<ToolPaywall, (String, BuildError)> {
         let tasks = self.tasks.unwrap_or_default();
+        let storefront = Storefront::new();
         let mut tools = HashMap::new();
         for (name, layer) in self.tools {
             let built = layer.resource(tool_resource(&name)).tasks(tasks.clone()).build();
-            tools.insert(name.clone(), built.map_err(|e| (name, e))?);
+            let built = built.map_err(|e| (name.clone(), e))?;
+            storefront.list_fixed(&built);
+            if let Some(listed) = &self.listed {
+                listed.list_fixed(&built);
+            }
+            tools.insert(name, built);
         }
-        Ok(ToolPaywall { tools: Arc::new(tools), tasks })
+        Ok(ToolPaywall { tools: Arc::new(tools), tasks, storefront })
     }
 }
 
@@ -287,12 +316,22 @@ impl<S: ServerHandler> ServerHandler for PaidServer<S> {
         }
     }
 
-    fn list_tools(
+    /// The wrapped server's tools, each priced one with its ways to pay in
+    /// `_meta["tollgate/accepts"]` ([`crate::ACCEPTS_META`]).
+    async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ListToolsResult, McpError>> + MaybeSendFuture + '_ {
-        self.inner.list_tools(request, context)
+    ) -> Result<ListToolsResult, McpError> {
+        let mut listed = self.inner.list_tools(request, context).await?;
+        let manifest = self.paywall.storefront.manifest("").await;
+        for tool in &mut listed.tools {
+            let resource = tool_resource(&tool.name);
+            if let Some(item) = manifest.items.iter().find(|item| item.resource.url == resource) {
+                tool.meta.get_or_insert_with(MetaObject::default).insert(ACCEPTS_META.into(), json!(item.accepts));
+            }
+        }
+        Ok(listed)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

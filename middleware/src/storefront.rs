@@ -167,6 +167,12 @@ impl Storefront {
         Ok(())
     }
 
+    /// Lists a layer whose resource is fixed ([`crate::PaymentLayerBuilder::resource`]; an MCP
+    /// tool's `mcp://tool/<name>`): its item is at that URL, whatever the origin asked.
+    pub fn list_fixed(&self, layer: &crate::PaymentLayer) {
+        self.add("/".to_owned(), None, layer.config.clone());
+    }
+
     pub(crate) fn add(&self, template: String, method: Option<Method>, config: Arc<Config>) {
         let mut listings = self.shared.listings.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         listings.push(Listing { template, method, config });

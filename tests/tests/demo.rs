@@ -198,8 +198,20 @@ async fn the_well_known_manifests_list_every_paid_route_as_its_402_offers_it() {
         let answer = http.get(format!("{origin}/.well-known/x402.json")).send().await.unwrap();
         assert_eq!(answer.status(), 200);
         assert_eq!(answer.headers()["access-control-allow-origin"], "*");
-        let manifest: Manifest = answer.json().await.unwrap();
+        let mut manifest: Manifest = answer.json().await.unwrap();
         assert_eq!(manifest.x402_version, 2);
+        // The shop lists its MCP tools too, at their mcp:// resources, declared from their own
+        // listing (their prices are held to the tools' own in demo-server/tests/mcp.rs).
+        let (tools, http_items): (Vec<_>, Vec<_>) = manifest.items.into_iter().partition(|item| item.kind == "mcp");
+        manifest.items = http_items;
+        let mut tool_urls: Vec<&str> = tools.iter().map(|t| t.resource.url.as_str()).collect();
+        tool_urls.sort_unstable();
+        if origin == demo.shop_url {
+            assert_eq!(tool_urls, ["mcp://tool/summarize", "mcp://tool/tell_story"]);
+            assert!(tools.iter().all(|t| t.input["toolName"].is_string() && t.input["inputSchema"].is_object()));
+        } else {
+            assert!(tools.is_empty());
+        }
         let mut listed: Vec<String> = manifest.items.iter().map(|item| item.resource.url.clone()).collect();
         listed.sort();
         paid.sort_unstable();
@@ -259,7 +271,12 @@ async fn the_well_known_manifests_list_every_paid_route_as_its_402_offers_it() {
         .json()
         .await
         .unwrap();
-    assert!(manifest.items.iter().all(|item| item.resource.url.starts_with("https://shop.example/")), "{manifest:?}");
+    let on_the_web = manifest.items.iter().filter(|item| item.kind == "http");
+    assert!(
+        on_the_web.clone().count() >= 5
+            && on_the_web.into_iter().all(|item| item.resource.url.starts_with("https://shop.example/")),
+        "{manifest:?}"
+    );
 }
 
 /// After the demo's first payments the facilitator's catalog holds its routes as the shop and
@@ -321,6 +338,8 @@ async fn after_its_first_payments_the_demo_is_found_in_the_catalog_and_by_its_ma
         assert!(text.contains(&format!("{}{path} — ", demo.shop_url)), "{path}: {text}");
     }
     assert!(text.contains("-d 'Paid per request, settled on chain.'"), "{text}");
+    let page = reqwest::get(format!("{}/", demo.shop_url)).await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"href="/.well-known/x402.json""#), "the demo page links its manifest");
     let nowhere = std::process::Command::new(&pay).args(["discover", &demo.facilitator_url]).output().unwrap();
     assert_eq!(
         nowhere.status.code(),

@@ -35,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.api_key_file.display()))?;
     let facilitator = FacilitatorClient::new(&args.facilitator, key.trim());
     let pay_to = args.pay_to.parse().map_err(|e| anyhow::anyhow!("--pay-to: {e}"))?;
-    let tools = paywall(&facilitator, &[Price::native_sol("0.001")?.pay_to(pay_to)], None)?;
+    let tools = paywall(&facilitator, &[Price::native_sol("0.001")?.pay_to(pay_to)], None, None)?;
     let server = tools.wrap(DemoTools { story: false }).serve(rmcp::transport::stdio()).await?;
     server.waiting().await?;
     // The client hung up: finish the settlements of calls it did not wait for.
