@@ -818,3 +818,65 @@ async fn tollgates_buyer_pays_the_official_batch_server_selling_through_tollgate
     assert_eq!(before - balance(key.address()).await, U256::from(500), "the buyer paid its five calls, no more");
     server.kill().await.unwrap();
 }
+
+/// An official seller (`@x402/core`'s HTTP resource server with `@x402/extensions`' bazaar server
+/// extension, on Node) declares `/weather` and settles through Tollgate's facilitator; the
+/// official buyer pays it; the official discovery client (`withBazaar`) then lists and searches
+/// Tollgate's catalog and finds the route as its seller declared it: its URL without the query,
+/// its service metadata, the way it was paid, and the declaration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_official_sellers_declaration_is_cataloged_and_the_official_discovery_client_finds_it() {
+    use tokio::io::AsyncBufReadExt as _;
+    let TokenDemo { _anvil, _dir, demo, evm, key, .. } = token_demo().await;
+    let network = format!("eip155:{}", evm.chain_id);
+    let mut server = tokio::process::Command::new("node")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/bazaar-seller.cjs"))
+        .env("NODE_PATH", node_modules())
+        .envs([
+            ("FACILITATOR_URL", demo.facilitator_url.as_str()),
+            ("API_KEY", demo.seller_api_key.as_str()),
+            ("NETWORK", network.as_str()),
+            ("TOKEN", evm.token.as_str()),
+            ("TOKEN_NAME", TOKEN_NAME),
+            ("TOKEN_VERSION", "2"),
+            ("PAY_TO", evm.seller.as_str()),
+            ("PRICE", "10000"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs");
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let ready: Value = serde_json::from_str(&lines.next_line().await.unwrap().expect("the server says where")).unwrap();
+    let origin = ready["url"].as_str().unwrap().to_owned();
+
+    let paid =
+        official_buyer(&format!("{origin}/weather?city=Porto"), &key, (&network, &evm.token, 20_000), &evm.rpc_url)
+            .await;
+    assert_eq!(paid["status"], 200, "{paid}");
+
+    // The catalog is written in the background of the settlement: asked until it is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let found = loop {
+        let found = run_node("bazaar-client.cjs", &[&demo.facilitator_url, "official weather"], &key, &[]).await;
+        if found["search"]["resources"].as_array().is_some_and(|r| !r.is_empty())
+            || std::time::Instant::now() > deadline
+        {
+            break found;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let [entry] = found["search"]["resources"].as_array().unwrap().as_slice() else { panic!("{found}") };
+    assert_eq!(entry["resource"], format!("{origin}/weather"), "{entry}");
+    assert_eq!(entry["type"], "http");
+    assert_eq!(entry["serviceName"], "Official Weather");
+    assert_eq!(entry["tags"], json!(["weather", "official"]));
+    assert_eq!(entry["accepts"][0]["amount"], "10000");
+    assert_eq!(entry["accepts"][0]["payTo"].as_str().unwrap().to_lowercase(), evm.seller.to_lowercase());
+    let declared = &entry["extensions"]["bazaar"]["info"];
+    assert_eq!(declared["input"]["queryParams"], json!({"city": "Lisbon"}), "{entry}");
+    assert_eq!(declared["output"]["example"], json!({"city": "Lisbon", "celsius": 18}));
+    let listed = found["list"]["items"].as_array().unwrap();
+    assert!(listed.iter().any(|item| item["resource"] == entry["resource"]), "{found}");
+    assert!(found["list"]["pagination"]["total"].as_u64().unwrap() >= 1, "{found}");
+}
