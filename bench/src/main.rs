@@ -41,6 +41,7 @@ const TOKEN_VERSION: &str = "2";
 /// Base units each authorization pays (0.01 of a 6-decimal token).
 const PRICE: u128 = 10_000;
 
+mod catalog;
 mod channels;
 mod proxied;
 mod repeats;
@@ -54,6 +55,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The discovery catalog's query latency: fills a catalog, times list and search queries.
+    Catalog {
+        /// A SQLite file (made anew) or a PostgreSQL URL (an empty schema).
+        #[arg(long)]
+        database: String,
+        /// How many entries.
+        #[arg(long, default_value_t = 100_000)]
+        entries: usize,
+        /// Runs of each query.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+    },
     /// Deploy the token, fund the accounts, sign the authorizations; write the bodies to `--out`.
     Prepare {
         /// anvil's RPC URL.
@@ -248,6 +261,7 @@ async fn main() -> anyhow::Result<()> {
             repeats::run(repeats::Repeats { rpc: &rpc, daemon: &daemon, key: &key, facilitator, count, repeats, uses })
                 .await
         }
+        Command::Catalog { database, entries, queries } => catalog::run(&database, entries, queries).await,
         Command::Upstream => proxied::upstream().await,
         Command::StubFacilitator => proxied::stub_facilitator().await,
     }

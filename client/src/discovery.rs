@@ -66,10 +66,12 @@ impl From<DiscoveryResource> for ForSale {
 }
 
 impl ForSale {
-    /// The declared method, `GET` when none is.
+    /// The declared method, `GET` when none is; `None` for one that is not an HTTP method x402
+    /// declares (`GET`, `HEAD`, `DELETE`, `POST`, `PUT`, `PATCH`).
     #[must_use]
-    pub fn method(&self) -> &str {
-        self.input.get("method").and_then(Value::as_str).unwrap_or("GET")
+    pub fn method(&self) -> Option<&str> {
+        let method = self.input.get("method").map_or(Some("GET"), Value::as_str)?;
+        ["GET", "HEAD", "DELETE", "POST", "PUT", "PATCH"].into_iter().find(|known| *known == method)
     }
 
     /// One way to pay, for people: "0.001 SOL (exact-native on solana:…)", or its atomic units
@@ -95,7 +97,10 @@ impl ForSale {
     /// for an MCP tool).
     #[must_use]
     pub fn command_line(&self) -> Option<String> {
-        if self.kind != "http" {
+        // A hostile manifest or catalog writes these: nothing a terminal would act on goes in.
+        let clean = |text: &str| tollgate_protocol::x402::bazaar::printable(text) == text;
+        let method = self.method()?;
+        if self.kind != "http" || !clean(&self.url) || !self.url.starts_with("http") {
             return None;
         }
         let mut url = self.url.clone();
@@ -117,7 +122,6 @@ impl ForSale {
             }
         }
         let mut line = String::from("tollgate-pay");
-        let method = self.method();
         let body = self.input.get("body");
         if method != "GET" && !(method == "POST" && body.is_some()) {
             line.push_str(&format!(" -X {method}"));
@@ -127,6 +131,9 @@ impl ForSale {
                 Value::String(text) => text.clone(),
                 other => other.to_string(),
             };
+            if !clean(&text) {
+                return None;
+            }
             if self.input.get("bodyType").and_then(Value::as_str) == Some("json") {
                 line.push_str(" -H 'Content-Type: application/json'");
             }
@@ -244,6 +251,10 @@ mod tests {
         );
         let put = item(json!({"method": "PUT", "bodyType": "text", "body": "hello"}), sol("1"));
         assert!(put.command_line().unwrap().starts_with("tollgate-pay -X PUT -d 'hello' "), "{:?}", put.command_line());
+        let hostile = item(json!({"method": "PUT $(touch /tmp/x) ;#", "bodyType": "text", "body": "hi"}), sol("1"));
+        assert_eq!(hostile.command_line(), None, "a method that is no method");
+        let escapes = item(json!({"method": "POST", "bodyType": "text", "body": "\u{1b}[2J"}), sol("1"));
+        assert_eq!(escapes.command_line(), None, "a terminal escape in the body");
         let tool = ForSale { kind: "mcp".into(), ..get };
         assert_eq!(tool.command_line(), None);
         assert_eq!(

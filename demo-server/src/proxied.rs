@@ -155,6 +155,8 @@ extra = {{ name = "{PERMIT2_TOKEN_NAME}", version = "1" }}
 # proxy reloads it. Written by tollgate-demo.
 listen = "{addr}"
 upstream = "{upstream}"
+# Where buyers reach the proxy: the resources it sells (and catalogs list) are named on it.
+public_url = "http://{addr}"
 # Where routes priced per call from payment channels keep them.
 channels_file = "{channels}"
 

@@ -296,9 +296,12 @@ pub(crate) fn router(
         tags: vec!["demo".into(), "market-data".into()],
         icon_url: None,
     };
+    // The shop names its own origin: the resources it sells (and catalogs list) are on it,
+    // whatever Host a buyer sends.
     let listed = |path: &str, description: &str, discovery: Discovery| {
         PaymentLayer::builder()
             .facilitator(facilitator.clone())
+            .resource_base(origin)
             .description(description)
             .discovery(discovery)
             .service(service())

@@ -70,6 +70,10 @@ pub fn entry_of(
     if size > MAX_DECLARATION_BYTES {
         return Err(Rejected::TooLarge);
     }
+    let nesting = tollgate_protocol::x402::bazaar::depth(declared);
+    if nesting > tollgate_protocol::x402::bazaar::MAX_DEPTH {
+        return Err(Rejected::Malformed(format!("nested {nesting} levels deep, more than 32")));
+    }
     let declaration: Declaration =
         serde_json::from_value(declared.clone()).map_err(|e| Rejected::Malformed(e.to_string()))?;
     validate(declared, &declaration)?;
@@ -90,8 +94,17 @@ pub fn entry_of(
         Input::Mcp(tool) => tool.description.clone().unwrap_or_default(),
         Input::Http(_) => String::new(),
     };
+    // What buyers read is text: no control or direction-changing characters (a terminal or page
+    // showing it must not be steered), a MIME type of visible ASCII.
+    let description = tollgate_protocol::x402::bazaar::printable(&resource.description);
+    let mime_type =
+        if resource.mime_type.len() <= 128 && resource.mime_type.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+            resource.mime_type.clone()
+        } else {
+            String::new()
+        };
     let search_text = [
-        resource.description.as_str(),
+        description.as_str(),
         service.service_name.as_deref().unwrap_or_default(),
         &service.tags.join(" "),
         url.as_str(),
@@ -109,8 +122,8 @@ pub fn entry_of(
         tool_name,
         kind: declaration.info.input.kind().to_owned(),
         x402_version,
-        description: resource.description.clone(),
-        mime_type: resource.mime_type.clone(),
+        description,
+        mime_type,
         service,
         accept: requirement.clone(),
         extensions: kept,
@@ -165,7 +178,7 @@ pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct Catalog {
     store: std::sync::Arc<dyn crate::store::Store>,
     /// Digests of the declarations handled within [`REFRESH`].
-    handled: moka::sync::Cache<u64, ()>,
+    handled: moka::sync::Cache<u64, Option<String>>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -182,7 +195,9 @@ impl Catalog {
     }
 
     /// Catalogs, on a task of its own, what a confirmed settlement of `account_id` declares:
-    /// nothing when it declares nothing; a refusal is logged, never answered to the payment.
+    /// nothing when it declares nothing (`None`); a refusal is logged and said to the seller
+    /// (x402's `EXTENSION-RESPONSES`), never answered to the payment. The same declaration
+    /// handled within a minute is not handled again: its outcome then is known.
     pub fn settled(
         self: &std::sync::Arc<Self>,
         account_id: &str,
@@ -191,9 +206,9 @@ impl Catalog {
         requirement: &PaymentRequirements,
         extensions: &Map<String, Value>,
         at: DateTime<Utc>,
-    ) {
+    ) -> Option<Outcome> {
         use std::hash::{Hash as _, Hasher as _};
-        let Some(declared) = extensions.get(EXTENSION) else { return };
+        let declared = extensions.get(EXTENSION)?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (account_id, x402_version).hash(&mut hasher);
         for part in
@@ -202,8 +217,8 @@ impl Catalog {
             part.unwrap_or_default().hash(&mut hasher);
         }
         let digest = hasher.finish();
-        if self.handled.contains_key(&digest) {
-            return;
+        if let Some(known) = self.handled.get(&digest) {
+            return Some(known.map_or(Outcome::Cataloged, Outcome::Rejected));
         }
         let mut kept = Map::new();
         kept.insert(EXTENSION.to_owned(), declared.clone());
@@ -212,18 +227,30 @@ impl Catalog {
         tokio::spawn(async move {
             match entry_of(&account, x402_version, &resource, &requirement, &kept, at) {
                 Ok(entry) => match catalog.store.catalog(&entry).await {
-                    Ok(()) => catalog.handled.insert(digest, ()),
+                    Ok(()) => catalog.handled.insert(digest, None),
                     Err(e) => {
                         tracing::warn!(resource = %entry.url, error = %e, "discovery: the catalog could not be written")
                     }
                 },
                 Err(why) => {
                     tracing::info!(resource = %resource.url, reason = %why, "discovery: not cataloged");
-                    catalog.handled.insert(digest, ());
+                    catalog.handled.insert(digest, Some(why.to_string()));
                 }
             }
         });
+        Some(Outcome::Processing)
     }
+}
+
+/// What became of a settlement's declaration, as x402's `EXTENSION-RESPONSES` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Cataloged (within the last minute).
+    Cataloged,
+    /// Taken, and being cataloged in the background.
+    Processing,
+    /// Refused, and why.
+    Rejected(String),
 }
 
 /// The words of a search query: lower case, split on anything but letters and digits, at most

@@ -67,7 +67,7 @@ impl InProcess {
             tollgate_protocol::x402::PaymentPayload::V1(_) => 1,
             tollgate_protocol::x402::PaymentPayload::V2(_) => 2,
         };
-        catalog.settled(&self.account, version, claim.resource, claim.requirement, &extensions, clock.now());
+        let _ = catalog.settled(&self.account, version, claim.resource, claim.requirement, &extensions, clock.now());
     }
 
     /// The core's job for a claim: its requirement as the terms, bound to the layer's resource

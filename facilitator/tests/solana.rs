@@ -1498,3 +1498,98 @@ async fn a_finalized_commitment_confirms_only_rooted_transfers() {
     let (_, status) = t.call("GET", &format!("/payment/status/{id}"), &key, None).await;
     assert_eq!(status["status"], "confirmed", "{status}");
 }
+
+/// An x402 `/settle` whose payload declares its route (x402 `bazaar`) is cataloged under the
+/// settling account, and the seller is told in the `EXTENSION-RESPONSES` sidechannel: processing
+/// on the first settlement, then success (or the refusal and its reason) when the same
+/// declaration is settled again once the catalog has handled it. A declaration the catalog
+/// refuses changes nothing of the settlement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_x402_settlement_is_cataloged_and_the_seller_is_told_in_extension_responses() {
+    use base64::Engine as _;
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let network = backend.rpc.network().to_string();
+    let buyer = Keypair::new();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let seller = Keypair::new();
+    let declared = |schema: Value| {
+        json!({"info": {"input": {"type": "http", "method": "GET", "queryParams": {"city": "Lisbon"}}},
+               "schema": schema})
+    };
+    // One settlement's body: `lamports` to the seller, declared as `declaration` says.
+    let body = |lamports: u64, declaration: Value, tx: String| {
+        let requirement = json!({"scheme": "exact-native", "network": network, "amount": lamports.to_string(),
+                                 "asset": "native", "payTo": seller.pubkey().to_string(), "maxTimeoutSeconds": 30});
+        json!({"x402Version": 2,
+            "paymentPayload": {"x402Version": 2, "accepted": requirement, "payload": {"transaction": tx},
+                "resource": {"url": "https://seller.example/weather?city=Porto", "description": "Weather by city",
+                             "mimeType": "application/json", "serviceName": "Weather Co", "tags": ["weather"]},
+                "extensions": {"bazaar": declaration}},
+            "paymentRequirements": requirement})
+    };
+    // Settles `body` (again), answering the settlement and what the sidechannel said of `bazaar`.
+    let settle = |body: Value| {
+        let (app, key) = (t.app.clone(), key.clone());
+        async move {
+            let request = Request::post("/settle")
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            let answer = app.oneshot(request).await.unwrap();
+            let header = answer.headers().get("extension-responses").map(|h| h.to_str().unwrap().to_owned());
+            let settled: Value =
+                serde_json::from_slice(&to_bytes(answer.into_body(), usize::MAX).await.unwrap()).unwrap();
+            let said = header.map_or(Value::Null, |h| {
+                let decoded = base64::engine::general_purpose::STANDARD.decode(h).unwrap();
+                serde_json::from_slice::<Value>(&decoded).unwrap()["bazaar"].clone()
+            });
+            (settled, said)
+        }
+    };
+    // Settled again (the same proof for the same terms: answered again) until the catalog has
+    // handled the declaration: what the sidechannel then says.
+    let handled = |body: Value| {
+        let settle = &settle;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let (settled, said) = settle(body.clone()).await;
+                assert_eq!(settled["success"], true, "{settled}");
+                if said["status"] != "processing" || std::time::Instant::now() > deadline {
+                    return said;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let signed = |lamports: u64| {
+        let (rpc, buyer, seller) = (&backend.rpc, &buyer, seller.pubkey());
+        async move { signed_transfer(buyer, &seller, lamports, rpc.latest_blockhash().await.unwrap().0) }
+    };
+
+    let good = body(1_000_000, declared(json!({"type": "object", "required": ["input"]})), signed(1_000_000).await);
+    let (settled, said) = settle(good.clone()).await;
+    assert_eq!((settled["success"].as_bool(), said), (Some(true), json!({"status": "processing"})), "{settled}");
+    assert_eq!(handled(good).await, json!({"status": "success"}));
+    let (_, own) = t.call("GET", "/discovery/own", &key, None).await;
+    let items = own["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{own}");
+    assert_eq!(items[0]["resource"], "https://seller.example/weather", "{own}");
+    assert_eq!(items[0]["serviceName"], "Weather Co");
+
+    // A schema that refers outside itself: refused and said so; the settlement stands.
+    let hostile =
+        body(2_000_000, declared(json!({"$ref": "https://evil.example/schema.json"})), signed(2_000_000).await);
+    let (settled, said) = settle(hostile.clone()).await;
+    assert_eq!((settled["success"].as_bool(), said), (Some(true), json!({"status": "processing"})), "{settled}");
+    let said = handled(hostile).await;
+    assert_eq!(said["status"], "rejected", "{said}");
+    assert!(said["rejectedReason"].as_str().unwrap().contains("evil.example"), "{said}");
+    let (_, own) = t.call("GET", "/discovery/own", &key, None).await;
+    assert_eq!(own["items"].as_array().unwrap().len(), 1, "nothing more cataloged: {own}");
+    assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 3_000_000, "both settled");
+}

@@ -94,3 +94,14 @@ impl std::fmt::Debug for Config {
             .finish_non_exhaustive()
     }
 }
+
+impl Config {
+    /// The route's `bazaar` declaration, for the facilitator's catalog: only where the seller
+    /// names the resource's origin ([`crate::PaymentLayerBuilder::resource_base`], a fixed
+    /// resource, or one its pricing function names, `named_by_seller`). A URL made from the
+    /// request's `Host` is the buyer's to choose, and a catalog must not list it.
+    pub(crate) fn declaration_for_catalogs(&self, named_by_seller: bool) -> Option<&serde_json::Value> {
+        let seller_named = named_by_seller || !matches!(self.resource, ResourceUrl::FromRequest { base: None });
+        seller_named.then(|| self.extensions.get(tollgate_protocol::x402::bazaar::EXTENSION)).flatten()
+    }
+}

@@ -179,6 +179,9 @@ impl Discovery {
                 if !BODY_METHODS.contains(&method.as_str()) && body.is_some() {
                     return Err(DeclarationError::Body("a query method takes no body"));
                 }
+                if body_type == Some(BodyType::Text) && body.as_ref().is_some_and(|b| !b.is_string()) {
+                    return Err(DeclarationError::Body("a text body example is a string"));
+                }
                 Input::Http(HttpInput {
                     method,
                     query_params,
@@ -190,6 +193,9 @@ impl Discovery {
             }
             Call::Tool(tool) => Input::Mcp(tool.clone()),
         };
+        if self.input_schema.as_ref().is_some_and(|schema| !schema.is_object() && !schema.is_boolean()) {
+            return Err(DeclarationError::Body("an input schema is a JSON Schema: an object"));
+        }
         let info = Info { input, output: self.output.clone() };
         let mut declaration = match &self.input_schema {
             Some(schema) => Declaration::with_input_schema(info, schema.clone()),

@@ -78,7 +78,7 @@ impl Settlement {
             decimals: self.decimals,
             resource: &self.resource,
             ticket: &self.terms,
-            discovery: self.config.extensions.get(tollgate_protocol::x402::bazaar::EXTENSION),
+            discovery: self.config.declaration_for_catalogs(false),
         };
         let facilitator = &self.config.facilitator;
         let verdict = match &ask {

@@ -122,6 +122,7 @@ where
         }
         Priced::Answer(buffered) => return Ok(buffered.into_response()),
     };
+    let named_by_seller = named.is_some();
     let resource = resource_info(&config, &parts, named);
     // A pass's holder signing in instead of paying (on a route that sells passes; elsewhere the
     // header means nothing, and the request is answered as one without payment).
@@ -175,7 +176,7 @@ where
         decimals: *decimals,
         resource: &bound,
         ticket: &terms,
-        discovery: config.extensions.get(tollgate_protocol::x402::bazaar::EXTENSION),
+        discovery: config.declaration_for_catalogs(named_by_seller),
     };
     let paid = Paid { config: &config, claim, resource: &resource, ticket: &ticket, v1: presented.v1 };
     let key = &presented.decoded.key;

@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::{ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, CONTENT_TYPE, VARY};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
 use serde_json::{Map, Value};
@@ -60,8 +60,11 @@ pub struct Storefront {
 #[derive(Default)]
 struct Shared {
     listings: RwLock<Vec<Listing>>,
-    /// The items resolved for the first `n` listings, when all of them resolved.
-    resolved: tokio::sync::Mutex<Option<Resolved>>,
+    /// The last resolution: kept while the listings are the same, for good once every route
+    /// resolved, else for [`RETRY`].
+    resolved: RwLock<Option<Resolved>>,
+    /// One resolution at a time: a request arriving meanwhile waits for it, then takes it.
+    resolving: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -84,7 +87,15 @@ struct Resolved {
     listings: usize,
     at: i64,
     items: Vec<Pending>,
+    /// Every route resolved.
+    complete: bool,
+    made: std::time::Instant,
 }
+
+/// How long a resolution some route was missing from is served before another is tried.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+/// The longest a route's offers are waited for (its facilitator's `/supported`).
+const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An item but for its origin.
 #[derive(Clone)]
@@ -228,31 +239,51 @@ impl Storefront {
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(CACHE_CONTROL, HeaderValue::from_static(MAX_AGE));
+        // Its URLs follow the origin a request names (unless the layers name theirs): a shared
+        // cache keeps one answer per origin.
+        headers.insert(VARY, HeaderValue::from_static("host, forwarded, x-forwarded-host, x-forwarded-proto"));
         // Any page may read it: it is public, and says nothing a 402 does not.
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         response
     }
 
-    /// The items of every listed route: kept when all resolved, else made again next time.
+    /// The items of every listed route: kept while the routes are the same once all resolved,
+    /// else for [`RETRY`]. Routes resolve at once, each within [`RESOLVE_TIMEOUT`]; one
+    /// resolution runs at a time, and requests meanwhile wait for it rather than start theirs.
     async fn resolved(&self) -> Resolved {
         let listings = self.shared.listings.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let mut kept = self.shared.resolved.lock().await;
-        if let Some(resolved) = kept.as_ref().filter(|r| r.listings == listings.len()) {
-            return resolved.clone();
+        let fresh = |kept: &Option<Resolved>| {
+            kept.as_ref().filter(|r| r.listings == listings.len() && (r.complete || r.made.elapsed() < RETRY)).cloned()
+        };
+        let current = || self.shared.resolved.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(resolved) = fresh(&current()) {
+            return resolved;
         }
+        let _one = self.shared.resolving.lock().await;
+        if let Some(resolved) = fresh(&current()) {
+            return resolved;
+        }
+        let resolutions = futures_util::future::join_all(
+            listings.iter().map(|listing| tokio::time::timeout(RESOLVE_TIMEOUT, resolve(listing))),
+        )
+        .await;
         let mut items = Vec::with_capacity(listings.len());
         let mut complete = true;
-        for listing in &listings {
-            match resolve(listing).await {
-                Resolution::Item(item) => items.push(*item),
-                Resolution::Free => {}
-                Resolution::Unavailable => complete = false,
+        for resolution in resolutions {
+            match resolution {
+                Ok(Resolution::Item(item)) => items.push(*item),
+                Ok(Resolution::Free) => {}
+                Ok(Resolution::Unavailable) | Err(_) => complete = false,
             }
         }
-        let resolved = Resolved { listings: listings.len(), at: chrono::Utc::now().timestamp(), items };
-        if complete {
-            *kept = Some(resolved.clone());
-        }
+        let resolved = Resolved {
+            listings: listings.len(),
+            at: chrono::Utc::now().timestamp(),
+            items,
+            complete,
+            made: std::time::Instant::now(),
+        };
+        *self.shared.resolved.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(resolved.clone());
         resolved
     }
 }

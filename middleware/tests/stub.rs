@@ -214,6 +214,19 @@ fn a_declaration_or_service_metadata_the_bazaar_rules_refuse_fails_at_build() {
     ));
     let megabyte = Discovery::http().output_example(json!({"blob": "x".repeat(1 << 20)}));
     assert!(matches!(builder().discovery(megabyte).build(), Err(BuildError::Discovery(DeclarationError::TooLarge(_)))));
+    let mut deep = json!(1);
+    for _ in 0..40 {
+        deep = json!([deep]);
+    }
+    let deep = Discovery::http().output_example(json!({"deep": deep}));
+    assert!(matches!(builder().discovery(deep).build(), Err(BuildError::Discovery(DeclarationError::TooDeep(_)))));
+    let text_object = Discovery::http().body_example(BodyType::Text, json!({"q": 1}));
+    assert!(matches!(builder().discovery(text_object).build(), Err(BuildError::Discovery(DeclarationError::Body(_)))));
+    let string_schema = Discovery::http().input_schema(json!("x"));
+    assert!(matches!(
+        builder().discovery(string_schema).build(),
+        Err(BuildError::Discovery(DeclarationError::Body(_)))
+    ));
     let bad = [
         ServiceMetadata { service_name: Some("Weather\u{1b}[31m".into()), ..ServiceMetadata::default() },
         ServiceMetadata { tags: (0..100).map(|i| format!("t{i}")).collect(), ..ServiceMetadata::default() },
@@ -356,4 +369,67 @@ async fn a_proof_for_a_cheap_request_does_not_buy_a_dear_one() {
     let dear = service.clone().oneshot(paid("http://shop.example/report?size=large")).await.unwrap();
     assert_eq!(dear.status(), StatusCode::PAYMENT_REQUIRED);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "served once, for what was paid");
+}
+
+/// A facilitator that remembers the declaration each claim carried to it, and refuses.
+#[derive(Debug, Default)]
+struct Recording {
+    declared: std::sync::Mutex<Vec<Option<serde_json::Value>>>,
+}
+
+#[async_trait]
+impl Facilitator for Recording {
+    async fn supported(&self) -> Result<Supported, Verdict> {
+        Err(Verdict::Unavailable { timed_out: false, reason: "not asked: the networks are named".into() })
+    }
+
+    async fn settle_before(&self, claim: Claim<'_>) -> Verdict {
+        self.declared.lock().unwrap().push(claim.discovery.cloned());
+        Verdict::Refused { reason: "recorded".into() }
+    }
+
+    async fn verify(&self, claim: Claim<'_>) -> Verdict {
+        self.settle_before(claim).await
+    }
+
+    async fn settle(&self, claim: Claim<'_>) -> Verdict {
+        self.settle_before(claim).await
+    }
+
+    async fn follow(&self, _payment_id: Option<&str>, claim: Claim<'_>) -> Verdict {
+        self.settle_before(claim).await
+    }
+
+    async fn release(&self, _payment: &Payment) {}
+}
+
+/// A route's declaration goes to the facilitator's catalog only where the seller names the
+/// resource's origin: a URL made from the request's `Host` is the buyer's to choose.
+#[tokio::test]
+async fn a_declaration_reaches_catalogs_only_for_an_origin_the_seller_names() {
+    use tollgate::discovery::Discovery;
+    let recording = Arc::new(Recording::default());
+    let route = |base: Option<&str>| {
+        let mut builder = PaymentLayer::builder()
+            .facilitator(recording.clone())
+            .accept(Price::native_sol("0.01").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+            .discovery(Discovery::http());
+        if let Some(base) = base {
+            builder = builder.resource_base(base);
+        }
+        builder.build().unwrap().layer(plain(Arc::new(AtomicUsize::new(0))))
+    };
+    let request = || {
+        Request::get("http://evil.example/report")
+            .header("host", "evil.example")
+            .header("X-PAYMENT", proof())
+            .body(Full::default())
+            .unwrap()
+    };
+    route(None).oneshot(request()).await.unwrap();
+    route(Some("https://shop.example")).oneshot(request()).await.unwrap();
+    let declared = recording.declared.lock().unwrap().clone();
+    assert_eq!(declared.len(), 2, "{declared:?}");
+    assert_eq!(declared[0], None, "the buyer's Host named the resource: nothing to catalog");
+    assert!(declared[1].as_ref().is_some_and(|d| d["info"]["input"]["method"] == "GET"), "{declared:?}");
 }

@@ -197,6 +197,12 @@ fn declaration(
     methods: &[String],
 ) -> Result<Option<(Discovery, ServiceMetadata)>, String> {
     let method = file.and_then(|f| f.method.clone()).or_else(|| methods.first().cloned());
+    if let Some(declared) = &method
+        && !methods.is_empty()
+        && !methods.iter().any(|m| m.eq_ignore_ascii_case(declared))
+    {
+        return Err(format!("method {declared} is not one of the route's methods"));
+    }
     let query_method =
         method.as_deref().is_none_or(|m| matches!(m.to_ascii_uppercase().as_str(), "GET" | "HEAD" | "DELETE"));
     if file.is_none() && !query_method {
@@ -237,6 +243,20 @@ fn declaration(
         icon_url: file.icon_url.clone(),
     };
     Ok(Some((discovery, service)))
+}
+
+/// Whether the manifest lists `route` (called with `method`): never a route bound to one host
+/// (the manifest answers every host), nor one an earlier route takes first (the same path, any
+/// host, no query to tell them apart, and the method among its own): the manifest lists what a
+/// request to its URL gets.
+fn listable(route: &Route, earlier: &[Route], method: &Method) -> bool {
+    route.host.is_none()
+        && !earlier.iter().any(|before| {
+            before.definition.path == route.definition.path
+                && before.host.is_none()
+                && before.query.is_empty()
+                && (before.methods.is_empty() || before.methods.contains(method))
+        })
 }
 
 /// What every route is built with.
@@ -539,13 +559,15 @@ impl Routes {
             .collect();
         upstreams.dedup();
         let storefront = file.well_known.then(Storefront::new);
-        for route in &routes {
-            if let (Some(storefront), Action::Paid(service)) = (&storefront, &route.action) {
-                let method = route.methods.first().cloned().unwrap_or(Method::GET);
-                storefront
-                    .list_with_method(method, &route.definition.path, &service.layer())
-                    .map_err(|e| invalid(format!("route {:?}: {e}", route.definition.name)))?;
+        for (i, route) in routes.iter().enumerate() {
+            let (Some(storefront), Action::Paid(service)) = (&storefront, &route.action) else { continue };
+            let method = route.methods.first().cloned().unwrap_or(Method::GET);
+            if !listable(route, &routes[..i], &method) {
+                continue;
             }
+            storefront
+                .list_with_method(method, &route.definition.path, &service.layer())
+                .map_err(|e| invalid(format!("route {:?}: {e}", route.definition.name)))?;
         }
         Ok(Self {
             routes,
@@ -756,6 +778,10 @@ network = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"
                 Ok(_) => panic!("{discovery} was taken"),
             }
         }
+        match declared("/weather", r#"["POST"]"#, r#"discovery = { method = "GET" }"#) {
+            Err(ConfigError::Invalid(why)) => assert!(why.contains("not one of the route's methods"), "{why}"),
+            other => panic!("a GET declared on a POST route: {:?}", other.err()),
+        }
         // No table: a POST route is listed with its method alone; `well_known = false` lists nothing.
         let routes = declared("/upload", r#"["POST"]"#, "").unwrap();
         let manifest = routes.storefront.as_ref().unwrap().manifest("http://h").await;
@@ -763,5 +789,64 @@ network = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"
         let mut file = ProxyFile::parse("listen = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\nwell_known = false\n[facilitator]\nurl = \"http://127.0.0.1:3\"\n").unwrap();
         file.routes.clear();
         assert!(Routes::build(&file, &tollgate::TaskTracker::new(), None).unwrap().storefront.is_none());
+    }
+
+    /// The manifest lists what a request to each URL gets: a paid route behind a free one on the
+    /// same path, the second of two paid routes on one path and a route bound to one host are
+    /// not listed.
+    #[tokio::test]
+    async fn the_manifest_leaves_out_routes_no_request_reaches_as_listed() {
+        let accept = |amount: &str| {
+            format!(
+                "[[route.accept]]\nasset = \"SOL\"\namount = \"{amount}\"\npay_to = \"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin\"\nnetwork = \"solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1\"\n"
+            )
+        };
+        let file = ProxyFile::parse(&format!(
+            r#"listen = "127.0.0.1:8090"
+upstream = "http://127.0.0.1:9000"
+[facilitator]
+url = "http://127.0.0.1:8402"
+
+[[route]]
+name = "cheap-free"
+path = "/cheap"
+free = true
+
+[[route]]
+name = "cheap-paid"
+path = "/cheap"
+{}
+[[route]]
+name = "dup-first"
+path = "/dup"
+{}
+[[route]]
+name = "dup-second"
+path = "/dup"
+{}
+[[route]]
+name = "hosted"
+path = "/hb"
+host = "api.shop.example"
+{}
+[[route]]
+name = "posted"
+path = "/dup"
+methods = ["POST"]
+discovery = {{ body_type = "text", body_example = "hi" }}
+{}"#,
+            accept("0.5"),
+            accept("0.001"),
+            accept("0.9"),
+            accept("0.002"),
+            accept("0.003"),
+        ))
+        .unwrap();
+        let routes = Routes::build(&file, &tollgate::TaskTracker::new(), None).unwrap();
+        let manifest = routes.storefront.as_ref().unwrap().manifest("http://h").await;
+        let listed: Vec<(String, String)> =
+            manifest.items.iter().map(|item| (item.resource.url.clone(), item.accepts[0].amount.to_string())).collect();
+        // `posted` is on /dup too, but only for POST, which `dup-first` (any method) takes first.
+        assert_eq!(listed, [("http://h/dup".to_owned(), "1000000".to_owned())]);
     }
 }

@@ -512,6 +512,8 @@ async fn for_sale(items: Vec<ForSale>, json: Option<String>) -> Result<ExitCode,
         if items.is_empty() {
             eprintln!("nothing found");
         }
+        // What a seller or a catalog wrote, shown without anything a terminal would act on.
+        let shown = |text: &str| tollgate_client::protocol::x402::bazaar::printable(text);
         for item in &items {
             let service = match (&item.service_name, item.tags.is_empty()) {
                 (Some(name), true) => format!(" [{name}]"),
@@ -521,9 +523,10 @@ async fn for_sale(items: Vec<ForSale>, json: Option<String>) -> Result<ExitCode,
             };
             let how = match (item.kind.as_str(), item.input.get("toolName").and_then(|t| t.as_str())) {
                 ("mcp", Some(tool)) => format!("MCP tool {tool} at"),
-                _ => item.method().to_owned(),
+                _ => item.method().unwrap_or("(an unknown method)").to_owned(),
             };
-            writeln!(out, "{how} {} — {}{service}", item.url, item.description)?;
+            let line = format!("{how} {} — {}{service}", item.url, item.description);
+            writeln!(out, "{}", shown(&line))?;
             for requirement in &item.accepts {
                 writeln!(out, "  {}", ForSale::price(requirement))?;
             }

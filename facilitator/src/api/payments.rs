@@ -146,21 +146,29 @@ pub async fn receive(
     let receive = receive_of(&state, &caller, &ReceiveFields::of_hosted(&req), wait)?;
     let stored = state.payments().receive(receive).await?;
     if let Some(discovery) = &req.discovery {
-        catalog(&state, &caller, &stored, discovery);
+        catalog(&state, &caller, &stored, &req.payment_proof, discovery);
     }
     received(&stored)
 }
 
 /// Catalogs a confirmed receive's route as its seller declared it, when the offer declared is
-/// the payment's own (network, asset, amount, recipient and resource), like an x402 `/settle`.
+/// the payment's own: the one the buyer's x402 v2 payload accepted, to the last field, and the
+/// payment's network, asset, amount, recipient and resource (like an x402 `/settle`). A v1 proof
+/// names no whole offer: nothing is cataloged.
 fn catalog(
     state: &AppState,
     caller: &Caller,
     stored: &StoredPayment,
+    proof: &str,
     discovery: &tollgate_protocol::gateway::ReceiveDiscovery,
 ) {
     let (p, accepted) = (&stored.payment, &discovery.accepted);
-    let own_terms = p.network == accepted.network
+    let accepted_by_buyer = matches!(
+        tollgate_protocol::x402::PaymentPayload::from_header(proof),
+        Ok(tollgate_protocol::x402::PaymentPayload::V2(payload)) if payload.accepted == *accepted
+    );
+    let own_terms = accepted_by_buyer
+        && p.network == accepted.network
         && p.to == accepted.pay_to.to_string()
         && p.asset == accepted.asset.to_string()
         && p.amount_atomic == accepted.amount
@@ -170,7 +178,8 @@ fn catalog(
     }
     let mut extensions = serde_json::Map::new();
     extensions.insert(tollgate_protocol::x402::bazaar::EXTENSION.to_owned(), discovery.declaration.clone());
-    state.catalog.settled(&caller.account_id, 2, &discovery.resource, accepted, &extensions, state.clock.now());
+    // The gateway's answer is a payment record: what became of the declaration is not said.
+    let _ = state.catalog.settled(&caller.account_id, 2, &discovery.resource, accepted, &extensions, state.clock.now());
 }
 
 /// The answer to a receive: 200 confirmed, 202 pending, 402 when the transaction failed.

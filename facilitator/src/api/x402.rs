@@ -8,6 +8,8 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::AppendHeaders;
 use axum::{Extension, Json};
 use tollgate_protocol::gateway::PaymentStatus;
 use tollgate_protocol::x402::{
@@ -124,7 +126,8 @@ async fn verify_batch(
 /// Settle this payload on chain.
 #[utoipa::path(post, path = "/settle", tag = "x402", request_body(content = FacilitatorRequest, description = "x402 v1 or v2 settle request"),
     responses(
-        (status = 200, description = "The settlement: `success` and `transaction`, else `errorReason` and `errorMessage`", body = SettleResponse),
+        (status = 200, description = "The settlement: `success` and `transaction`, else `errorReason` and `errorMessage`", body = SettleResponse,
+            headers(("EXTENSION-RESPONSES" = String, description = "x402's sidechannel to the seller: base64 JSON `{\"bazaar\": {\"status\": \"processing\" | \"success\" | \"rejected\", \"rejectedReason\"?}}`, when the payload declared its route"))),
         (status = 400, description = "INVALID_PARAMETERS", body = tollgate_protocol::ErrorEnvelope),
         (status = 502, description = "PAYMENT_VERIFICATION_FAILED", body = tollgate_protocol::ErrorEnvelope),
     ), security(("bearer" = [])))]
@@ -132,17 +135,45 @@ pub async fn settle(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Caller>>,
     ApiJson(req): ApiJson<FacilitatorRequest>,
+) -> Result<
+    (Option<Extension<ProofRefused>>, AppendHeaders<Option<(HeaderName, HeaderValue)>>, Json<SettleResponse>),
+    ApiError,
+> {
+    let mut cataloged = None;
+    let (refused, answer) = settle_request(&state, &caller, req, &mut cataloged).await?;
+    Ok((refused, AppendHeaders(cataloged.as_ref().and_then(extension_responses)), answer))
+}
+
+/// x402's `EXTENSION-RESPONSES` sidechannel (to the seller, never forwarded to the buyer): what
+/// became of the settlement's `bazaar` declaration, as base64 JSON `{"bazaar": {"status", …}}`.
+fn extension_responses(outcome: &crate::discovery::Outcome) -> Option<(HeaderName, HeaderValue)> {
+    use base64::Engine as _;
+    let said = match outcome {
+        crate::discovery::Outcome::Cataloged => serde_json::json!({"status": "success"}),
+        crate::discovery::Outcome::Processing => serde_json::json!({"status": "processing"}),
+        crate::discovery::Outcome::Rejected(why) => serde_json::json!({"status": "rejected", "rejectedReason": why}),
+    };
+    let text = base64::engine::general_purpose::STANDARD.encode(serde_json::json!({"bazaar": said}).to_string());
+    Some((HeaderName::from_static("extension-responses"), HeaderValue::from_str(&text).ok()?))
+}
+
+/// `/settle`'s work; `cataloged` says what became of a confirmed settlement's declaration.
+async fn settle_request(
+    state: &AppState,
+    caller: &Caller,
+    req: FacilitatorRequest,
+    cataloged: &mut Option<crate::discovery::Outcome>,
 ) -> Result<(Option<Extension<ProofRefused>>, Json<SettleResponse>), ApiError> {
     if let FacilitatorRequest::V2(r) = &req
         && Channels::handles(&r.payment_requirements)
     {
-        return settle_batch(&state, &caller, req).await;
+        return settle_batch(state, caller, req).await;
     }
     // Settling a proof settled before for the caller, with the same terms, answers that
     // settlement again (a seller following a settlement it saw pending).
     let v1 = matches!(req, FacilitatorRequest::V1(_));
-    let declared = declared(&state, &req);
-    let receive = receive_of(&state, &caller, req, Repeat::Confirmed)?;
+    let declared = declared(state, &req);
+    let receive = receive_of(state, caller, req, Repeat::Confirmed)?;
     let family = receive.terms.network.family();
     let network = network_name(v1, &receive.terms.network);
     let answer =
@@ -187,7 +218,8 @@ pub async fn settle(
     if p.status == PaymentStatus::Confirmed
         && let Some((resource, requirement, extensions)) = declared
     {
-        state.catalog.settled(&caller.account_id, 2, &resource, &requirement, &extensions, state.clock.now());
+        *cataloged =
+            state.catalog.settled(&caller.account_id, 2, &resource, &requirement, &extensions, state.clock.now());
     }
     Ok((
         None,

@@ -1160,7 +1160,7 @@ fn cataloged(account: &str, url: &str, scheme: &str, pay_to: &str, at: DateTime<
 const PAY_A: &str = "0x1111111111111111111111111111111111111111";
 const PAY_B: &str = "0x2222222222222222222222222222222222222222";
 
-async fn the_catalog_keeps_one_entry_per_seller_and_resource(store: Arc<SqlStore>) {
+async fn the_catalog_keeps_one_entry_per_resource_its_first_seller_owns(store: Arc<SqlStore>) {
     use crate::store::CatalogFilter as Filter;
     use crate::store::CatalogStore as _;
     let all = Filter { settled_since: 0, limit: 100, ..Filter::default() };
@@ -1170,9 +1170,16 @@ async fn the_catalog_keeps_one_entry_per_seller_and_resource(store: Arc<SqlStore
     again.description = "now with forecasts".into();
     again.search_text = "now with forecasts".into();
     store.catalog(&again).await.unwrap();
-    // Another seller naming the same URL gets an entry of its own; a's is untouched.
+    // Another account naming a's URL catalogs nothing: the first account to catalog a resource
+    // keeps it (the database's unique index), and a's entry is untouched.
     store
         .catalog(&cataloged("b", "https://w.example/weather", "exact", PAY_B, t0() + Duration::seconds(9)))
+        .await
+        .unwrap();
+    assert!(store.catalog_of("b").await.unwrap().is_empty(), "b took a's resource");
+    // b's own resource is b's.
+    store
+        .catalog(&cataloged("b", "https://b.example/weather", "exact", PAY_B, t0() + Duration::seconds(9)))
         .await
         .unwrap();
     let (entries, total) = store.catalog_list(&all).await.unwrap();
@@ -1334,7 +1341,7 @@ suite!(
     a_payment_whose_first_answer_cannot_be_counted_is_not_recorded,
     a_pass_opens_its_scope_to_its_payer_while_confirmed,
     a_sign_in_nonce_is_used_once,
-    the_catalog_keeps_one_entry_per_seller_and_resource,
+    the_catalog_keeps_one_entry_per_resource_its_first_seller_owns,
     a_seller_hides_and_deletes_only_its_own_entries,
     racing_settlements_of_one_resource_make_one_entry,
 );

@@ -26,6 +26,42 @@ pub const EXTENSION: &str = "bazaar";
 /// The most bytes a declaration (info, schema and template, as JSON) may take. A seller's larger
 /// declaration is refused when it is built; a facilitator catalogs none larger.
 pub const MAX_DECLARATION_BYTES: usize = 64 * 1024;
+
+/// The deepest nesting of arrays and objects a declaration may have (the spec's shapes need
+/// about ten; a JSON reader stops at 128, and one entry that deep would break a whole page of
+/// search results for such readers).
+pub const MAX_DEPTH: usize = 32;
+
+/// `text` without control characters (a line break becomes a space) and without the characters
+/// that change the direction of text (U+061C, U+200E–U+200F, U+202A–U+202E, U+2066–U+2069).
+#[must_use]
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .filter_map(|c| match c {
+            '\n' | '\r' | '\t' => Some(' '),
+            c if c.is_control() => None,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => None,
+            c => Some(c),
+        })
+        .collect()
+}
+
+/// How deeply `value` nests arrays and objects (a scalar: 0).
+#[must_use]
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0)];
+    while let Some((value, level)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(level + 1);
+        stack.extend(children.map(|child| (child, level + 1)));
+    }
+    deepest
+}
 /// The JSON Schema dialect of a declaration's `schema`.
 pub const SCHEMA_DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
 /// The most characters of a `serviceName` or of one tag.
@@ -169,6 +205,9 @@ pub enum DeclarationError {
     /// A text field with control characters.
     #[error("bazaar: {0} holds control characters")]
     ControlCharacters(&'static str),
+    /// Arrays and objects nested deeper than [`MAX_DEPTH`].
+    #[error("bazaar: the declaration nests {0} levels deep, more than the {MAX_DEPTH} allowed")]
+    TooDeep(usize),
 }
 
 impl Declaration {
@@ -256,6 +295,10 @@ impl Declaration {
         let size = serde_json::to_vec(self).map_or(usize::MAX, |bytes| bytes.len());
         if size > MAX_DECLARATION_BYTES {
             return Err(DeclarationError::TooLarge(size));
+        }
+        let nesting = serde_json::to_value(self).map_or(usize::MAX, |value| depth(&value));
+        if nesting > MAX_DEPTH {
+            return Err(DeclarationError::TooDeep(nesting));
         }
         Ok(())
     }

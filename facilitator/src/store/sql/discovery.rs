@@ -98,12 +98,13 @@ impl CatalogStore for SqlStore {
             "INSERT INTO discovery_resources (id, account_id, url, tool_name, kind, x402_version, description, \
              mime_type, service_name, tags, icon_url, extensions, search_text, hidden, created_at, last_settled_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?) \
-             ON CONFLICT (account_id, url, tool_name) DO UPDATE SET kind = excluded.kind, \
+             ON CONFLICT (url, tool_name) DO UPDATE SET kind = excluded.kind, \
              x402_version = excluded.x402_version, description = excluded.description, \
              mime_type = excluded.mime_type, service_name = excluded.service_name, tags = excluded.tags, \
              icon_url = excluded.icon_url, extensions = excluded.extensions, search_text = excluded.search_text, \
              last_settled_at = excluded.last_settled_at \
-             WHERE excluded.last_settled_at >= discovery_resources.last_settled_at \
+             WHERE discovery_resources.account_id = excluded.account_id \
+             AND excluded.last_settled_at >= discovery_resources.last_settled_at \
              RETURNING id",
         );
         let tags = serde_json::to_string(&entry.service.tags).map_err(|e| StoreError::Database(e.to_string()))?;
@@ -128,19 +129,23 @@ impl CatalogStore for SqlStore {
             .bind(at)
             .fetch_optional(&mut *tx)
             .await?;
-        // A settlement older than the entry's last one (written late) changes nothing of it.
+        // A settlement older than the entry's last one (written late) changes nothing of it; a
+        // resource another account cataloged first is that account's: nothing is written.
         let id: String = match written {
             Some(row) => row.try_get("id")?,
             None => {
                 let sql =
                     self.sql("SELECT id FROM discovery_resources WHERE account_id = ? AND url = ? AND tool_name = ?");
-                sqlx::query(&sql)
+                let own = sqlx::query(&sql)
                     .bind(entry.account_id.as_str())
                     .bind(entry.url.as_str())
                     .bind(entry.tool_name.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?
-                    .try_get("id")?
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                match own {
+                    Some(row) => row.try_get("id")?,
+                    None => return Ok(()),
+                }
             }
         };
         let accept = self.sql(
@@ -191,9 +196,11 @@ impl CatalogStore for SqlStore {
                 binds.push(value.clone());
             }
         }
+        // The ways to pay that match, found by their own indexes, then their entries: an entry
+        // probed per way to pay that matches, not every entry probed for one.
         if !accepts.is_empty() {
             clauses.push(format!(
-                "EXISTS (SELECT 1 FROM discovery_accepts a WHERE a.resource_id = r.id AND {})",
+                "r.id IN (SELECT a.resource_id FROM discovery_accepts a WHERE {})",
                 accepts.join(" AND ")
             ));
         }

@@ -34,6 +34,7 @@ const FILES: &[(&str, &str, &str)] = migrations![
     "20261128000001_answers",
     "20261128000002_passes",
     "20261207000001_discovery",
+    "20261207000002_discovery_owner",
 ];
 
 /// The migrations of one backend.
