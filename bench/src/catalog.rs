@@ -30,16 +30,27 @@ fn word(i: usize) -> String {
     }
 }
 
-/// Fills the catalog at `database` with `entries` entries, then times each query `queries`
-/// times.
+/// Fills the catalog at `database` with `entries` entries (`phase` `fill` or `both`), then
+/// times each query `queries` times (`measure` or `both`).
 ///
 /// # Errors
 /// The store cannot be opened or written.
-pub async fn run(database: &str, entries: usize, queries: usize) -> anyhow::Result<()> {
+pub async fn run(database: &str, entries: usize, queries: usize, phase: &str) -> anyhow::Result<()> {
     let url = DatabaseUrl::parse(database).map_err(|e| anyhow::anyhow!("{e}"))?;
     let store = SqlStore::connect(&url).await?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(46);
     let now = Utc::now();
+    if matches!(phase, "fill" | "both") {
+        fill(&store, entries, now).await?;
+    }
+    if matches!(phase, "measure" | "both") {
+        measure(&store, entries, queries, now).await?;
+    }
+    Ok(())
+}
+
+/// `entries` entries, settled in the second before `now`, one after another.
+async fn fill(store: &SqlStore, entries: usize, now: chrono::DateTime<Utc>) -> anyhow::Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(46);
     let started = Instant::now();
     for i in 0..entries {
         let account = format!("acct_{:03}", i % 500);
@@ -73,7 +84,11 @@ pub async fn run(database: &str, entries: usize, queries: usize) -> anyhow::Resu
         store.catalog(&entry).await?;
     }
     eprintln!("filled {entries} entries in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
 
+/// Each list and search query, `queries` times: one JSON line each.
+async fn measure(store: &SqlStore, entries: usize, queries: usize, now: chrono::DateTime<Utc>) -> anyhow::Result<()> {
     let since = (now - chrono::Duration::days(30)).timestamp();
     let base = CatalogFilter { settled_since: since, limit: 20, ..CatalogFilter::default() };
     let cases: Vec<(&str, CatalogFilter)> = vec![

@@ -66,6 +66,11 @@ enum Command {
         /// Runs of each query.
         #[arg(long, default_value_t = 200)]
         queries: usize,
+        /// Only fill the catalog (`fill`), or only time the queries of one filled before
+        /// (`measure`: e.g. after PostgreSQL's `ANALYZE`, as its autovacuum runs after a bulk
+        /// load); default both.
+        #[arg(long, default_value = "both")]
+        phase: String,
     },
     /// Deploy the token, fund the accounts, sign the authorizations; write the bodies to `--out`.
     Prepare {
@@ -261,7 +266,9 @@ async fn main() -> anyhow::Result<()> {
             repeats::run(repeats::Repeats { rpc: &rpc, daemon: &daemon, key: &key, facilitator, count, repeats, uses })
                 .await
         }
-        Command::Catalog { database, entries, queries } => catalog::run(&database, entries, queries).await,
+        Command::Catalog { database, entries, queries, phase } => {
+            catalog::run(&database, entries, queries, &phase).await
+        }
         Command::Upstream => proxied::upstream().await,
         Command::StubFacilitator => proxied::stub_facilitator().await,
     }
