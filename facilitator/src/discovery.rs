@@ -398,4 +398,24 @@ mod tests {
         assert_eq!(words(&"a ".repeat(100)).len(), 8);
         assert_eq!(words(&"x".repeat(1000))[0].len(), 64);
     }
+
+    #[test]
+    fn what_buyers_read_is_text_and_a_declaration_too_deep_is_refused() {
+        let mut hostile = resource("https://api.example/weather");
+        hostile.description = "x\u{0}\u{1b}[31mRED\u{7}\u{202e}txt.exe\nnext".into();
+        hostile.mime_type = "text/html\r\nX-Evil: 1".into();
+        let entry = entry_of("acct", 2, &hostile, &requirement(), &declared(weather()), Utc::now())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(entry.description, "x[31mREDtxt.exe next");
+        assert_eq!(entry.mime_type, "");
+        let mut deep = json!(1);
+        for _ in 0..40 {
+            deep = json!([deep]);
+        }
+        let mut declaration = weather();
+        declaration["info"]["output"] = json!({"type": "json", "example": deep});
+        let refused =
+            entry_of("acct", 2, &resource("https://api.example/w"), &requirement(), &declared(declaration), Utc::now());
+        assert!(matches!(refused, Err(Rejected::Malformed(ref why)) if why.contains("levels deep")), "{refused:?}");
+    }
 }

@@ -1593,3 +1593,86 @@ async fn an_x402_settlement_is_cataloged_and_the_seller_is_told_in_extension_res
     assert_eq!(own["items"].as_array().unwrap().len(), 1, "nothing more cataloged: {own}");
     assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 3_000_000, "both settled");
 }
+
+/// The gateway's `/payment/receive` catalogs a route from its `discovery` field only when the
+/// offer it names is the one the buyer's x402 v2 payload accepted, to the last field, and the
+/// payment's own resource; another account naming a resource already cataloged lists nothing.
+/// The payment is settled the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_catalogs_only_the_offer_its_buyer_accepted_and_a_resource_once() {
+    use solana_sdk::signer::Signer as _;
+    let t = SolanaApp::start().await;
+    let (key, _, _) = t.customer().await;
+    let (other, _, _) = t.customer().await;
+    let backend = t.state.chains.embedded_solana().unwrap();
+    let network = backend.rpc.network().to_string();
+    let buyer = Keypair::new();
+    t.call("POST", "/dev/airdrop", &key, Some(json!({"address": buyer.pubkey().to_string(), "amount": 1}))).await;
+    let seller = Keypair::new();
+    let url = "https://shop.example/quote";
+    let offer = json!({"scheme": "exact-native", "network": network, "amount": "1000000", "asset": "native",
+                       "payTo": seller.pubkey().to_string(), "maxTimeoutSeconds": 60});
+    let declaration = json!({"info": {"input": {"type": "http", "method": "GET"}}, "schema": {"type": "object"}});
+    // A receive by `account` of a fresh v2 payment accepting `offer`, declaring `declared` as its offer.
+    let receive = |account: String, declared: Value, resource: &'static str| {
+        let (app, rpc, buyer, seller, offer, declaration) =
+            (t.app.clone(), &backend.rpc, &buyer, seller.pubkey(), offer.clone(), declaration.clone());
+        async move {
+            let tx = signed_transfer(buyer, &seller, 1_000_000, rpc.latest_blockhash().await.unwrap().0);
+            let proof = tollgate_protocol::x402::header::encode(&json!({
+                "x402Version": 2, "accepted": offer, "payload": {"transaction": tx},
+                "resource": {"url": url, "description": "", "mimeType": ""}}))
+            .unwrap();
+            let body = json!({"walletAddress": seller.to_string(), "paymentProof": proof, "expectedAmount": 0.001,
+                "resource": url, "discovery": {"resource": {"url": resource, "description": "A quote", "mimeType": "application/json"},
+                "accepted": declared, "declaration": declaration}});
+            let (status, received) = common::call(&app, "POST", "/payment/receive", &account, Some(body)).await;
+            assert_eq!((status, received["status"].as_str()), (StatusCode::OK, Some("confirmed")), "{received}");
+        }
+    };
+    // The catalog's entries (written in the background: asked until there are `at_least`, or for
+    // a while), as the store holds them.
+    let entries = |at_least: usize| {
+        let store = t.store.clone();
+        async move {
+            use tollgate_facilitator::store::CatalogStore as _;
+            let all = tollgate_facilitator::store::CatalogFilter { limit: 100, ..Default::default() };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            loop {
+                let (found, _) = store.catalog_list(&all).await.unwrap();
+                if found.len() >= at_least || std::time::Instant::now() > deadline {
+                    return found;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+
+    // Offers that are not the one the buyer accepted, or another resource: nothing cataloged.
+    let mut upto = offer.clone();
+    upto["scheme"] = json!("upto");
+    let mut phishing = offer.clone();
+    phishing["extra"] = json!({"note": "pay at http://phish.example"});
+    let mut forever = offer.clone();
+    forever["maxTimeoutSeconds"] = json!(9_007_199_254_740_991_u64);
+    for declared in [upto, phishing, forever] {
+        receive(key.clone(), declared, url).await;
+    }
+    receive(key.clone(), offer.clone(), "https://shop.example/other").await;
+    assert!(entries(1).await.is_empty(), "an offer the buyer did not accept was cataloged");
+    // The offer accepted, for the payment's resource: cataloged.
+    receive(key.clone(), offer.clone(), url).await;
+    let found = entries(1).await;
+    let [entry] = found.as_slice() else { panic!("{found:?}") };
+    assert_eq!(entry.url, url);
+    let (_, own) = t.call("GET", "/discovery/own", &key, None).await;
+    assert_eq!(own["items"][0]["resource"], url, "{own}");
+    // Another account paying the same seller for the same resource lists nothing of its own.
+    receive(other.clone(), offer.clone(), url).await;
+    let found = entries(2).await;
+    assert_eq!(found.len(), 1, "another account took the resource: {found:?}");
+    assert_eq!(found[0].account_id, entry.account_id);
+    let (_, theirs) = t.call("GET", "/discovery/own", &other, None).await;
+    assert_eq!(theirs["items"], json!([]), "{theirs}");
+    assert_eq!(t.lamports(&seller.pubkey().to_string()).await, 6_000_000, "every payment settled");
+}

@@ -6,9 +6,9 @@
 //! or [`Storefront::list`]); its [`StorefrontLayer`], around the whole router, answers
 //! `GET /.well-known/x402.json`. The items are resolved once — each route's offers made as for a
 //! request without payment, its declaration lifted — and kept until another route is listed;
-//! only the origin is filled in per request, so the manifest is right under every host name the
-//! server answers to. A route whose offers cannot be made now (its facilitator unreachable) is
-//! left out of that answer and tried again at the next.
+//! only the origin is filled in per request (where the layers do not name theirs), so the
+//! manifest is right under every host name the server answers to. A route whose offers cannot be
+//! made within 5 s (its facilitator unreachable) is left out, and tried again 10 s later.
 
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
@@ -89,7 +89,7 @@ struct Resolved {
     items: Vec<Pending>,
     /// Every route resolved.
     complete: bool,
-    made: std::time::Instant,
+    made: tokio::time::Instant,
 }
 
 /// How long a resolution some route was missing from is served before another is tried.
@@ -281,7 +281,7 @@ impl Storefront {
             at: chrono::Utc::now().timestamp(),
             items,
             complete,
-            made: std::time::Instant::now(),
+            made: tokio::time::Instant::now(),
         };
         *self.shared.resolved.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(resolved.clone());
         resolved

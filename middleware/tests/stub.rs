@@ -433,3 +433,73 @@ async fn a_declaration_reaches_catalogs_only_for_an_origin_the_seller_names() {
     assert_eq!(declared[0], None, "the buyer's Host named the resource: nothing to catalog");
     assert!(declared[1].as_ref().is_some_and(|d| d["info"]["input"]["method"] == "GET"), "{declared:?}");
 }
+
+/// A facilitator whose `/supported` never answers, counting the times it is asked.
+#[derive(Debug, Default)]
+struct Silent {
+    asked: AtomicUsize,
+}
+
+#[async_trait]
+impl Facilitator for Silent {
+    async fn supported(&self) -> Result<Supported, Verdict> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+
+    async fn settle_before(&self, _claim: Claim<'_>) -> Verdict {
+        Verdict::Refused { reason: "not asked".into() }
+    }
+
+    async fn verify(&self, _claim: Claim<'_>) -> Verdict {
+        Verdict::Refused { reason: "not asked".into() }
+    }
+
+    async fn settle(&self, _claim: Claim<'_>) -> Verdict {
+        Verdict::Refused { reason: "not asked".into() }
+    }
+
+    async fn follow(&self, _payment_id: Option<&str>, _claim: Claim<'_>) -> Verdict {
+        Verdict::Refused { reason: "not asked".into() }
+    }
+
+    async fn release(&self, _payment: &Payment) {}
+}
+
+/// A route whose offers need a facilitator that never answers leaves the manifest within 5 s,
+/// and is not asked for again before 10 s: requests for the manifest meanwhile are answered
+/// without it, at once, and never queue behind one another.
+#[tokio::test(start_paused = true)]
+async fn a_silent_facilitator_delays_the_manifest_5_s_once_in_10() {
+    use tollgate::discovery::Storefront;
+    let silent = Arc::new(Silent::default());
+    let storefront = Storefront::new();
+    // No network named: the offer needs the facilitator's /supported.
+    PaymentLayer::builder()
+        .facilitator(silent.clone())
+        .accept(Price::native_sol("0.01").unwrap().pay_to(PAY_TO.parse().unwrap()))
+        .listed(&storefront, "/report")
+        .build()
+        .unwrap();
+    PaymentLayer::builder()
+        .facilitator(silent.clone())
+        .accept(Price::native_sol("0.01").unwrap().pay_to(PAY_TO.parse().unwrap()).on(NETWORK.parse().unwrap()))
+        .listed(&storefront, "/named")
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (first, second) = tokio::join!(storefront.manifest("http://h"), storefront.manifest("http://h"));
+    assert_eq!(started.elapsed(), std::time::Duration::from_secs(5), "one wait of 5 s for both");
+    for manifest in [&first, &second] {
+        let urls: Vec<&str> = manifest.items.iter().map(|i| i.resource.url.as_str()).collect();
+        assert_eq!(urls, ["http://h/named"], "the route whose offers could be made");
+    }
+    assert_eq!(silent.asked.load(Ordering::SeqCst), 1);
+    tokio::time::advance(std::time::Duration::from_secs(9)).await;
+    let again = tokio::time::Instant::now();
+    assert_eq!(storefront.manifest("http://h").await.items.len(), 1);
+    assert_eq!((again.elapsed(), silent.asked.load(Ordering::SeqCst)), (std::time::Duration::ZERO, 1));
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    storefront.manifest("http://h").await;
+    assert_eq!(silent.asked.load(Ordering::SeqCst), 2, "tried again after 10 s");
+}

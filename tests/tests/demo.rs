@@ -198,6 +198,10 @@ async fn the_well_known_manifests_list_every_paid_route_as_its_402_offers_it() {
         let answer = http.get(format!("{origin}/.well-known/x402.json")).send().await.unwrap();
         assert_eq!(answer.status(), 200);
         assert_eq!(answer.headers()["access-control-allow-origin"], "*");
+        assert!(
+            answer.headers()["vary"].to_str().unwrap().contains("x-forwarded-host"),
+            "a cache keeps one per origin"
+        );
         let mut manifest: Manifest = answer.json().await.unwrap();
         assert_eq!(manifest.x402_version, 2);
         // The shop lists its MCP tools too, at their mcp:// resources, declared from their own
