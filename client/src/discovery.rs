@@ -57,8 +57,8 @@ impl From<DiscoveryResource> for ForSale {
             url: resource.resource,
             kind: resource.kind,
             description: resource.description,
-            service_name: resource.service_name,
-            tags: resource.tags,
+            service_name: resource.service.service_name,
+            tags: resource.service.tags,
             input: declaration.map(|d| d.lifted_input()).unwrap_or_default(),
             accepts: resource.accepts,
         }

@@ -37,9 +37,7 @@ impl From<CatalogEntry> for DiscoveryResource {
             last_updated: e.last_settled_at,
             description: e.description,
             mime_type: e.mime_type,
-            service_name: e.service.service_name,
-            tags: e.service.tags,
-            icon_url: e.service.icon_url,
+            service: e.service,
             tool_name: e.tool_name,
             extensions: e.extensions,
         }

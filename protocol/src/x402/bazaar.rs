@@ -602,15 +602,9 @@ pub struct DiscoveryResource {
     /// MIME type of the answer.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mime_type: String,
-    /// The service's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_name: Option<String>,
-    /// Topical tags.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
-    /// The service's icon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub icon_url: Option<String>,
+    /// Who sells it: `serviceName`, `tags`, `iconUrl`, as the bazaar rules keep them.
+    #[serde(flatten)]
+    pub service: ServiceMetadata,
     /// An MCP tool's name (the catalog's key is the URL and this).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub tool_name: String,
