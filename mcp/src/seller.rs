@@ -498,9 +498,10 @@ fn canonical(value: &Value) -> Value {
     }
 }
 
-/// The header a payment travels in to the layer. A payment that is not an x402 payload is passed
-/// as sent, for the layer to refuse with its reason.
-fn payment_header(payment: &Value) -> (&'static str, String) {
+/// The header a `_meta["x402/payment"]` value travels in to the layer, and its value. A payment
+/// that is not an x402 payload is passed as sent, for the layer to refuse with its reason.
+#[must_use]
+pub fn payment_header(payment: &Value) -> (&'static str, String) {
     match serde_json::from_value::<PaymentPayload>(payment.clone()) {
         Ok(payload @ PaymentPayload::V1(_)) => (X_PAYMENT, payload.to_header().unwrap_or_default()),
         Ok(payload) => (PAYMENT_SIGNATURE, payload.to_header().unwrap_or_default()),

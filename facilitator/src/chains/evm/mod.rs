@@ -230,6 +230,30 @@ fn hash_of(tx_id: &str) -> Result<B256, ChainError> {
     tx_id.parse().map_err(|_| ChainError(format!("not a transaction hash: {tx_id}")))
 }
 
+/// [`Chain::decode`] on EVM chains, which needs nothing of the backend: the payload read once by
+/// its scheme, and the identity it is claimed under — (token, payer, nonce) for EIP-3009, (payer,
+/// Permit2 nonce) for Permit2 and `upto`, the transaction hash for `exact-native`, each in
+/// canonical form, so two spellings of one authorization are one claim.
+#[must_use]
+pub fn decode(payload: &PaymentPayload, asset: &Asset) -> Proof {
+    let reading = match payload.scheme() {
+        SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
+        SCHEME_EXACT if Permit2Payload::is_permit2(payload.payload()) => {
+            Reading::Permit2(Box::new(permit2::read(payload, permit2::Method::Exact)))
+        }
+        SCHEME_EXACT => Reading::Authorization(exact::read(payload)),
+        SCHEME_UPTO => Reading::Permit2(Box::new(permit2::read(payload, permit2::Method::Upto))),
+        other => Reading::Unsupported(other.to_owned()),
+    };
+    let id = match &reading {
+        Reading::Native(Ok(native)) => native.identity(payload.network()),
+        Reading::Authorization(Ok(authorization)) => authorization.identity(payload.network(), asset),
+        Reading::Permit2(read) => read.as_ref().as_ref().ok().map(|t| t.identity(payload.network())),
+        Reading::Native(Err(_)) | Reading::Authorization(Err(_)) | Reading::Unsupported(_) => None,
+    };
+    Proof::new(id, reading)
+}
+
 #[async_trait]
 impl Chain for EvmBackend {
     fn network(&self) -> &Network {
@@ -253,22 +277,7 @@ impl Chain for EvmBackend {
     }
 
     fn decode(&self, payload: &PaymentPayload, asset: &Asset) -> Proof {
-        let reading = match payload.scheme() {
-            SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
-            SCHEME_EXACT if Permit2Payload::is_permit2(payload.payload()) => {
-                Reading::Permit2(Box::new(permit2::read(payload, permit2::Method::Exact)))
-            }
-            SCHEME_EXACT => Reading::Authorization(exact::read(payload)),
-            SCHEME_UPTO => Reading::Permit2(Box::new(permit2::read(payload, permit2::Method::Upto))),
-            other => Reading::Unsupported(other.to_owned()),
-        };
-        let id = match &reading {
-            Reading::Native(Ok(native)) => native.identity(payload.network()),
-            Reading::Authorization(Ok(authorization)) => authorization.identity(payload.network(), asset),
-            Reading::Permit2(read) => read.as_ref().as_ref().ok().map(|t| t.identity(payload.network())),
-            Reading::Native(Err(_)) | Reading::Authorization(Err(_)) | Reading::Unsupported(_) => None,
-        };
-        Proof::new(id, reading)
+        decode(payload, asset)
     }
 
     async fn check(

@@ -168,6 +168,24 @@ fn keypair(key: &[u8]) -> Result<Keypair, ChainError> {
     Keypair::try_from(key).map_err(|_| ChainError("the wallet's key is not a Solana keypair".into()))
 }
 
+/// [`Chain::decode`] on Solana, which needs nothing of the backend: the payload read once by its
+/// scheme, and the signature it is claimed under — the payer's (the second) for `exact`, the
+/// transfer's first or the receipt's for `exact-native`.
+#[must_use]
+pub fn decode(payload: &PaymentPayload) -> Proof {
+    let reading = match payload.scheme() {
+        SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
+        SCHEME_EXACT => Reading::Sponsored(exact::read(payload)),
+        other => Reading::Unsupported(other.to_owned()),
+    };
+    let signature = match &reading {
+        Reading::Native(Ok(native)) => Some(native.identity()),
+        Reading::Sponsored(Ok(tx)) => exact::identity(tx),
+        Reading::Native(Err(_)) | Reading::Sponsored(Err(_)) | Reading::Unsupported(_) => None,
+    };
+    Proof::new(signature.map(|s| proof_id(payload.network(), &s)), reading)
+}
+
 #[async_trait]
 impl Chain for SolanaBackend {
     fn network(&self) -> &Network {
@@ -181,17 +199,7 @@ impl Chain for SolanaBackend {
     }
 
     fn decode(&self, payload: &PaymentPayload, _asset: &Asset) -> Proof {
-        let reading = match payload.scheme() {
-            SCHEME_EXACT_NATIVE => Reading::Native(exact_native::read(payload)),
-            SCHEME_EXACT => Reading::Sponsored(exact::read(payload)),
-            other => Reading::Unsupported(other.to_owned()),
-        };
-        let signature = match &reading {
-            Reading::Native(Ok(native)) => Some(native.identity()),
-            Reading::Sponsored(Ok(tx)) => exact::identity(tx),
-            Reading::Native(Err(_)) | Reading::Sponsored(Err(_)) | Reading::Unsupported(_) => None,
-        };
-        Proof::new(signature.map(|s| proof_id(payload.network(), &s)), reading)
+        decode(payload)
     }
 
     async fn check(
