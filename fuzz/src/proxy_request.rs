@@ -32,6 +32,9 @@ pub fn check(data: &[u8]) {
         assert_eq!(canonical_host(&h).as_deref(), Ok(h.as_str()), "a canonical host is not a fixed point");
         assert_eq!(h, h.to_ascii_lowercase());
         assert!(!h.ends_with('.'));
+        // A name, or one bracketed IPv6 literal: no port or stray colon is left in it.
+        let name = h.strip_prefix('[').and_then(|l| l.strip_suffix(']'));
+        assert!(name.map_or(!h.contains([':', '[', ']']), |l| !l.contains(['[', ']'])), "host {h:?}");
     }
     if let Some(query) = query {
         let pairs = query_pairs(query);

@@ -113,23 +113,41 @@ fn canonical_segment(segment: &str) -> Result<String, RequestError> {
 }
 
 /// The host a request names (its URI's authority, else its `Host` header), lower-cased,
-/// without port or trailing dot.
+/// without port or trailing dot: a DNS name (letters, digits, `-`, `_`, `.`) or a bracketed
+/// IPv6 literal, then at most a `:` and a port of digits. Anything else is refused, so one host
+/// has one canonical text (`a:b:443` is not read as the host `a:b`, nor `]:` as one at all).
 ///
 /// # Errors
 /// [`RequestError::Host`] for a malformed one.
 pub fn canonical_host(raw: &str) -> Result<String, RequestError> {
-    let without_port = if raw.starts_with('[') {
+    let (host, port) = if let Some(rest) = raw.strip_prefix('[') {
         // An IPv6 literal: `[::1]:8080`.
-        raw.split_once(']').map(|(h, _)| format!("{h}]")).ok_or(RequestError::Host("unclosed IPv6 literal"))?
+        let (literal, after) = rest.split_once(']').ok_or(RequestError::Host("unclosed IPv6 literal"))?;
+        if literal.is_empty() || !literal.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+            return Err(RequestError::Host("malformed IPv6 literal"));
+        }
+        let port = match after {
+            "" => None,
+            after => Some(after.strip_prefix(':').ok_or(RequestError::Host("text after the IPv6 literal"))?),
+        };
+        (format!("[{}]", literal.to_ascii_lowercase()), port)
     } else {
-        raw.rsplit_once(':').map_or(raw, |(h, _)| h).to_owned()
+        let (name, port) = match raw.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (raw, None),
+        };
+        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        if name.is_empty() || name.ends_with('.') {
+            return Err(RequestError::Host("empty"));
+        }
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) {
+            return Err(RequestError::Host("character not allowed in a host"));
+        }
+        (name, port)
     };
-    let host = without_port.strip_suffix('.').unwrap_or(&without_port).to_ascii_lowercase();
-    if host.is_empty() || host.ends_with('.') {
-        return Err(RequestError::Host("empty"));
-    }
-    if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.[]:_".contains(&b)) {
-        return Err(RequestError::Host("character not allowed in a host"));
+    // RFC 3986: a port is digits, possibly none.
+    if port.is_some_and(|p| p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(RequestError::Host("malformed port"));
     }
     Ok(host)
 }
@@ -440,6 +458,15 @@ mod tests {
         assert_eq!(canonical_host("[::1]:80").unwrap(), "[::1]");
         assert!(canonical_host("").is_err() && canonical_host(".").is_err() && canonical_host("a b").is_err());
         assert!(canonical_host("api.example.com..").is_err());
+        assert_eq!(canonical_host("[::1]").unwrap(), "[::1]");
+        assert_eq!(canonical_host("[FE80::1]:").unwrap(), "[fe80::1]");
+        assert_eq!(canonical_host("api.example.com:").unwrap(), "api.example.com");
+        // What fuzzing found read as hosts that were not (fuzz/regressions/proxy_request/): a
+        // colon outside a literal, brackets in a name, text after a literal, a port of letters.
+        for bad in ["api.ple.com.:J.:808", "]:", "api.examp[::1]:80", "y::1]:80", "[::1]x", "[]", "[::g]", "a:b:443"] {
+            assert!(canonical_host(bad).is_err(), "{bad:?}");
+        }
+        assert!(canonical_host("api.example.com:8o").is_err() && canonical_host("api.example.com:123456").is_err());
         let exact = HostPattern::parse("api.example.com").unwrap();
         assert!(exact.matches(&canonical_host("API.example.com.").unwrap()));
         assert!(!exact.matches("evil-api.example.com"));
