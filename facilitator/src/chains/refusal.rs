@@ -310,3 +310,38 @@ impl Reason {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_protocol::ChainFamily;
+
+    /// The strings x402 clients act on, as the x402 facilitators write them.
+    #[test]
+    fn reasons_are_the_strings_x402_clients_read() {
+        assert_eq!(Reason::InsufficientFunds.as_str(), "insufficient_funds");
+        assert_eq!(Reason::AlreadyUsed.as_str(), "duplicate_settlement");
+        assert_eq!(Reason::SvmAmountMismatch.as_str(), "invalid_exact_svm_payload_transaction_amount_mismatch");
+        assert_eq!(Reason::EvmValue.as_str(), "invalid_exact_evm_payload_authorization_value");
+        assert_eq!(Reason::Permit2AmountMismatch.as_str(), "permit2_amount_mismatch");
+        assert_eq!(
+            Reason::Batch(BatchReason::CumulativeExceedsBalance).as_str(),
+            "invalid_batch_settlement_evm_cumulative_exceeds_balance"
+        );
+        assert_eq!(BatchReason::ChannelNotFound.as_str(), "invalid_batch_settlement_evm_channel_not_found");
+    }
+
+    #[test]
+    fn an_amount_below_the_price_is_named_in_its_chain_familys_words() {
+        assert_eq!(Reason::amount_mismatch(ChainFamily::Solana), Reason::SvmAmountMismatch);
+        assert_eq!(Reason::amount_mismatch(ChainFamily::Evm), Reason::EvmValue);
+    }
+
+    #[test]
+    fn a_refusal_says_its_reason_and_sentence() {
+        let refusal = Refusal::new(Reason::InvalidNetwork, "the proof pays on base");
+        assert_eq!(refusal.reason, Reason::InvalidNetwork);
+        assert_eq!(refusal.to_string(), "the proof pays on base");
+        assert_eq!(ProofError::from(refusal.clone()).to_string(), "the proof pays on base");
+    }
+}

@@ -360,6 +360,114 @@ mod tests {
         assert!(t.admit(&v1(), &itself).unwrap_err().message.contains("itself"), "a payer paying itself");
     }
 
+    /// A v2 payload that accepted `accepted`.
+    fn v2(accepted: &PaymentRequirements) -> PaymentPayload {
+        serde_json::from_value(serde_json::json!({
+            "x402Version": 2, "accepted": accepted, "payload": {"transaction": "x"},
+        }))
+        .unwrap()
+    }
+
+    fn requirement(scheme: &str, amount: u128) -> PaymentRequirements {
+        PaymentRequirements {
+            scheme: scheme.into(),
+            network: Network::solana_devnet(),
+            amount: AtomicAmount(amount),
+            asset: terms().asset,
+            pay_to: seller(),
+            max_timeout_seconds: 60,
+            extra: None,
+        }
+    }
+
+    /// The x402 API's terms: the whole requirement the seller offered.
+    fn offered(scheme: &str, amount: u128) -> Terms {
+        Terms { requirement: Some(requirement(scheme, amount)), ..terms() }
+    }
+
+    #[test]
+    fn admit_payload_holds_a_v2_proof_to_the_requirement_it_accepted() {
+        let t = offered("exact", 50_000);
+        assert!(t.admit_payload(&v2(&requirement("exact", 50_000))).is_ok());
+        // Another scheme, amount, timeout, recipient or asset than the one offered.
+        assert_eq!(t.admit_payload(&v2(&requirement("upto", 50_000))).unwrap_err().reason, Reason::InvalidScheme);
+        let cheaper = requirement("exact", 49_999);
+        assert_eq!(t.admit_payload(&v2(&cheaper)).unwrap_err().reason, Reason::InvalidPaymentRequirements);
+        let longer = PaymentRequirements { max_timeout_seconds: 61, ..requirement("exact", 50_000) };
+        assert_eq!(t.admit_payload(&v2(&longer)).unwrap_err().reason, Reason::InvalidPaymentRequirements);
+        let elsewhere = PaymentRequirements { pay_to: Address::Solana([8; 32]), ..requirement("exact", 50_000) };
+        let refused = t.admit_payload(&v2(&elsewhere)).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidPaymentRequirements);
+        assert!(refused.message.contains("made to pay"), "{}", refused.message);
+        let native = PaymentRequirements { asset: Asset::Native, ..requirement("exact", 50_000) };
+        let refused = t.admit_payload(&v2(&native)).unwrap_err();
+        assert!(refused.message.contains("the native currency"), "{}", refused.message);
+        // The gateway names no requirement: recipient and asset are still held.
+        assert!(terms().admit_payload(&v2(&requirement("exact", 1))).is_ok());
+        assert_eq!(terms().admit_payload(&v2(&elsewhere)).unwrap_err().reason, Reason::InvalidPaymentRequirements);
+        assert_eq!(terms().admit_payload(&v2(&native)).unwrap_err().reason, Reason::InvalidPaymentRequirements);
+    }
+
+    /// `upto`: the seller's charge replaces the amount, and may not exceed what the buyer allowed.
+    #[test]
+    fn admit_payload_lets_an_upto_charge_up_to_the_amount_allowed() {
+        let allowed = v2(&requirement("upto", 50_000));
+        assert!(offered("upto", 50_000).admit_payload(&allowed).is_ok());
+        assert!(offered("upto", 1).admit_payload(&allowed).is_ok());
+        assert!(offered("upto", 0).admit_payload(&allowed).is_ok());
+        assert_eq!(offered("upto", 50_001).admit_payload(&allowed).unwrap_err().reason, Reason::UptoSettlementExceeds);
+        let longer = PaymentRequirements { max_timeout_seconds: 61, ..requirement("upto", 50_000) };
+        assert_eq!(
+            offered("upto", 10).admit_payload(&v2(&longer)).unwrap_err().reason,
+            Reason::InvalidPaymentRequirements
+        );
+        // An `exact` requirement is not an upper bound.
+        assert_eq!(
+            offered("exact", 1).admit_payload(&v2(&requirement("exact", 50_000))).unwrap_err().reason,
+            Reason::InvalidPaymentRequirements
+        );
+    }
+
+    #[test]
+    fn only_an_upto_charge_of_zero_charges_nothing() {
+        let zero = |scheme| Terms { price: Price::Exactly(0), ..offered(scheme, 0) };
+        assert!(zero("upto").charges_nothing());
+        assert!(!zero("exact").charges_nothing());
+        assert!(!Terms { price: Price::Exactly(1), ..offered("upto", 1) }.charges_nothing());
+        assert!(!Terms { price: Price::Exactly(0), ..terms() }.charges_nothing());
+    }
+
+    /// A v2 proof is held to the asset it accepted, even where the chain and terms agree.
+    #[test]
+    fn admit_holds_a_v2_proof_to_its_accepted_asset() {
+        let t = terms();
+        let token = t.asset;
+        assert!(t.admit(&v2(&requirement("exact", 50_000)), &checked(seller(), token, 50_000)).is_ok());
+        let native = PaymentRequirements { asset: Asset::Native, ..requirement("exact", 50_000) };
+        assert_eq!(
+            t.admit(&v2(&native), &checked(seller(), token, 50_000)).unwrap_err().reason,
+            Reason::InvalidPaymentRequirements
+        );
+    }
+
+    #[test]
+    fn admit_names_the_evm_reasons_on_an_evm_network() {
+        let payee = Address::Evm([7; 20]);
+        let t = Terms {
+            network: Network::eip155(8453),
+            pay_to: payee,
+            asset: Asset::Native,
+            price: Price::Exactly(10),
+            ..terms()
+        };
+        let paid = |pay_to, amount| Checked { payer: Address::Evm([9; 20]), ..checked(pay_to, Asset::Native, amount) };
+        let v1 = PaymentPayload::exact_native_v1(&t.network, &ExactNativePayload::Transaction("x".into()));
+        assert!(t.admit(&v1, &paid(payee, 10)).is_ok());
+        assert_eq!(t.admit(&v1, &paid(Address::Evm([8; 20]), 10)).unwrap_err().reason, Reason::EvmRecipientMismatch);
+        assert_eq!(t.admit(&v1, &paid(payee, 9)).unwrap_err().reason, Reason::EvmValue);
+        assert_eq!(t.admit(&v1, &paid(payee, 11)).unwrap_err().reason, Reason::EvmValue);
+    }
+
     #[test]
     fn admit_payload_checks_the_network_before_any_chain() {
         let mut t = terms();
