@@ -417,12 +417,74 @@ mod tests {
         assert!(budget.reserve("https://a.example/1", &lamports, 9).await.is_ok());
         assert!(budget.reserve("https://a.example/2", &lamports, 9).await.is_err(), "the same origin");
         assert!(budget.reserve("https://b.example/1", &lamports, 9).await.is_ok(), "another origin");
+        // An origin is scheme, host and port.
+        assert!(budget.reserve("https://b.example:8443/1", &lamports, 9).await.is_ok(), "another port");
+        assert!(budget.reserve("http://b.example/1", &lamports, 9).await.is_ok(), "another scheme");
         // MCP servers over stdio are told apart by their command, not lumped as opaque origins.
         assert!(budget.reserve("mcp+stdio://seller-a", &lamports, 9).await.is_ok());
         assert!(budget.reserve("mcp+stdio://seller-a", &lamports, 9).await.is_err(), "the same server");
         assert!(budget.reserve("mcp+stdio://seller-b", &lamports, 9).await.is_ok(), "another server");
         assert!(Limit::parse("1SOL/fortnight", false).is_err());
         assert!(Limit::parse("1/day", false).is_err(), "names no asset");
+    }
+
+    /// A week is seven days and a month thirty: a spend counts until then, and not after.
+    #[tokio::test]
+    async fn weeks_and_months_are_their_days() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(AtomicI64::new(1_000_000));
+        let now = {
+            let c = clock.clone();
+            Arc::new(move || c.load(Ordering::SeqCst))
+        };
+        let lamports = offer(1_000_000, SOLANA, "native");
+        for (period, days) in [("week", 7), ("month", 30)] {
+            clock.store(1_000_000, Ordering::SeqCst);
+            let limits = vec![Limit::parse(&format!("0.001SOL/{period}"), false).unwrap()];
+            let budget =
+                Budget::open_with_clock(&dir.path().join(format!("{period}.db")), limits, now.clone()).unwrap();
+            assert!(budget.reserve("http://a.example/x", &lamports, 9).await.is_ok());
+            clock.fetch_add(days * 86_400 - 60, Ordering::SeqCst);
+            assert!(budget.reserve("http://a.example/x", &lamports, 9).await.is_err(), "within a {period}");
+            clock.fetch_add(120, Ordering::SeqCst);
+            assert!(budget.reserve("http://a.example/x", &lamports, 9).await.is_ok(), "a {period} later");
+        }
+    }
+
+    #[test]
+    fn a_limit_says_its_amount_period_and_scope() {
+        let daily = Limit::parse("1SOL/day", true).unwrap();
+        let cap = daily.cap.to_string();
+        assert_eq!(daily.to_string(), format!("{cap} per 24 h per origin"));
+        assert_eq!(Limit::parse("1SOL/week", false).unwrap().to_string(), format!("{cap} per 168 h"));
+        assert_eq!(Limit::parse("1SOL/month", false).unwrap().to_string(), format!("{cap} per 720 h"));
+        assert_eq!(Limit::parse("1SOL", false).unwrap().to_string(), cap);
+    }
+
+    /// A budget caps what its limits name, and nothing else.
+    #[test]
+    fn a_budget_counts_only_the_assets_its_limits_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = Budget::open(&dir.path().join("b.db"), vec![Limit::parse("1SOL", false).unwrap()]).unwrap();
+        assert!(budget.counts(&offer(1, SOLANA, "native")));
+        assert!(!budget.counts(&offer(1, "eip155:8453", "native")));
+    }
+
+    /// What one channel deposit may lock: the smallest limit counted in its asset.
+    #[test]
+    fn the_smallest_limit_of_an_asset_bounds_a_deposit() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = ["1SOL/day", "0.5SOL", "0.001ETH"].map(|l| Limit::parse(l, false).unwrap()).to_vec();
+        let budget = Budget::open(&dir.path().join("b.db"), limits).unwrap();
+        assert_eq!(budget.smallest_limit(&offer(1, SOLANA, "native"), 9), Some(AtomicAmount(500_000_000)));
+        assert_eq!(
+            budget.smallest_limit(&offer(1, "eip155:8453", "native"), 18),
+            Some(AtomicAmount(1_000_000_000_000_000))
+        );
+        assert_eq!(
+            budget.smallest_limit(&offer(1, "eip155:8453", "0x0707070707070707070707070707070707070707"), 6),
+            None
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -185,6 +185,18 @@ mod tests {
         assert!(unhashable.claim(&Terms { uses: 2, window: Duration::from_secs(60) }.ticket(None)).is_err());
     }
 
+    /// An answer that never reached its buyer is given back to the count; one delivered stays.
+    #[test]
+    fn an_answer_dropped_before_delivery_is_given_back() {
+        let count = LocalCount::first(Some("a".into()));
+        let counted = || Counted { release: Some(Release::Local(count.clone())) };
+        assert_eq!(count.claim(&ticket("a")), Ok(()), "the second of two answers");
+        drop(counted());
+        assert_eq!(count.claim(&ticket("a")), Ok(()), "the dropped answer was given back");
+        counted().delivered();
+        assert!(count.claim(&ticket("a")).is_err(), "a delivered answer stays counted");
+    }
+
     #[test]
     fn a_local_count_keeps_its_window() {
         let count = LocalCount::first(Some("a".into()));

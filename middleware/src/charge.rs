@@ -113,4 +113,20 @@ mod tests {
         assert_eq!(Charge::atomic(499).capped(AtomicAmount(500)), AtomicAmount(499));
         assert_eq!(Charge::nothing().capped(AtomicAmount(500)), AtomicAmount(0));
     }
+
+    /// The first report or failure is the one settled; a clone (the body's) reports to the same.
+    #[test]
+    fn the_first_report_or_failure_counts() {
+        let charge = DeferredCharge::new();
+        assert_eq!(charge.reported(), None);
+        let body = charge.clone();
+        body.fail("the stream broke");
+        body.report(Charge::atomic(5));
+        assert_eq!(charge.reported(), Some(Err("the stream broke".to_owned())));
+        let charge = DeferredCharge::new();
+        charge.report(Charge::atomic(5));
+        charge.fail("too late");
+        charge.report(Charge::atomic(9));
+        assert_eq!(charge.reported(), Some(Ok(Charge::atomic(5))));
+    }
 }

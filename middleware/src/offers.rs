@@ -110,14 +110,7 @@ pub(crate) async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offe
     let kinds = supported.as_ref().map(|s| s.kinds.as_slice()).unwrap_or_default();
     let mut out = Vec::with_capacity(prices.len());
     for price in prices {
-        let network = price.network.clone().or_else(|| {
-            kinds
-                .iter()
-                .filter(|k| k.x402_version == 2 && k.scheme == price.scheme)
-                .filter_map(|k| k.network.parse::<Network>().ok())
-                .find(|n| n.family() == price.family)
-        });
-        let Some(network) = network else {
+        let Some(network) = network(price, kinds) else {
             tracing::warn!(scheme = price.scheme, family = %price.family, "the facilitator settles no such payment; price left out");
             continue;
         };
@@ -137,6 +130,18 @@ pub(crate) async fn offers(config: &Config, prices: &[Price]) -> Result<Vec<Offe
         return Err(challenge::unavailable(false));
     }
     Ok(out)
+}
+
+/// The network a price is offered on: its own, else the first of its chain family on which the
+/// facilitator settles its scheme (x402 v2).
+fn network(price: &Price, kinds: &[SupportedKind]) -> Option<Network> {
+    price.network.clone().or_else(|| {
+        kinds
+            .iter()
+            .filter(|k| k.x402_version == 2 && k.scheme == price.scheme)
+            .filter_map(|k| k.network.parse::<Network>().ok())
+            .find(|n| n.family() == price.family)
+    })
 }
 
 /// The offered requirement a payload pays: v2 must have accepted one whole (scheme, network,
@@ -200,4 +205,116 @@ pub(crate) fn request_base(headers: &http::HeaderMap, uri: &http::Uri) -> String
         !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
     });
     format!("{proto}://{}", host.as_deref().unwrap_or("localhost"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tollgate_protocol::x402::{Asset, PaymentRequirements};
+    use tollgate_protocol::{Address, AtomicAmount};
+
+    use super::*;
+
+    const BASE: &str = "eip155:8453";
+    const DEVNET: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
+
+    fn price(scheme: &'static str, family: ChainFamily, network: Option<&str>, extra: Option<Value>) -> Price {
+        Price {
+            scheme,
+            family,
+            network: network.map(|n| n.parse().unwrap()),
+            asset: Asset::Native,
+            amount: AtomicAmount(1_000),
+            decimals: 6,
+            pay_to: Some(Address::Evm([7; 20])),
+            extra,
+        }
+    }
+
+    fn kind(version: u8, scheme: &str, network: &str, extra: Option<Value>) -> SupportedKind {
+        SupportedKind { x402_version: version, scheme: scheme.into(), network: network.into(), extra }
+    }
+
+    /// Without a network of its own, a price goes on the facilitator's network of its family
+    /// that settles its scheme in v2 — not one of v1, of another scheme or another family.
+    #[test]
+    fn a_price_without_a_network_takes_the_facilitators_for_its_scheme_and_family() {
+        let kinds = [
+            kind(1, "exact", "eip155:1", None),
+            kind(2, "exact-native", "eip155:10", None),
+            kind(2, "exact", DEVNET, None),
+            kind(2, "exact", BASE, None),
+        ];
+        let evm = price("exact", ChainFamily::Evm, None, None);
+        assert_eq!(network(&evm, &kinds), Some(BASE.parse().unwrap()));
+        let native = price("exact-native", ChainFamily::Evm, None, None);
+        assert_eq!(network(&native, &kinds), Some("eip155:10".parse().unwrap()));
+        let solana = price("exact", ChainFamily::Solana, None, None);
+        assert_eq!(network(&solana, &kinds), Some(DEVNET.parse().unwrap()));
+        assert_eq!(network(&price("upto", ChainFamily::Evm, None, None), &kinds), None);
+        // Its own network stands, whatever the facilitator lists.
+        assert_eq!(
+            network(&price("exact", ChainFamily::Evm, Some("eip155:84532"), None), &kinds),
+            Some("eip155:84532".parse().unwrap())
+        );
+    }
+
+    /// `upto` names the account that settles it: the seller's own, else the facilitator's.
+    #[test]
+    fn an_upto_price_names_its_settling_account() {
+        let network: Network = BASE.parse().unwrap();
+        let kinds = [kind(2, "upto", BASE, Some(json!({"facilitatorAddress": "0xfac"})))];
+        let from_facilitator =
+            extra(&price("upto", ChainFamily::Evm, None, None), PaymentFlow::Authorization, &network, &kinds);
+        assert_eq!(from_facilitator, Some(Some(json!({"facilitatorAddress": "0xfac"}))));
+        let own = price("upto", ChainFamily::Evm, None, Some(json!({"facilitatorAddress": "0xown"})));
+        assert_eq!(
+            extra(&own, PaymentFlow::Authorization, &network, &kinds),
+            Some(Some(json!({"facilitatorAddress": "0xown"})))
+        );
+        // None named anywhere: the price is left out.
+        let other: Network = "eip155:1".parse().unwrap();
+        assert_eq!(
+            extra(&price("upto", ChainFamily::Evm, None, None), PaymentFlow::Authorization, &other, &kinds),
+            None
+        );
+    }
+
+    /// `batch-settlement` names the receiver's authorizer: the seller's own, else the facilitator's.
+    #[test]
+    fn a_batch_price_names_its_receivers_authorizer() {
+        let network: Network = BASE.parse().unwrap();
+        let scheme = crate::batch::SCHEME;
+        let kinds = [kind(2, scheme, BASE, Some(json!({"receiverAuthorizer": "0xfac"})))];
+        let flow = PaymentFlow::Authorization;
+        let from_facilitator = extra(&price(scheme, ChainFamily::Evm, None, None), flow, &network, &kinds);
+        assert_eq!(from_facilitator, Some(Some(json!({"receiverAuthorizer": "0xfac"}))));
+        let own = price(scheme, ChainFamily::Evm, None, Some(json!({"receiverAuthorizer": "0xown"})));
+        assert_eq!(extra(&own, flow, &network, &kinds), Some(Some(json!({"receiverAuthorizer": "0xown"}))));
+        let other: Network = "eip155:1".parse().unwrap();
+        assert_eq!(extra(&price(scheme, ChainFamily::Evm, None, None), flow, &other, &kinds), None);
+    }
+
+    /// A v1 payload names its scheme and network: it pays the offer with both, not one that
+    /// shares only the scheme.
+    #[test]
+    fn a_v1_payload_pays_the_offer_of_its_scheme_and_network() {
+        let offer = |network: &str| -> Offer {
+            let requirement: PaymentRequirements = serde_json::from_value(json!({
+                "scheme": "exact", "network": network, "amount": "1000", "asset": "native",
+                "payTo": "0x0707070707070707070707070707070707070707", "maxTimeoutSeconds": 60,
+            }))
+            .unwrap();
+            (requirement, 18)
+        };
+        let offers = [offer("eip155:84532"), offer(BASE)];
+        let v1 = |scheme: &str, network: &str| -> PaymentPayload {
+            serde_json::from_value(json!({"x402Version": 1, "scheme": scheme, "network": network, "payload": {}}))
+                .unwrap()
+        };
+        assert_eq!(matching(&offers, &v1("exact", "base")), Some(1));
+        assert_eq!(matching(&offers, &v1("exact", "base-sepolia")), Some(0));
+        assert_eq!(matching(&offers, &v1("exact-native", "base")), None);
+        assert_eq!(matching(&offers, &v1("exact", "solana-devnet")), None);
+    }
 }

@@ -264,9 +264,20 @@ impl Origin {
 }
 
 /// The text a wallet signs: EIP-4361 (Sign-In With Ethereum) for `eip155:*`, Sign-In With
-/// Solana for `solana:*`; `None` for another namespace, or an EVM chain id that is not a number.
+/// Solana for `solana:*`; `None` for another namespace, an EVM chain id that is not a number, or
+/// a field with a line break (the text is one field per line: a field spanning lines could pass
+/// for others, so one signed text would read as two different sign-ins — found by fuzzing,
+/// `fuzz/regressions/siwx/`).
 #[must_use]
 pub fn message(s: &SignIn) -> Option<String> {
+    let optional = [&s.statement, &s.expiration_time, &s.not_before, &s.request_id].into_iter().flatten();
+    let mut fields = [&s.domain, &s.address, &s.uri, &s.version, &s.chain_id, &s.nonce, &s.issued_at]
+        .into_iter()
+        .chain(optional)
+        .chain(s.resources.iter().flatten());
+    if fields.any(|field| field.contains(['\n', '\r'])) {
+        return None;
+    }
     let (namespace, reference) = s.chain_id.split_once(':')?;
     let (account, chain) = match namespace {
         "eip155" if !reference.is_empty() && reference.bytes().all(|b| b.is_ascii_digit()) => ("Ethereum", reference),
@@ -376,5 +387,22 @@ mod tests {
         assert!(SignIn::from_header(&"A".repeat(MAX_HEADER_BYTES + 1)).is_err());
         let missing = base64::engine::general_purpose::STANDARD.encode(r#"{"domain": "x"}"#);
         assert!(SignIn::from_header(&missing).is_err());
+    }
+
+    /// One text, one reading: a field that spans lines could pass for the lines after it (a
+    /// statement carrying `URI: …`), so no message is written from one.
+    #[test]
+    fn no_message_is_written_from_a_field_with_a_line_break() {
+        assert!(message(&signed("eip155:8453", Some("Sign in"))).is_some());
+        assert!(message(&signed("eip155:8453", Some("Sign in\nURI: https://evil.example"))).is_none());
+        let mut s = signed("solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp", None);
+        s.uri.push('\r');
+        assert!(message(&s).is_none());
+        let mut s = signed("eip155:1", None);
+        s.resources = Some(vec!["https://a.example\n- https://b.example".into()]);
+        assert!(message(&s).is_none());
+        let mut s = signed("eip155:1", None);
+        s.request_id = Some("r\n".into());
+        assert!(message(&s).is_none());
     }
 }
