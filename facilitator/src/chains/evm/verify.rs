@@ -220,6 +220,46 @@ mod tests {
         assert!(decode("abcd").is_err(), "no 0x");
         assert!(decode("0xzz").is_err());
         assert!(decode("0x02").is_err());
-        assert!(decode(&format!("0x{}", "00".repeat(MAX_RAW_TX + 1))).is_err());
+        let too_large = |text: &str| decode(text).unwrap_err().message.contains("too large");
+        assert!(too_large(&format!("0x{}", "00".repeat(MAX_RAW_TX + 1))));
+        // The longest accepted is read (and refused for what it is, not for its size).
+        assert!(!too_large(&format!("0x{}", "00".repeat(MAX_RAW_TX))));
+        assert!(!decode_bytes(&[0; MAX_RAW_TX]).unwrap_err().message.contains("too large"));
+        assert!(decode_bytes(&[0; MAX_RAW_TX + 1]).unwrap_err().message.contains("too large"));
+    }
+
+    #[test]
+    fn a_transfers_sender_and_nonce_are_its_signers() {
+        let signer = PrivateKeySigner::random();
+        let (raw, _) = sign(Transfer { nonce: 41, ..transfer(Address::repeat_byte(7)) }.tx(), &signer).unwrap();
+        let (envelope, _) = decode_bytes(&raw).unwrap();
+        assert_eq!(sender_and_nonce(&envelope), Some((signer.address(), 41)));
+    }
+
+    /// What a plain payment does not carry, and the limits it keeps to (each at its edge).
+    #[test]
+    fn a_payment_carries_nothing_but_value_within_its_limits() {
+        let signer = PrivateKeySigner::random();
+        let seller = Address::repeat_byte(7);
+        let check = |tx: alloy::consensus::TxEip1559, max_gas: u64| {
+            let (raw, _) = sign(tx, &signer).unwrap();
+            let (envelope, raw) = decode_bytes(&raw).unwrap();
+            check_signed_transfer(&envelope, raw, &seller, 31337, max_gas)
+        };
+        assert!(check(transfer(seller).tx(), 21_000).is_ok(), "a gas limit at the most accepted");
+        assert_eq!(check(transfer(seller).tx(), 20_999).unwrap_err().reason, Reason::EvmTransaction);
+        let mut listed = transfer(seller).tx();
+        listed.access_list = alloy::eips::eip2930::AccessList(vec![alloy::eips::eip2930::AccessListItem {
+            address: seller,
+            storage_keys: vec![B256::ZERO],
+        }]);
+        assert!(check(listed, 100_000).unwrap_err().message.contains("access list"));
+        let even = Transfer { max_priority_fee_per_gas: 2_000_000_000, ..transfer(seller) };
+        assert!(check(even.tx(), 100_000).is_ok(), "a tip equal to the max fee");
+        let over = Transfer { max_priority_fee_per_gas: 2_000_000_001, ..transfer(seller) };
+        assert!(check(over.tx(), 100_000).unwrap_err().message.contains("priority fee"));
+        let mut create = transfer(seller).tx();
+        create.to = TxKind::Create;
+        assert!(check(create, 100_000).unwrap_err().message.contains("creates a contract"));
     }
 }
