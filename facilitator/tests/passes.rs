@@ -154,6 +154,12 @@ async fn a_solana_pass_serves_its_payer_who_signs_in_and_nobody_else() {
     refused(&call(&shop, "/report", Some((siwx::HEADER, &elsewhere))).await.2, "signed for evil.test");
     let forged = sign_in(&required(&shop, "/report").await, me.clone(), |_| {}, sign(&stranger));
     refused(&call(&shop, "/report", Some((siwx::HEADER, &forged))).await.2, "invalid_siwx_signature");
+    // A field spanning lines could pass for the fields after it (one signed text, two readings):
+    // no message is written from it, so it is refused before any signature is read.
+    let signed = sign_in(&required(&shop, "/report").await, me.clone(), |_| {}, sign(&buyer));
+    let mut split = SignIn::from_header(&signed).unwrap();
+    split.statement = Some("Sign in\nURI: https://evil.test/report".into());
+    refused(&call(&shop, "/report", Some((siwx::HEADER, &split.to_header()))).await.2, "invalid_siwx_message");
     let old = sign_in(
         &required(&shop, "/report").await,
         me.clone(),

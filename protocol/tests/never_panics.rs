@@ -1,5 +1,5 @@
-//! "Never panics" suite over every decoder of untrusted payment input, run in CI (the cargo-fuzz
-//! target in `fuzz/` explores the same decoders more deeply on nightly).
+//! "Never panics" suite over every decoder of untrusted payment input, run in CI (the AFL++
+//! targets in `fuzz/` explore the same decoders more deeply, coverage-guided: `scripts/fuzz`).
 //!
 //! Random text alone rarely gets past base64, so the strategies also build well-formed base64
 //! around JSON that is almost, but not quite, a payment payload.

@@ -114,8 +114,8 @@ fn canonical_segment(segment: &str) -> Result<String, RequestError> {
 
 /// The host a request names (its URI's authority, else its `Host` header), lower-cased,
 /// without port or trailing dot: a DNS name (letters, digits, `-`, `_`, `.`) or a bracketed
-/// IPv6 literal, then at most a `:` and a port of digits. Anything else is refused, so one host
-/// has one canonical text (`a:b:443` is not read as the host `a:b`, nor `]:` as one at all).
+/// IPv6 literal, then at most a `:` and a port of digits. Anything else is refused, so what is
+/// read as a host is one (`a:b:443` is not read as the host `a:b`, nor `]:` as one at all).
 ///
 /// # Errors
 /// [`RequestError::Host`] for a malformed one.

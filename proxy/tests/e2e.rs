@@ -431,6 +431,12 @@ async fn the_upstream_gets_clean_headers_and_crafted_requests_are_refused() {
         let answer = w.raw(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
         assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
     }
+    // A host that is not one (a colon or bracket outside an IPv6 literal, a port of letters) is
+    // refused, not routed as some other host (found by fuzzing).
+    for bad_host in ["127.0.0.1:x:80", "]:", "127.0.0.1[::1]:80", "127.0.0.1:8o"] {
+        let answer = w.raw(&format!("GET /forecast HTTP/1.1\r\nHost: {bad_host}\r\nConnection: close\r\n\r\n"));
+        assert!(answer.starts_with("HTTP/1.1 400"), "{bad_host}: {answer}");
+    }
     for path in ["/FORECAST", "/%66orecast", "/forecast/"] {
         let answer = w.raw(&format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
         assert!(answer.starts_with("HTTP/1.1 402"), "{path} must be priced: {answer}");
