@@ -815,6 +815,31 @@ mod tests {
         assert_eq!(serde_json::to_value(&decoded).unwrap(), v1);
     }
 
+    /// A number in `extra` or `payload` read from JSON text and written again is the same number:
+    /// the requirement a buyer echoes back still equals the one offered, and an MCP `_meta`
+    /// payment carried into a header is the same payment (without serde_json's
+    /// `float_roundtrip`, this number drifts by one ULP on each reading).
+    #[test]
+    fn numbers_survive_the_trip_through_a_header() {
+        let drifting: Value = serde_json::from_str(r#"{"rate": 1.0715660391465826e-75, "n": [0.1, 1e300]}"#).unwrap();
+        let offered = PaymentRequirements { extra: Some(drifting.clone()), ..requirement() };
+        let required = PaymentRequiredV2::new("pay", resource(), vec![offered.clone()]);
+        let read: PaymentRequiredV2 = header::decode(&header::encode(&required).unwrap()).unwrap();
+        assert_eq!(read.accepts, vec![offered.clone()], "the offer as the buyer reads it");
+
+        let paid = PaymentPayload::V2(Box::new(PaymentPayloadV2 {
+            x402_version: V2,
+            resource: None,
+            accepted: read.accepts[0].clone(),
+            payload: drifting.clone(),
+            extensions: drifting.as_object().unwrap().clone(),
+        }));
+        let back = PaymentPayload::from_header(&paid.to_header().unwrap()).unwrap();
+        assert_eq!(back, paid);
+        let PaymentPayload::V2(back) = back else { panic!("a v2 payload") };
+        assert_eq!(back.accepted, offered, "the echoed requirement is the offered one");
+    }
+
     #[test]
     fn unknown_versions_and_shapes_are_refused_with_a_reason() {
         for bad in [json!({"x402Version": 3}), json!({"scheme": "exact"}), json!({"x402Version": 1, "scheme": "exact"})]
