@@ -324,3 +324,74 @@ async fn settlement(
         call::Prepared::Fails(failure) => Err(why_it_fails(backend, *why, failure).await),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const FROM: &str = "0xf0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0";
+    const PAY_TO: &str = "0x5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e";
+    const NOW: i64 = 1_000;
+    const MARGIN: i64 = 6;
+
+    fn payload(from: &str, to: &str, (valid_after, valid_before): (&str, &str)) -> ExactEvmPayload {
+        let nonce = format!("0x{}", "ab".repeat(32));
+        ExactEvmPayload::from_value(&json!({"signature": format!("0x{}", "1b".repeat(65)), "authorization": {
+            "from": from, "to": to, "value": "1000", "validAfter": valid_after, "validBefore": valid_before,
+            "nonce": nonce}}))
+        .unwrap()
+    }
+
+    fn reason<T>(result: Result<T, ProofError>) -> Option<Reason> {
+        match result {
+            Ok(_) => None,
+            Err(ProofError::Refused(refusal)) => Some(refusal.reason),
+            Err(other) => panic!("expected a refusal, got {other}"),
+        }
+    }
+
+    #[test]
+    fn the_payer_is_someone_and_the_recipient_the_seller() {
+        let pay_to: Address = PAY_TO.parse().unwrap();
+        let p = payload(FROM, PAY_TO, ("0", "2000"));
+        assert_eq!(parties(&p.authorization, &pay_to).unwrap(), (FROM.parse().unwrap(), pay_to));
+        let zero = payload(&format!("{:#x}", Address::ZERO), PAY_TO, ("0", "2000"));
+        assert_eq!(reason(parties(&zero.authorization, &pay_to)), Some(Reason::EvmSignature));
+        let elsewhere = payload(FROM, FROM, ("0", "2000"));
+        assert_eq!(reason(parties(&elsewhere.authorization, &pay_to)), Some(Reason::EvmRecipientMismatch));
+    }
+
+    /// Valid strictly after `validAfter` (EIP-3009: `now > validAfter`) and until at least
+    /// now + margin.
+    #[test]
+    fn the_validity_window_at_its_edges() {
+        let parties = (FROM.parse().unwrap(), PAY_TO.parse().unwrap());
+        let window = |after: &str, before: &str| {
+            reason(signed_message(&payload(FROM, PAY_TO, (after, before)), parties, NOW, MARGIN))
+        };
+        assert_eq!(window("999", "1006"), None);
+        assert_eq!(window("1000", "2000"), Some(Reason::EvmValidAfter));
+        assert_eq!(window("0", "1005"), Some(Reason::EvmValidBefore));
+        let (message, signature) =
+            signed_message(&payload(FROM, PAY_TO, ("999", "1006")), parties, NOW, MARGIN).unwrap();
+        assert_eq!((message.from, message.to, message.value), (parties.0, parties.1, U256::from(1_000u64)));
+        assert_eq!((message.validAfter, message.validBefore), (U256::from(999u64), U256::from(1_006u64)));
+        assert_eq!(message.nonce, B256::repeat_byte(0xab));
+        assert_eq!(signature, vec![0x1b; 65]);
+    }
+
+    #[test]
+    fn identity_is_chain_token_payer_and_nonce() {
+        let value = json!({"x402Version": 1, "scheme": "exact", "network": "base-sepolia",
+            "payload": {"signature": format!("0x{}", "1b".repeat(65)), "authorization": {"from": FROM, "to": PAY_TO, "value": "1",
+            "validAfter": "0", "validBefore": "2000", "nonce": format!("0x{}", "ab".repeat(32))}}});
+        let a = read(&serde_json::from_value(value).unwrap()).unwrap();
+        assert_eq!(a.accepted_extra, None);
+        let token: tollgate_protocol::Address = PAY_TO.parse().unwrap();
+        let network = Network::eip155(84_532);
+        let id = a.identity(&network, &Asset::Token(token)).unwrap();
+        assert_eq!(id, format!("eip155:84532:{PAY_TO}:{FROM}:0x{}", "ab".repeat(32)));
+        assert_eq!(a.identity(&network, &Asset::Native), None);
+    }
+}

@@ -592,3 +592,7 @@ async fn why_it_fails(backend: &EvmBackend, t: &Transfer, failure: String) -> Pr
     }
     refuse(Reason::Permit2SimulationFailed, format!("the settlement would fail: {failure}"))
 }
+
+#[cfg(test)]
+#[path = "permit2_tests.rs"]
+mod tests;

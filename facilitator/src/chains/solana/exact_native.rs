@@ -270,3 +270,38 @@ async fn receipt(
         fee: confirmed.fee.map(u128::from),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(result: Result<(), ProofError>) -> Option<Reason> {
+        match result {
+            Ok(()) => None,
+            Err(ProofError::Refused(refusal)) => Some(refusal.reason),
+            Err(other) => panic!("expected a refusal, got {other}"),
+        }
+    }
+
+    /// The rent-exempt minimum at its edge: a new account receives at least it; a holder spends
+    /// all its lamports or keeps at least it.
+    #[test]
+    fn the_rent_exempt_minimum_at_its_edges() {
+        let to = |lamports| verify::NativeTransfer { from: Pubkey::new_unique(), to: Pubkey::new_unique(), lamports };
+        assert_eq!(reason(payee_receives(Payee::New, &to(890_880), 890_880)), None);
+        assert_eq!(reason(payee_receives(Payee::New, &to(890_879), 890_880)), Some(Reason::InvalidPaymentRequirements));
+        assert_eq!(reason(payee_receives(Payee::Funded, &to(1), 890_880)), None);
+        assert_eq!(
+            reason(payee_receives(Payee::Unpayable, &to(10_000_000), 890_880)),
+            Some(Reason::InvalidPaymentRequirements)
+        );
+
+        let rent = 890_880;
+        assert_eq!(reason(kept("payer", 1_000_000, 1_000_000, rent)), None, "spends it all");
+        assert_eq!(reason(kept("payer", 1_000_000, 1_000_001, rent)), Some(Reason::InsufficientFunds));
+        assert_eq!(reason(kept("payer", 2_000_000, 2_000_000 - rent, rent)), None, "keeps exactly the minimum");
+        let below = kept("payer", 2_000_000, 2_000_000 - rent + 1, rent);
+        assert_eq!(reason(below), Some(Reason::InsufficientFunds), "keeps one lamport less");
+        assert_eq!(reason(kept("payer", 10_000_000, 1, rent)), None);
+    }
+}

@@ -231,3 +231,155 @@ fn hostile_sponsored_transactions_are_refused() {
     let unsigned = sponsored(&sponsor, &[], &[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
     assert_eq!(c.check(&unsigned).unwrap_err().reason, Reason::SvmTransaction);
 }
+
+/// Each rule of the sponsor's checks at its edge: one signer more, one instruction more, one
+/// compute unit or micro-lamport more than allowed, a data byte more or less.
+#[test]
+fn sponsored_rules_hold_at_their_edges() {
+    use solana_compute_budget_interface::ComputeBudgetInstruction as Cb;
+    let c = Case::new();
+    let sponsor = c.sponsor.pubkey();
+    let policy = SponsorPolicy { max_compute_units: 30_000, max_compute_unit_price: 10 };
+    let check = |tx: &VersionedTransaction| check_sponsored_transfer(tx, &sponsor, &policy, None);
+
+    // Compute units and price: the cap itself passes, one more does not.
+    check(&c.tx(&[Cb::set_compute_unit_limit(30_000), Cb::set_compute_unit_price(10), c.pay(1)])).unwrap();
+    let units = check(&c.tx(&[Cb::set_compute_unit_limit(30_001), c.pay(1)])).unwrap_err();
+    assert_eq!(units.reason, Reason::SvmComputeLimit, "{units}");
+    let price = check(&c.tx(&[Cb::set_compute_unit_limit(30_000), Cb::set_compute_unit_price(11), c.pay(1)]));
+    assert_eq!(price.unwrap_err().reason, Reason::SvmComputePriceTooHigh);
+    // Without a limit, one instruction's default (200,000 units) is what the sponsor pays for.
+    let roomy = SponsorPolicy { max_compute_units: 200_000, max_compute_unit_price: 10 };
+    check_sponsored_transfer(&c.tx(&[c.pay(1)]), &sponsor, &roomy, None).unwrap();
+    let tight = SponsorPolicy { max_compute_units: 199_999, ..roomy };
+    let default = check_sponsored_transfer(&c.tx(&[c.pay(1)]), &sponsor, &tight, None).unwrap_err();
+    assert_eq!(default.reason, Reason::SvmComputeLimit, "{default}");
+
+    // Signers: the sponsor and the payer pass, a third co-signer passes, a fourth does not.
+    let cosigners: Vec<Keypair> = (0..2).map(|_| Keypair::new()).collect();
+    let memo_signed_by = |who: &[&Keypair]| {
+        let accounts = who.iter().map(|k| AccountMeta::new_readonly(k.pubkey(), true)).collect();
+        Instruction::new_with_bytes(MEMO_V2, b"co", accounts)
+    };
+    let three = sponsored(
+        &sponsor,
+        &[&c.buyer, &cosigners[0]],
+        &[Cb::set_compute_unit_limit(20_000), c.pay(1), memo_signed_by(&[&cosigners[0]])],
+    );
+    assert_eq!(three.message.header().num_required_signatures, 3);
+    check(&three).unwrap();
+    let four = sponsored(
+        &sponsor,
+        &[&c.buyer, &cosigners[0], &cosigners[1]],
+        &[Cb::set_compute_unit_limit(20_000), c.pay(1), memo_signed_by(&[&cosigners[0], &cosigners[1]])],
+    );
+    assert_eq!(check(&four).unwrap_err().reason, Reason::SvmTransaction);
+    // A co-signer's slot left empty is a signature that does not verify.
+    let mut unsigned_cosigner = three.clone();
+    unsigned_cosigner.signatures[2] = Signature::default();
+    assert!(check(&unsigned_cosigner).unwrap_err().message.contains("does not verify"));
+
+    // An address lookup table, however harmless its entries, is refused.
+    let legacy = c.tx(&[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
+    let VersionedMessage::Legacy(m) = legacy.message.clone() else { panic!("a legacy message") };
+    let lookup = solana_sdk::message::v0::MessageAddressTableLookup {
+        account_key: Pubkey::new_unique(),
+        writable_indexes: vec![0],
+        readonly_indexes: vec![],
+    };
+    let v0 = solana_sdk::message::v0::Message {
+        header: m.header,
+        account_keys: m.account_keys,
+        recent_blockhash: m.recent_blockhash,
+        instructions: m.instructions,
+        address_table_lookups: vec![lookup],
+    };
+    let looked_up = VersionedTransaction { signatures: legacy.signatures, message: VersionedMessage::V0(v0) };
+    assert!(check(&looked_up).unwrap_err().message.contains("lookup tables"));
+
+    // Instructions: seven pass (shown above), an instruction naming a program past the keys
+    // does not.
+    let mut missing = c.tx(&[Cb::set_compute_unit_limit(20_000), c.pay(1)]);
+    if let VersionedMessage::Legacy(m) = &mut missing.message {
+        m.instructions[1].program_id_index = 200;
+    }
+    missing.signatures[1] = c.buyer.sign_message(&missing.message.serialize());
+    assert!(check(&missing).unwrap_err().message.contains("missing program"));
+
+    // TransferChecked's data is exactly tag, 8 amount bytes, decimals; and four accounts.
+    assert_eq!(transfer_checked(&[TRANSFER_CHECKED, 1, 0, 0, 0, 0, 0, 0, 0, 6]), Some((1, 6)));
+    assert_eq!(transfer_checked(&[TRANSFER_CHECKED, 1, 0, 0, 0, 0, 0, 0, 6]), None);
+    assert_eq!(transfer_checked(&[TRANSFER_CHECKED, 1, 0, 0, 0, 0, 0, 0, 0, 0, 6]), None);
+    assert_eq!(transfer_checked(&[TRANSFER_CHECKED + 1, 1, 0, 0, 0, 0, 0, 0, 0, 6]), None);
+    let mut three_accounts = c.pay(1);
+    three_accounts.accounts.truncate(3);
+    let signed_by_buyer =
+        Instruction::new_with_bytes(MEMO_V2, b"x", vec![AccountMeta::new_readonly(c.buyer.pubkey(), true)]);
+    let refusal = check(&c.tx(&[three_accounts, signed_by_buyer])).unwrap_err();
+    assert_eq!(refusal.reason, Reason::SvmNotTransferChecked, "{refusal}");
+
+    // A memo asked for may come in the v1 Memo program too.
+    let v1_memo = Instruction::new_with_bytes(MEMO_V1, b"order-9", vec![]);
+    let with_v1 = c.tx(&[Cb::set_compute_unit_limit(20_000), c.pay(1), v1_memo]);
+    check_sponsored_transfer(&with_v1, &sponsor, &policy, Some("order-9")).unwrap();
+}
+
+/// The reason a check refused with.
+fn reason<T: std::fmt::Debug>(result: Result<T, ProofError>) -> Reason {
+    match result {
+        Err(ProofError::Refused(refusal)) => refusal.reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// The accounts the chain holds, held to the transfer: the mint's program and decimals, the
+/// seller's associated account, the source's mint, owner, state and balance.
+#[test]
+fn token_accounts_are_held_to_the_transfer() {
+    let c = Case::new();
+    let sponsor = c.sponsor.pubkey();
+    let ata = associated_token_address(&c.seller, &c.mint, &TOKEN_PROGRAM);
+    let t = TokenTransfer {
+        program: TOKEN_PROGRAM,
+        source: associated_token_address(&c.buyer.pubkey(), &c.mint, &TOKEN_PROGRAM),
+        mint: c.mint,
+        destination: ata,
+        authority: c.buyer.pubkey(),
+        amount: 1_000,
+        decimals: 6,
+    };
+
+    // The mint: of the transfer's program, with the decimals it names.
+    assert_eq!(mint_decimals(&t, Some(Ok((TOKEN_PROGRAM, 6)))).unwrap(), 6);
+    assert_eq!(reason(mint_decimals(&t, Some(Ok((TOKEN_PROGRAM, 9))))), Reason::SvmNotTransferChecked);
+    assert_eq!(reason(mint_decimals(&t, Some(Ok((TOKEN_2022_PROGRAM, 6))))), Reason::SvmNotTransferChecked);
+    assert_eq!(reason(mint_decimals(&t, None)), Reason::SvmNotTransferChecked);
+    let unsettleable = mint_decimals(&t, Some(Err("it charges a transfer fee".into())));
+    assert_eq!(reason(unsettleable), Reason::InvalidPaymentRequirements);
+
+    // The destination: the seller's associated account, of the mint, owned by the seller, not
+    // frozen.
+    let usable = Some((c.mint, c.seller, 0, false));
+    paid_to(&t, (&c.seller, &ata), usable).unwrap();
+    let elsewhere = TokenTransfer { destination: Pubkey::new_unique(), ..t };
+    assert_eq!(reason(paid_to(&elsewhere, (&c.seller, &ata), usable)), Reason::SvmIncorrectAta);
+    for (name, destination) in [
+        ("absent", None),
+        ("another mint", Some((Pubkey::new_unique(), c.seller, 0, false))),
+        ("another owner", Some((c.mint, Pubkey::new_unique(), 0, false))),
+        ("frozen", Some((c.mint, c.seller, 0, true))),
+    ] {
+        assert_eq!(reason(paid_to(&t, (&c.seller, &ata), destination)), Reason::SvmReceiverAtaNotFound, "{name}");
+    }
+
+    // The source: of the mint, not frozen, not the sponsor's, holding at least the amount.
+    let buyer = c.buyer.pubkey();
+    paid_from(&t, &sponsor, Some((c.mint, buyer, 1_000, false))).unwrap();
+    assert_eq!(reason(paid_from(&t, &sponsor, Some((c.mint, buyer, 999, false)))), Reason::InsufficientFunds);
+    assert_eq!(reason(paid_from(&t, &sponsor, None)), Reason::SvmSenderAtaNotFound);
+    let other_mint = Some((Pubkey::new_unique(), buyer, 1_000, false));
+    assert_eq!(reason(paid_from(&t, &sponsor, other_mint)), Reason::SvmSenderAtaNotFound);
+    assert_eq!(reason(paid_from(&t, &sponsor, Some((c.mint, buyer, 1_000, true)))), Reason::SvmSenderAtaNotFound);
+    let sponsors = Some((c.mint, sponsor, 1_000, false));
+    assert_eq!(reason(paid_from(&t, &sponsor, sponsors)), Reason::SvmFeePayerTransferring);
+}
