@@ -249,3 +249,21 @@ fn a_payload_is_read_as_its_method_asks() {
     }
     assert_eq!(refused(bad_signature, Method::Exact), Some(Reason::InvalidPayload), "the shape's own check");
 }
+
+/// An EIP-2612 permit offered in the extensions is read (and settles in the same call); without
+/// one, nothing is read.
+#[test]
+fn an_offered_eip2612_permit_is_read_from_the_extensions() {
+    let plain = json!({"to": format!("{PAY_TO:#x}"), "validAfter": "100"});
+    let sponsoring = json!({"eip2612GasSponsoring": {"info": {"from": format!("{FROM:#x}"),
+        "asset": format!("{TOKEN:#x}"), "spender": format!("{PERMIT2:#x}"), "amount": "1000", "nonce": "0",
+        "deadline": "2000", "signature": format!("0x{}{}1b", "01".repeat(32), "02".repeat(32)), "version": "1"}}});
+    let t = read(&payload(plain.clone(), "7", sponsoring), Method::Exact).unwrap();
+    let p = t.eip2612.as_ref().expect("the permit is read");
+    assert_eq!((p.from, p.asset, p.spender), (Some(FROM), Some(TOKEN), Some(PERMIT2)));
+    assert_eq!((p.value, p.deadline, p.v), (U256::from(1_000u64), U256::from(2_000u64), 0x1b));
+    assert_eq!((p.r, p.s), (B256::repeat_byte(1), B256::repeat_byte(2)));
+    assert_eq!(bound(&t), Ok(()));
+    assert!(t.approval.is_none());
+    assert!(read(&payload(plain, "7", json!({})), Method::Exact).unwrap().eip2612.is_none());
+}
