@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use tollgate_protocol::x402::PaymentPayload;
+use tollgate_protocol::x402::header::{HeaderError, MAX_HEADER_BYTES};
 
 /// What this target feeds and what it asserts.
 pub const ABOUT: &str = "MCP _meta payments: the header made of one is a valid HTTP header value, carries the same \
@@ -17,6 +18,15 @@ pub fn check(data: &[u8]) {
         Ok(payload) => {
             let expected = if payload.version() == 1 { "X-PAYMENT" } else { "PAYMENT-SIGNATURE" };
             assert!(name.eq_ignore_ascii_case(expected), "a v{} payload in {name}", payload.version());
+            if value.len() > MAX_HEADER_BYTES {
+                // Too long for a header: the layer refuses it as it refuses such a header from HTTP.
+                let read = PaymentPayload::from_header(&value);
+                assert!(
+                    matches!(read, Err(HeaderError::TooLarge { .. })),
+                    "a header over the limit was read: {read:?}"
+                );
+                return;
+            }
             assert_eq!(
                 PaymentPayload::from_header(&value).as_ref(),
                 Ok(&payload),
