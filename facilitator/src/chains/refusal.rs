@@ -300,6 +300,19 @@ pub enum ProofError {
     Chain(#[from] ChainError),
 }
 
+/// The reason `result` was refused with, `None` when it passed: how tests read a check's verdict.
+///
+/// # Panics
+/// When the chain could not be read (no verdict either way).
+#[cfg(test)]
+pub(crate) fn refusal_reason<T>(result: Result<T, ProofError>) -> Option<Reason> {
+    match result {
+        Ok(_) => None,
+        Err(ProofError::Refused(refusal)) => Some(refusal.reason),
+        Err(other) => panic!("expected a refusal, got {other}"),
+    }
+}
+
 impl Reason {
     /// The reason for an amount that does not meet the price, on `family`'s chains.
     #[must_use]

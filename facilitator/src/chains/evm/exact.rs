@@ -343,13 +343,7 @@ mod tests {
         .unwrap()
     }
 
-    fn reason<T>(result: Result<T, ProofError>) -> Option<Reason> {
-        match result {
-            Ok(_) => None,
-            Err(ProofError::Refused(refusal)) => Some(refusal.reason),
-            Err(other) => panic!("expected a refusal, got {other}"),
-        }
-    }
+    use crate::chains::refusal::refusal_reason as reason;
 
     #[test]
     fn the_payer_is_someone_and_the_recipient_the_seller() {

@@ -275,13 +275,7 @@ async fn receipt(
 mod tests {
     use super::*;
 
-    fn reason(result: Result<(), ProofError>) -> Option<Reason> {
-        match result {
-            Ok(()) => None,
-            Err(ProofError::Refused(refusal)) => Some(refusal.reason),
-            Err(other) => panic!("expected a refusal, got {other}"),
-        }
-    }
+    use crate::chains::refusal::refusal_reason as reason;
 
     /// The rent-exempt minimum at its edge: a new account receives at least it; a holder spends
     /// all its lamports or keeps at least it.

@@ -325,11 +325,8 @@ fn sponsored_rules_hold_at_their_edges() {
 }
 
 /// The reason a check refused with.
-fn reason<T: std::fmt::Debug>(result: Result<T, ProofError>) -> Reason {
-    match result {
-        Err(ProofError::Refused(refusal)) => refusal.reason,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
+fn reason<T>(result: Result<T, ProofError>) -> Reason {
+    crate::chains::refusal::refusal_reason(result).expect("a refusal, not a pass")
 }
 
 /// The accounts the chain holds, held to the transfer: the mint's program and decimals, the
