@@ -28,7 +28,7 @@ use crate::chains::evm::batch::{self, Bound};
 use crate::chains::evm::protocol_address;
 use crate::chains::{BatchReason, Chains, Intent, ProofError, Reason, Refusal};
 use crate::clock::Clock;
-use crate::payment::{ContractPayment, MAX_X402_WAIT, PaymentError, Payments};
+use crate::payment::{ContractPayment, MAX_X402_WAIT, PaymentError, Payments, Prepared};
 use crate::plans::Sponsorship;
 use crate::store::{Store, StoredPayment};
 
@@ -258,7 +258,7 @@ impl Channels {
     /// `voucher` is refused: it is the seller's to keep and claim.
     ///
     /// # Errors
-    /// [`PaymentError::Refused`] with the scheme's reason; as [`Payments::contract_payment`].
+    /// [`PaymentError::Refused`] with the scheme's reason; as [`Payments::contract_payment_checked`].
     pub async fn settle(
         &self,
         seller: &Seller,
@@ -295,24 +295,17 @@ impl Channels {
         let why = BatchReason::DepositPayload;
         let (config, id) = batch::bind(&bound, &deposit.channel_config, &deposit.voucher.channel_id, why)?;
         let proof_id = batch::deposit_identity(&requirement.network, (&config, id), &deposit.deposit)?;
-        let mut job = ContractPayment {
-            amount: deposit.deposit.amount.get(),
-            ..job(seller, (payload, requirement, resource), wait, (config.payer, ESCROW), bound.token, proof_id)
+        let job = job(seller, (payload, requirement, resource), wait, (config.payer, ESCROW), bound.token, proof_id);
+        let prepare = async {
+            let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
+            let passed = batch::check(&backend, &bound, &read, (signer, Intent::Settle), now).await?;
+            let call =
+                passed.deposit_call.ok_or_else(|| PaymentError::Internal("a checked deposit has no call".into()))?;
+            let (call, fee) = batch::prepare(&backend, signer, call, BatchReason::DepositSimulationFailed).await?;
+            let decimals = batch::decimals(&backend, bound.token).await?;
+            Ok(Prepared { call, decimals, amount: deposit.deposit.amount.get(), fee })
         };
-        let payment = match self.payments.contract_payment_claimed(&job).await? {
-            Some(payment) => payment,
-            None => {
-                let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
-                let passed = batch::check(&backend, &bound, &read, (signer, Intent::Settle), now).await?;
-                let Some(call) = passed.deposit_call else {
-                    return Err(PaymentError::Internal("a checked deposit has no call".into()));
-                };
-                let (call, fee) = batch::prepare(&backend, signer, call, BatchReason::DepositSimulationFailed).await?;
-                job.token.1 = batch::decimals(&backend, bound.token).await?;
-                job.fee = fee;
-                self.payments.contract_payment(job, call).await?
-            }
-        };
+        let payment = self.payments.contract_payment_checked(job, prepare).await?;
         let channel = channel_after(&backend, &payment, id).await?;
         Ok(Settled::Deposit { payment: Box::new(payment), channel })
     }
@@ -364,27 +357,25 @@ impl Channels {
             return Err(refusal(why, "the sweep must name the requirement's payTo and asset").into());
         }
         let (claimed, pending) = batch::unsettled(backend, bound.receiver, bound.token).await?;
-        if pending == 0 {
-            return Err(refusal(
-                Reason::Batch(BatchReason::NothingToSettle),
-                format!("{:#x} has nothing claimed and not yet sent in {:#x}", bound.receiver, bound.token),
-            )
-            .into());
-        }
-        // Once per claimed total: two sweeps of the same claims are one.
+        // Once per claimed total: two sweeps of the same claims are one (the second is answered
+        // with the first, which left nothing pending).
         let proof_id =
             format!("{}:batch-sweep:{:#x}:{:#x}:{claimed}", requirement.network, bound.receiver, bound.token);
-        let mut job = ContractPayment {
-            amount: pending,
-            ..job(seller, (payload, requirement, resource), wait, (ESCROW, bound.receiver), bound.token, proof_id)
+        let job = job(seller, (payload, requirement, resource), wait, (ESCROW, bound.receiver), bound.token, proof_id);
+        let prepare = async {
+            if pending == 0 {
+                return Err(refusal(
+                    Reason::Batch(BatchReason::NothingToSettle),
+                    format!("{:#x} has nothing claimed and not yet sent in {:#x}", bound.receiver, bound.token),
+                )
+                .into());
+            }
+            let call = batch::sweep_call(bound.receiver, bound.token);
+            let (call, fee) = batch::prepare(backend, signer, call, BatchReason::SettleSimulationFailed).await?;
+            let decimals = batch::decimals(backend, bound.token).await?;
+            Ok(Prepared { call, decimals, amount: pending, fee })
         };
-        job.token.1 = batch::decimals(backend, bound.token).await?;
-        if let Some(payment) = self.payments.contract_payment_claimed(&job).await? {
-            return Ok(Settled::Swept { payment: Box::new(payment) });
-        }
-        let call = batch::sweep_call(bound.receiver, bound.token);
-        let (call, fee) = batch::prepare(backend, signer, call, BatchReason::SettleSimulationFailed).await?;
-        let payment = self.payments.contract_payment(ContractPayment { fee, ..job }, call).await?;
+        let payment = self.payments.contract_payment_checked(job, prepare).await?;
         Ok(Settled::Swept { payment: Box::new(payment) })
     }
 
@@ -408,21 +399,29 @@ impl Channels {
             .ok_or_else(|| bad("refundNonce is missing: the seller completes a refund before settling it".into()))?;
         // Once per refund nonce: the contract takes each nonce once.
         let proof_id = format!("{}:batch-refund:{id:#x}:{}", requirement.network, nonce.get());
-        let mut job =
-            job(seller, (payload, requirement, resource), wait, (ESCROW, config.payer), bound.token, proof_id);
-        if let Some(payment) = self.payments.contract_payment_claimed(&job).await? {
-            let channel = batch::read(backend, id).await?.state();
-            return Ok(Settled::Refunded { payment: Box::new(payment), channel: Some(channel) });
-        }
+        let job = job(seller, (payload, requirement, resource), wait, (ESCROW, config.payer), bound.token, proof_id);
+        let prepare = self.checked_refund(seller, (backend, bound, signer), (read, refund), (&config, id, nonce.get()));
+        let payment = self.payments.contract_payment_checked(job, prepare).await?;
+        let channel = channel_after(backend, &payment, id).await?;
+        Ok(Settled::Refunded { payment: Box::new(payment), channel })
+    }
+
+    /// A completed refund checked against the channel as the chain holds it (its refund nonce the
+    /// channel's next, its claims the channel's own, something unclaimed left to return), with
+    /// the receiver authorizer's signatures: the claims and `refundWithSignature` as one call.
+    async fn checked_refund(
+        &self,
+        seller: &Seller,
+        (backend, bound, signer): (&crate::chains::evm::EvmBackend, &Bound, alloy::primitives::Address),
+        (read, refund): (&BatchPayload, &tollgate_protocol::x402::batch::RefundPayload),
+        (config, id, nonce): (&tollgate_encoding::batch::ChannelConfig, alloy::primitives::B256, u128),
+    ) -> Result<Prepared, PaymentError> {
+        let bad = |m: String| PaymentError::from(refusal(Reason::Batch(BatchReason::RefundPayload), m));
         let now = u64::try_from(self.clock.now().timestamp()).unwrap_or_default();
         let passed = batch::check(backend, bound, read, (signer, Intent::Settle), now).await?;
         let snapshot = passed.snapshot;
-        if alloy::primitives::U256::from(nonce.get()) != snapshot.refund_nonce {
-            return Err(bad(format!(
-                "refundNonce {} is not the channel's next, {}",
-                nonce.get(),
-                snapshot.refund_nonce
-            )));
+        if alloy::primitives::U256::from(nonce) != snapshot.refund_nonce {
+            return Err(bad(format!("refundNonce {} is not the channel's next, {}", nonce, snapshot.refund_nonce)));
         }
         let claims = batch::check_claims(backend, bound, refund.claims.as_deref().unwrap_or_default()).await?;
         if claims.iter().any(|c| c.channel_id != id) {
@@ -451,15 +450,11 @@ impl Channels {
                 self.authorization(seller, authorizing, (given, digest), BatchReason::RefundPayload).await?;
             calls.push(batch::claim_call(&claims, &signature));
         }
-        calls.push(batch::refund_call(&config, asked, snapshot.refund_nonce, &refund_signature));
+        calls.push(batch::refund_call(config, asked, snapshot.refund_nonce, &refund_signature));
         let call = if calls.len() == 1 { calls.remove(0) } else { batch::multicall(calls) };
         let (call, fee) = batch::prepare(backend, signer, call, BatchReason::RefundSimulationFailed).await?;
-        job.token.1 = batch::decimals(backend, bound.token).await?;
-        job.amount = asked.min(available);
-        job.fee = fee;
-        let payment = self.payments.contract_payment(job, call).await?;
-        let channel = channel_after(backend, &payment, id).await?;
-        Ok(Settled::Refunded { payment: Box::new(payment), channel })
+        let decimals = batch::decimals(backend, bound.token).await?;
+        Ok(Prepared { call, decimals, amount: asked.min(available), fee })
     }
 
     /// The receiver authorizer's signature of `digest`: the seller's own (`given`, checked), or
@@ -580,8 +575,8 @@ async fn channel_after(
 /// The settlement contract: the escrow deposits go into and sweeps and refunds come out of.
 const ESCROW: alloy::primitives::Address = tollgate_encoding::batch::BATCH_SETTLEMENT;
 
-/// A contract payment `seller` asks for: `from` → `to` in `token` (its decimals and the amount
-/// are the caller's to fill), claimed under `proof_id`.
+/// A contract payment `seller` asks for: `from` → `to` in `token`, claimed under `proof_id` (its
+/// decimals, amount and fee are its check's: [`Prepared`]).
 fn job(
     seller: &Seller,
     (payload, requirement, resource): (&PaymentPayload, &PaymentRequirements, Option<String>),

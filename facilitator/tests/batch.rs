@@ -398,8 +398,14 @@ async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_
         answers.iter().filter(|(_, v)| v["success"] == true).map(|(_, v)| v["transaction"].to_string()).collect();
     assert_eq!(transactions.len(), 1, "{answers:?}");
     assert_eq!(w.balance(s.receiver).await, 3_000);
+    assert!(answers.iter().all(|(_, v)| v["success"] == true), "each is answered with the one sweep: {answers:?}");
+    // Asked again: the same sweep (its claims are the same), nothing more moves.
     let (_, v) = w.t.call("POST", "/settle", &s.key, Some(body.clone())).await;
-    assert!(v["success"] == true || v["errorReason"] == "invalid_batch_settlement_evm_nothing_to_settle", "{v}");
+    assert_eq!(
+        (v["success"].as_bool(), v["transaction"].to_string()),
+        (Some(true), transactions.first().unwrap().clone()),
+        "{v}"
+    );
     assert_eq!(w.balance(s.receiver).await, 3_000, "swept once");
 
     // A seller holding its own receiver authorizer: its signed claim is relayed.
@@ -600,6 +606,40 @@ async fn a_seller_hanging_up_mid_settlement_leaves_its_deposit_made_once() {
     assert_eq!((v["success"].as_bool(), v["amount"].as_str()), (Some(true), Some("5000")), "{v}");
     let (_, again) = w.t.call("POST", "/settle", &s.key, Some(body)).await;
     assert_eq!(again["transaction"], v["transaction"], "{again}");
+    assert_eq!(w.channel(id).await, (5_000, 0), "deposited once");
+    assert_eq!(w.balance(s.payer.address()).await, 995_000);
+}
+
+/// The same deposit settled twice at once, the first request's simulation reaching the node
+/// only after the second's deposit landed (the proxy holds it): the chain then refuses the used
+/// authorization, and the first request is answered with the second's payment, not with
+/// "simulation failed". The race a hung-up request leaves behind, whose settlement goes on
+/// without it, made deterministic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposit_checked_while_its_twin_lands_is_answered_with_the_twins_payment() {
+    use common::rpc_proxy::Rule;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    let s = shop_on(World::start_behind_proxy().await).await;
+    let w = &s.w;
+    let req = s.requirement();
+    let id = s.config.id(w.chain());
+    let body = x402_v2(&req, w.deposit_payload(&s.config, &s.payer, &s.payer, (5_000, 1_000), 1));
+    let (reached, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let hold = Rule::HoldOnce { reached: reached.clone(), release: release.clone() };
+    w.t.proxy.as_ref().unwrap().rule("eth_estimateGas", hold);
+
+    let late = w.t.call("POST", "/settle", &s.key, Some(body.clone()));
+    let twin = async {
+        reached.notified().await;
+        let answer = w.t.call("POST", "/settle", &s.key, Some(body.clone())).await;
+        release.notify_one();
+        answer
+    };
+    let ((_, late), (_, twin)) = tokio::join!(late, twin);
+    assert_eq!((twin["success"].as_bool(), twin["amount"].as_str()), (Some(true), Some("5000")), "{twin}");
+    assert_eq!((late["success"].as_bool(), &late["transaction"]), (Some(true), &twin["transaction"]), "{late}");
     assert_eq!(w.channel(id).await, (5_000, 0), "deposited once");
     assert_eq!(w.balance(s.payer.address()).await, 995_000);
 }

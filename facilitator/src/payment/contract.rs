@@ -47,7 +47,49 @@ pub struct ContractPayment {
     pub wait: Duration,
 }
 
+/// What checking a contract payment against the chain made of it: the call to send, and what
+/// only the chain tells.
+pub struct Prepared {
+    /// The call, signed by the facilitator's account on each attempt.
+    pub call: Box<dyn Signable>,
+    /// The token's decimals.
+    pub decimals: u8,
+    /// Base units it moves.
+    pub amount: u128,
+    /// The most its gas can cost, native base units.
+    pub fee: Option<u128>,
+}
+
 impl Payments {
+    /// Settles a contract payment once, checking it first: answered with its payment when one
+    /// holds its identity already, else `prepare`d (checked against the chain, simulated,
+    /// priced) and settled: claimed, written ahead, broadcast, its verdict read from what landed.
+    ///
+    /// A refusal from `prepare` is looked up again before it is the answer: a twin request, or
+    /// the settlement a hung-up request left running, may have claimed and sent this very
+    /// payment while this one was checking, and the chain then refuses what is done already
+    /// (an authorization used, a refund nonce taken); that payment is the answer.
+    ///
+    /// # Errors
+    /// `prepare`'s, when no payment holds the identity; [`PaymentError::ProofUsed`] when another
+    /// payload or seller holds it; [`PaymentError::SponsorshipSpent`]; as [`Self::receive`].
+    pub async fn contract_payment_checked(
+        &self,
+        d: ContractPayment,
+        prepare: impl Future<Output = Result<Prepared, PaymentError>>,
+    ) -> Result<StoredPayment, PaymentError> {
+        if let Some(holder) = self.contract_payment_claimed(&d).await? {
+            return Ok(holder);
+        }
+        match prepare.await {
+            Ok(Prepared { call, decimals, amount, fee }) => {
+                self.contract_payment(ContractPayment { token: (d.token.0, decimals), amount, fee, ..d }, call).await
+            }
+            Err(refused @ PaymentError::Refused(_)) => self.contract_payment_claimed(&d).await?.ok_or(refused),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Settles a contract payment once. The same payload presented again by the same seller is answered
     /// with its payment (resumed when it was left unfinished); another payload claiming the
     /// same identity, or another seller, is refused as used.
@@ -55,7 +97,7 @@ impl Payments {
     /// # Errors
     /// [`PaymentError::ProofUsed`], [`PaymentError::SponsorshipSpent`], and as
     /// [`Self::receive`].
-    pub async fn contract_payment(
+    async fn contract_payment(
         &self,
         d: ContractPayment,
         call: Box<dyn Signable>,
@@ -70,7 +112,7 @@ impl Payments {
     ///
     /// # Errors
     /// As [`Self::contract_payment`].
-    pub async fn contract_payment_claimed(&self, d: &ContractPayment) -> Result<Option<StoredPayment>, PaymentError> {
+    async fn contract_payment_claimed(&self, d: &ContractPayment) -> Result<Option<StoredPayment>, PaymentError> {
         let chain = self.chain(&d.network)?;
         match self.store().payment_by_proof(&d.proof_id).await? {
             Some(holder) => self.answer_contract_payment(&*chain, holder, d).await.map(Some),

@@ -36,7 +36,7 @@ use tollgate_protocol::gateway::{Direction, PaymentMode, PaymentStatus};
 use tollgate_protocol::x402::PaymentPayload;
 use tollgate_protocol::{Address, AtomicAmount, Network};
 
-pub use self::contract::ContractPayment;
+pub use self::contract::{ContractPayment, Prepared};
 pub use self::receive::{Handed, Settlement};
 pub use self::send::{Built, SendOrder, Sent};
 pub use self::sign_in::{SignInRequest, SignedIn};

@@ -33,6 +33,15 @@ pub enum Rule {
     /// message): what a node says of a call it took and then lost, say a transaction it put in
     /// its pool and forgot when it restarted.
     AnswerOnce(i64, &'static str),
+    /// Once (the rule is then cleared), hold the call: say so on `reached`, and forward it only
+    /// when `release` is notified. A call that reaches the node after others have done their
+    /// work, deterministically.
+    HoldOnce {
+        /// Notified when the call has arrived and is held.
+        reached: Arc<tokio::sync::Notify>,
+        /// Notified by the test to let it through.
+        release: Arc<tokio::sync::Notify>,
+    },
 }
 
 /// The running proxy.
@@ -120,7 +129,7 @@ async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
     let rule = {
         let mut rules = s.rules.lock().unwrap();
         match rules.get(&method).cloned() {
-            once @ Some(Rule::AnswerOnce(..)) => {
+            once @ Some(Rule::AnswerOnce(..) | Rule::HoldOnce { .. }) => {
                 rules.remove(&method);
                 once
             }
@@ -134,6 +143,11 @@ async fn forward(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
             error_answer(&body, -32601, &message)
         }
         Some(Rule::AnswerOnce(code, message)) => error_answer(&body, code, message),
+        Some(Rule::HoldOnce { reached, release }) => {
+            reached.notify_one();
+            release.notified().await;
+            relay(&s, &body).await.map_or_else(|e| e, |v| Json(v).into_response())
+        }
         Some(Rule::FailAfter(message)) => match relay(&s, &body).await {
             Ok(_) => error_answer(&body, -32000, message),
             Err(e) => e,
