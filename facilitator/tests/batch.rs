@@ -378,6 +378,10 @@ async fn the_facilitator_claims_only_for_the_seller_that_funded_the_channel_and_
     let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, forged))).await;
     refused(&v, "authorizer_address_mismatch");
     assert_eq!(w.channel(id).await, (5_000, 0), "nothing claimed");
+    // Nothing claimed: nothing to sweep.
+    let unclaimed = json!({"type": "settle", "receiver": s.receiver.to_string(), "token": w.token.address.to_string()});
+    let (_, v) = w.t.call("POST", "/settle", &s.key, Some(x402_v2(&req, unclaimed))).await;
+    refused(&v, "nothing_to_settle");
 
     // The seller's claim, signed by the facilitator as the delegated authorizer; again, a no-op.
     for _ in 0..2 {
